@@ -1,0 +1,59 @@
+// Small file-system helpers: whole-file reads, atomic writes, scratch directories, and the
+// location of the on-disk cache.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace cuda_agent {
+
+// Returns the whole content of `path`. Throws Error naming the path and the system's reason
+// when it cannot be opened or read (missing, a directory, no permission). Thread-safe.
+std::string read_file(const std::filesystem::path& path);
+
+// Replaces `path` with `content` atomically: readers see either the old file or the complete
+// new one, never a partial write. Creates missing parent directories, writes a uniquely named
+// temporary file in the same directory (mode 0666 & ~umask), fsyncs it, renames it over
+// `path`, then fsyncs the directory. A symlink at `path` is replaced, not followed; the old
+// file's permissions are not kept. Throws Error naming the path and the system's reason on
+// failure, after removing the temporary file. Thread-safe; concurrent writers to one path
+// leave exactly one writer's complete content.
+void write_file_atomic(const std::filesystem::path& path, std::string_view content);
+
+// A scratch directory removed when this object dies.
+//
+// The constructor creates a new, uniquely named directory (mode 0700) `base`/`prefix`XXXXXX,
+// base defaulting to std::filesystem::temp_directory_path() ($TMPDIR or /tmp). It throws
+// Error if `prefix` contains '/' or the directory cannot be created. The destructor removes
+// the directory and everything in it, ignoring errors, unless keep() was called. Move-only:
+// a moved-from TempDir has an empty path and removes nothing. Not thread-safe per object.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "cuda-agent-",
+                   const std::filesystem::path& base = {});
+  TempDir(TempDir&& other) noexcept;
+  TempDir& operator=(TempDir&& other) noexcept;
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir();
+
+  const std::filesystem::path& path() const { return path_; }
+  // Leaves the directory in place when this object dies (e.g. to inspect a failure).
+  void keep() { keep_ = true; }
+
+ private:
+  void remove() noexcept;
+
+  std::filesystem::path path_;
+  bool keep_ = false;
+};
+
+// Directory for cached artifacts: $CUDA_AGENT_CACHE_DIR, else $XDG_CACHE_HOME/cuda-agent,
+// else $HOME/.cache/cuda-agent. Empty variables count as unset, and so does a relative
+// XDG_CACHE_HOME (as the XDG spec asks). Does not create the directory. Throws Error when
+// none of the three variables is usable. Reads the environment: must not race with
+// setenv/unsetenv in other threads.
+std::filesystem::path default_cache_dir();
+
+}  // namespace cuda_agent

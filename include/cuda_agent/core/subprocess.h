@@ -1,0 +1,82 @@
+// Running a child program under a wall-clock limit and a resident-memory limit.
+//
+// The child runs in its own session and process group (setsid), so that the whole group,
+// grandchildren included, can be stopped together: on a timeout or a memory excess the group
+// gets SIGTERM, then SIGKILL after kill_grace_s. When the child exits on its own, whatever is
+// left in its group (a background grandchild, say) is sent SIGKILL at once, and the call waits
+// for it to die: nothing started by the call outlives it. A process that moves itself into
+// another process group or session (setsid, setpgid) escapes this, as it escapes a shell's
+// job control.
+//
+// Linux only: memory is measured by scanning /proc.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cuda_agent {
+
+struct SubprocessOptions {
+  // argv[0] is a path (it contains a '/'; relative paths are taken from `cwd` when that is
+  // set) or a name looked up on PATH: the child's PATH (after env_set / env_unset), else the
+  // parent's PATH, else "/usr/local/bin:/usr/bin:/bin". Must not be empty.
+  std::vector<std::string> argv;
+  // Added to / overriding the parent's environment.
+  std::map<std::string, std::string> env_set;
+  // Removed from the child's environment (applied before env_set).
+  std::vector<std::string> env_unset;
+  // Working directory of the child; empty: inherit. Must exist.
+  std::string cwd;
+  // File that receives the child's stdout (created or truncated, mode 0666 & ~umask; its
+  // directory must exist; a relative path is taken from the parent's cwd); empty: /dev/null.
+  std::string stdout_path;
+  // Same for stderr. May name the same file as stdout_path: then both streams share one open
+  // file description and go to the file in the order they were written.
+  std::string stderr_path;
+  // Wall-clock limit in seconds; 0 = none.
+  double timeout_s = 0;
+  // Limit on the summed resident memory of every process in the child's group; 0 = none.
+  // Checked about every 100 ms, so a fast allocation may overshoot before it is caught.
+  int64_t max_rss_bytes = 0;
+  // After SIGTERM, wait this long for the group to go, then SIGKILL it.
+  double kill_grace_s = 2.0;
+};
+
+struct SubprocessResult {
+  int exit_code = -1;          // valid when the child exited normally (term_signal == 0)
+  int term_signal = 0;         // signal that ended the child, 0 if it exited
+  bool timed_out = false;      // we stopped it: timeout_s passed
+  bool memory_exceeded = false;  // we stopped it: the group went over max_rss_bytes
+  double wall_s = 0;           // from start to the child's exit
+  // Peak observed sum of RSS over the process group (sampled about every 100 ms; pages
+  // shared between processes count once per process), raised to the child's own peak as the
+  // kernel reports it at exit when that is larger.
+  int64_t peak_rss_bytes = 0;
+  // The limits the child ran under, copied from the options (used by describe()).
+  double timeout_s = 0;
+  int64_t max_rss_bytes = 0;
+
+  // True when the child exited with code 0 and was not stopped for a timeout or memory.
+  bool ok() const;
+  // Human text: "exited with code 3", "killed by signal 11 (Segmentation fault)",
+  // "timed out after 5.0 s", "exceeded memory limit 1.0 GiB (peak 1.3 GiB)".
+  std::string describe() const;
+};
+
+// Runs the child to completion and reports how it ended. The child's stdin is /dev/null;
+// it inherits no file descriptors above 2 and starts with default signal dispositions and an
+// empty signal mask.
+//
+// Throws Error when the options are unusable (empty argv, negative limits, a missing cwd, an
+// output file that cannot be opened) or the program cannot be started; the message names the
+// program and gives the system's reason, e.g. "cannot start 'foo': No such file or directory".
+//
+// Thread-safe: several threads may run children at once. Uses no global state (no SIGCHLD
+// handler; it waits for its own child's pid only), but other code in the process must not
+// reap children it did not start (waitpid(-1, ...)). It reads the parent's environment, so
+// it must not race with setenv/unsetenv in other threads. Blocks the calling thread.
+SubprocessResult run_subprocess(const SubprocessOptions& options);
+
+}  // namespace cuda_agent

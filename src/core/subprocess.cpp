@@ -1,0 +1,384 @@
+#include "cuda_agent/core/subprocess.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string_view>
+#include <system_error>
+#include <thread>
+#include <utility>
+
+#include "cuda_agent/core/error.h"
+
+extern char** environ;
+
+namespace cuda_agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Seconds = std::chrono::duration<double>;
+
+constexpr auto kPollInterval = std::chrono::milliseconds(20);
+constexpr auto kRssInterval = std::chrono::milliseconds(100);
+constexpr auto kKillWaitPoll = std::chrono::milliseconds(5);
+// How long to wait for SIGKILLed processes to disappear (one in uninterruptible sleep, e.g.
+// inside a driver, can take a while); past this we stop waiting rather than hang.
+constexpr Seconds kKillWaitLimit{5.0};
+constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
+
+std::string errno_text(int err) { return std::generic_category().message(err); }
+
+// Owns a file descriptor; -1 for none. Move-only.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    std::swap(fd_, other.fd_);  // `other` closes our old descriptor
+    return *this;
+  }
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Owns a posix_spawn attribute object (file actions or attributes) for its lifetime.
+template <typename T, int (*kInit)(T*), int (*kDestroy)(T*)>
+class SpawnObject {
+ public:
+  SpawnObject() { CA_ASSERT(kInit(&object_) == 0, "posix_spawn object init failed"); }
+  ~SpawnObject() { kDestroy(&object_); }
+  SpawnObject(const SpawnObject&) = delete;
+  SpawnObject& operator=(const SpawnObject&) = delete;
+  T* get() { return &object_; }
+
+ private:
+  T object_;
+};
+using SpawnFileActions = SpawnObject<posix_spawn_file_actions_t, posix_spawn_file_actions_init,
+                                     posix_spawn_file_actions_destroy>;
+using SpawnAttr = SpawnObject<posix_spawnattr_t, posix_spawnattr_init, posix_spawnattr_destroy>;
+
+// Opens an output file for the child, at a descriptor above 2 so that the dup2 actions
+// onto 1 and 2 cannot clobber each other.
+Fd open_output(const std::string& path, const char* stream) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  int err = errno;
+  CA_CHECK(fd >= 0, "cannot open '{}' for the child's {}: {}; check that its directory exists "
+           "and is writable", path, stream, errno_text(err));
+  Fd owned(fd);
+  if (fd < 3) {
+    int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    err = errno;
+    CA_CHECK(high >= 0, "cannot duplicate the descriptor of '{}': {}", path, errno_text(err));
+    owned = Fd(high);
+  }
+  return owned;
+}
+
+// A null-terminated array of pointers into `strings`, as exec wants.
+std::vector<char*> to_pointers(std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  for (auto& text : strings) pointers.push_back(text.data());
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
+bool same_file(int a, int b) {
+  struct stat sa{};
+  struct stat sb{};
+  return ::fstat(a, &sa) == 0 && ::fstat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
+std::map<std::string, std::string> build_environment(const SubprocessOptions& options) {
+  std::map<std::string, std::string> env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    auto eq = text.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace(std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)));
+  }
+  for (const auto& name : options.env_unset) env.erase(name);
+  for (const auto& [name, value] : options.env_set) {
+    CA_CHECK(!name.empty() && name.find('=') == std::string::npos,
+             "env_set has an invalid variable name '{}': names must be non-empty and contain "
+             "no '='", name);
+    env[name] = value;
+  }
+  return env;
+}
+
+// Returns the path to exec for `name`, searching PATH as execvp would.
+std::string resolve_program(const std::string& name, const std::map<std::string, std::string>& env,
+                            const std::string& cwd) {
+  if (name.find('/') != std::string::npos) return name;  // exec reports any failure
+  const char* parent_path = std::getenv("PATH");
+  auto it = env.find("PATH");
+  const std::string search = it != env.end()       ? it->second
+                             : parent_path != nullptr ? parent_path
+                                                      : kDefaultPath;
+  for (size_t begin = 0, end = 0; end != std::string::npos; begin = end + 1) {
+    end = search.find(':', begin);
+    const std::string dir = search.substr(begin, end == std::string::npos ? end : end - begin);
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    // A relative PATH entry is relative to the child's working directory.
+    const std::string check =
+        candidate[0] == '/' || cwd.empty() ? candidate : cwd + "/" + candidate;
+    struct stat st{};
+    if (::stat(check.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::access(check.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  CA_FAIL("cannot start '{}': {} (not found on PATH={}); give a full path or fix PATH", name,
+          errno_text(ENOENT), search);
+}
+
+struct GroupSample {
+  int64_t rss_bytes = 0;
+  int live = 0;  // processes in the group that are not zombies
+};
+
+// Sums the RSS of the live processes whose process group is `pgid`, read from
+// /proc/<pid>/stat (fields numbered as in proc(5): 3 state, 5 pgrp, 24 rss in pages).
+GroupSample sample_group(pid_t pgid) {
+  GroupSample sample;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir("/proc"), &::closedir);
+  if (!dir) return sample;
+  const int64_t page = ::sysconf(_SC_PAGESIZE);
+  char path[300];  // "/proc/" + a name of up to 255 bytes + "/stat"
+  char buffer[4096];
+  while (dirent* entry = ::readdir(dir.get())) {
+    if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
+    std::snprintf(path, sizeof(path), "/proc/%s/stat", entry->d_name);
+    Fd fd(::open(path, O_RDONLY | O_CLOEXEC));
+    const ssize_t n = fd.get() < 0 ? -1 : ::read(fd.get(), buffer, sizeof(buffer) - 1);
+    if (n <= 0) continue;  // the process is gone
+    buffer[n] = '\0';
+    // The command name (field 2) is in parentheses and may itself contain ')' or spaces.
+    char* p = std::strrchr(buffer, ')');
+    if (p == nullptr || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X') continue;
+    p += 3;
+    long long fields[25] = {};  // fields[i] is field i, for 4 <= i <= 24
+    int index = 4;
+    for (char* end = p; index <= 24; ++index, p = end) {
+      fields[index] = std::strtoll(p, &end, 10);
+      if (end == p) break;
+    }
+    if (index <= 24 || fields[5] != pgid) continue;
+    ++sample.live;
+    sample.rss_bytes += fields[24] * page;
+  }
+  return sample;
+}
+
+// True once the child has terminated; leaves it unreaped (a zombie), so that its pid, and
+// with it the process group id, cannot be reused while we still signal the group.
+bool has_exited(pid_t pid) {
+  siginfo_t info{};
+  const int rc = ::waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT);
+  const int err = errno;  // WNOHANG: never blocks, so never EINTR
+  CA_ASSERT(rc == 0, "waitid on child {} failed: {} (was it reaped elsewhere?)", pid,
+            errno_text(err));
+  return info.si_pid == pid;
+}
+
+// Waits until no live process is left in the group, or `limit` has passed since `since`.
+void wait_group_gone(pid_t pgid, Clock::time_point since, Seconds limit) {
+  while (sample_group(pgid).live > 0 && Clock::now() - since < limit) {
+    std::this_thread::sleep_for(kKillWaitPoll);
+  }
+}
+
+std::string format_bytes(int64_t bytes) {
+  double value = static_cast<double>(bytes);
+  const char* unit = "B";
+  for (const char* bigger : {"KiB", "MiB", "GiB", "TiB"}) {
+    if (value < 1024.0) break;
+    value /= 1024.0;
+    unit = bigger;
+  }
+  return unit[0] == 'B' ? fmt::format("{} B", bytes) : fmt::format("{:.1f} {}", value, unit);
+}
+
+void validate(const SubprocessOptions& options) {
+  CA_CHECK(!options.argv.empty() && !options.argv[0].empty(),
+           "run_subprocess: argv is empty; give at least the program to run");
+  CA_CHECK(options.timeout_s >= 0, "run_subprocess: timeout_s is {}; use 0 for no limit",
+           options.timeout_s);
+  CA_CHECK(options.max_rss_bytes >= 0, "run_subprocess: max_rss_bytes is {}; use 0 for no limit",
+           options.max_rss_bytes);
+  CA_CHECK(options.kill_grace_s >= 0, "run_subprocess: kill_grace_s is {}; it must be >= 0",
+           options.kill_grace_s);
+  if (!options.cwd.empty()) {
+    struct stat st{};
+    CA_CHECK(::stat(options.cwd.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
+             "cannot start '{}': working directory '{}' does not exist or is not a directory",
+             options.argv[0], options.cwd);
+  }
+}
+
+// Starts the child in a new session; returns its pid. Throws Error if it cannot start.
+pid_t spawn_child(const SubprocessOptions& options) {
+  const std::map<std::string, std::string> env = build_environment(options);
+  const std::string program = resolve_program(options.argv[0], env, options.cwd);
+  std::vector<std::string> env_strings;
+  for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
+  std::vector<std::string> argv_strings = options.argv;
+  std::vector<char*> envp = to_pointers(env_strings);
+  std::vector<char*> argv = to_pointers(argv_strings);
+
+  const std::string& out_path = options.stdout_path;
+  const std::string& err_path = options.stderr_path;
+  Fd out_fd = out_path.empty() ? Fd() : open_output(out_path, "stdout");
+  Fd err_fd = err_path.empty() || err_path == out_path ? Fd() : open_output(err_path, "stderr");
+  // Two names for one file must share one open description, or the streams overwrite each
+  // other.
+  const bool err_shares_out = (!err_path.empty() && err_path == out_path) ||
+                              (out_fd.get() >= 0 && err_fd.get() >= 0 &&
+                               same_file(out_fd.get(), err_fd.get()));
+
+  SpawnFileActions actions;
+  auto redirect = [&](int source, int target) {  // source < 0: /dev/null
+    return source >= 0 ? posix_spawn_file_actions_adddup2(actions.get(), source, target) == 0
+                       : posix_spawn_file_actions_addopen(actions.get(), target, "/dev/null",
+                                                          target == 0 ? O_RDONLY : O_WRONLY,
+                                                          0) == 0;
+  };
+  bool built = redirect(-1, 0) && redirect(out_fd.get(), 1) &&
+               redirect(err_shares_out ? out_fd.get() : err_fd.get(), 2);
+  if (!options.cwd.empty()) {
+    built = built && posix_spawn_file_actions_addchdir_np(actions.get(), options.cwd.c_str()) == 0;
+  }
+  built = built && posix_spawn_file_actions_addclosefrom_np(actions.get(), 3) == 0;
+
+  SpawnAttr attr;
+  sigset_t no_signals;
+  sigset_t all_signals;
+  sigemptyset(&no_signals);
+  sigfillset(&all_signals);
+  built = built && posix_spawnattr_setsigmask(attr.get(), &no_signals) == 0 &&
+          posix_spawnattr_setsigdefault(attr.get(), &all_signals) == 0 &&
+          posix_spawnattr_setflags(attr.get(), POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
+                                                   POSIX_SPAWN_SETSIGDEF) == 0;
+  CA_ASSERT(built, "could not prepare posix_spawn for '{}'", options.argv[0]);
+
+  pid_t pid = -1;
+  const int error =
+      ::posix_spawn(&pid, program.c_str(), actions.get(), attr.get(), argv.data(), envp.data());
+  CA_CHECK(error == 0, "cannot start '{}': {}", options.argv[0], errno_text(error));
+  return pid;
+}
+
+// Watches the child until it exits, enforcing the limits, then clears its group and reaps it.
+void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_point start,
+                   SubprocessResult& result) {
+  enum class Phase { kRunning, kTerminating, kKilled };
+  Phase phase = Phase::kRunning;
+  Clock::time_point term_sent;
+  const Seconds grace(options.kill_grace_s);
+  auto next_sample = start;
+  auto stop_group = [&](bool& reason) {
+    reason = true;
+    ::kill(-pid, SIGTERM);
+    phase = Phase::kTerminating;
+    term_sent = Clock::now();
+  };
+
+  while (!has_exited(pid)) {
+    const auto now = Clock::now();
+    if (now >= next_sample) {
+      const GroupSample sample = sample_group(pid);
+      result.peak_rss_bytes = std::max(result.peak_rss_bytes, sample.rss_bytes);
+      next_sample = now + kRssInterval;
+      if (phase == Phase::kRunning && options.max_rss_bytes > 0 &&
+          sample.rss_bytes > options.max_rss_bytes) {
+        stop_group(result.memory_exceeded);
+      }
+    }
+    if (phase == Phase::kRunning && options.timeout_s > 0 &&
+        now - start >= Seconds(options.timeout_s)) {
+      stop_group(result.timed_out);
+    }
+    if (phase == Phase::kTerminating && Clock::now() - term_sent >= grace) {
+      ::kill(-pid, SIGKILL);
+      phase = Phase::kKilled;
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+  result.wall_s = Seconds(Clock::now() - start).count();
+
+  // The child is gone but its group may not be: give the rest of the group what is left of
+  // the grace period if we were stopping it, then kill whatever remains and wait for it.
+  if (phase == Phase::kTerminating) wait_group_gone(pid, term_sent, grace);
+  ::kill(-pid, SIGKILL);
+  wait_group_gone(pid, Clock::now(), kKillWaitLimit);
+
+  int status = 0;
+  struct rusage usage{};
+  pid_t reaped;
+  while ((reaped = ::wait4(pid, &status, 0, &usage)) < 0 && errno == EINTR) continue;
+  const int wait_error = errno;
+  CA_ASSERT(reaped == pid, "wait4 on child {} failed: {}", pid, errno_text(wait_error));
+  if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) result.term_signal = WTERMSIG(status);
+  result.peak_rss_bytes =
+      std::max(result.peak_rss_bytes, static_cast<int64_t>(usage.ru_maxrss) * 1024);
+}
+
+}  // namespace
+
+bool SubprocessResult::ok() const {
+  return term_signal == 0 && exit_code == 0 && !timed_out && !memory_exceeded;
+}
+
+std::string SubprocessResult::describe() const {
+  if (memory_exceeded) {
+    return fmt::format("exceeded memory limit {} (peak {})", format_bytes(max_rss_bytes),
+                       format_bytes(peak_rss_bytes));
+  }
+  if (timed_out) return fmt::format("timed out after {:.1f} s", timeout_s);
+  if (term_signal != 0) {
+    const char* text = ::sigdescr_np(term_signal);
+    return fmt::format("killed by signal {} ({})", term_signal,
+                       text != nullptr ? text : "unknown signal");
+  }
+  return fmt::format("exited with code {}", exit_code);
+}
+
+SubprocessResult run_subprocess(const SubprocessOptions& options) {
+  validate(options);
+  const auto start = Clock::now();
+  const pid_t pid = spawn_child(options);
+  SubprocessResult result;
+  result.timeout_s = options.timeout_s;
+  result.max_rss_bytes = options.max_rss_bytes;
+  try {
+    monitor_child(pid, options, start, result);
+  } catch (...) {
+    ::kill(-pid, SIGKILL);  // never leave the group running behind an exception
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) continue;
+    throw;
+  }
+  return result;
+}
+
+}  // namespace cuda_agent
