@@ -1,0 +1,56 @@
+// Records every kernel the GPU runs while recording is on, through CUPTI's activity API
+// (CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL): name, start/end timestamps, stream, launch shape.
+//
+// CUPTI's activity callbacks are process-global, so there is one recorder per process.
+// Buffers are handed back by CUPTI on its own thread; records are appended under a mutex that
+// is never held while calling into CUPTI (a flush calls back into us).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace cuda_agent::sandbox {
+
+struct KernelRecord {
+  std::string name;        // demangled where possible
+  uint64_t start_ns = 0;   // CUPTI timestamps (cuptiGetTimestamp's clock)
+  uint64_t end_ns = 0;
+  uint32_t stream_id = 0;
+  uint32_t device_id = 0;
+  uint32_t correlation_id = 0;
+  int32_t grid[3] = {0, 0, 0};
+  int32_t block[3] = {0, 0, 0};
+};
+
+class CuptiKernelRecorder {
+ public:
+  static CuptiKernelRecorder& instance();
+
+  // Starts recording (registers CUPTI's buffer callbacks on first use). Throws Error if CUPTI
+  // cannot be loaded or enabled.
+  void start();
+  // Flushes CUPTI's buffers (synchronize the GPU first) and returns the records since start().
+  std::vector<KernelRecord> stop();
+  // CUPTI's clock, for bracketing a region.
+  static uint64_t timestamp();
+  // Records CUPTI reported as dropped since the last start().
+  size_t dropped() const { return dropped_; }
+
+  // Used by CUPTI's callbacks.
+  void append(std::vector<KernelRecord>&& records);
+
+ private:
+  CuptiKernelRecorder() = default;
+  bool registered_ = false;
+  size_t dropped_ = 0;
+  std::vector<KernelRecord> records_;
+};
+
+// Per-kernel summary of records from `runs` forwards: calls per forward, mean and total time,
+// streams. Sorted by total time, largest first.
+nlohmann::json kernel_table(const std::vector<KernelRecord>& records, int runs);
+
+}  // namespace cuda_agent::sandbox

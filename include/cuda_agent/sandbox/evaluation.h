@@ -1,0 +1,88 @@
+// One evaluation of a solution against a task: verify (five seeded trials), profile (eager,
+// torch.compile and the candidate, timed the same way) and the reward.
+//
+// evaluate() runs it in a fresh worker process of this binary (isolation: a crash, hang or
+// poisoned CUDA context ends that worker only) and always returns a result JSON; it never
+// throws for anything the solution does. run_evaluation_in_process() is the worker's side.
+// docs/results.md documents every field of the result.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace cuda_agent::sandbox {
+
+struct SandboxOptions {
+  // verify
+  int trials = 5;
+  int64_t seed = 42;                 // trial i uses seed + i; the model weights use seed
+  double atol = 1e-2;
+  double rtol = 1e-2;
+  std::string precision = "loose";   // fp32 semantics policy recorded in every result
+  // profile
+  int warmup_runs = 3;
+  double warmup_ms = 100;            // keep warming up until this much time has passed
+  int timed_runs = 20;
+  bool flush_l2 = true;
+  std::string compile_mode = "default";  // torch.compile mode: default, reduce-overhead, max-autotune, ...
+  bool profile_compile = true;       // time torch.compile as a baseline
+  bool record_kernels = true;        // CUPTI kernel table
+  bool use_baseline_cache = true;
+  // reward
+  std::string reward = "milestone";  // milestone: {-1,1,2,3}; raw_speedup: speedup vs torch.compile
+  double speedup_margin = 0.05;      // "faster" means more than 5% faster
+  // isolation
+  double timeout_s = 600;            // wall time of one worker, torch.compile included
+  double host_memory_gb = 32;        // resident memory of one worker's process group
+  double gpu_memory_fraction = 0.9;  // torch.cuda.set_per_process_memory_fraction
+  std::string cache_dir;             // empty: $CUDA_AGENT_CACHE_DIR or ~/.cache/cuda-agent
+
+  static nlohmann::json defaults();  // the fields above as JSON, for config merging
+  static SandboxOptions from_json(const nlohmann::json& j);  // j already merged onto defaults()
+  nlohmann::json to_json() const;
+  std::string resolved_cache_dir() const;
+};
+
+enum class EvalMode { kVerify, kProfile, kEvaluate };
+const char* to_string(EvalMode mode);
+EvalMode eval_mode_from_string(const std::string& s);
+
+struct EvalRequest {
+  std::string task_path;      // model.py (KernelBench format)
+  std::string solution_path;  // model_new.py (its folder may hold kernels/)
+  std::string task_id;        // for reports; defaults to the task folder's name
+  EvalMode mode = EvalMode::kEvaluate;
+  std::string device = "cuda";  // "cpu": verify only, for machines without a GPU
+  int gpu = 0;                  // physical GPU index the worker is pinned to
+  SandboxOptions options;
+
+  nlohmann::json to_json() const;
+  static EvalRequest from_json(const nlohmann::json& j);
+};
+
+// Failure categories of a result (result["category"]).
+namespace category {
+inline constexpr const char* kCompileError = "compile_error";      // NVRTC or nvcc rejected the source
+inline constexpr const char* kLoadError = "load_error";            // model_new.py failed to import / no ModelNew
+inline constexpr const char* kInterfaceError = "interface_error";  // constructor or state_dict mismatch
+inline constexpr const char* kRuntimeError = "runtime_error";      // an exception in forward or a bad launch
+inline constexpr const char* kIllegalMemoryAccess = "illegal_memory_access";
+inline constexpr const char* kOutOfMemory = "out_of_memory";
+inline constexpr const char* kTimeout = "timeout";
+inline constexpr const char* kCrash = "crash";                     // the worker died (signal)
+inline constexpr const char* kMismatch = "mismatch";               // wrong values, shape, dtype, structure
+inline constexpr const char* kTaskError = "task_error";            // the reference itself failed
+inline constexpr const char* kInfrastructure = "infrastructure_error";  // no GPU, no torch, ...
+}  // namespace category
+
+// Runs the request in a worker process and returns its result. Thread-safe; never throws for
+// anything the solution or task does.
+nlohmann::json evaluate(const EvalRequest& request);
+
+// The worker's body: runs the request in this process, writing progress beside result_path.
+// Returns the result (also written to result_path).
+nlohmann::json run_evaluation_in_process(const EvalRequest& request, const std::string& result_path);
+
+}  // namespace cuda_agent::sandbox

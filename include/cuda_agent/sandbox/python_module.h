@@ -1,0 +1,47 @@
+// The `cuda_agent` module that solutions import inside the sandbox (embedded in the binary).
+//
+//   mod = cuda_agent.compile(source, name_expressions=None, options=None)
+//   k = mod.get_function("name")            # extern "C" name or a name expression
+//   k(grid, block, args, shared_mem=0, stream=None)
+//   k.set_max_dynamic_shared_memory(nbytes)
+//   cuda_agent.gemm(a, b, out=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False)
+//   cuda_agent.conv2d(x, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
+//                     activation="identity")
+//   cuda_agent.CompileError                 # str() holds the NVRTC log and numbered source
+//
+// docs/runtime.md is the user-facing description. The process-wide state below records what
+// the solution compiled and launched, for results and for kernel provenance.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+
+namespace cuda_agent::sandbox {
+
+struct RuntimeStats {
+  std::set<std::string> compiled_kernels;     // names the candidate can launch (C or mangled)
+  std::map<std::string, int64_t> launches;    // kernel name -> launches through the runtime
+  std::map<std::string, int64_t> vendor_calls;  // "cublas_gemm", "cudnn_conv2d" -> calls
+  int compiles = 0;                           // NVRTC compiles (cache misses)
+  int cache_hits = 0;
+  double compile_seconds = 0;
+  bool nvcc_used = false;                     // torch.utils.cpp_extension built something
+};
+
+// Process-wide; touched only with the GIL held.
+RuntimeStats& runtime_stats();
+
+// Where compiled CUBINs are cached (default: <cache dir>/nvrtc). Call before the first compile.
+void set_runtime_cache_dir(const std::filesystem::path& dir);
+
+// Forces the target architecture (default: the current GPU's, or sm_90 without a GPU).
+void set_runtime_arch(const std::string& arch);
+
+// Makes `import cuda_agent` work in the embedded interpreter. Called by start_python users;
+// safe to call more than once.
+void register_python_module();
+
+}  // namespace cuda_agent::sandbox

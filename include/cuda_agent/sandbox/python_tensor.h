@@ -1,0 +1,46 @@
+// Reading torch tensors and streams from Python objects without linking libtorch: the sandbox
+// asks the tensor for its data pointer, dtype, device and layout through its Python API.
+// Call with the GIL held.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cuda.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "cuda_agent/sandbox/kernel_signature.h"
+
+namespace cuda_agent::sandbox {
+
+struct TensorInfo {
+  uint64_t data_ptr = 0;
+  std::string dtype;          // "torch.float32"
+  bool is_cuda = false;
+  int device_index = -1;
+  bool contiguous = false;
+  std::vector<int64_t> shape;
+  int64_t numel = 0;
+  int64_t element_size = 0;
+};
+
+bool is_tensor(pybind11::handle obj);
+// Throws Error naming `what` when obj is not a tensor.
+TensorInfo tensor_info(pybind11::handle obj, const std::string& what);
+
+// Checks that a tensor is a contiguous CUDA tensor on the current device (and of `dtype` when
+// non-empty); throws Error naming `what` and the fix otherwise.
+TensorInfo require_cuda_tensor(pybind11::handle obj, const std::string& what,
+                               const std::string& dtype = {});
+
+// None -> torch.cuda.current_stream(); a torch.cuda.Stream or an int handle otherwise.
+CUstream stream_from_python(pybind11::handle stream);
+
+// The bytes of argument `index` for `param` from a Python value (a tensor for pointers, int or
+// float for scalars); throws Error naming the kernel, the argument and what was expected.
+std::vector<uint8_t> encode_kernel_argument(const KernelParam& param, pybind11::handle value,
+                                            size_t index, const std::string& kernel);
+
+}  // namespace cuda_agent::sandbox

@@ -1,0 +1,41 @@
+// Loading KernelBench-format task and solution modules into the embedded interpreter, and the
+// small Python-object chores verify and profile need (seeding, moving inputs, cloning).
+// Call with the GIL held, after start_python().
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <pybind11/pybind11.h>
+
+namespace cuda_agent::sandbox {
+
+// Imports the file at `path` as a fresh module named `module_name`, with its folder first on
+// sys.path. Python exceptions propagate as pybind11::error_already_set.
+pybind11::module_ load_python_file(const std::string& path, const std::string& module_name);
+
+// Builds a solution folder's kernels/*.cu and kernels/*.cpp (the CUDA-Agent layout) with
+// torch.utils.cpp_extension.load as the importable module `cuda_extension`. No-op without a
+// kernels/ folder. Returns true when something was built.
+bool build_kernels_dir(const std::string& solution_path, const std::string& build_root);
+
+// Wraps torch.utils.cpp_extension.load/load_inline so that their use marks the solution as
+// built through nvcc (runtime_stats().nvcc_used).
+void watch_cpp_extension();
+
+// Seeds Python's, NumPy's (when present) and torch's generators, CUDA included.
+void seed_everything(int64_t seed);
+
+// Recursively moves tensors in lists/tuples/dicts to `device`; other values pass through.
+pybind11::object to_device(pybind11::handle obj, const std::string& device);
+
+// Recursively clones tensors (fresh storage), keeping the structure.
+pybind11::object clone_tree(pybind11::handle obj);
+
+// Calls the model: model(*inputs) under torch.no_grad().
+pybind11::object call_model(pybind11::handle model, pybind11::handle inputs);
+
+// Synchronizes the device (torch.cuda.synchronize) when device is CUDA.
+void synchronize(const std::string& device);
+
+}  // namespace cuda_agent::sandbox

@@ -1,0 +1,45 @@
+// Timing a forward the same way for eager, torch.compile and the candidate.
+//
+// Per timed run: fresh clones of the inputs (outside the timed region), an L2 flush (a memset
+// of a buffer larger than the L2 on the same stream), a CUDA event on the current stream, the
+// forward, a device-wide synchronize (so work on other streams counts), the end event. Warm-up
+// runs first, until both warmup_runs and warmup_ms are reached. CUPTI records the kernels that
+// start and end inside the timed regions. Call with the GIL held, on the thread that owns
+// torch's CUDA context.
+#pragma once
+
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <pybind11/pybind11.h>
+
+#include "cuda_agent/sandbox/cupti_kernel_recorder.h"
+
+namespace cuda_agent::sandbox {
+
+struct TimingOptions {
+  int warmup_runs = 3;
+  double warmup_ms = 100;
+  int timed_runs = 20;
+  bool flush_l2 = true;
+  bool record_kernels = true;
+};
+
+struct TimingStats {
+  std::vector<double> ms;  // one per timed run, in order
+  double median_ms = 0, mean_ms = 0, min_ms = 0, max_ms = 0, stddev_ms = 0, p10_ms = 0, p90_ms = 0;
+  static TimingStats from_samples(std::vector<double> ms);
+  nlohmann::json to_json() const;
+  static TimingStats from_json(const nlohmann::json& j);
+};
+
+struct TimingResult {
+  TimingStats stats;
+  std::vector<KernelRecord> kernels;  // inside the timed regions (empty unless recorded)
+};
+
+// Times model(*inputs). Exceptions from the model propagate (pybind11::error_already_set);
+// CUDA errors throw Error.
+TimingResult time_forward(pybind11::handle model, pybind11::handle inputs, const TimingOptions& options);
+
+}  // namespace cuda_agent::sandbox

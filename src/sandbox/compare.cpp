@@ -1,0 +1,130 @@
+#include "cuda_agent/sandbox/compare.h"
+
+#include <cmath>
+
+#include <fmt/ranges.h>
+#include <pybind11/stl.h>
+
+#include "cuda_agent/sandbox/python_tensor.h"
+
+namespace py = pybind11;
+
+namespace cuda_agent::sandbox {
+namespace {
+
+std::string type_name(py::handle obj) { return py::str(py::type::of(obj).attr("__name__")).cast<std::string>(); }
+
+void fail(CompareResult& r, const std::string& path, std::string reason) {
+  if (r.ok) {
+    r.ok = false;
+    r.path = path;
+    r.reason = std::move(reason);
+  }
+}
+
+void compare_tensors(CompareResult& r, py::handle ref, py::handle cand, const std::string& path, double atol,
+                     double rtol) {
+  const std::string ref_dtype = py::str(ref.attr("dtype")).cast<std::string>();
+  const std::string cand_dtype = py::str(cand.attr("dtype")).cast<std::string>();
+  auto ref_shape = ref.attr("shape").cast<std::vector<int64_t>>();
+  auto cand_shape = cand.attr("shape").cast<std::vector<int64_t>>();
+  if (ref_shape != cand_shape)
+    return fail(r, path, fmt::format("shape [{}] expected, got [{}]", fmt::join(ref_shape, ", "), fmt::join(cand_shape, ", ")));
+  if (ref_dtype != cand_dtype) return fail(r, path, fmt::format("dtype {} expected, got {}", ref_dtype, cand_dtype));
+  const std::string ref_dev = py::str(ref.attr("device").attr("type")).cast<std::string>();
+  const std::string cand_dev = py::str(cand.attr("device").attr("type")).cast<std::string>();
+  if (ref_dev != cand_dev) return fail(r, path, fmt::format("device {} expected, got {}", ref_dev, cand_dev));
+  py::module_ torch = py::module_::import("torch");
+  const int64_t numel = ref.attr("numel")().cast<int64_t>();
+  r.compared += numel;
+  if (numel == 0) return;
+  const bool is_bool = ref_dtype == "torch.bool";
+  py::object a = ref.attr("detach")().attr("to")(torch.attr("float64"));
+  py::object b = cand.attr("detach")().attr("to")(torch.attr("float64"));
+  py::object diff = (b - a).attr("abs")();
+  py::object tol = a.attr("abs")() * py::float_(is_bool ? 0.0 : rtol) + py::float_(is_bool ? 0.0 : atol);
+  // Equal infinities have a NaN difference but match; NaN never matches.
+  py::object both_equal = a.attr("eq")(b);
+  py::object within = diff.attr("le")(tol).attr("logical_or")(both_equal);
+  const int64_t bad = numel - within.attr("sum")().attr("item")().cast<int64_t>();
+  py::object finite_diff = torch.attr("where")(torch.attr("isfinite")(diff), diff, torch.attr("zeros_like")(diff));
+  const double max_abs = finite_diff.attr("max")().attr("item")().cast<double>();
+  py::object rel = finite_diff / (a.attr("abs")() + py::float_(1e-12));
+  const double max_rel = rel.attr("max")().attr("item")().cast<double>();
+  r.max_abs_diff = std::max(r.max_abs_diff, max_abs);
+  r.max_rel_diff = std::max(r.max_rel_diff, max_rel);
+  r.mismatched += bad;
+  if (bad > 0) {
+    fail(r, path, fmt::format("{} of {} elements differ beyond atol={} rtol={} (max abs diff {:.6g}, max rel diff {:.6g})",
+                              bad, numel, atol, rtol, max_abs, max_rel));
+  }
+}
+
+void compare_tree(CompareResult& r, py::handle ref, py::handle cand, const std::string& path, double atol,
+                  double rtol) {
+  if (is_tensor(ref)) {
+    if (!is_tensor(cand)) return fail(r, path, fmt::format("a tensor expected, got {}", type_name(cand)));
+    return compare_tensors(r, ref, cand, path, atol, rtol);
+  }
+  const bool ref_seq = py::isinstance<py::tuple>(ref) || py::isinstance<py::list>(ref);
+  if (ref_seq) {
+    const bool cand_seq = py::isinstance<py::tuple>(cand) || py::isinstance<py::list>(cand);
+    if (!cand_seq) return fail(r, path, fmt::format("a {} expected, got {}", type_name(ref), type_name(cand)));
+    py::sequence a = py::reinterpret_borrow<py::sequence>(ref), b = py::reinterpret_borrow<py::sequence>(cand);
+    if (a.size() != b.size())
+      return fail(r, path, fmt::format("{} items expected, got {}", a.size(), b.size()));
+    for (size_t i = 0; i < a.size(); ++i) compare_tree(r, a[i], b[i], fmt::format("{}[{}]", path, i), atol, rtol);
+    return;
+  }
+  if (py::isinstance<py::dict>(ref)) {
+    if (!py::isinstance<py::dict>(cand)) return fail(r, path, fmt::format("a dict expected, got {}", type_name(cand)));
+    py::dict a = py::reinterpret_borrow<py::dict>(ref), b = py::reinterpret_borrow<py::dict>(cand);
+    if (a.size() != b.size()) return fail(r, path, fmt::format("{} keys expected, got {}", a.size(), b.size()));
+    for (auto kv : a) {
+      const std::string key_path = fmt::format("{}[{}]", path, py::repr(kv.first).cast<std::string>());
+      if (!b.contains(kv.first)) return fail(r, key_path, "missing key");
+      compare_tree(r, kv.second, b[kv.first], key_path, atol, rtol);
+    }
+    return;
+  }
+  if (ref.is_none()) {
+    if (!cand.is_none()) fail(r, path, fmt::format("None expected, got {}", type_name(cand)));
+    return;
+  }
+  const bool ref_num = py::isinstance<py::int_>(ref) || py::isinstance<py::float_>(ref);
+  if (ref_num) {
+    if (!(py::isinstance<py::int_>(cand) || py::isinstance<py::float_>(cand)))
+      return fail(r, path, fmt::format("a number expected, got {}", type_name(cand)));
+    const double a = ref.cast<double>(), b = cand.cast<double>();
+    const double d = std::fabs(a - b);
+    r.compared += 1;
+    r.max_abs_diff = std::max(r.max_abs_diff, std::isfinite(d) ? d : 0.0);
+    if (!(d <= atol + rtol * std::fabs(a) || a == b)) {
+      r.mismatched += 1;
+      fail(r, path, fmt::format("{} expected, got {}", a, b));
+    }
+    return;
+  }
+  if (!ref.equal(cand)) fail(r, path, fmt::format("{} expected, got {}", py::repr(ref).cast<std::string>(),
+                                                  py::repr(cand).cast<std::string>()));
+}
+
+}  // namespace
+
+nlohmann::json CompareResult::to_json() const {
+  nlohmann::json j = {{"ok", ok}, {"max_abs_diff", max_abs_diff}, {"max_rel_diff", max_rel_diff},
+                      {"mismatched", mismatched}, {"compared", compared}};
+  if (!ok) {
+    j["path"] = path;
+    j["reason"] = reason;
+  }
+  return j;
+}
+
+CompareResult compare_outputs(py::handle reference, py::handle candidate, double atol, double rtol) {
+  CompareResult r;
+  compare_tree(r, reference, candidate, "output", atol, rtol);
+  return r;
+}
+
+}  // namespace cuda_agent::sandbox

@@ -1,0 +1,364 @@
+// The worker's side of one evaluation: load, verify, profile, score. Everything the solution
+// does that goes wrong becomes a result with a category; nothing escapes as an exception.
+#include "cuda_agent/sandbox/evaluation.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include <pybind11/embed.h>
+#include <pybind11/stl.h>
+
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/core/hash.h"
+#include "cuda_agent/core/log.h"
+#include "cuda_agent/sandbox/baseline_cache.h"
+#include "cuda_agent/sandbox/compare.h"
+#include "cuda_agent/sandbox/cuda_device.h"
+#include "cuda_agent/sandbox/cuda_libs.h"
+#include "cuda_agent/sandbox/nvrtc_compiler.h"
+#include "cuda_agent/sandbox/python_module.h"
+#include "cuda_agent/sandbox/python_runtime.h"
+#include "cuda_agent/sandbox/reward.h"
+#include "cuda_agent/sandbox/task_runner.h"
+#include "cuda_agent/sandbox/timer.h"
+
+namespace py = pybind11;
+namespace fs = std::filesystem;
+
+namespace cuda_agent::sandbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A failure that ends the evaluation with a category.
+struct Failure {
+  std::string category;
+  std::string message;
+};
+
+std::string python_error_category(const py::error_already_set& e, const std::string& fallback) {
+  const std::string text = e.what();
+  if (e.matches(py::module_::import("cuda_agent").attr("CompileError"))) return category::kCompileError;
+  py::module_ torch = py::module_::import("torch");
+  if (e.matches(torch.attr("cuda").attr("OutOfMemoryError")) || text.find("out of memory") != std::string::npos)
+    return category::kOutOfMemory;
+  for (const char* marker : {"illegal memory access", "ILLEGAL_ADDRESS", "misaligned address", "MISALIGNED_ADDRESS",
+                             "unspecified launch failure", "LAUNCH_FAILED", "illegal instruction"})
+    if (text.find(marker) != std::string::npos) return category::kIllegalMemoryAccess;
+  return fallback;
+}
+
+std::string cuda_error_category(const std::string& text, const std::string& fallback) {
+  for (const char* marker : {"ILLEGAL_ADDRESS", "illegal memory access", "MISALIGNED", "LAUNCH_FAILED", "ILLEGAL_INSTRUCTION"})
+    if (text.find(marker) != std::string::npos) return category::kIllegalMemoryAccess;
+  if (text.find("OUT_OF_MEMORY") != std::string::npos) return category::kOutOfMemory;
+  return fallback;
+}
+
+// Runs `fn`, turning exceptions into a Failure with `fallback` as the category.
+template <typename Fn>
+void guarded(const std::string& fallback, const std::string& context, Fn&& fn) {
+  try {
+    fn();
+  } catch (py::error_already_set& e) {
+    throw Failure{python_error_category(e, fallback), context + ": " + std::string(e.what())};
+  } catch (const Failure&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Failure{cuda_error_category(e.what(), fallback), context + ": " + std::string(e.what())};
+  }
+}
+
+class Progress {
+ public:
+  explicit Progress(std::string path) : path_(std::move(path)) {}
+  void enter(const std::string& phase, nlohmann::json& result) {
+    close(result);
+    phase_ = phase;
+    started_ = Clock::now();
+    if (!path_.empty()) {
+      try {
+        write_file_atomic(path_, phase);
+      } catch (...) {
+      }
+    }
+  }
+  void close(nlohmann::json& result) {
+    if (!phase_.empty())
+      result["phase_seconds"][phase_] = std::chrono::duration<double>(Clock::now() - started_).count();
+    phase_.clear();
+  }
+  const std::string& phase() const { return phase_; }
+
+ private:
+  std::string path_;
+  std::string phase_;
+  Clock::time_point started_;
+};
+
+std::string file_sha256(const std::string& path) {
+  try {
+    return sha256_hex(read_file(path));
+  } catch (...) {
+    return "";
+  }
+}
+
+py::object build_model(py::module_& module, const char* class_name, py::handle init_inputs) {
+  py::object cls = module.attr(class_name);
+  return cls(*py::reinterpret_borrow<py::sequence>(init_inputs));
+}
+
+// get_inputs() under torch.device(device): tensors it creates without naming a device are drawn
+// on the GPU directly (CPU generation of large random tensors dominated verify's time); any it
+// puts on the CPU explicitly are moved afterwards.
+py::object draw_inputs(py::module_& task, const std::string& device) {
+  py::object ctx = py::module_::import("torch").attr("device")(device);
+  ctx.attr("__enter__")();
+  py::object inputs;
+  try {
+    inputs = task.attr("get_inputs")();
+  } catch (...) {
+    ctx.attr("__exit__")(py::none(), py::none(), py::none());
+    throw;
+  }
+  ctx.attr("__exit__")(py::none(), py::none(), py::none());
+  return to_device(inputs, device);
+}
+
+TimingOptions timing_options(const SandboxOptions& o) {
+  TimingOptions t;
+  t.warmup_runs = o.warmup_runs;
+  t.warmup_ms = o.warmup_ms;
+  t.timed_runs = o.timed_runs;
+  t.flush_l2 = o.flush_l2;
+  t.record_kernels = o.record_kernels;
+  return t;
+}
+
+}  // namespace
+
+nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::string& result_path) {
+  const auto wall_start = Clock::now();
+  const SandboxOptions& opt = req.options;
+  nlohmann::json result = {
+      {"schema_version", 1},
+      {"task_id", req.task_id},
+      {"task_path", req.task_path},
+      {"task_sha256", file_sha256(req.task_path)},
+      {"solution_path", req.solution_path},
+      {"solution_sha256", file_sha256(req.solution_path)},
+      {"mode", to_string(req.mode)},
+      {"ok", false},
+      {"category", nullptr},
+      {"message", ""},
+      {"correct", nullptr},
+      {"reward", -1.0},
+      {"reward_kind", opt.reward},
+      {"speedup_vs_eager", nullptr},
+      {"speedup_vs_compile", nullptr},
+      {"precision", opt.precision},
+      {"options", opt.to_json()},
+      {"phase_seconds", nlohmann::json::object()},
+  };
+  Progress progress(result_path.empty() ? "" : result_path + ".phase");
+  const bool on_gpu = req.device != "cpu";
+  const std::string device = on_gpu ? "cuda" : "cpu";
+
+  try {
+    progress.enter("python_start", result);
+    guarded(category::kInfrastructure, "starting the embedded Python", [&] {
+      register_python_module();
+      set_runtime_cache_dir(fs::path(opt.resolved_cache_dir()) / "nvrtc");
+      start_python();
+    });
+    py::module_ torch = py::module_::import("torch");
+    result["versions"] = {{"torch", py::str(torch.attr("__version__")).cast<std::string>()},
+                          {"python", py::str(py::module_::import("sys").attr("version")).cast<std::string>()}};
+    if (on_gpu) {
+      guarded(category::kInfrastructure, "initialising CUDA", [&] {
+        CA_CHECK(torch.attr("cuda").attr("is_available")().cast<bool>(),
+                 "torch sees no CUDA GPU (torch {}); evaluations need one", result["versions"]["torch"].get<std::string>());
+        torch.attr("cuda").attr("set_per_process_memory_fraction")(opt.gpu_memory_fraction);
+        const bool tf32 = opt.precision == "tf32";
+        torch.attr("backends").attr("cuda").attr("matmul").attr("allow_tf32") = tf32;
+        torch.attr("backends").attr("cudnn").attr("allow_tf32") = tf32;
+        torch.attr("zeros")(1, py::arg("device") = "cuda");  // creates torch's context first
+        ensure_context();
+        result["device"] = current_device_info();
+        result["versions"]["nvrtc"] = NvrtcCompiler::nvrtc_version();
+        result["versions"]["cuda_driver"] = result["device"]["driver_version"];
+      });
+    }
+
+    progress.enter("load_task", result);
+    py::module_ task;
+    guarded(category::kTaskError, "loading the task " + req.task_path,
+            [&] { task = load_python_file(req.task_path, "cuda_agent_task"); });
+    for (const char* name : {"Model", "get_inputs", "get_init_inputs"})
+      if (!py::hasattr(task, name))
+        throw Failure{category::kTaskError, fmt::format("the task {} defines no {}", req.task_path, name)};
+
+    progress.enter("load_solution", result);
+    py::module_ solution;
+    guarded(category::kCompileError, "building " + req.solution_path + "'s kernels/", [&] {
+      watch_cpp_extension();
+      build_kernels_dir(req.solution_path, (fs::path(opt.resolved_cache_dir()) / "extensions").string());
+    });
+    guarded(category::kLoadError, "importing the solution " + req.solution_path,
+            [&] { solution = load_python_file(req.solution_path, "cuda_agent_solution"); });
+    if (!py::hasattr(solution, "ModelNew"))
+      throw Failure{category::kLoadError, fmt::format("the solution {} defines no class ModelNew", req.solution_path)};
+
+    progress.enter("build_models", result);
+    py::object init_inputs, reference, candidate;
+    guarded(category::kTaskError, "building the reference Model", [&] {
+      seed_everything(opt.seed);
+      init_inputs = task.attr("get_init_inputs")();
+      reference = build_model(task, "Model", init_inputs).attr("to")(device);
+    });
+    guarded(category::kInterfaceError, "building ModelNew with get_init_inputs()", [&] {
+      seed_everything(opt.seed);
+      candidate = build_model(solution, "ModelNew", init_inputs).attr("to")(device);
+    });
+    guarded(category::kInterfaceError,
+            "copying the reference weights into ModelNew (load_state_dict, strict): ModelNew must have the same "
+            "parameter and buffer names and shapes as Model",
+            [&] { candidate.attr("load_state_dict")(reference.attr("state_dict")(), py::arg("strict") = true); });
+
+    if (req.mode != EvalMode::kProfile) {
+      progress.enter("verify", result);
+      nlohmann::json trials = nlohmann::json::array();
+      bool all_ok = true;
+      for (int i = 0; i < opt.trials && all_ok; ++i) {
+        const int64_t seed = opt.seed + i;
+        py::object inputs, ref_out, new_out;
+        guarded(category::kTaskError, fmt::format("trial {}: drawing inputs and running the reference", i), [&] {
+          seed_everything(seed);
+          inputs = draw_inputs(task, device);
+          ref_out = call_model(reference, clone_tree(inputs));
+          synchronize(device);
+        });
+        guarded(category::kRuntimeError, fmt::format("trial {} (seed {}): ModelNew.forward", i, seed), [&] {
+          new_out = call_model(candidate, clone_tree(inputs));
+          synchronize(device);
+        });
+        CompareResult cmp;
+        guarded(category::kRuntimeError, fmt::format("trial {}: comparing outputs", i),
+                [&] { cmp = compare_outputs(ref_out, new_out, opt.atol, opt.rtol); });
+        nlohmann::json t = cmp.to_json();
+        t["seed"] = seed;
+        trials.push_back(t);
+        if (!cmp.ok) {
+          all_ok = false;
+          result["verify"] = {{"trials", trials}, {"atol", opt.atol}, {"rtol", opt.rtol}, {"precision", opt.precision}};
+          throw Failure{category::kMismatch,
+                        fmt::format("trial {} (seed {}): {}: {}", i, seed, cmp.path, cmp.reason)};
+        }
+      }
+      result["verify"] = {{"trials", trials}, {"atol", opt.atol}, {"rtol", opt.rtol}, {"precision", opt.precision}};
+      result["correct"] = true;
+    }
+
+    if (req.mode != EvalMode::kVerify) {
+      if (!on_gpu) throw Failure{category::kInfrastructure, "profiling needs a GPU; use --device cuda on a GPU machine"};
+      progress.enter("profile", result);
+      py::object inputs;
+      guarded(category::kTaskError, "drawing the profiling inputs", [&] {
+        seed_everything(opt.seed);
+        inputs = draw_inputs(task, device);
+      });
+      const TimingOptions topt = timing_options(opt);
+      BaselineKey key;
+      key.task_sha256 = result["task_sha256"];
+      key.gpu_name = result["device"]["name"];
+      key.torch_version = result["versions"]["torch"];
+      key.precision = opt.precision;
+      key.timing = {{"warmup_runs", opt.warmup_runs}, {"warmup_ms", opt.warmup_ms}, {"timed_runs", opt.timed_runs},
+                    {"flush_l2", opt.flush_l2}, {"compile_mode", opt.compile_mode},
+                    {"profile_compile", opt.profile_compile}, {"seed", opt.seed}};
+      BaselineCache cache(fs::path(opt.resolved_cache_dir()) / "baselines");
+      std::optional<nlohmann::json> baselines = opt.use_baseline_cache ? cache.get(key) : std::nullopt;
+      const bool cache_hit = baselines.has_value();
+      if (!baselines) {
+        nlohmann::json entry = {{"eager", nullptr}, {"compile", nullptr}, {"compile_error", nullptr}};
+        guarded(category::kTaskError, "timing the eager reference", [&] {
+          TimingResult t = time_forward(reference, inputs, topt);
+          entry["eager"] = t.stats.to_json();
+          entry["eager_kernels"] = kernel_table(t.kernels, opt.timed_runs);
+        });
+        if (opt.profile_compile) {
+          try {
+            py::object compiled = torch.attr("compile")(reference, py::arg("mode") = opt.compile_mode);
+            TimingResult t = time_forward(compiled, inputs, topt);
+            entry["compile"] = t.stats.to_json();
+            entry["compile_kernels"] = kernel_table(t.kernels, opt.timed_runs);
+          } catch (const std::exception& e) {
+            // torch.compile failing on a task is the baseline's problem, not the candidate's.
+            entry["compile_error"] = std::string(e.what()).substr(0, 2000);
+            CA_LOG_WARN("sandbox", "torch.compile failed on {}: {}", req.task_path, e.what());
+          }
+        }
+        if (opt.use_baseline_cache) cache.put(key, entry);
+        baselines = entry;
+      }
+      TimingResult cand;
+      guarded(category::kRuntimeError, "timing ModelNew", [&] { cand = time_forward(candidate, inputs, topt); });
+      nlohmann::json timings = {{"candidate", cand.stats.to_json()},
+                                {"eager", (*baselines)["eager"]},
+                                {"compile", (*baselines)["compile"]},
+                                {"baselines_cached", cache_hit},
+                                {"compile_error", (*baselines)["compile_error"]}};
+      result["timings"] = timings;
+      result["kernels"] = {{"candidate", kernel_table(cand.kernels, opt.timed_runs)},
+                           {"eager", baselines->value("eager_kernels", nlohmann::json::array())},
+                           {"compile", baselines->value("compile_kernels", nlohmann::json::array())}};
+      const double cand_ms = cand.stats.median_ms;
+      RewardInputs rin;
+      rin.correct = result["correct"].is_boolean() && result["correct"].get<bool>();
+      if (cand_ms > 0) {
+        rin.speedup_vs_eager = (*baselines)["eager"]["median_ms"].get<double>() / cand_ms;
+        result["speedup_vs_eager"] = *rin.speedup_vs_eager;
+        if (!(*baselines)["compile"].is_null()) {
+          rin.speedup_vs_compile = (*baselines)["compile"]["median_ms"].get<double>() / cand_ms;
+          result["speedup_vs_compile"] = *rin.speedup_vs_compile;
+        }
+      }
+      if (req.mode == EvalMode::kEvaluate) result["reward"] = compute_reward(opt.reward, rin, opt.speedup_margin);
+    }
+    progress.close(result);
+    result["ok"] = true;
+  } catch (const Failure& f) {
+    progress.close(result);
+    result["ok"] = false;
+    result["category"] = f.category;
+    result["message"] = f.message;
+    if (f.category == category::kMismatch) result["correct"] = false;
+    result["reward"] = -1.0;
+  } catch (const std::exception& e) {
+    progress.close(result);
+    result["ok"] = false;
+    result["category"] = category::kInfrastructure;
+    result["message"] = e.what();
+    result["reward"] = -1.0;
+  }
+  if (python_started()) {
+    const RuntimeStats& stats = runtime_stats();
+    result["runtime"] = {{"nvrtc_compiles", stats.compiles},
+                         {"nvrtc_cache_hits", stats.cache_hits},
+                         {"nvrtc_compile_seconds", stats.compile_seconds},
+                         {"compiled_kernels", stats.compiled_kernels},
+                         {"launches", stats.launches},
+                         {"vendor_calls", stats.vendor_calls}};
+    result["build_path"] = stats.nvcc_used ? "nvcc"
+                           : !stats.compiled_kernels.empty() ? "nvrtc"
+                           : !stats.vendor_calls.empty() ? "vendor"
+                                                         : "python";
+  }
+  result["worker_seconds"] = std::chrono::duration<double>(Clock::now() - wall_start).count();
+  if (!result_path.empty()) write_file_atomic(result_path, result.dump(2));
+  return result;
+}
+
+}  // namespace cuda_agent::sandbox

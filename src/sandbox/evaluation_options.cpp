@@ -1,0 +1,105 @@
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/sandbox/evaluation.h"
+
+namespace cuda_agent::sandbox {
+
+nlohmann::json SandboxOptions::to_json() const {
+  return {{"trials", trials},
+          {"seed", seed},
+          {"atol", atol},
+          {"rtol", rtol},
+          {"precision", precision},
+          {"warmup_runs", warmup_runs},
+          {"warmup_ms", warmup_ms},
+          {"timed_runs", timed_runs},
+          {"flush_l2", flush_l2},
+          {"compile_mode", compile_mode},
+          {"profile_compile", profile_compile},
+          {"record_kernels", record_kernels},
+          {"use_baseline_cache", use_baseline_cache},
+          {"reward", reward},
+          {"speedup_margin", speedup_margin},
+          {"timeout_s", timeout_s},
+          {"host_memory_gb", host_memory_gb},
+          {"gpu_memory_fraction", gpu_memory_fraction},
+          {"cache_dir", cache_dir}};
+}
+
+nlohmann::json SandboxOptions::defaults() { return SandboxOptions{}.to_json(); }
+
+SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
+  nlohmann::json merged = defaults();
+  merged.update(j);
+  SandboxOptions o;
+  o.trials = merged["trials"];
+  o.seed = merged["seed"];
+  o.atol = merged["atol"];
+  o.rtol = merged["rtol"];
+  o.precision = merged["precision"];
+  o.warmup_runs = merged["warmup_runs"];
+  o.warmup_ms = merged["warmup_ms"];
+  o.timed_runs = merged["timed_runs"];
+  o.flush_l2 = merged["flush_l2"];
+  o.compile_mode = merged["compile_mode"];
+  o.profile_compile = merged["profile_compile"];
+  o.record_kernels = merged["record_kernels"];
+  o.use_baseline_cache = merged["use_baseline_cache"];
+  o.reward = merged["reward"];
+  o.speedup_margin = merged["speedup_margin"];
+  o.timeout_s = merged["timeout_s"];
+  o.host_memory_gb = merged["host_memory_gb"];
+  o.gpu_memory_fraction = merged["gpu_memory_fraction"];
+  o.cache_dir = merged["cache_dir"];
+  CA_CHECK(o.trials >= 1, "sandbox.trials must be at least 1, got {}", o.trials);
+  CA_CHECK(o.timed_runs >= 1, "sandbox.timed_runs must be at least 1, got {}", o.timed_runs);
+  CA_CHECK(o.atol >= 0 && o.rtol >= 0, "sandbox.atol and sandbox.rtol must be >= 0, got {} and {}", o.atol, o.rtol);
+  CA_CHECK(o.precision == "loose", "sandbox.precision '{}' is not supported yet; use 'loose' (atol/rtol as given)",
+           o.precision);
+  CA_CHECK(o.reward == "milestone" || o.reward == "raw_speedup",
+           "sandbox.reward '{}' is unknown: use 'milestone' or 'raw_speedup'", o.reward);
+  CA_CHECK(o.timeout_s > 0, "sandbox.timeout_s must be positive, got {}", o.timeout_s);
+  CA_CHECK(o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1,
+           "sandbox.gpu_memory_fraction must be in (0, 1], got {}", o.gpu_memory_fraction);
+  return o;
+}
+
+std::string SandboxOptions::resolved_cache_dir() const {
+  return cache_dir.empty() ? default_cache_dir().string() : cache_dir;
+}
+
+const char* to_string(EvalMode mode) {
+  switch (mode) {
+    case EvalMode::kVerify: return "verify";
+    case EvalMode::kProfile: return "profile";
+    case EvalMode::kEvaluate: return "evaluate";
+  }
+  return "?";
+}
+
+EvalMode eval_mode_from_string(const std::string& s) {
+  if (s == "verify") return EvalMode::kVerify;
+  if (s == "profile") return EvalMode::kProfile;
+  if (s == "evaluate") return EvalMode::kEvaluate;
+  CA_FAIL("unknown evaluation mode '{}': use verify, profile or evaluate", s);
+}
+
+nlohmann::json EvalRequest::to_json() const {
+  return {{"task_path", task_path}, {"solution_path", solution_path}, {"task_id", task_id},
+          {"mode", to_string(mode)}, {"device", device},              {"gpu", gpu},
+          {"options", options.to_json()}};
+}
+
+EvalRequest EvalRequest::from_json(const nlohmann::json& j) {
+  EvalRequest r;
+  r.task_path = j.at("task_path");
+  r.solution_path = j.at("solution_path");
+  r.task_id = j.value("task_id", "");
+  r.mode = eval_mode_from_string(j.value("mode", "evaluate"));
+  r.device = j.value("device", "cuda");
+  r.gpu = j.value("gpu", 0);
+  r.options = SandboxOptions::from_json(j.value("options", nlohmann::json::object()));
+  return r;
+}
+
+}  // namespace cuda_agent::sandbox

@@ -1,0 +1,56 @@
+#include "cuda_agent/sandbox/python_runtime.h"
+
+#include <cstdlib>
+
+#include <pybind11/embed.h>
+
+#include "cuda_agent/core/error.h"
+
+#ifndef CUDA_AGENT_PYTHON_EXECUTABLE
+#define CUDA_AGENT_PYTHON_EXECUTABLE ""
+#endif
+
+namespace py = pybind11;
+
+namespace cuda_agent::sandbox {
+namespace {
+bool g_started = false;
+}
+
+std::string python_executable() {
+  if (const char* env = std::getenv("CUDA_AGENT_PYTHON"); env && *env) return env;
+  return CUDA_AGENT_PYTHON_EXECUTABLE;
+}
+
+bool python_started() { return g_started; }
+
+void start_python() {
+  if (g_started) return;
+  const std::string exe = python_executable();
+  PyConfig config;
+  PyConfig_InitPythonConfig(&config);
+  config.parse_argv = 0;
+  config.install_signal_handlers = 0;  // SIGINT/SIGTERM stay ours
+  if (!exe.empty()) {
+    // getpath reads pyvenv.cfg beside this executable: a venv's site-packages come along.
+    PyStatus status = PyConfig_SetBytesString(&config, &config.program_name, exe.c_str());
+    CA_CHECK(!PyStatus_Exception(status), "cannot set the Python program name to {}", exe);
+    status = PyConfig_SetBytesString(&config, &config.executable, exe.c_str());
+    CA_CHECK(!PyStatus_Exception(status), "cannot set the Python executable to {}", exe);
+  }
+  try {
+    py::initialize_interpreter(&config, 0, nullptr, true);
+  } catch (const std::exception& e) {
+    CA_FAIL("cannot start the embedded Python ({}): {}", exe, e.what());
+  }
+  g_started = true;
+  try {
+    py::module_::import("torch");
+  } catch (const py::error_already_set& e) {
+    CA_FAIL("the embedded Python ({}) cannot import torch: {}. Run scripts/setup.sh, or set "
+            "CUDA_AGENT_PYTHON to a python3 that has torch 2.11.x.",
+            exe, e.what());
+  }
+}
+
+}  // namespace cuda_agent::sandbox

@@ -1,0 +1,156 @@
+#include "cuda_agent/sandbox/task_runner.h"
+
+#include <filesystem>
+
+#include <pybind11/embed.h>
+#include <pybind11/stl.h>
+
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/hash.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/sandbox/python_module.h"
+
+namespace py = pybind11;
+namespace fs = std::filesystem;
+
+namespace cuda_agent::sandbox {
+
+py::module_ load_python_file(const std::string& path, const std::string& module_name) {
+  CA_CHECK(fs::is_regular_file(path), "no such file: {}", path);
+  py::module_ sys = py::module_::import("sys");
+  const std::string folder = fs::absolute(path).parent_path().string();
+  py::list sys_path = sys.attr("path");
+  if (!sys_path.contains(folder)) sys_path.insert(0, folder);
+  py::module_ util = py::module_::import("importlib.util");
+  py::object spec = util.attr("spec_from_file_location")(module_name, fs::absolute(path).string());
+  py::object module = util.attr("module_from_spec")(spec);
+  sys.attr("modules")[py::str(module_name)] = module;
+  try {
+    spec.attr("loader").attr("exec_module")(module);
+  } catch (...) {
+    sys.attr("modules").attr("pop")(module_name, py::none());
+    throw;
+  }
+  return py::reinterpret_borrow<py::module_>(module);
+}
+
+bool build_kernels_dir(const std::string& solution_path, const std::string& build_root) {
+  fs::path kernels = fs::absolute(solution_path).parent_path() / "kernels";
+  if (!fs::is_directory(kernels)) return false;
+  std::vector<std::string> sources;
+  Sha256 hash;
+  for (const auto& entry : fs::directory_iterator(kernels)) {
+    const auto ext = entry.path().extension();
+    if (ext == ".cu" || ext == ".cpp" || ext == ".cc") sources.push_back(entry.path().string());
+  }
+  std::sort(sources.begin(), sources.end());
+  CA_CHECK(!sources.empty(), "{} has no .cu or .cpp files to build", kernels.string());
+  for (const auto& s : sources) hash.update(s), hash.update(read_file(s));
+  for (const auto& entry : fs::directory_iterator(kernels))
+    if (entry.path().extension() == ".h" || entry.path().extension() == ".cuh") hash.update(read_file(entry.path()));
+  fs::path build_dir = fs::path(build_root) / ("cuda_extension-" + hash.hex_digest().substr(0, 16));
+  fs::create_directories(build_dir);
+  py::module_ ext = py::module_::import("torch.utils.cpp_extension");
+  py::object module = ext.attr("load")(py::arg("name") = "cuda_extension", py::arg("sources") = sources,
+                                       py::arg("build_directory") = build_dir.string(),
+                                       py::arg("extra_include_paths") = std::vector<std::string>{kernels.string()},
+                                       py::arg("verbose") = false);
+  py::module_::import("sys").attr("modules")["cuda_extension"] = module;
+  runtime_stats().nvcc_used = true;
+  return true;
+}
+
+void watch_cpp_extension() {
+  py::module_ ext = py::module_::import("torch.utils.cpp_extension");
+  py::dict scope;
+  py::exec(R"(
+def make_watcher(original, mark):
+    def watched(*args, **kwargs):
+        mark()
+        return original(*args, **kwargs)
+    watched.__wrapped__ = original
+    watched.__doc__ = original.__doc__
+    watched.__cuda_agent_watched__ = True
+    return watched
+)",
+           scope);
+  py::cpp_function mark([] { runtime_stats().nvcc_used = true; });
+  for (const char* name : {"load", "load_inline"}) {
+    py::object original = ext.attr(name);
+    if (py::hasattr(original, "__cuda_agent_watched__")) continue;
+    ext.attr(name) = scope["make_watcher"](original, mark);
+  }
+}
+
+void seed_everything(int64_t seed) {
+  py::module_::import("random").attr("seed")(seed);
+  try {
+    py::module_::import("numpy").attr("random").attr("seed")(seed % (1LL << 32));
+  } catch (const py::error_already_set&) {
+    // NumPy is optional.
+  }
+  py::module_ torch = py::module_::import("torch");
+  torch.attr("manual_seed")(seed);  // seeds every CUDA device too
+}
+
+py::object to_device(py::handle obj, const std::string& device) {
+  static py::object tensor_type = py::module_::import("torch").attr("Tensor");
+  if (py::isinstance(obj, tensor_type)) return obj.attr("to")(device);
+  if (py::isinstance<py::list>(obj)) {
+    py::list out;
+    for (auto item : obj) out.append(to_device(item, device));
+    return std::move(out);
+  }
+  if (py::isinstance<py::tuple>(obj)) {
+    py::list out;
+    for (auto item : obj) out.append(to_device(item, device));
+    return py::tuple(out);
+  }
+  if (py::isinstance<py::dict>(obj)) {
+    py::dict out;
+    for (auto kv : py::reinterpret_borrow<py::dict>(obj)) out[kv.first] = to_device(kv.second, device);
+    return std::move(out);
+  }
+  return py::reinterpret_borrow<py::object>(obj);
+}
+
+py::object clone_tree(py::handle obj) {
+  static py::object tensor_type = py::module_::import("torch").attr("Tensor");
+  if (py::isinstance(obj, tensor_type)) return obj.attr("clone")();
+  if (py::isinstance<py::list>(obj)) {
+    py::list out;
+    for (auto item : obj) out.append(clone_tree(item));
+    return std::move(out);
+  }
+  if (py::isinstance<py::tuple>(obj)) {
+    py::list out;
+    for (auto item : obj) out.append(clone_tree(item));
+    return py::tuple(out);
+  }
+  if (py::isinstance<py::dict>(obj)) {
+    py::dict out;
+    for (auto kv : py::reinterpret_borrow<py::dict>(obj)) out[kv.first] = clone_tree(kv.second);
+    return std::move(out);
+  }
+  return py::reinterpret_borrow<py::object>(obj);
+}
+
+py::object call_model(py::handle model, py::handle inputs) {
+  static py::object no_grad = py::module_::import("torch").attr("no_grad");
+  py::object guard = no_grad();
+  guard.attr("__enter__")();
+  try {
+    py::object out = model(*py::reinterpret_borrow<py::sequence>(inputs));
+    guard.attr("__exit__")(py::none(), py::none(), py::none());
+    return out;
+  } catch (...) {
+    guard.attr("__exit__")(py::none(), py::none(), py::none());
+    throw;
+  }
+}
+
+void synchronize(const std::string& device) {
+  if (device.rfind("cuda", 0) == 0) py::module_::import("torch").attr("cuda").attr("synchronize")();
+}
+
+}  // namespace cuda_agent::sandbox
