@@ -1,0 +1,37 @@
+// `cuda-agent bench`: score the solutions of a split, one worker process per evaluation,
+// the tasks spread over the chosen GPUs (one evaluation at a time per GPU).
+#pragma once
+
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/sandbox/evaluation.h"
+
+namespace cuda_agent::bench {
+
+struct BenchOptions {
+  std::filesystem::path split;          // folder with split.yaml, or the file
+  std::filesystem::path solutions;      // DIR/<task id>/model_new.py or DIR/<task id>.py
+  std::filesystem::path output_dir;     // results/<id>.json, summary.json, results.md
+  std::vector<int> gpus = {0};
+  bool resume = true;                   // skip tasks whose result for the same files exists
+  sandbox::SandboxOptions sandbox;
+};
+
+// Runs the split and returns {"split", "results": [...], "summary": {...}}. Progress lines
+// go to `progress`. Tasks without a solution are reported as missing and score -1. Throws
+// Error only for bad options (missing split, unreadable folders).
+nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress);
+
+// Pass rate, mean reward, faster-than-eager/compile counts and geometric-mean speedups over
+// the correct results (failed tasks listed by category).
+nlohmann::json summarize(const nlohmann::json& results);
+
+// The result table as Markdown: one row per task, then the summary.
+std::string format_table(const nlohmann::json& results, const nlohmann::json& summary);
+
+}  // namespace cuda_agent::bench

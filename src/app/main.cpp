@@ -1,0 +1,254 @@
+// cuda-agent: the command-line verbs. Verbs parse options and call the components; no logic.
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "cuda_agent/bench/bench_runner.h"
+#include "cuda_agent/core/config.h"
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/core/log.h"
+#include "cuda_agent/sandbox/cuda_libs.h"
+#include "cuda_agent/sandbox/doctor.h"
+#include "cuda_agent/sandbox/evaluation.h"
+#include "cuda_agent/sandbox/nvrtc_compiler.h"
+
+namespace fs = std::filesystem;
+using namespace cuda_agent;
+
+namespace {
+
+constexpr int kExitFailed = 1;  // the solution failed (or bench had failures: not used)
+constexpr int kExitUsage = 2;   // bad input or a machine that cannot do the job
+
+struct CommonFlags {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string log_level = "warn";
+};
+
+void add_common(CLI::App* cmd, CommonFlags& f) {
+  cmd->add_option("--config", f.config, "YAML file whose 'sandbox:' section sets evaluation options");
+  cmd->add_option("--set", f.sets, "override one option, e.g. --set sandbox.timed_runs=50 (repeatable)");
+  cmd->add_option("--log-level", f.log_level, "trace, debug, info, warn, error or off");
+}
+
+sandbox::SandboxOptions resolve_options(const CommonFlags& f, nlohmann::json* resolved = nullptr) {
+  set_log_level(f.log_level);
+  nlohmann::json config = {{"sandbox", sandbox::SandboxOptions::defaults()}};
+  if (!f.config.empty()) merge_checked(config, load_yaml_file(f.config), f.config);
+  for (const auto& s : f.sets) apply_override(config, s);
+  if (resolved) *resolved = config;
+  return sandbox::SandboxOptions::from_json(config["sandbox"]);
+}
+
+void require_gpu(const char* verb) {
+  std::string why;
+  if (!sandbox::gpu_available(&why)) {
+    throw Error(fmt::format("cuda-agent {} needs an NVIDIA GPU, and this machine has none usable: {}\n"
+                            "Run `cuda-agent doctor` to see what is missing. CPU-only machines can still run "
+                            "`cuda-agent verify --device cpu` and `cuda-agent compile`.",
+                            verb, why));
+  }
+}
+
+void print_result(const nlohmann::json& r) {
+  std::cout << fmt::format("task      {}\nsolution  {}\n", r.value("task_path", ""), r.value("solution_path", ""));
+  if (r.value("ok", false)) {
+    std::cout << "result    pass";
+    if (r.contains("verify")) std::cout << fmt::format(" ({} trials within atol={} rtol={})", r["verify"]["trials"].size(),
+                                                      r["verify"]["atol"].dump(), r["verify"]["rtol"].dump());
+    std::cout << "\n";
+  } else {
+    std::cout << fmt::format("result    FAIL [{}]\n{}\n", r["category"].is_string() ? r["category"].get<std::string>() : "?",
+                             r.value("message", ""));
+    if (r.contains("log") && !r["log"].get<std::string>().empty())
+      std::cout << "worker log (tail):\n" << r["log"].get<std::string>() << "\n";
+  }
+  if (r.contains("timings")) {
+    const auto& t = r["timings"];
+    auto ms = [](const nlohmann::json& j) {
+      return j.is_object() ? fmt::format("{:.4f} ms (p10 {:.4f}, p90 {:.4f}, {} runs)", j["median_ms"].get<double>(),
+                                         j["p10_ms"].get<double>(), j["p90_ms"].get<double>(), j["runs"].get<int>())
+                           : std::string("-");
+    };
+    std::cout << fmt::format("eager     {}{}\ncompile   {}\ncandidate {}\n", ms(t["eager"]),
+                             t.value("baselines_cached", false) ? " [cached baseline]" : "", ms(t["compile"]),
+                             ms(t["candidate"]));
+    if (r["speedup_vs_eager"].is_number())
+      std::cout << fmt::format("speedup   {:.3f}x vs eager, {}\n", r["speedup_vs_eager"].get<double>(),
+                               r["speedup_vs_compile"].is_number()
+                                   ? fmt::format("{:.3f}x vs torch.compile", r["speedup_vs_compile"].get<double>())
+                                   : "torch.compile not timed");
+    if (r.contains("kernels")) {
+      std::cout << "kernels   (candidate, per forward)\n";
+      for (const auto& k : r["kernels"]["candidate"])
+        std::cout << fmt::format("  {:>8.2f} us x{:<4g} stream(s) {}  {}\n", k["mean_us"].get<double>(),
+                                 k["calls_per_forward"].get<double>(), k["streams"].dump(), k["name"].get<std::string>());
+    }
+  }
+  if (r.value("mode", "") == "evaluate") std::cout << fmt::format("reward    {:g} ({})\n", r.value("reward", -1.0), r.value("reward_kind", ""));
+}
+
+int run_single(const std::string& mode, const std::string& task, const std::string& solution, const std::string& device,
+               int gpu, const std::string& output, bool json, const CommonFlags& flags) {
+  sandbox::EvalRequest req;
+  req.options = resolve_options(flags);
+  req.mode = sandbox::eval_mode_from_string(mode);
+  req.task_path = fs::absolute(task).string();
+  req.solution_path = fs::absolute(solution).string();
+  req.task_id = fs::path(req.task_path).parent_path().filename().string();
+  req.device = device;
+  req.gpu = gpu;
+  CA_CHECK(fs::is_regular_file(req.task_path), "--task {}: no such file", task);
+  CA_CHECK(fs::is_regular_file(req.solution_path), "--solution {}: no such file", solution);
+  CA_CHECK(device == "cuda" || device == "cpu", "--device must be cuda or cpu, got '{}'", device);
+  if (device == "cuda") require_gpu(mode.c_str());
+  CA_CHECK(device == "cuda" || mode == "verify", "{} needs a GPU; only verify runs with --device cpu", mode);
+  nlohmann::json result = sandbox::evaluate(req);
+  if (!output.empty()) write_file_atomic(output, result.dump(2));
+  if (json) std::cout << result.dump(2) << "\n";
+  else print_result(result);
+  return result.value("ok", false) ? 0 : kExitFailed;
+}
+
+std::vector<int> parse_gpus(const std::string& text) {
+  std::vector<int> gpus;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    try {
+      size_t used = 0;
+      int g = std::stoi(item, &used);
+      CA_CHECK(used == item.size() && g >= 0, "");
+      gpus.push_back(g);
+    } catch (...) {
+      CA_FAIL("--gpus '{}': expected a comma-separated list of GPU indices, e.g. 0,1", text);
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return gpus;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"cuda-agent: train and evaluate language models that write fast CUDA kernels"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "cuda-agent 0.1.0");
+
+  CommonFlags flags;
+  std::string task, solution, device = "cuda", output;
+  int gpu = 0;
+  bool json = false;
+  std::vector<std::pair<std::string, CLI::App*>> single;
+  for (const char* verb : {"verify", "profile", "evaluate"}) {
+    const char* help = std::string(verb) == "verify"    ? "check a solution against its task on five seeded random inputs"
+                       : std::string(verb) == "profile" ? "time eager, torch.compile and the solution"
+                                                        : "verify, then profile, then score the solution (reward -1/1/2/3)";
+    CLI::App* cmd = app.add_subcommand(verb, help);
+    cmd->add_option("--task", task, "the task's model.py (KernelBench format)")->required();
+    cmd->add_option("--solution", solution, "the solution's model_new.py")->required();
+    cmd->add_option("--device", device, "cuda (default) or cpu (verify only)");
+    cmd->add_option("--gpu", gpu, "GPU index to pin the worker to");
+    cmd->add_option("--output", output, "write the result JSON here");
+    cmd->add_flag("--json", json, "print the result JSON instead of the summary");
+    add_common(cmd, flags);
+    single.emplace_back(verb, cmd);
+  }
+
+  CLI::App* bench = app.add_subcommand("bench", "score the solutions of a split and print the result table");
+  std::string split, solutions, gpus = "0", bench_out;
+  bool no_resume = false;
+  bench->add_option("--split", split, "split folder (with split.yaml)")->required();
+  bench->add_option("--solutions", solutions, "folder of solutions: <id>/model_new.py or <id>.py")->required();
+  bench->add_option("--gpus", gpus, "comma-separated GPU indices to spread evaluations over");
+  bench->add_option("--output", bench_out, "run folder (default runs/bench-<split>)");
+  bench->add_flag("--no-resume", no_resume, "re-evaluate tasks that already have a result");
+  add_common(bench, flags);
+
+  CLI::App* doctor = app.add_subcommand("doctor", "show what this machine has for evaluations and what is missing");
+  doctor->add_flag("--json", json, "print the report as JSON");
+
+  CLI::App* compile = app.add_subcommand("compile", "compile a CUDA C++ file with NVRTC (no GPU needed) and print the log");
+  std::string source_file, arch = "sm_90";
+  std::vector<std::string> name_expressions, nvrtc_options;
+  compile->add_option("source", source_file, "the .cu file")->required();
+  compile->add_option("--arch", arch, "target architecture, e.g. sm_90");
+  compile->add_option("--name-expression", name_expressions, "template instantiation to lower (repeatable)");
+  compile->add_option("--option", nvrtc_options, "extra NVRTC option (repeatable)");
+
+  CLI::App* worker = app.add_subcommand("worker", "(internal) run one evaluation request in this process");
+  worker->group("");
+  std::string request_path, result_path;
+  worker->add_option("--request", request_path)->required();
+  worker->add_option("--result", result_path)->required();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    for (const auto& [verb, cmd] : single)
+      if (cmd->parsed()) return run_single(verb, task, solution, device, gpu, output, json, flags);
+
+    if (bench->parsed()) {
+      bench::BenchOptions opts;
+      opts.sandbox = resolve_options(flags);
+      opts.split = split;
+      opts.solutions = solutions;
+      opts.gpus = parse_gpus(gpus);
+      opts.resume = !no_resume;
+      opts.output_dir = bench_out.empty() ? fs::path("runs") / ("bench-" + fs::path(split).filename().string()) : fs::path(bench_out);
+      require_gpu("bench");
+      nlohmann::json report = bench::run_bench(opts, std::cerr);
+      std::cout << bench::format_table(report["results"], report["summary"]);
+      std::cout << fmt::format("\nresults: {}\n", (opts.output_dir / "results").string());
+      return 0;
+    }
+    if (doctor->parsed()) {
+      set_log_level("error");
+      nlohmann::json report = sandbox::run_doctor();
+      if (json) std::cout << report.dump(2) << "\n";
+      else std::cout << sandbox::format_doctor(report);
+      return report["ready_for_gpu_evaluation"].get<bool>() ? 0 : 1;
+    }
+    if (compile->parsed()) {
+      sandbox::NvrtcCompiler compiler;
+      sandbox::CompileOptions opts;
+      opts.arch = arch;
+      opts.name_expressions = name_expressions;
+      opts.options = nvrtc_options;
+      opts.program_name = fs::path(source_file).filename().string();
+      auto program = compiler.compile(read_file(source_file), opts);
+      if (!program.ok) {
+        std::cout << program.error_report();
+        return kExitFailed;
+      }
+      std::cout << fmt::format("ok: {} bytes of {} CUBIN in {:.3f} s (NVRTC {})\n", program.cubin.size(), arch,
+                               program.compile_seconds, sandbox::NvrtcCompiler::nvrtc_version());
+      for (const auto& [expr, lowered] : program.lowered_names) std::cout << fmt::format("  {} -> {}\n", expr, lowered);
+      if (!program.log.empty()) std::cout << program.log << "\n";
+      return 0;
+    }
+    if (worker->parsed()) {
+      sandbox::EvalRequest req = sandbox::EvalRequest::from_json(nlohmann::json::parse(read_file(request_path)));
+      sandbox::run_evaluation_in_process(req, result_path);
+      std::cout.flush();
+      std::fflush(nullptr);
+      // The interpreter, torch and CUDA tear down badly at exit; the result is on disk.
+      std::_Exit(0);
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "cuda-agent: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  return 0;
+}

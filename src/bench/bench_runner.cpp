@@ -1,0 +1,197 @@
+#include "cuda_agent/bench/bench_runner.h"
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "cuda_agent/bench/split.h"
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/core/hash.h"
+
+namespace fs = std::filesystem;
+
+namespace cuda_agent::bench {
+namespace {
+
+std::string sha_of(const fs::path& p) {
+  try {
+    return sha256_hex(read_file(p));
+  } catch (...) {
+    return "";
+  }
+}
+
+std::string fmt_ms(const nlohmann::json& timing) {
+  if (!timing.is_object() || !timing.contains("median_ms")) return "-";
+  return fmt::format("{:.3f}", timing["median_ms"].get<double>());
+}
+
+std::string category_name(const nlohmann::json& r) {
+  const nlohmann::json c = r.value("category", nlohmann::json());
+  return c.is_string() ? c.get<std::string>() : "unknown";
+}
+
+std::string fmt_x(const nlohmann::json& v) { return v.is_number() ? fmt::format("{:.2f}x", v.get<double>()) : "-"; }
+
+}  // namespace
+
+nlohmann::json summarize(const nlohmann::json& results) {
+  int total = 0, correct = 0, faster_eager = 0, faster_compile = 0;
+  double reward_sum = 0, log_eager = 0, log_compile = 0;
+  int n_eager = 0, n_compile = 0;
+  std::map<std::string, int> failures;
+  for (const auto& r : results) {
+    ++total;
+    reward_sum += r.value("reward", -1.0);
+    const nlohmann::json correct_flag = r.value("correct", nlohmann::json());
+    if (r.value("ok", false) && correct_flag.is_boolean() && correct_flag.get<bool>()) {
+      ++correct;
+      const double margin = r.value("options", nlohmann::json::object()).value("speedup_margin", 0.05);
+      const nlohmann::json eager = r.value("speedup_vs_eager", nlohmann::json());
+      const nlohmann::json compile = r.value("speedup_vs_compile", nlohmann::json());
+      if (eager.is_number()) {
+        const double s = eager;
+        log_eager += std::log(s), ++n_eager;
+        if (s > 1 + margin) ++faster_eager;
+      }
+      if (compile.is_number()) {
+        const double s = compile;
+        log_compile += std::log(s), ++n_compile;
+        if (s > 1 + margin) ++faster_compile;
+      }
+    } else {
+      failures[category_name(r)]++;
+    }
+  }
+  auto rate = [&](int n) { return total ? static_cast<double>(n) / total : 0.0; };
+  nlohmann::json s = {{"tasks", total},
+                      {"passed", correct},
+                      {"pass_rate", rate(correct)},
+                      {"faster_than_eager", faster_eager},
+                      {"faster_than_eager_rate", rate(faster_eager)},
+                      {"faster_than_compile", faster_compile},
+                      {"faster_than_compile_rate", rate(faster_compile)},
+                      {"mean_reward", total ? reward_sum / total : 0.0},
+                      {"geomean_speedup_vs_eager", n_eager ? nlohmann::json(std::exp(log_eager / n_eager)) : nlohmann::json()},
+                      {"geomean_speedup_vs_compile",
+                       n_compile ? nlohmann::json(std::exp(log_compile / n_compile)) : nlohmann::json()},
+                      {"geomean_over", "correct solutions only"},
+                      {"failures_by_category", failures}};
+  return s;
+}
+
+std::string format_table(const nlohmann::json& results, const nlohmann::json& summary) {
+  std::ostringstream out;
+  out << "| task | level | result | reward | eager ms | compile ms | candidate ms | vs eager | vs compile | path |\n";
+  out << "|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& r : results) {
+    const nlohmann::json timings = r.value("timings", nlohmann::json::object());
+    std::string status = r.value("ok", false) ? "pass" : category_name(r);
+    out << fmt::format("| {} | {} | {} | {:g} | {} | {} | {} | {} | {} | {} |\n", r.value("task_id", "?"),
+                       r.value("level", 0), status, r.value("reward", -1.0), fmt_ms(timings.value("eager", nlohmann::json())),
+                       fmt_ms(timings.value("compile", nlohmann::json())), fmt_ms(timings.value("candidate", nlohmann::json())),
+                       fmt_x(r.value("speedup_vs_eager", nlohmann::json())),
+                       fmt_x(r.value("speedup_vs_compile", nlohmann::json())), r.value("build_path", "-"));
+  }
+  out << fmt::format("\npass {}/{} ({:.1f}%), faster than eager {:.1f}%, faster than torch.compile {:.1f}%, mean reward {:.2f}",
+                     summary["passed"].get<int>(), summary["tasks"].get<int>(), 100 * summary["pass_rate"].get<double>(),
+                     100 * summary["faster_than_eager_rate"].get<double>(),
+                     100 * summary["faster_than_compile_rate"].get<double>(), summary["mean_reward"].get<double>());
+  if (summary["geomean_speedup_vs_eager"].is_number())
+    out << fmt::format(", geomean speedup {:.2f}x vs eager", summary["geomean_speedup_vs_eager"].get<double>());
+  if (summary["geomean_speedup_vs_compile"].is_number())
+    out << fmt::format(", {:.2f}x vs torch.compile", summary["geomean_speedup_vs_compile"].get<double>());
+  out << " (geomeans over correct solutions)\n";
+  for (const auto& r : results)
+    if (!r.value("ok", false))
+      out << fmt::format("- {}: {}: {}\n", r.value("task_id", "?"), category_name(r), r.value("message", "").substr(0, 300));
+  return out.str();
+}
+
+nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
+  Split split = load_split(options.split);
+  CA_CHECK(fs::is_directory(options.solutions), "solutions folder {} does not exist", options.solutions.string());
+  CA_CHECK(!options.gpus.empty(), "no GPUs to run on: pass --gpus 0,1,...");
+  const fs::path results_dir = options.output_dir / "results";
+  fs::create_directories(results_dir);
+
+  std::vector<nlohmann::json> results(split.tasks.size());
+  std::atomic<size_t> next{0};
+  std::atomic<int> done{0};
+  std::mutex out_mutex;
+  const auto start = std::chrono::steady_clock::now();
+
+  auto work = [&](int gpu) {
+    for (size_t i = next++; i < split.tasks.size(); i = next++) {
+      const TaskEntry& task = split.tasks[i];
+      const fs::path result_file = results_dir / (task.id + ".json");
+      auto solution = find_solution(options.solutions, task.id);
+      sandbox::SandboxOptions task_options = options.sandbox;
+      if (task.atol) task_options.atol = *task.atol;
+      if (task.rtol) task_options.rtol = *task.rtol;
+      nlohmann::json result;
+      bool reused = false;
+      if (options.resume && solution && fs::exists(result_file)) {
+        try {
+          auto previous = nlohmann::json::parse(read_file(result_file));
+          if (previous.value("task_sha256", "") == sha_of(task.path) &&
+              previous.value("solution_sha256", "") == sha_of(*solution) &&
+              previous.value("options", nlohmann::json()) == task_options.to_json() &&
+              previous.value("category", nlohmann::json()) != nlohmann::json(sandbox::category::kInfrastructure)) {
+            result = previous;
+            reused = true;
+          }
+        } catch (...) {
+        }
+      }
+      if (!reused) {
+        if (!solution) {
+          result = {{"task_id", task.id}, {"task_path", task.path.string()}, {"ok", false},
+                    {"category", "missing_solution"}, {"correct", nullptr}, {"reward", -1.0},
+                    {"message", fmt::format("no {}/{}/model_new.py or {}/{}.py", options.solutions.string(), task.id,
+                                            options.solutions.string(), task.id)},
+                    {"options", task_options.to_json()}};
+        } else {
+          sandbox::EvalRequest req;
+          req.task_path = task.path.string();
+          req.solution_path = solution->string();
+          req.task_id = task.id;
+          req.gpu = gpu;
+          req.options = task_options;
+          result = sandbox::evaluate(req);
+        }
+        result["level"] = task.level;
+        write_file_atomic(result_file, result.dump(2));
+      }
+      result["level"] = task.level;
+      results[i] = result;
+      const int n = ++done;
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double eta = elapsed / n * (split.tasks.size() - n);
+      std::lock_guard<std::mutex> lock(out_mutex);
+      progress << fmt::format("[{}/{}] {:<24} gpu {} {:<22} reward {:>5.2f}  ({:.1f} s elapsed, ETA {:.0f} s){}\n", n,
+                              split.tasks.size(), task.id, gpu,
+                              result.value("ok", false) ? "pass" : category_name(result),
+                              result.value("reward", -1.0), elapsed, eta, reused ? " [cached]" : "")
+               << std::flush;
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int gpu : options.gpus) threads.emplace_back(work, gpu);
+  for (auto& t : threads) t.join();
+
+  nlohmann::json all = nlohmann::json::array();
+  for (auto& r : results) all.push_back(r);
+  nlohmann::json summary = summarize(all);
+  nlohmann::json report = {{"split", split.name}, {"results", all}, {"summary", summary}};
+  write_file_atomic(options.output_dir / "summary.json", nlohmann::json{{"split", split.name}, {"summary", summary}}.dump(2));
+  write_file_atomic(options.output_dir / "results.md", format_table(all, summary));
+  return report;
+}
+
+}  // namespace cuda_agent::bench
