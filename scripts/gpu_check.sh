@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
+# the demo bench. Logs go to $OUT (or ./gpu-check-out).
+#   scripts/gpu_check.sh [tests|bench|all]
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+# Logs collect here; one archive of them goes to $OUT (the device tool returns few files).
+out=/tmp/gpu-check-out
+mkdir -p "$out"
+trap '[ -n "${OUT:-}" ] && tar czf "$OUT/gpu-check-$what.tgz" -C "$out" . 2>/dev/null' EXIT
+what=${1:-all}
+build=build-gpu
+export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_CACHE_DIR:-/tmp/cuda-agent-cache}
+if [ ! -f $build/CMakeCache.txt ]; then
+  cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUDA_AGENT_PYTHON="$(command -v python3)" \
+    > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
+fi
+ninja -C $build cuda-agent ca_tests_gpu > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
+echo "build ok"
+$build/cuda-agent doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.txt"
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  # Functional tests in parallel; the timing-sensitive ones alone afterwards.
+  (cd $build && ctest -L gpu -E 'Timer|Baselines' -j8 --output-on-failure --timeout 500) > "$out/gpu_tests.log" 2>&1
+  (cd $build && ctest -L gpu -R 'Timer|Baselines' --output-on-failure --timeout 500) > "$out/gpu_tests_timing.log" 2>&1
+  grep -E "tests passed|Failed|\*\*\*|Passed|Skipped" "$out/gpu_tests.log" "$out/gpu_tests_timing.log" | tail -40
+fi
+if [ "$what" = bench ] || [ "$what" = all ]; then
+  $build/cuda-agent bench --split data/demo --solutions data/demo/solutions --output "$out/demo-bench" \
+    > "$out/demo_bench.txt" 2> "$out/demo_bench.err"
+  cat "$out/demo_bench.txt"; tail -5 "$out/demo_bench.err"
+fi

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and runs the tests: CPU tests everywhere, GPU tests (ctest
+# label "gpu") where a GPU is present; without one they skip themselves and say why.
+#
+#   scripts/test.sh              # all tests
+#   scripts/test.sh -L cpu       # extra arguments go to ctest
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+scripts/setup.sh
+build_dir=${CUDA_AGENT_BUILD:-build}
+export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_CACHE_DIR:-$root/$build_dir/test-cache}
+log="$build_dir/ctest.log"
+set +e
+ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" --timeout 900 "$@" 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+set -e
+skipped=$(grep -c -E '\*\*\*Skipped|Skipped\s*$' "$log" || true)
+if [ "$skipped" != "0" ]; then
+  echo "[test] $skipped test(s) skipped; their reasons are above (GPU tests skip on machines without a GPU)."
+fi
+exit "$rc"

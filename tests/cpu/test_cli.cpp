@@ -1,0 +1,244 @@
+// Tests for the command line: the verbs, their exit codes and the messages a user reads, through
+// the built binary (stdout and stderr captured together).
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/sandbox/cuda_libs.h"
+
+namespace cuda_agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kBinary = CUDA_AGENT_BINARY;
+const fs::path kSourceDir = CUDA_AGENT_SOURCE_DIR;
+
+// The tests that expect "no GPU here" (CI) skip themselves on a machine with one.
+bool machine_has_gpu() { return sandbox::gpu_available(); }
+
+struct CliRun {
+  int rc = -1;
+  std::string output;  // stdout and stderr together
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  // Runs the binary with `args` (already quoted as needed) in `cwd`.
+  CliRun run(const std::string& args, const fs::path& cwd = kSourceDir) {
+    const std::string cmd = "cd " + quote(cwd.string()) + " && CUDA_AGENT_CACHE_DIR=" +
+                            quote(cache_.path().string()) + " " + quote(kBinary) + " " + args + " 2>&1";
+    CliRun r;
+    FILE* pipe = ::popen(cmd.c_str(), "r");
+    if (pipe == nullptr) {
+      ADD_FAILURE() << "popen failed for " << cmd;
+      return r;
+    }
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+    const int status = ::pclose(pipe);
+    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return r;
+  }
+
+  fs::path write(const std::string& name, const std::string& content) {
+    const fs::path p = work_.path() / name;
+    write_file_atomic(p, content);
+    return p;
+  }
+
+  std::string task(const char* name) { return quote((kSourceDir / "tests/data/tasks" / name / "model.py").string()); }
+  std::string solution(const char* name) {
+    return quote((kSourceDir / "tests/data/solutions" / name / "model_new.py").string());
+  }
+
+  TempDir cache_{"ca-cli-cache-"};
+  TempDir work_{"ca-cli-"};
+};
+
+TEST_F(Cli, HelpListsTheVerbs) {
+  CliRun r = run("--help");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  for (const char* verb : {"verify", "profile", "evaluate", "bench", "doctor", "compile"})
+    EXPECT_NE(r.output.find(std::string("  ") + verb + " "), std::string::npos) << verb << "\n" << r.output;
+  EXPECT_EQ(r.output.find("worker"), std::string::npos) << "the internal verb stays hidden\n" << r.output;
+  r = run("--version");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.output.find("cuda-agent"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, UnknownVerbAndMissingOptionsFail) {
+  CliRun r = run("frobnicate");
+  EXPECT_NE(r.rc, 0) << r.output;
+  r = run("");
+  EXPECT_NE(r.rc, 0) << r.output;
+  r = run("verify --solution " + solution("add_torch_cpu") + " --device cpu");
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("--task is required"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, CompileGoodSource) {
+  const fs::path cu = write("good.cu",
+                            "template <typename T> __global__ void add(T* y, const T* x, int n) {\n"
+                            "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                            "  if (i < n) y[i] += x[i];\n"
+                            "}\n");
+  CliRun r = run("compile " + quote(cu.string()) + " --name-expression 'add<float>'");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("ok: ", 0), 0u) << r.output;
+  EXPECT_NE(r.output.find("sm_90 CUBIN"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("add<float> -> _Z"), std::string::npos) << r.output;
+
+  r = run("compile " + quote(cu.string()) + " --arch sm_80");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("sm_80 CUBIN"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, CompileBadSourcePrintsLogAndNumberedSource) {
+  const fs::path cu = write("bad.cu",
+                            "extern \"C\" __global__ void k(float* x)\n"
+                            "{\n"
+                            "    x[0] = 1.0f\n"
+                            "}\n");
+  CliRun r = run("compile " + quote(cu.string()));
+  EXPECT_EQ(r.rc, 1) << r.output;
+  EXPECT_NE(r.output.find("NVRTC compilation failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bad.cu("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("error"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("   1 | extern \"C\" __global__ void k(float* x)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("   3 |     x[0] = 1.0f"), std::string::npos) << r.output;
+
+  // A missing file is a usage error naming it.
+  r = run("compile " + quote((work_.path() / "absent.cu").string()));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("absent.cu"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, VerifyUsageErrors) {
+  // A task that does not exist: exit 2 naming it.
+  CliRun r = run("verify --task /nonexistent/dir/model.py --solution " + solution("add_torch_cpu") + " --device cpu");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent/dir/model.py"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("no such file"), std::string::npos) << r.output;
+
+  r = run("verify --task " + task("add") + " --solution /nonexistent/model_new.py --device cpu");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("--solution /nonexistent/model_new.py"), std::string::npos) << r.output;
+
+  // An unknown option key: exit 2 naming the dotted key.
+  r = run("verify --task " + task("add") + " --solution " + solution("add_torch_cpu") +
+          " --device cpu --set sandbox.bogus=1");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("'sandbox.bogus'"), std::string::npos) << r.output;
+
+  r = run("verify --task " + task("add") + " --solution " + solution("add_torch_cpu") +
+          " --device cpu --set sandbox.trials");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("expected key=value"), std::string::npos) << r.output;
+
+  r = run("verify --task " + task("add") + " --solution " + solution("add_torch_cpu") +
+          " --device cpu --set sandbox.precision=strict");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("'strict' is not supported yet"), std::string::npos) << r.output;
+
+  const fs::path cfg = write("cfg.yaml", "sandbox:\n  trials: [1, 2\n");
+  r = run("verify --task " + task("add") + " --solution " + solution("add_torch_cpu") + " --device cpu --config " +
+          quote(cfg.string()));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find(cfg.string()), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("malformed YAML"), std::string::npos) << r.output;
+
+  r = run("verify --task " + task("add") + " --solution " + solution("add_torch_cpu") + " --device tpu");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("--device must be cuda or cpu, got 'tpu'"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, GpuVerbsOnAGpuLessMachine) {
+  if (machine_has_gpu()) GTEST_SKIP() << "this machine has a GPU";
+  CliRun r = run("bench --split data/demo --solutions data/demo/solutions --output " +
+              quote((work_.path() / "run").string()));
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("needs an NVIDIA GPU"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cuda-agent doctor"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(work_.path() / "run" / "summary.json"));
+
+  r = run("verify --task " + task("add") + " --solution " + solution("add_torch_cpu"));  // --device cuda
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("needs an NVIDIA GPU"), std::string::npos) << r.output;
+
+  r = run("profile --task " + task("add") + " --solution " + solution("add_torch_cpu") + " --device cpu");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("only verify runs with --device cpu"), std::string::npos) << r.output;
+}
+
+TEST_F(Cli, DoctorReportsTheMissingGpu) {
+  if (machine_has_gpu()) GTEST_SKIP() << "this machine has a GPU";
+  CliRun r = run("doctor");
+  EXPECT_EQ(r.rc, 1) << r.output;
+  auto line_starting = [&](const std::string& prefix) {
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind(prefix, 0) == 0) return line;
+    return std::string();
+  };
+  const std::string gpu = line_starting("GPU ");
+  const std::string nvrtc = line_starting("NVRTC ");
+  EXPECT_NE(gpu.find("MISSING"), std::string::npos) << r.output;
+  EXPECT_NE(nvrtc.find(" ok "), std::string::npos) << r.output;
+  EXPECT_NE(nvrtc.find("13."), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Not ready for GPU evaluation"), std::string::npos) << r.output;
+
+  r = run("doctor --json");
+  EXPECT_EQ(r.rc, 1) << r.output;
+  nlohmann::json j = nlohmann::json::parse(r.output, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j["ready_for_gpu_evaluation"], false);
+  EXPECT_EQ(j["gpu"]["ok"], false);
+  EXPECT_EQ(j["nvrtc"]["ok"], true);
+  EXPECT_NE(std::find(j["missing"].begin(), j["missing"].end(), nlohmann::json("gpu")), j["missing"].end())
+      << j["missing"].dump();
+}
+
+TEST_F(Cli, VerifyOnCpuExitCodesAndOutputFile) {
+  const fs::path out = work_.path() / "result.json";
+  CliRun r = run("verify --task " + task("add") + " --solution " + solution("add_torch_cpu_wrong") +
+              " --device cpu --output " + quote(out.string()));
+  EXPECT_EQ(r.rc, 1) << r.output;
+  EXPECT_NE(r.output.find("result    FAIL [mismatch]"), std::string::npos) << r.output;
+  ASSERT_TRUE(fs::exists(out));
+  nlohmann::json j = nlohmann::json::parse(read_file(out));
+  EXPECT_EQ(j["category"], "mismatch");
+  EXPECT_EQ(j["task_id"], "add");
+  EXPECT_EQ(j["mode"], "verify");
+}
+
+// BUG (src/app/main.cpp, run_single): task_id is fs::path(task).parent_path().filename(), taken
+// from the path as typed, so `--task model.py` run inside the task's folder gives an empty
+// task_id. Use the absolute path (req.task_path). Enable once fixed.
+TEST_F(Cli, TaskIdFromABareFileName) {
+  CliRun r = run("verify --task model.py --solution " + solution("add_torch_cpu_wrong") + " --device cpu --json",
+                 kSourceDir / "tests/data/tasks/add");
+  const size_t start = r.output.find('{');
+  ASSERT_NE(start, std::string::npos) << r.output;
+  nlohmann::json j = nlohmann::json::parse(r.output.substr(start), nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j["task_id"], "add");
+}
+
+}  // namespace
+}  // namespace cuda_agent

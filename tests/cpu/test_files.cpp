@@ -1,0 +1,192 @@
+#include "cuda_agent/core/files.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include <gtest/gtest.h>
+
+#include "cuda_agent/core/error.h"
+
+namespace cuda_agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Sets or unsets an environment variable for the scope, restoring the old value after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value != nullptr) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+TEST(Files, AtomicWriteThenReadBack) {
+  TempDir dir;
+  const fs::path file = dir.path() / "out.txt";
+  std::string content = "hello\n";
+  content.push_back('\0');
+  content += "binary tail";
+  write_file_atomic(file, content);
+  EXPECT_EQ(read_file(file), content);
+
+  write_file_atomic(file, "replaced");
+  EXPECT_EQ(read_file(file), "replaced");
+  // Only the target is left: no temporary files.
+  int entries = 0;
+  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir.path())) ++entries;
+  EXPECT_EQ(entries, 1);
+}
+
+TEST(Files, AtomicWriteCreatesParentDirectories) {
+  TempDir dir;
+  const fs::path file = dir.path() / "a" / "b" / "c" / "data.bin";
+  write_file_atomic(file, "x");
+  EXPECT_EQ(read_file(file), "x");
+}
+
+TEST(Files, AtomicWriteEmptyContentAndLargeContent) {
+  TempDir dir;
+  write_file_atomic(dir.path() / "empty", "");
+  EXPECT_EQ(read_file(dir.path() / "empty"), "");
+  const std::string big(3 * 1024 * 1024 + 17, 'z');
+  write_file_atomic(dir.path() / "big", big);
+  EXPECT_EQ(read_file(dir.path() / "big"), big);
+}
+
+TEST(Files, AtomicWriteIntoAFileAsDirectoryFails) {
+  TempDir dir;
+  write_file_atomic(dir.path() / "plain", "x");
+  try {
+    write_file_atomic(dir.path() / "plain" / "child", "y");
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("plain"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Files, ReadMissingFileNamesThePath) {
+  TempDir dir;
+  const fs::path missing = dir.path() / "does-not-exist.txt";
+  try {
+    read_file(missing);
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(missing.string()), std::string::npos) << message;
+    EXPECT_NE(message.find("No such file or directory"), std::string::npos) << message;
+  }
+}
+
+TEST(Files, ReadDirectoryFails) {
+  TempDir dir;
+  try {
+    read_file(dir.path());
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.path().string()), std::string::npos) << e.what();
+  }
+}
+
+TEST(Files, TempDirIsRemovedWithItsContents) {
+  fs::path where;
+  {
+    TempDir dir("test-prefix-");
+    where = dir.path();
+    EXPECT_TRUE(fs::is_directory(where));
+    EXPECT_EQ(where.filename().string().rfind("test-prefix-", 0), 0u) << where;
+    write_file_atomic(where / "sub" / "file", "data");
+  }
+  EXPECT_FALSE(fs::exists(where));
+}
+
+TEST(Files, TempDirKeep) {
+  TempDir base;
+  fs::path where;
+  {
+    TempDir dir("kept-", base.path());
+    where = dir.path();
+    EXPECT_EQ(where.parent_path(), base.path());
+    dir.keep();
+  }
+  EXPECT_TRUE(fs::is_directory(where));
+}
+
+TEST(Files, TempDirMoveTransfersOwnership) {
+  fs::path where;
+  {
+    TempDir first;
+    where = first.path();
+    TempDir second(std::move(first));
+    EXPECT_TRUE(first.path().empty());
+    EXPECT_EQ(second.path(), where);
+    TempDir third;
+    const fs::path third_old = third.path();
+    third = std::move(second);
+    EXPECT_FALSE(fs::exists(third_old));  // the overwritten directory was removed
+    EXPECT_TRUE(fs::is_directory(where));
+  }
+  EXPECT_FALSE(fs::exists(where));
+}
+
+TEST(Files, TempDirsAreUnique) {
+  TempDir a;
+  TempDir b;
+  EXPECT_NE(a.path(), b.path());
+}
+
+TEST(Files, TempDirRejectsSlashInPrefix) { EXPECT_THROW(TempDir("a/b"), Error); }
+
+TEST(Files, DefaultCacheDirPrecedence) {
+  {
+    ScopedEnv cache("CUDA_AGENT_CACHE_DIR", "/explicit/cache");
+    ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
+    ScopedEnv home("HOME", "/home/someone");
+    EXPECT_EQ(default_cache_dir(), fs::path("/explicit/cache"));
+  }
+  {
+    ScopedEnv cache("CUDA_AGENT_CACHE_DIR", nullptr);
+    ScopedEnv xdg("XDG_CACHE_HOME", "/xdg");
+    ScopedEnv home("HOME", "/home/someone");
+    EXPECT_EQ(default_cache_dir(), fs::path("/xdg/cuda-agent"));
+  }
+  {
+    ScopedEnv cache("CUDA_AGENT_CACHE_DIR", "");  // empty counts as unset
+    ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
+    ScopedEnv home("HOME", "/home/someone");
+    EXPECT_EQ(default_cache_dir(), fs::path("/home/someone/.cache/cuda-agent"));
+  }
+  {
+    ScopedEnv cache("CUDA_AGENT_CACHE_DIR", nullptr);
+    ScopedEnv xdg("XDG_CACHE_HOME", "relative/ignored");
+    ScopedEnv home("HOME", "/home/someone");
+    EXPECT_EQ(default_cache_dir(), fs::path("/home/someone/.cache/cuda-agent"));
+  }
+  {
+    ScopedEnv cache("CUDA_AGENT_CACHE_DIR", nullptr);
+    ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
+    ScopedEnv home("HOME", nullptr);
+    EXPECT_THROW(default_cache_dir(), Error);
+  }
+}
+
+}  // namespace
+}  // namespace cuda_agent

@@ -1,0 +1,73 @@
+#include "cuda_agent/core/hash.h"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace cuda_agent {
+namespace {
+
+// Test vectors from NIST FIPS 180-4 examples / the NIST CAVP short messages.
+TEST(Sha256, EmptyString) {
+  EXPECT_EQ(sha256_hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+}
+
+TEST(Sha256, Abc) {
+  EXPECT_EQ(sha256_hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(Sha256, TwoBlockMessage448Bits) {
+  EXPECT_EQ(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"),
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+}
+
+TEST(Sha256, Message896Bits) {
+  EXPECT_EQ(sha256_hex("abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmno"
+                       "ijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu"),
+            "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+}
+
+TEST(Sha256, MillionAIncremental) {
+  Sha256 hasher;
+  const std::string chunk(1000, 'a');
+  for (int i = 0; i < 1000; ++i) hasher.update(chunk);
+  EXPECT_EQ(hasher.hex_digest(),
+            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  EXPECT_EQ(sha256_hex(std::string(1000000, 'a')), hasher.hex_digest());
+}
+
+TEST(Sha256, IncrementalMatchesOneShotAtEverySplit) {
+  // Lengths around the 55/56/64-byte padding boundaries and several blocks.
+  std::string message;
+  for (int i = 0; i < 200; ++i) message.push_back(static_cast<char>((i * 37 + 11) & 0xff));
+  for (size_t length : {0, 1, 55, 56, 57, 63, 64, 65, 119, 120, 128, 200}) {
+    const std::string_view data(message.data(), length);
+    const std::string expected = sha256_hex(data);
+    for (size_t split = 0; split <= length; ++split) {
+      Sha256 hasher;
+      hasher.update(data.substr(0, split));
+      hasher.update(data.substr(split));
+      ASSERT_EQ(hasher.hex_digest(), expected) << "length " << length << " split " << split;
+    }
+    Sha256 bytewise;
+    for (char c : data) bytewise.update(std::string_view(&c, 1));
+    EXPECT_EQ(bytewise.hex_digest(), expected) << "length " << length;
+  }
+}
+
+TEST(Sha256, DigestDoesNotFinalize) {
+  Sha256 hasher;
+  hasher.update("ab");
+  EXPECT_EQ(hasher.hex_digest(), sha256_hex("ab"));
+  hasher.update("c");
+  EXPECT_EQ(hasher.hex_digest(), sha256_hex("abc"));
+  EXPECT_EQ(hasher.hex_digest(), sha256_hex("abc"));
+}
+
+TEST(Sha256, BinaryData) {
+  const std::string zeros(3, '\0');
+  EXPECT_EQ(sha256_hex(zeros), "709e80c88487a2411e1ee4dfb9f22a861492d20c4765150c0c794abd70f8147c");
+}
+
+}  // namespace
+}  // namespace cuda_agent

@@ -1,0 +1,336 @@
+// Tests for the whole evaluation path on CPU: evaluate() spawns the built binary as a worker,
+// which starts the embedded Python, loads the task and the solution, and verifies on CPU. Each
+// failure a solution can cause must come back as a result with the right category.
+//
+// Every evaluate() costs a couple of seconds (Python and torch start), so the cases are few and
+// the ad-hoc tasks are small.
+#include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/sandbox/evaluation.h"
+
+namespace cuda_agent::sandbox {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kSourceDir = CUDA_AGENT_SOURCE_DIR;
+
+// A small elementwise task: the ad-hoc solutions below are checked against it.
+constexpr const char* kSmallAddTask = R"(import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return a + b
+
+
+def get_inputs():
+    return [torch.randn(1000), torch.randn(1000)]
+
+
+def get_init_inputs():
+    return []
+)";
+
+// A ModelNew for the small task whose forward body is `body` (indented by the caller's text).
+std::string model_new_with_forward(const std::string& body, const std::string& prelude = "") {
+  return "import torch\nimport torch.nn as nn\n" + prelude +
+         "\n\nclass ModelNew(nn.Module):\n"
+         "    def __init__(self):\n"
+         "        super().__init__()\n\n"
+         "    def forward(self, a, b):\n" +
+         body + "\n";
+}
+
+class PythonCpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    set_env("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, old_bin_);
+    set_env("CUDA_AGENT_CACHE_DIR", cache_.path().c_str(), old_cache_);
+    small_task_ = write("small_add/model.py", kSmallAddTask);
+  }
+  void TearDown() override {
+    restore_env("CUDA_AGENT_BIN", old_bin_);
+    restore_env("CUDA_AGENT_CACHE_DIR", old_cache_);
+  }
+
+  fs::path write(const std::string& relative, const std::string& content) {
+    const fs::path p = work_.path() / relative;
+    write_file_atomic(p, content);
+    return p;
+  }
+
+  // Runs a CPU verify of `solution` against `task`.
+  nlohmann::json verify(const fs::path& task, const fs::path& solution, double timeout_s = 120) {
+    EvalRequest req;
+    req.task_path = task.string();
+    req.solution_path = solution.string();
+    req.task_id = task.parent_path().filename().string();
+    req.mode = EvalMode::kVerify;
+    req.device = "cpu";
+    req.options.timeout_s = timeout_s;
+    nlohmann::json r = evaluate(req);
+    EXPECT_TRUE(r.is_object());
+    return r;
+  }
+
+  static std::string dump(const nlohmann::json& r) { return r.dump(2); }
+
+  static fs::path data_task(const char* name) { return kSourceDir / "tests/data/tasks" / name / "model.py"; }
+  static fs::path data_solution(const char* name) {
+    return kSourceDir / "tests/data/solutions" / name / "model_new.py";
+  }
+
+  TempDir cache_{"ca-pycpu-cache-"};
+  TempDir work_{"ca-pycpu-"};
+  fs::path small_task_;
+
+ private:
+  static void set_env(const char* name, const char* value, std::optional<std::string>& old) {
+    if (const char* v = std::getenv(name)) old = v;
+    ::setenv(name, value, 1);
+  }
+  static void restore_env(const char* name, const std::optional<std::string>& old) {
+    if (old) ::setenv(name, old->c_str(), 1);
+    else ::unsetenv(name);
+  }
+  std::optional<std::string> old_bin_, old_cache_;
+};
+
+std::string message(const nlohmann::json& r) { return r.value("message", std::string()); }
+
+TEST_F(PythonCpu, CorrectSolutionPassesFiveSeededTrials) {
+  nlohmann::json r = verify(data_task("add"), data_solution("add_torch_cpu"));
+  ASSERT_EQ(r.value("ok", false), true) << dump(r);
+  EXPECT_TRUE(r["category"].is_null()) << dump(r);
+  EXPECT_EQ(r["correct"], true);
+  EXPECT_EQ(r["mode"], "verify");
+  EXPECT_EQ(r["task_id"], "add");
+  EXPECT_EQ(r["build_path"], "python");
+  EXPECT_EQ(r["precision"], "loose");
+  EXPECT_EQ(r["task_sha256"].get<std::string>().size(), 64u);
+  EXPECT_EQ(r["versions"]["torch"].get<std::string>().rfind("2.11", 0), 0u) << dump(r["versions"]);
+  EXPECT_EQ(r["worker"]["exit_code"], 0);
+  EXPECT_EQ(r["worker"]["signal"], 0);
+  for (const char* phase : {"python_start", "load_task", "load_solution", "build_models", "verify"})
+    EXPECT_TRUE(r["phase_seconds"].contains(phase)) << phase << " " << dump(r["phase_seconds"]);
+  EXPECT_FALSE(r.contains("timings"));  // verify only
+
+  const nlohmann::json& trials = r["verify"]["trials"];
+  ASSERT_EQ(trials.size(), 5u) << dump(r["verify"]);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(trials[i]["seed"], 42 + i);
+    EXPECT_EQ(trials[i]["ok"], true);
+    EXPECT_EQ(trials[i]["mismatched"], 0);
+    EXPECT_EQ(trials[i]["compared"], 1 << 22);
+    EXPECT_EQ(trials[i]["max_abs_diff"], 0.0);
+  }
+  EXPECT_DOUBLE_EQ(r["verify"]["atol"].get<double>(), 1e-2);
+}
+
+TEST_F(PythonCpu, WrongValuesAreAMismatchWithTheCount) {
+  nlohmann::json r = verify(data_task("add"), data_solution("add_torch_cpu_wrong"));
+  EXPECT_EQ(r["ok"], false);
+  EXPECT_EQ(r["category"], "mismatch") << dump(r);
+  EXPECT_EQ(r["correct"], false);
+  EXPECT_EQ(r["reward"], -1.0);
+  const std::string msg = message(r);
+  EXPECT_NE(msg.find("trial 0 (seed 42)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("3 of 4194304 elements differ"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("max abs diff 1"), std::string::npos) << msg;
+  ASSERT_EQ(r["verify"]["trials"].size(), 1u) << "verify stops at the first failed trial";
+  EXPECT_EQ(r["verify"]["trials"][0]["mismatched"], 3);
+  EXPECT_EQ(r["verify"]["trials"][0]["path"], "output");
+  EXPECT_TRUE(r.contains("log"));
+}
+
+TEST_F(PythonCpu, PythonSyntaxErrorIsALoadError) {
+  const fs::path sol = write("syntax/model_new.py", "import torch\n\nclass ModelNew(torch.nn.Module:\n    pass\n");
+  nlohmann::json r = verify(small_task_, sol);
+  EXPECT_EQ(r["ok"], false);
+  EXPECT_EQ(r["category"], "load_error") << dump(r);
+  const std::string msg = message(r);
+  EXPECT_NE(msg.find("SyntaxError"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(sol.string()), std::string::npos) << msg;
+  EXPECT_TRUE(r["correct"].is_null());
+}
+
+TEST_F(PythonCpu, NoModelNewIsALoadError) {
+  const fs::path sol = write("no_model_new/model_new.py",
+                             "import torch\n\n\nclass AddModel(torch.nn.Module):\n"
+                             "    def forward(self, a, b):\n        return a + b\n");
+  nlohmann::json r = verify(small_task_, sol);
+  EXPECT_EQ(r["category"], "load_error") << dump(r);
+  EXPECT_NE(message(r).find("defines no class ModelNew"), std::string::npos) << message(r);
+}
+
+TEST_F(PythonCpu, RenamedParametersAreAnInterfaceError) {
+  // This solution compiles a kernel at import (NVRTC works without a GPU) and launches only in
+  // forward; the strict load_state_dict fails before any launch.
+  nlohmann::json r = verify(data_task("linear_small"), data_solution("linear_renamed_param"));
+  EXPECT_EQ(r["ok"], false);
+  EXPECT_EQ(r["category"], "interface_error") << dump(r);
+  const std::string msg = message(r);
+  EXPECT_NE(msg.find("load_state_dict"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("linear.weight"), std::string::npos) << msg;
+  ASSERT_TRUE(r.contains("runtime")) << dump(r);
+  EXPECT_EQ(r["runtime"]["compiled_kernels"], nlohmann::json::array({"add_bias"})) << dump(r["runtime"]);
+  EXPECT_TRUE(r["runtime"]["launches"].empty());
+  EXPECT_FALSE(r.contains("verify"));
+}
+
+TEST_F(PythonCpu, TaskThatRaisesIsATaskError) {
+  const fs::path task = write("broken_task/model.py",
+                              "import torch\nraise RuntimeError('this task is broken on purpose')\n");
+  const fs::path sol = write("fine/model_new.py", model_new_with_forward("        return a + b"));
+  nlohmann::json r = verify(task, sol);
+  EXPECT_EQ(r["category"], "task_error") << dump(r);
+  EXPECT_NE(message(r).find("this task is broken on purpose"), std::string::npos) << message(r);
+  EXPECT_NE(message(r).find(task.string()), std::string::npos) << message(r);
+}
+
+TEST_F(PythonCpu, ExceptionInForwardIsARuntimeError) {
+  const fs::path sol =
+      write("raises/model_new.py", model_new_with_forward("        raise ValueError('widths must be positive')"));
+  nlohmann::json r = verify(small_task_, sol);
+  EXPECT_EQ(r["category"], "runtime_error") << dump(r);
+  const std::string msg = message(r);
+  EXPECT_NE(msg.find("ValueError"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("widths must be positive"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("trial 0 (seed 42): ModelNew.forward"), std::string::npos) << msg;
+}
+
+TEST_F(PythonCpu, WorkerExitingWithoutResultIsStructured) {
+  const fs::path sol = write("exits/model_new.py", model_new_with_forward("        import os\n        os._exit(3)"));
+  nlohmann::json r = verify(small_task_, sol);
+  EXPECT_EQ(r["ok"], false);
+  const std::string cat = r.value("category", std::string());
+  EXPECT_TRUE(cat == "infrastructure_error" || cat == "crash") << dump(r);
+  EXPECT_NE(message(r).find("'verify'"), std::string::npos) << message(r);
+  EXPECT_NE(message(r).find("code 3"), std::string::npos) << message(r);
+  EXPECT_EQ(r["worker"]["exit_code"], 3);
+  EXPECT_EQ(r["reward"], -1.0);
+  EXPECT_EQ(r["mode"], "verify");
+}
+
+TEST_F(PythonCpu, SegfaultIsACrash) {
+  const fs::path sol = write("segv/model_new.py",
+                             model_new_with_forward("        import os, signal\n"
+                                                    "        os.kill(os.getpid(), signal.SIGSEGV)\n"
+                                                    "        return a + b"));
+  nlohmann::json r = verify(small_task_, sol);
+  EXPECT_EQ(r["category"], "crash") << dump(r);
+  EXPECT_EQ(r["worker"]["signal"], 11);
+  EXPECT_NE(message(r).find("'verify'"), std::string::npos) << message(r);
+  EXPECT_NE(message(r).find("signal 11"), std::string::npos) << message(r);
+}
+
+TEST_F(PythonCpu, HangIsATimeout) {
+  const fs::path sol =
+      write("sleeps/model_new.py", model_new_with_forward("        import time\n        time.sleep(60)\n        return a + b"));
+  const auto start = std::chrono::steady_clock::now();
+  nlohmann::json r = verify(small_task_, sol, /*timeout_s=*/5);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r["category"], "timeout") << dump(r);
+  EXPECT_EQ(r["worker"]["timed_out"], true);
+  EXPECT_NE(message(r).find("within 5 s"), std::string::npos) << message(r);
+  EXPECT_GE(elapsed, 4.5);
+  EXPECT_LT(elapsed, 10.0);
+}
+
+TEST_F(PythonCpu, CudaCompileErrorAtImportIsACompileError) {
+  const fs::path sol = write("nvrtc_error/model_new.py",
+                             "import torch\nimport torch.nn as nn\nimport cuda_agent\n\n"
+                             "_SRC = r'''\n"
+                             "extern \"C\" __global__ void add_kernel(const float* a, const float* b, float* out, int n)\n"
+                             "{\n"
+                             "    int i = blockIdx.x * blockDim.x + threadIdx.x\n"
+                             "    if (i < n) out[i] = a[i] + b[i];\n"
+                             "}\n"
+                             "'''\n"
+                             "_mod = cuda_agent.compile(_SRC)\n\n\n"
+                             "class ModelNew(nn.Module):\n"
+                             "    def forward(self, a, b):\n"
+                             "        return a + b\n");
+  nlohmann::json r = verify(small_task_, sol);
+  EXPECT_EQ(r["category"], "compile_error") << dump(r);
+  const std::string msg = message(r);
+  EXPECT_NE(msg.find("NVRTC compilation failed"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("error: expected a \";\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("   5 |     if (i < n) out[i] = a[i] + b[i];"), std::string::npos) << msg;
+}
+
+TEST_F(PythonCpu, KernelCompiledAtImportWorksAndIsCachedAcrossWorkers) {
+  const std::string prelude =
+      "import cuda_agent\n\n"
+      "_SRC = r'''\n"
+      "extern \"C\" __global__ void add_kernel(const float* __restrict__ a, const float* __restrict__ b,\n"
+      "                                      float* __restrict__ out, long long n)\n"
+      "{\n"
+      "    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+      "    if (i < n) out[i] = a[i] + b[i];\n"
+      "}\n"
+      "'''\n"
+      "_mod = cuda_agent.compile(_SRC)\n"
+      "assert _mod.kernel_names == ['add_kernel'], _mod.kernel_names\n"
+      "assert _mod.cubin_size > 0\n"
+      "assert cuda_agent.target_arch() == 'sm_90', cuda_agent.target_arch()\n"
+      "_add = _mod.get_function('add_kernel')\n"
+      "assert 'add_kernel(const float* a' in repr(_add), repr(_add)\n";
+  const fs::path sol = write("nvrtc_ok/model_new.py", model_new_with_forward(
+                                                          "        if a.is_cuda:\n"
+                                                          "            out = torch.empty_like(a)\n"
+                                                          "            _add((a.numel() + 255) // 256, 256, (a, b, out, a.numel()))\n"
+                                                          "            return out\n"
+                                                          "        return a + b",
+                                                          prelude));
+  nlohmann::json r = verify(small_task_, sol);
+  ASSERT_EQ(r["ok"], true) << dump(r);
+  EXPECT_EQ(r["correct"], true);
+  EXPECT_EQ(r["build_path"], "nvrtc");
+  EXPECT_EQ(r["runtime"]["nvrtc_compiles"], 1) << dump(r["runtime"]);
+  EXPECT_EQ(r["runtime"]["nvrtc_cache_hits"], 0) << dump(r["runtime"]);
+  EXPECT_EQ(r["runtime"]["compiled_kernels"], nlohmann::json::array({"add_kernel"}));
+  EXPECT_EQ(r["verify"]["trials"].size(), 5u);
+  // The CUBIN landed in the cache folder ($CUDA_AGENT_CACHE_DIR/nvrtc).
+  int cubins = 0;
+  for (const auto& e : fs::directory_iterator(cache_.path() / "nvrtc")) cubins += e.path().extension() == ".cubin";
+  EXPECT_EQ(cubins, 1);
+
+  // A second worker finds the CUBIN on disk.
+  nlohmann::json again = verify(small_task_, sol);
+  ASSERT_EQ(again["ok"], true) << dump(again);
+  EXPECT_EQ(again["runtime"]["nvrtc_compiles"], 0) << dump(again["runtime"]);
+  EXPECT_EQ(again["runtime"]["nvrtc_cache_hits"], 1) << dump(again["runtime"]);
+}
+
+// BUG (src/sandbox/python_module.cpp, compile(), the parse_extern_c_kernels call): a kernel whose
+// parameters cannot be typed is meant to be "a compile error too, reported before NVRTC", but the
+// cuda_agent.Error it raises is not a CompileError, so the result's category is load_error.
+// Raise CompileError (or map cuda_agent.Error from compile() to compile_error). Enable once fixed.
+TEST_F(PythonCpu, KernelWithUntypableParameterIsACompileError) {
+  const fs::path sol = write("struct_param/model_new.py",
+                             model_new_with_forward("        return a + b",
+                                                    "import cuda_agent\n"
+                                                    "_SRC = r\'\'\'\n"
+                                                    "struct P { float a; };\n"
+                                                    "extern \"C\" __global__ void k(P p, float* y) { y[0] = p.a; }\n"
+                                                    "\'\'\'\n"
+                                                    "_mod = cuda_agent.compile(_SRC)\n"));
+  nlohmann::json r = verify(small_task_, sol);
+  EXPECT_EQ(r["category"], "compile_error") << dump(r);
+  EXPECT_NE(message(r).find("structs and classes cannot be passed by value"), std::string::npos) << message(r);
+}
+
+}  // namespace
+}  // namespace cuda_agent::sandbox

@@ -1,0 +1,285 @@
+#include "cuda_agent/core/subprocess.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+
+namespace cuda_agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+SubprocessResult run_sh(const std::string& script, SubprocessOptions options = {}) {
+  options.argv = {"sh", "-c", script};
+  return run_subprocess(options);
+}
+
+// True when `pid` no longer runs: gone, or a zombie waiting for its new parent (init in a
+// container may not reap promptly). Waits up to 3 s for that.
+bool process_gone(pid_t pid) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  const std::string stat_path = "/proc/" + std::to_string(pid) + "/stat";
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream stat(stat_path);
+    std::string line;
+    if (!stat || !std::getline(stat, line)) return true;
+    const auto paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size() &&
+        (line[paren + 2] == 'Z' || line[paren + 2] == 'X')) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+pid_t read_pid(const fs::path& file) {
+  const std::string text = read_file(file);
+  EXPECT_FALSE(text.empty()) << "no pid written to " << file;
+  return static_cast<pid_t>(std::atoi(text.c_str()));
+}
+
+TEST(Subprocess, ExitCodes) {
+  SubprocessResult zero = run_sh("exit 0");
+  EXPECT_TRUE(zero.ok());
+  EXPECT_EQ(zero.exit_code, 0);
+  EXPECT_EQ(zero.term_signal, 0);
+  EXPECT_EQ(zero.describe(), "exited with code 0");
+
+  SubprocessResult three = run_sh("exit 3");
+  EXPECT_FALSE(three.ok());
+  EXPECT_EQ(three.exit_code, 3);
+  EXPECT_FALSE(three.timed_out);
+  EXPECT_FALSE(three.memory_exceeded);
+  EXPECT_EQ(three.describe(), "exited with code 3");
+}
+
+TEST(Subprocess, SignalDeath) {
+  TempDir dir;  // in case a core file is written despite ulimit
+  SubprocessOptions options;
+  options.cwd = dir.path().string();
+  SubprocessResult result = run_sh("ulimit -c 0; kill -SEGV $$", options);
+  EXPECT_FALSE(result.ok());
+  EXPECT_EQ(result.term_signal, SIGSEGV);
+  EXPECT_EQ(result.describe(), "killed by signal 11 (Segmentation fault)");
+}
+
+TEST(Subprocess, TimeoutKillsChildAndBackgroundGrandchild) {
+  TempDir dir;
+  SubprocessOptions options;
+  options.timeout_s = 0.3;
+  options.stdout_path = (dir.path() / "pid").string();
+  const auto start = std::chrono::steady_clock::now();
+  SubprocessResult result = run_sh("sleep 100 & echo $!; sleep 100", options);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_TRUE(result.timed_out);
+  EXPECT_FALSE(result.ok());
+  EXPECT_EQ(result.term_signal, SIGTERM);
+  EXPECT_EQ(result.describe(), "timed out after 0.3 s");
+  EXPECT_GE(result.wall_s, 0.3);
+  EXPECT_LT(elapsed, 2.0);
+  const pid_t grandchild = read_pid(dir.path() / "pid");
+  ASSERT_GT(grandchild, 0);
+  EXPECT_TRUE(process_gone(grandchild)) << "grandchild " << grandchild << " survived";
+}
+
+TEST(Subprocess, TimeoutOnPlainSleep) {
+  SubprocessOptions options;
+  options.argv = {"sleep", "100"};
+  options.timeout_s = 0.2;
+  SubprocessResult result = run_subprocess(options);
+  EXPECT_TRUE(result.timed_out);
+  EXPECT_LT(result.wall_s, 1.0);
+}
+
+TEST(Subprocess, SigkillAfterGraceWhenSigtermIgnored) {
+  SubprocessOptions options;
+  options.timeout_s = 0.2;
+  options.kill_grace_s = 0.2;
+  // The ignored disposition is inherited by sleep too, so only SIGKILL stops the group.
+  SubprocessResult result = run_sh("trap '' TERM; sleep 100", options);
+  EXPECT_TRUE(result.timed_out);
+  EXPECT_EQ(result.term_signal, SIGKILL);
+  EXPECT_LT(result.wall_s, 1.5);
+}
+
+TEST(Subprocess, LeftoverGrandchildKilledAfterNormalExit) {
+  TempDir dir;
+  SubprocessOptions options;
+  options.stdout_path = (dir.path() / "pid").string();
+  SubprocessResult result = run_sh("sleep 100 & echo $!; exit 0", options);
+  EXPECT_TRUE(result.ok()) << result.describe();
+  const pid_t grandchild = read_pid(dir.path() / "pid");
+  ASSERT_GT(grandchild, 0);
+  EXPECT_TRUE(process_gone(grandchild)) << "grandchild " << grandchild << " survived";
+}
+
+TEST(Subprocess, MemoryLimitKillsTheGroup) {
+  if (std::system("command -v python3 >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 not available";
+  }
+  SubprocessOptions options;
+  options.argv = {"python3", "-c",
+                  "x = bytearray(600*1024*1024); import time; time.sleep(10)"};
+  options.max_rss_bytes = 200LL * 1024 * 1024;
+  options.timeout_s = 8;
+  SubprocessResult result = run_subprocess(options);
+  EXPECT_TRUE(result.memory_exceeded) << result.describe();
+  EXPECT_FALSE(result.timed_out);
+  EXPECT_FALSE(result.ok());
+  EXPECT_GT(result.peak_rss_bytes, options.max_rss_bytes);
+  EXPECT_LT(result.wall_s, 5.0);
+  EXPECT_EQ(result.describe().rfind("exceeded memory limit 200.0 MiB (peak ", 0), 0u)
+      << result.describe();
+}
+
+TEST(Subprocess, PeakRssIsReported) {
+  SubprocessResult result = run_sh("exit 0");
+  EXPECT_GT(result.peak_rss_bytes, 0);
+}
+
+TEST(Subprocess, CapturesStdoutAndStderrSeparately) {
+  TempDir dir;
+  SubprocessOptions options;
+  options.stdout_path = (dir.path() / "out").string();
+  options.stderr_path = (dir.path() / "err").string();
+  SubprocessResult result = run_sh("echo to-out; echo to-err >&2", options);
+  EXPECT_TRUE(result.ok());
+  EXPECT_EQ(read_file(dir.path() / "out"), "to-out\n");
+  EXPECT_EQ(read_file(dir.path() / "err"), "to-err\n");
+}
+
+TEST(Subprocess, StdoutAndStderrToOneFileInOrder) {
+  TempDir dir;
+  SubprocessOptions options;
+  options.stdout_path = (dir.path() / "both").string();
+  options.stderr_path = options.stdout_path;
+  run_sh("echo one; echo two >&2; echo three; echo four >&2", options);
+  EXPECT_EQ(read_file(dir.path() / "both"), "one\ntwo\nthree\nfour\n");
+
+  // Two spellings of one file behave the same.
+  options.stderr_path = (dir.path() / "." / "both").string();
+  run_sh("echo a; echo b >&2; echo c", options);
+  EXPECT_EQ(read_file(dir.path() / "both"), "a\nb\nc\n");
+}
+
+TEST(Subprocess, OutputFileIsTruncated) {
+  TempDir dir;
+  write_file_atomic(dir.path() / "out", "old content that is long\n");
+  SubprocessOptions options;
+  options.stdout_path = (dir.path() / "out").string();
+  run_sh("echo new", options);
+  EXPECT_EQ(read_file(dir.path() / "out"), "new\n");
+}
+
+TEST(Subprocess, EnvironmentSetAndUnset) {
+  ::setenv("CA_TEST_UNSET_ME", "present", 1);
+  ::setenv("CA_TEST_INHERITED", "inherited", 1);
+  TempDir dir;
+  SubprocessOptions options;
+  options.stdout_path = (dir.path() / "out").string();
+  options.env_set = {{"CA_TEST_SET", "hello world"}, {"CA_TEST_INHERITED", "overridden"}};
+  options.env_unset = {"CA_TEST_UNSET_ME"};
+  run_sh("printf '%s|%s|%s' \"$CA_TEST_SET\" \"$CA_TEST_INHERITED\" \"${CA_TEST_UNSET_ME-unset}\"",
+         options);
+  EXPECT_EQ(read_file(dir.path() / "out"), "hello world|overridden|unset");
+  ::unsetenv("CA_TEST_UNSET_ME");
+  ::unsetenv("CA_TEST_INHERITED");
+}
+
+TEST(Subprocess, WorkingDirectory) {
+  TempDir dir;
+  TempDir out;
+  SubprocessOptions options;
+  options.argv = {"pwd", "-P"};
+  options.cwd = dir.path().string();
+  options.stdout_path = (out.path() / "out").string();
+  EXPECT_TRUE(run_subprocess(options).ok());
+  EXPECT_EQ(read_file(out.path() / "out"), fs::canonical(dir.path()).string() + "\n");
+}
+
+TEST(Subprocess, NonexistentProgramThrows) {
+  SubprocessOptions options;
+  options.argv = {"ca-no-such-program-xyz", "arg"};
+  try {
+    run_subprocess(options);
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("ca-no-such-program-xyz"), std::string::npos) << message;
+    EXPECT_NE(message.find("No such file or directory"), std::string::npos) << message;
+  }
+  options.argv = {"/nonexistent/dir/program"};
+  EXPECT_THROW(run_subprocess(options), Error);
+}
+
+TEST(Subprocess, NonExecutableFileThrowsWithReason) {
+  TempDir dir;
+  const fs::path script = dir.path() / "not-executable";
+  write_file_atomic(script, "#!/bin/sh\nexit 0\n");
+  ::chmod(script.c_str(), 0644);
+  SubprocessOptions options;
+  options.argv = {script.string()};
+  try {
+    run_subprocess(options);
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(script.string()), std::string::npos) << message;
+    EXPECT_NE(message.find("Permission denied"), std::string::npos) << message;
+  }
+}
+
+TEST(Subprocess, BadOptionsThrow) {
+  EXPECT_THROW(run_subprocess(SubprocessOptions{}), Error);
+  SubprocessOptions options;
+  options.argv = {"true"};
+  options.cwd = "/nonexistent/working/dir";
+  EXPECT_THROW(run_subprocess(options), Error);
+  options.cwd.clear();
+  options.stdout_path = "/nonexistent/dir/out.txt";
+  EXPECT_THROW(run_subprocess(options), Error);
+  options.stdout_path.clear();
+  options.timeout_s = -1;
+  EXPECT_THROW(run_subprocess(options), Error);
+}
+
+TEST(Subprocess, ConcurrentCallsFromSeveralThreads) {
+  std::vector<std::future<SubprocessResult>> results;
+  for (int i = 0; i < 6; ++i) {
+    results.push_back(std::async(std::launch::async, [i] {
+      return run_sh("sleep 0.1; exit " + std::to_string(i));
+    }));
+  }
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(results[i].get().exit_code, i);
+}
+
+TEST(Subprocess, DescribeFormats) {
+  SubprocessResult result;
+  result.memory_exceeded = true;
+  result.max_rss_bytes = 1LL << 30;
+  result.peak_rss_bytes = static_cast<int64_t>(1.3 * (1LL << 30));
+  EXPECT_EQ(result.describe(), "exceeded memory limit 1.0 GiB (peak 1.3 GiB)");
+  result = SubprocessResult{};
+  result.timed_out = true;
+  result.timeout_s = 5;
+  EXPECT_EQ(result.describe(), "timed out after 5.0 s");
+}
+
+}  // namespace
+}  // namespace cuda_agent

@@ -1,0 +1,33 @@
+# Tests: argument typing; the kernel's last parameter is an int but forward passes a Python float.
+import torch
+import torch.nn as nn
+
+import cuda_agent
+
+_SRC = r"""
+extern "C" __global__ void add(const float* __restrict__ a, const float* __restrict__ b,
+                               float* __restrict__ out, int n)
+{
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+"""
+
+_mod = cuda_agent.compile(_SRC)
+_add = _mod.get_function("add")
+
+_THREADS = 256
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        a = a.contiguous()
+        b = b.contiguous()
+        out = torch.empty_like(a)
+        n = a.numel()
+        # Deliberately wrong: float(n) for the `int n` parameter must be refused.
+        _add(((n + _THREADS - 1) // _THREADS,), (_THREADS,), (a, b, out, float(n)))
+        return out

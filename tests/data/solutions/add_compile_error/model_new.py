@@ -1,0 +1,30 @@
+# Tests: CUDA source with a syntax error; cuda_agent.compile raises CompileError when the module is imported.
+import torch
+import torch.nn as nn
+
+import cuda_agent
+
+_SRC = r"""
+extern "C" __global__ void add(const float* __restrict__ a, const float* __restrict__ b,
+                               float* __restrict__ out, long long n)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x
+    if (i < n) out[i] = a[i] + b[i] +* ;
+}
+"""
+
+_mod = cuda_agent.compile(_SRC)  # raises cuda_agent.CompileError here
+_add = _mod.get_function("add")
+
+_THREADS = 256
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_like(a)
+        n = a.numel()
+        _add(((n + _THREADS - 1) // _THREADS,), (_THREADS,), (a, b, out, n))
+        return out

@@ -1,0 +1,32 @@
+# Tests: a kernel that writes far out of bounds (4 TiB past the output) -> CUDA illegal memory access.
+import torch
+import torch.nn as nn
+
+import cuda_agent
+
+_SRC = r"""
+extern "C" __global__ void add(const float* __restrict__ a, const float* __restrict__ b,
+                               float* __restrict__ out, long long n)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i + (1LL << 40)] = a[i] + b[i];  // deliberately out of bounds
+}
+"""
+
+_mod = cuda_agent.compile(_SRC)
+_add = _mod.get_function("add")
+
+_THREADS = 256
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        a = a.contiguous()
+        b = b.contiguous()
+        out = torch.empty_like(a)
+        n = a.numel()
+        _add(((n + _THREADS - 1) // _THREADS,), (_THREADS,), (a, b, out, n))
+        return out

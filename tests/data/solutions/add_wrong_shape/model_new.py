@@ -1,0 +1,32 @@
+# Tests: a solution whose output has the wrong shape, (n - 1,) instead of (n,), must be rejected.
+import torch
+import torch.nn as nn
+
+import cuda_agent
+
+_SRC = r"""
+extern "C" __global__ void add(const float* __restrict__ a, const float* __restrict__ b,
+                               float* __restrict__ out, long long n)
+{
+    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+"""
+
+_mod = cuda_agent.compile(_SRC)
+_add = _mod.get_function("add")
+
+_THREADS = 256
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        a = a.contiguous()
+        b = b.contiguous()
+        m = a.numel() - 1  # deliberately one element short
+        out = torch.empty(m, dtype=a.dtype, device=a.device)
+        _add(((m + _THREADS - 1) // _THREADS,), (_THREADS,), (a, b, out, m))
+        return out

@@ -1,0 +1,207 @@
+// The `cuda_agent` runtime module in this process, on a GPU: typed launches, dtype and layout
+// checks, scalar types, the vendor calls against PyTorch, CUPTI records and the timer.
+#include <gtest/gtest.h>
+#include <pybind11/embed.h>
+
+#include "cuda_agent/sandbox/python_module.h"
+#include "cuda_agent/sandbox/python_runtime.h"
+#include "cuda_agent/sandbox/timer.h"
+#include "gpu_test_util.h"
+
+namespace py = pybind11;
+using namespace cuda_agent;
+
+namespace {
+
+// Runs Python test code in a fresh namespace with torch and cuda_agent imported; a failing
+// assert fails the test with Python's message.
+void run_python(const std::string& code) {
+  cuda_agent::testing::prepare_environment();
+  sandbox::register_python_module();
+  sandbox::start_python();
+  py::dict scope;
+  py::exec("import torch\nimport cuda_agent\ntorch.zeros(1, device='cuda')\n", scope);
+  try {
+    py::exec(code, scope);
+  } catch (const py::error_already_set& e) {
+    FAIL() << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(RuntimeGpu, LaunchesTypedKernelsOnTheCurrentStream) {
+  CA_REQUIRE_GPU();
+  run_python(R"(
+src = r'''
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+extern "C" __global__ void axpb(const float* x, float* y, float a, int b, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + b;
+}
+extern "C" __global__ void scale_half(__half* x, __half s, unsigned int n) {
+  unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = __hmul(x[i], s);
+}
+extern "C" __global__ void add_bf16(__nv_bfloat16* x, __nv_bfloat16 s, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = __hadd(x[i], s);
+}
+template <typename T> __global__ void fill(T* x, T v, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = v;
+}
+'''
+mod = cuda_agent.compile(src, name_expressions=["fill<double>", "fill<int>"])
+x = torch.randn(1000, device="cuda")
+y = torch.empty_like(x)
+k = mod.get_function("axpb")
+k((4,), (256,), (x, y, 2.0, 3, 1000))
+torch.testing.assert_close(y, 2 * x + 3)
+
+s = torch.cuda.Stream()
+with torch.cuda.stream(s):
+    k(4, 256, (x, y, 1.0, 0, 1000))   # launched on the current (side) stream
+s.synchronize()
+torch.testing.assert_close(y, x)
+
+h = torch.ones(300, device="cuda", dtype=torch.float16)
+mod.get_function("scale_half")(2, 256, (h, 0.5, 300))
+assert torch.all(h == 0.5), h
+bf = torch.zeros(10, device="cuda", dtype=torch.bfloat16)
+mod.get_function("add_bf16")(1, 32, (bf, 1.5, 10))
+assert torch.all(bf == 1.5), bf
+
+d = torch.empty(50, device="cuda", dtype=torch.float64)
+mod.get_function("fill<double>")(1, 64, (d, 2.25, 50))
+assert torch.all(d == 2.25)
+i32 = torch.empty(50, device="cuda", dtype=torch.int32)
+mod.get_function("fill<int>")(1, 64, (i32, 7, 50))
+assert torch.all(i32 == 7)
+assert sorted(mod.kernel_names) == sorted(["axpb", "scale_half", "add_bf16", "fill<double>", "fill<int>"])
+assert mod.get_function("axpb").attribute("num_regs") > 0
+)");
+}
+
+TEST(RuntimeGpu, ArgumentMismatchesAreClearErrors) {
+  CA_REQUIRE_GPU();
+  run_python(R"(
+mod = cuda_agent.compile(r'''
+extern "C" __global__ void k(const float* x, float* y, int n) { if (threadIdx.x < n) y[threadIdx.x] = x[threadIdx.x]; }
+''')
+k = mod.get_function("k")
+x = torch.randn(8, device="cuda"); y = torch.empty_like(x)
+
+def expect(fn, *fragments):
+    try:
+        fn()
+    except Exception as e:
+        msg = str(e)
+        for f in fragments:
+            assert f in msg, (f, msg)
+        return
+    raise AssertionError("no error for " + repr(fragments))
+
+expect(lambda: k(1, 8, (x, y, 8.0)), "argument 2", "expected a Python int")
+expect(lambda: k(1, 8, (x.double(), y, 8)), "argument 0", "torch.float32", "torch.float64")
+expect(lambda: k(1, 8, (x.cpu(), y, 8)), "CUDA tensor")
+expect(lambda: k(1, 8, (torch.randn(8, 2, device="cuda").t(), y, 8)), "contiguous")
+expect(lambda: k(1, 8, (x, y)), "takes 3 arguments")
+expect(lambda: k(1, 8, (x, y, 2**40)), "out of range")
+expect(lambda: k(0, 8, (x, y, 8)), "grid")
+expect(lambda: mod.get_function("nope"), "no kernel named 'nope'", "k")
+try:
+    cuda_agent.compile('extern "C" __global__ void bad( { }')
+    raise AssertionError("compiled")
+except cuda_agent.CompileError as e:
+    assert "error" in e.log and "   1 | " in str(e), str(e)
+)");
+}
+
+TEST(RuntimeGpu, GemmMatchesTorchInFp32AndHalfPrecision) {
+  CA_REQUIRE_GPU();
+  run_python(R"(
+torch.backends.cuda.matmul.allow_tf32 = False
+for dtype, tol in ((torch.float32, 1e-4), (torch.float16, 1e-2), (torch.bfloat16, 5e-2)):
+    a = torch.randn(129, 65, device="cuda", dtype=dtype)
+    b = torch.randn(65, 33, device="cuda", dtype=dtype)
+    ref = (a.double() @ b.double())
+    out = cuda_agent.gemm(a, b)
+    assert out.shape == (129, 33) and out.dtype == dtype
+    err = ((out.double() - ref).norm() / ref.norm()).item()
+    assert err < tol, (dtype, err)
+    out2 = cuda_agent.gemm(a.t().contiguous(), b.t().contiguous(), trans_a=True, trans_b=True)
+    assert ((out2.double() - ref).norm() / ref.norm()).item() < tol
+# fp32 must be true fp32 (no TF32): error far below TF32's ~1e-3
+a = torch.randn(512, 512, device="cuda"); b = torch.randn(512, 512, device="cuda")
+ref = a.double() @ b.double()
+err = ((cuda_agent.gemm(a, b).double() - ref).norm() / ref.norm()).item()
+assert err < 1e-5, err
+# alpha/beta with an out tensor, batched
+c = torch.randn(4, 16, 8, device="cuda")
+a = torch.randn(4, 16, 32, device="cuda"); b = torch.randn(4, 32, 8, device="cuda")
+expected = 0.5 * torch.bmm(a, b) + 2.0 * c
+cuda_agent.gemm(a, b, c, alpha=0.5, beta=2.0)
+torch.testing.assert_close(c, expected, rtol=1e-4, atol=1e-4)
+)");
+}
+
+TEST(RuntimeGpu, Conv2dWithFusedBiasAndReluMatchesTorch) {
+  CA_REQUIRE_GPU();
+  run_python(R"(
+import torch.nn.functional as F
+torch.backends.cudnn.allow_tf32 = False
+x = torch.randn(2, 8, 17, 19, device="cuda")
+w = torch.randn(16, 8, 3, 3, device="cuda")
+bias = torch.randn(16, device="cuda")
+for stride, padding, act in ((1, 1, "relu"), (2, 0, "identity"), (1, 2, "relu")):
+    ref = F.conv2d(x, w, bias, stride=stride, padding=padding)
+    if act == "relu":
+        ref = F.relu(ref)
+    out = cuda_agent.conv2d(x, w, bias, stride=stride, padding=padding, activation=act)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+out = cuda_agent.conv2d(x, w, None, padding=1, activation="relu")
+torch.testing.assert_close(out, F.relu(F.conv2d(x, w, padding=1)), rtol=1e-4, atol=1e-4)
+gw = torch.randn(16, 4, 3, 3, device="cuda")
+torch.testing.assert_close(cuda_agent.conv2d(x, gw, bias, padding=1, groups=2),
+                           F.conv2d(x, gw, bias, padding=1, groups=2), rtol=1e-4, atol=1e-4)
+)");
+}
+
+TEST(RuntimeGpu, TimerRecordsKernelsWithCupti) {
+  CA_REQUIRE_GPU();
+  run_python("pass");
+  py::dict scope;
+  py::exec(R"(
+import torch, cuda_agent
+mod = cuda_agent.compile(r'''
+extern "C" __global__ void twice(const float* x, float* y, long long n) {
+  long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+  if (i < n) y[i] = 2.0f * x[i];
+}''')
+k = mod.get_function("twice")
+class M(torch.nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        n = x.numel()
+        k(((n + 255) // 256,), (256,), (x, y, n))
+        k(((n + 255) // 256,), (256,), (y, y, n))
+        return y
+model = M()
+inputs = [torch.randn(1 << 24, device="cuda")]
+)", scope);
+  sandbox::TimingOptions options;
+  options.timed_runs = 15;
+  sandbox::TimingResult t = sandbox::time_forward(scope["model"], scope["inputs"], options);
+  EXPECT_EQ(t.stats.ms.size(), 15u);
+  EXPECT_GT(t.stats.median_ms, 0.0);
+  EXPECT_LE(t.stats.min_ms, t.stats.median_ms);
+  int twice = 0;
+  for (const auto& k : t.kernels) twice += k.name == "twice";
+  EXPECT_EQ(twice, 30) << "CUPTI should see 2 launches in each of 15 timed runs";
+  // 64 MiB read + 64 MiB written, twice: the kernels alone take a measurable share of the time.
+  double kernel_ms = 0;
+  for (const auto& k : t.kernels) kernel_ms += (k.end_ns - k.start_ns) / 1e6;
+  EXPECT_LE(kernel_ms / 15, t.stats.median_ms * 1.05);
+}

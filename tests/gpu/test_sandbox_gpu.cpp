@@ -1,0 +1,212 @@
+// End-to-end evaluations on a GPU: correct and incorrect kernels, every fault kind the worker
+// isolates, the timer against memory bandwidth, the baseline cache.
+#include <gtest/gtest.h>
+
+#include "cuda_agent/sandbox/cuda_device.h"
+#include "gpu_test_util.h"
+
+using namespace cuda_agent;
+using namespace cuda_agent::testing;
+using sandbox::EvalMode;
+
+namespace {
+
+constexpr const char* kAdd = "tests/data/tasks/add/model.py";
+
+std::string solution(const std::string& name) { return "tests/data/solutions/" + name + "/model_new.py"; }
+
+void expect_failure(const nlohmann::json& r, const std::string& category, const std::string& fragment = "") {
+  EXPECT_FALSE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_EQ(category_of(r), category) << r.dump(2);
+  EXPECT_EQ(r["reward"].get<double>(), -1.0);
+  if (!fragment.empty()) EXPECT_NE(r["message"].get<std::string>().find(fragment), std::string::npos) << r.dump(2);
+}
+
+// After a fault, a fresh worker on the same GPU must work.
+void expect_next_evaluation_works() {
+  auto r = run_eval(kAdd, solution("add_ok"), EvalMode::kVerify);
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+}
+
+}  // namespace
+
+TEST(SandboxGpu, CorrectKernelPassesAndIsScored) {
+  CA_REQUIRE_GPU();
+  auto r = run_eval(kAdd, solution("add_ok"));
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_TRUE(r["correct"].get<bool>());
+  EXPECT_EQ(r["verify"]["trials"].size(), 5u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(r["verify"]["trials"][i]["seed"].get<int>(), 42 + static_cast<int>(i));
+  const double reward = r["reward"];
+  EXPECT_TRUE(reward == 1.0 || reward == 2.0 || reward == 3.0) << reward;
+  EXPECT_EQ(r["build_path"], "nvrtc");
+  EXPECT_GT(r["timings"]["candidate"]["median_ms"].get<double>(), 0.0);
+  EXPECT_GE(r["timings"]["candidate"]["runs"].get<int>(), 10);
+  EXPECT_GT(r["speedup_vs_eager"].get<double>(), 0.0);
+  // CUPTI saw the candidate's own kernel, once per forward.
+  bool found = false;
+  for (const auto& k : r["kernels"]["candidate"])
+    if (k["name"] == "add_vec4") {
+      found = true;
+      EXPECT_DOUBLE_EQ(k["calls_per_forward"].get<double>(), 1.0);
+    }
+  EXPECT_TRUE(found) << r["kernels"].dump(2);
+  EXPECT_EQ(r["runtime"]["launches"]["add_vec4"].get<int>() > 0, true);
+}
+
+TEST(SandboxGpu, TemplateKernelThroughNameExpression) {
+  CA_REQUIRE_GPU();
+  auto r = run_eval(kAdd, solution("add_template"), EvalMode::kVerify);
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+}
+
+TEST(SandboxGpu, WrongValuesAreAMismatch) {
+  CA_REQUIRE_GPU();
+  expect_failure(run_eval(kAdd, solution("add_wrong")), "mismatch", "differ beyond");
+}
+
+TEST(SandboxGpu, WrongShapeIsAMismatch) {
+  CA_REQUIRE_GPU();
+  expect_failure(run_eval(kAdd, solution("add_wrong_shape")), "mismatch", "shape");
+}
+
+TEST(SandboxGpu, CompileErrorCarriesLogAndNumberedSource) {
+  CA_REQUIRE_GPU();
+  auto r = run_eval(kAdd, solution("add_compile_error"));
+  expect_failure(r, "compile_error", "error");
+  EXPECT_NE(r["message"].get<std::string>().find("   1 | "), std::string::npos) << r["message"];
+}
+
+TEST(SandboxGpu, ArgumentTypeMismatchIsAClearError) {
+  CA_REQUIRE_GPU();
+  auto r = run_eval(kAdd, solution("add_bad_args"));
+  expect_failure(r, "runtime_error", "expected a Python int");
+}
+
+TEST(SandboxGpu, IllegalMemoryAccessIsContained) {
+  CA_REQUIRE_GPU();
+  expect_failure(run_eval(kAdd, solution("add_illegal_address")), "illegal_memory_access");
+  expect_next_evaluation_works();
+}
+
+TEST(SandboxGpu, EndlessKernelTimesOut) {
+  CA_REQUIRE_GPU();
+  auto options = fast_options();
+  options.timeout_s = 30;
+  auto r = run_eval(kAdd, solution("add_infinite_loop"), EvalMode::kEvaluate, options);
+  expect_failure(r, "timeout", "verify");
+  EXPECT_LT(r["wall_seconds"].get<double>(), 60.0);
+  expect_next_evaluation_works();
+}
+
+TEST(SandboxGpu, SegfaultIsACrash) {
+  CA_REQUIRE_GPU();
+  expect_failure(run_eval(kAdd, solution("add_segfault")), "crash", "signal 11");
+  expect_next_evaluation_works();
+}
+
+TEST(SandboxGpu, GpuOutOfMemoryIsReported) {
+  CA_REQUIRE_GPU();
+  expect_failure(run_eval(kAdd, solution("add_gpu_oom")), "out_of_memory");
+}
+
+TEST(SandboxGpu, HostMemoryLimitStopsTheWorker) {
+  CA_REQUIRE_GPU();
+  auto options = fast_options();
+  options.host_memory_gb = 12;
+  auto r = run_eval(kAdd, solution("add_host_oom"), EvalMode::kEvaluate, options);
+  expect_failure(r, "out_of_memory");
+  expect_next_evaluation_works();
+}
+
+TEST(SandboxGpu, HangingPythonTimesOut) {
+  CA_REQUIRE_GPU();
+  auto options = fast_options();
+  options.timeout_s = 20;
+  expect_failure(run_eval(kAdd, solution("add_hang_python"), EvalMode::kEvaluate, options), "timeout");
+}
+
+TEST(SandboxGpu, MissingModelNewIsALoadError) {
+  CA_REQUIRE_GPU();
+  expect_failure(run_eval(kAdd, solution("add_no_modelnew")), "load_error", "ModelNew");
+}
+
+TEST(SandboxGpu, StrictStateDictCatchesRenamedParameters) {
+  CA_REQUIRE_GPU();
+  auto ok = run_eval("tests/data/tasks/linear_small/model.py", solution("linear_ok"));
+  EXPECT_TRUE(ok["ok"].get<bool>()) << ok.dump(2);
+  EXPECT_EQ(ok["runtime"]["vendor_calls"]["cublas_gemm"].get<int>() > 0, true);
+  expect_failure(run_eval("tests/data/tasks/linear_small/model.py", solution("linear_renamed_param")),
+                 "interface_error", "load_state_dict");
+}
+
+TEST(SandboxGpu, LoadInlineSolutionsTakeTheNvccPath) {
+  CA_REQUIRE_GPU();
+  auto options = fast_options();
+  options.timeout_s = 400;
+  auto r = run_eval(kAdd, solution("add_load_inline"), EvalMode::kVerify, options);
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_EQ(r["build_path"], "nvcc");
+}
+
+TEST(SandboxGpu, KernelsDirectoryLayoutBuildsWithNvcc) {
+  CA_REQUIRE_GPU();
+  auto options = fast_options();
+  options.timeout_s = 400;
+  auto r = run_eval(kAdd, solution("add_kernels_dir"), EvalMode::kVerify, options);
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_EQ(r["build_path"], "nvcc");
+}
+
+// The timer must see a bandwidth-bound kernel at >= 70% of the copy bandwidth measured here.
+TEST(SandboxGpu, TimerAgreesWithMemoryBandwidth) {
+  CA_REQUIRE_GPU();
+  const auto& api = sandbox::driver();
+  double copy_gbps = 0;
+  {
+    sandbox::ensure_context();
+    const size_t bytes = size_t{1} << 30;
+    CUdeviceptr src = 0, dst = 0;
+    ASSERT_EQ(api.cuMemAlloc(&src, bytes), CUDA_SUCCESS);
+    ASSERT_EQ(api.cuMemAlloc(&dst, bytes), CUDA_SUCCESS);
+    CUevent start, end;
+    api.cuEventCreate(&start, 0);
+    api.cuEventCreate(&end, 0);
+    float best = 1e30f;
+    for (int i = 0; i < 10; ++i) {
+      api.cuEventRecord(start, nullptr);
+      api.cuMemcpyDtoDAsync(dst, src, bytes, nullptr);
+      api.cuEventRecord(end, nullptr);
+      api.cuEventSynchronize(end);
+      float ms = 0;
+      api.cuEventElapsedTime(&ms, start, end);
+      if (i > 0) best = std::min(best, ms);
+    }
+    copy_gbps = 2.0 * bytes / (best * 1e-3) / 1e9;
+    api.cuMemFree(src);
+    api.cuMemFree(dst);
+  }
+  auto r = run_eval("tests/data/tasks/copy_large/model.py", solution("copy_ok"), EvalMode::kProfile);
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  const double ms = r["timings"]["candidate"]["median_ms"];
+  const double kernel_gbps = 2.0 * (size_t{1} << 30) / (ms * 1e-3) / 1e9;
+  std::cout << "copy bandwidth " << copy_gbps << " GB/s; copy_ok through the sandbox timer " << kernel_gbps
+            << " GB/s (" << ms << " ms)\n";
+  EXPECT_GE(kernel_gbps, 0.7 * copy_gbps);
+}
+
+TEST(SandboxGpu, BaselinesAreCachedAcrossEvaluations) {
+  CA_REQUIRE_GPU();
+  auto options = fast_options();
+  options.profile_compile = true;
+  auto first = run_eval("tests/data/tasks/linear_small/model.py", solution("linear_ok"), EvalMode::kEvaluate, options);
+  ASSERT_TRUE(first["ok"].get<bool>()) << first.dump(2);
+  auto second = run_eval("tests/data/tasks/linear_small/model.py", solution("linear_ok"), EvalMode::kEvaluate, options);
+  ASSERT_TRUE(second["ok"].get<bool>()) << second.dump(2);
+  EXPECT_FALSE(first["timings"]["baselines_cached"].get<bool>());
+  EXPECT_TRUE(second["timings"]["baselines_cached"].get<bool>());
+  EXPECT_EQ(first["timings"]["eager"]["median_ms"], second["timings"]["eager"]["median_ms"]);
+  EXPECT_TRUE(second["timings"]["compile"].is_object()) << second["timings"].dump(2);
+  // A cached baseline makes the second evaluation much shorter: no torch.compile.
+  EXPECT_LT(second["worker_seconds"].get<double>(), first["worker_seconds"].get<double>());
+}
