@@ -15,8 +15,9 @@ set +e
 ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" --timeout 900 "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
-skipped=$(grep -c -E '\*\*\*Skipped|Skipped\s*$' "$log" || true)
+skipped=$(grep -c -E '\(Skipped\)' "$log" || true)
 if [ "$skipped" != "0" ]; then
-  echo "[test] $skipped test(s) skipped; their reasons are above (GPU tests skip on machines without a GPU)."
+  echo "[test] $skipped test(s) skipped. GPU tests skip themselves without a usable GPU; this machine:"
+  "$build_dir/cuda-agent" doctor 2>&1 | grep -E '^GPU' || true
 fi
 exit "$rc"

@@ -1,4 +1,5 @@
 // cuda-agent: the command-line verbs. Verbs parse options and call the components; no logic.
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -7,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "cuda_agent/bench/bench_runner.h"
+#include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/config.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
@@ -21,8 +23,11 @@ using namespace cuda_agent;
 
 namespace {
 
-constexpr int kExitFailed = 1;  // the solution failed (or bench had failures: not used)
-constexpr int kExitUsage = 2;   // bad input or a machine that cannot do the job
+// Exit codes: 0 done; 1 the solution failed (verify/profile/evaluate/compile) or doctor found
+// something missing; 2 bad input or a machine that cannot do the job. Command-line syntax
+// errors exit with CLI11's own codes (non-zero). bench exits 0 whenever it produced a report.
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
 
 struct CommonFlags {
   std::string config;
@@ -106,6 +111,13 @@ int run_single(const std::string& mode, const std::string& task, const std::stri
   CA_CHECK(fs::is_regular_file(req.task_path), "--task {}: no such file", task);
   CA_CHECK(fs::is_regular_file(req.solution_path), "--solution {}: no such file", solution);
   CA_CHECK(device == "cuda" || device == "cpu", "--device must be cuda or cpu, got '{}'", device);
+  // The task's own tolerance (task.yaml beside model.py) applies unless --set overrides it.
+  bench::TaskEntry sidecar;
+  bench::read_task_sidecar(req.task_path, sidecar);
+  const bool atol_set = std::any_of(flags.sets.begin(), flags.sets.end(), [](const std::string& s) { return s.rfind("sandbox.atol=", 0) == 0; });
+  const bool rtol_set = std::any_of(flags.sets.begin(), flags.sets.end(), [](const std::string& s) { return s.rfind("sandbox.rtol=", 0) == 0; });
+  if (sidecar.atol && !atol_set) req.options.atol = *sidecar.atol;
+  if (sidecar.rtol && !rtol_set) req.options.rtol = *sidecar.rtol;
   if (device == "cuda") require_gpu(mode.c_str());
   CA_CHECK(device == "cuda" || mode == "verify", "{} needs a GPU; only verify runs with --device cpu", mode);
   nlohmann::json result = sandbox::evaluate(req);

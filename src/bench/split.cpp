@@ -18,6 +18,20 @@ std::optional<double> optional_number(const nlohmann::json& j, const char* key, 
 
 }  // namespace
 
+void read_task_sidecar(const fs::path& model_py, TaskEntry& entry) {
+  const fs::path sidecar = model_py.parent_path() / "task.yaml";
+  if (!fs::is_regular_file(sidecar)) return;
+  nlohmann::json side = load_yaml_file(sidecar);
+  if (!side.is_object()) return;
+  if (side.contains("level")) {
+    CA_CHECK(side["level"].is_number_integer() && side["level"].get<int>() >= 1,
+             "{}: 'level' must be a positive integer, got {}", sidecar.string(), side["level"].dump());
+    entry.level = side["level"];
+  }
+  if (auto a = optional_number(side, "atol", sidecar.string())) entry.atol = a;
+  if (auto r = optional_number(side, "rtol", sidecar.string())) entry.rtol = r;
+}
+
 Split load_split(const fs::path& path) {
   fs::path file = fs::is_directory(path) ? path / "split.yaml" : path;
   CA_CHECK(fs::is_regular_file(file), "no split at {}: expected a folder with split.yaml or the split.yaml itself",
@@ -46,20 +60,7 @@ Split load_split(const fs::path& path) {
     CA_CHECK(seen.insert(e.id).second, "{}: duplicate task id '{}'", at, e.id);
     e.path = fs::weakly_canonical(split.root / t["path"].get<std::string>());
     CA_CHECK(fs::is_regular_file(e.path), "{}: task file {} does not exist", at, e.path.string());
-    // Sidecar first, the split's own fields override it.
-    fs::path sidecar = e.path.parent_path() / "task.yaml";
-    if (fs::is_regular_file(sidecar)) {
-      nlohmann::json side = load_yaml_file(sidecar);
-      if (side.is_object()) {
-        if (side.contains("level")) {
-          CA_CHECK(side["level"].is_number_integer() && side["level"].get<int>() >= 1,
-                   "{}: 'level' must be a positive integer, got {}", sidecar.string(), side["level"].dump());
-          e.level = side["level"];
-        }
-        e.atol = optional_number(side, "atol", sidecar.string());
-        e.rtol = optional_number(side, "rtol", sidecar.string());
-      }
-    }
+    read_task_sidecar(e.path, e);  // the split's own fields below override it
     if (t.contains("level")) {
       CA_CHECK(t["level"].is_number_integer() && t["level"].get<int>() >= 1, "{}: 'level' must be a positive integer", at);
       e.level = t["level"];

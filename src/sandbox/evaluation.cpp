@@ -148,7 +148,7 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
       {"task_path", req.task_path},
       {"task_sha256", file_sha256(req.task_path)},
       {"solution_path", req.solution_path},
-      {"solution_sha256", file_sha256(req.solution_path)},
+      {"solution_sha256", solution_fingerprint(req.solution_path)},
       {"mode", to_string(req.mode)},
       {"ok", false},
       {"category", nullptr},
@@ -206,8 +206,15 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
       watch_cpp_extension();
       build_kernels_dir(req.solution_path, (fs::path(opt.resolved_cache_dir()) / "extensions").string());
     });
-    guarded(category::kLoadError, "importing the solution " + req.solution_path,
-            [&] { solution = load_python_file(req.solution_path, "cuda_agent_solution"); });
+    try {
+      guarded(category::kLoadError, "importing the solution " + req.solution_path,
+              [&] { solution = load_python_file(req.solution_path, "cuda_agent_solution"); });
+    } catch (Failure& f) {
+      // An extension that torch.utils.cpp_extension failed to build is a compile error too.
+      if (runtime_stats().nvcc_used && f.message.find("Error building extension") != std::string::npos)
+        f.category = category::kCompileError;
+      throw;
+    }
     if (!py::hasattr(solution, "ModelNew"))
       throw Failure{category::kLoadError, fmt::format("the solution {} defines no class ModelNew", req.solution_path)};
 
@@ -277,7 +284,9 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
       key.precision = opt.precision;
       key.timing = {{"warmup_runs", opt.warmup_runs}, {"warmup_ms", opt.warmup_ms}, {"timed_runs", opt.timed_runs},
                     {"flush_l2", opt.flush_l2}, {"compile_mode", opt.compile_mode},
-                    {"profile_compile", opt.profile_compile}, {"seed", opt.seed}};
+                    {"profile_compile", opt.profile_compile}, {"seed", opt.seed},
+                    {"record_kernels", opt.record_kernels},
+                    {"driver_version", result["device"]["driver_version"]}};
       BaselineCache cache(fs::path(opt.resolved_cache_dir()) / "baselines");
       std::optional<nlohmann::json> baselines = opt.use_baseline_cache ? cache.get(key) : std::nullopt;
       const bool cache_hit = baselines.has_value();
@@ -329,6 +338,7 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
     }
     progress.close(result);
     result["ok"] = true;
+    if (req.mode != EvalMode::kEvaluate) result["reward"] = nullptr;  // only evaluate scores
   } catch (const Failure& f) {
     progress.close(result);
     result["ok"] = false;

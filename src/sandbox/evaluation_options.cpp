@@ -1,8 +1,33 @@
+#include <algorithm>
+#include <filesystem>
+#include <vector>
+
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/hash.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/sandbox/evaluation.h"
 
 namespace cuda_agent::sandbox {
+
+std::string solution_fingerprint(const std::string& solution_path) {
+  namespace fs = std::filesystem;
+  try {
+    Sha256 hash;
+    hash.update(read_file(solution_path));
+    const fs::path kernels = fs::path(solution_path).parent_path() / "kernels";
+    std::error_code ec;
+    if (fs::is_directory(kernels, ec)) {
+      std::vector<fs::path> files;
+      for (const auto& entry : fs::directory_iterator(kernels, ec))
+        if (entry.is_regular_file()) files.push_back(entry.path());
+      std::sort(files.begin(), files.end());
+      for (const auto& f : files) hash.update(f.filename().string()), hash.update(read_file(f));
+    }
+    return hash.hex_digest();
+  } catch (...) {
+    return "";
+  }
+}
 
 nlohmann::json SandboxOptions::to_json() const {
   return {{"trials", trials},

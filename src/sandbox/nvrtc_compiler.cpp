@@ -65,10 +65,19 @@ std::string include_fingerprint(const std::vector<std::string>& options) {
   static std::map<std::string, std::string> toolkit_cache;
   const auto defaults = NvrtcCompiler::default_include_options();
   Sha256 hash;
-  for (const auto& opt : options) {
-    if (opt.rfind("-I", 0) != 0 || opt.size() <= 2) continue;
-    const std::string dir = opt.substr(2);
-    const bool toolkit = std::find(defaults.begin(), defaults.end(), opt) != defaults.end();
+  for (size_t i = 0; i < options.size(); ++i) {
+    // -Idir, -I dir, --include-path=dir, --include-path dir
+    const std::string& opt = options[i];
+    std::string dir;
+    if (opt == "-I" || opt == "--include-path") {
+      if (i + 1 < options.size()) dir = options[++i];
+    } else if (opt.rfind("--include-path=", 0) == 0) {
+      dir = opt.substr(15);
+    } else if (opt.rfind("-I", 0) == 0) {
+      dir = opt.substr(2);
+    }
+    if (dir.empty()) continue;
+    const bool toolkit = std::find(defaults.begin(), defaults.end(), "-I" + dir) != defaults.end();
     std::string fp;
     if (toolkit) {
       std::lock_guard<std::mutex> lock(mutex);

@@ -1,5 +1,6 @@
 #include "cuda_agent/sandbox/python_tensor.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "cuda_agent/core/error.h"
@@ -75,9 +76,12 @@ std::vector<uint8_t> encode_kernel_argument(const KernelParam& param, py::handle
       const std::string dtype = param.kind == ScalarKind::kVoid ? "" : torch_dtype_name(param.kind);
       TensorInfo info = require_cuda_tensor(value, what, dtype);
       ptr = info.data_ptr;
-      // float2/float4-style vectors are aligned to their size; 3-wide ones only to an element.
-      const uint64_t align = param.kind == ScalarKind::kVoid ? 1
-                             : scalar_size(param.kind) * (param.vector_width == 3 ? 1 : param.vector_width);
+      // float2/float4-style vectors are aligned to their size (at most 16 bytes, as double4 and
+      // long4 are); 3-wide ones only to an element.
+      const uint64_t align =
+          param.kind == ScalarKind::kVoid
+              ? 1
+              : std::min<uint64_t>(16, scalar_size(param.kind) * (param.vector_width == 3 ? 1 : param.vector_width));
       CA_CHECK(ptr % align == 0, "{}: the tensor's data pointer is not {}-byte aligned, as {} needs; "
                "use a tensor whose storage offset is a multiple of {} elements", what, align,
                param.type_text, param.vector_width);

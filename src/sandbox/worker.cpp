@@ -6,6 +6,7 @@
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/core/hash.h"
 #include "cuda_agent/core/log.h"
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/sandbox/evaluation.h"
@@ -23,6 +24,14 @@ std::string self_executable() {
   return p.string();
 }
 
+std::string file_sha256(const std::string& path) {
+  try {
+    return sha256_hex(read_file(path));
+  } catch (...) {
+    return "";
+  }
+}
+
 std::string tail(const std::string& text, size_t max_bytes) {
   if (text.size() <= max_bytes) return text;
   return "...\n" + text.substr(text.size() - max_bytes);
@@ -36,6 +45,8 @@ nlohmann::json evaluate(const EvalRequest& request) {
                             {"task_id", request.task_id},
                             {"task_path", request.task_path},
                             {"solution_path", request.solution_path},
+                            {"task_sha256", file_sha256(request.task_path)},
+                            {"solution_sha256", solution_fingerprint(request.solution_path)},
                             {"mode", to_string(request.mode)},
                             {"ok", false},
                             {"correct", nullptr},

@@ -227,9 +227,9 @@ TEST_F(Cli, VerifyOnCpuExitCodesAndOutputFile) {
   EXPECT_EQ(j["mode"], "verify");
 }
 
-// BUG (src/app/main.cpp, run_single): task_id is fs::path(task).parent_path().filename(), taken
+// Regression test (was a bug in src/app/main.cpp, run_single): task_id is fs::path(task).parent_path().filename(), taken
 // from the path as typed, so `--task model.py` run inside the task's folder gives an empty
-// task_id. Use the absolute path (req.task_path). Enable once fixed.
+// task_id. Use the absolute path (req.task_path).
 TEST_F(Cli, TaskIdFromABareFileName) {
   CliRun r = run("verify --task model.py --solution " + solution("add_torch_cpu_wrong") + " --device cpu --json",
                  kSourceDir / "tests/data/tasks/add");

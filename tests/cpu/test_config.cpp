@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/sandbox/evaluation.h"
@@ -18,20 +20,7 @@ using sandbox::EvalMode;
 using sandbox::EvalRequest;
 using sandbox::SandboxOptions;
 
-// Runs `fn`, expects it to throw cuda_agent::Error, and returns the message.
-template <typename Fn>
-std::string error_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected cuda_agent::Error, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected cuda_agent::Error, nothing was thrown";
-  return "";
-}
+using cuda_agent::testing::error_message;
 
 // What the CLI starts from: {"sandbox": defaults}.
 nlohmann::json cli_base() { return {{"sandbox", SandboxOptions::defaults()}}; }
@@ -326,10 +315,10 @@ TEST(EvalRequest, JsonRoundTripAndModes) {
   EXPECT_NE(msg.find("sandbox.trials"), std::string::npos) << msg;
 }
 
-// BUG (src/core/config.cpp, merge_checked): a null value (`--set sandbox.trials=`, or `trials:`
+// Regression test (was a bug in src/core/config.cpp, merge_checked): a null value (`--set sandbox.trials=`, or `trials:`
 // with no value in a YAML file) passes compatible() and replaces the default; from_json then
 // fails with nlohmann's "type must be number, but is null", which names no key. Either keep the
-// default or fail naming 'sandbox.trials'. Enable once fixed.
+// default or fail naming 'sandbox.trials'.
 TEST(ApplyOverride, EmptyValueNamesTheKeyOrKeepsTheDefault) {
   nlohmann::json config = cli_base();
   try {
@@ -343,11 +332,11 @@ TEST(ApplyOverride, EmptyValueNamesTheKeyOrKeepsTheDefault) {
   }
 }
 
-// BUG (src/core/config.cpp, to_json of a YAML scalar, and src/sandbox/evaluation_options.cpp,
+// Regression test (was a bug in src/core/config.cpp, to_json of a YAML scalar, and src/sandbox/evaluation_options.cpp,
 // SandboxOptions::from_json): std::stod turns "inf" and "nan" into numbers and from_json does not
 // require finite values, so `--set sandbox.timeout_s=inf` is accepted; the request JSON then
 // carries null (JSON has no inf) and the worker dies at start with an infrastructure_error.
-// Enable once fixed.
+//
 TEST(ApplyOverride, NonFiniteNumbersAreRejected) {
   for (const char* assignment : {"sandbox.timeout_s=inf", "sandbox.speedup_margin=nan", "sandbox.warmup_ms=inf"}) {
     SCOPED_TRACE(assignment);

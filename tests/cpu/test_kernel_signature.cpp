@@ -10,22 +10,14 @@
 
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include "cuda_agent/core/error.h"
 
 namespace cuda_agent::sandbox {
 namespace {
 
-// Runs `fn`, expects it to throw cuda_agent::Error, and returns the message.
-template <typename Fn>
-std::string error_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected cuda_agent::Error";
-  return "";
-}
+using cuda_agent::testing::error_message;
 
 uint32_t u16(const std::vector<uint8_t>& bytes) {
   EXPECT_EQ(bytes.size(), 2u);

@@ -317,11 +317,10 @@ TEST(Nvrtc, UserIncludeDirectory) {
             with.effective_options.end());
 }
 
-// BUG (src/sandbox/nvrtc_compiler.cpp, NvrtcCompiler::compile, the key_material): the cache key
+// Regression test (was a bug in src/sandbox/nvrtc_compiler.cpp, NvrtcCompiler::compile, the key_material): the cache key
 // covers the source text and the options but not the content of the headers it includes, so
 // after a header in a -I folder changes, the stale CUBIN is returned from the disk cache (the
-// second compile below is from_cache and ok although the header now holds #error). Enable once
-// fixed.
+// second compile below is from_cache and ok although the header now holds #error).
 TEST(Nvrtc, CacheKeyCoversIncludedHeaders) {
   TempDir cache, inc;
   write_file_atomic(inc.path() / "helper.cuh", "#define VALUE 1.0f\n");

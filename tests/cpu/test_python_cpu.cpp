@@ -314,10 +314,10 @@ TEST_F(PythonCpu, KernelCompiledAtImportWorksAndIsCachedAcrossWorkers) {
   EXPECT_EQ(again["runtime"]["nvrtc_cache_hits"], 1) << dump(again["runtime"]);
 }
 
-// BUG (src/sandbox/python_module.cpp, compile(), the parse_extern_c_kernels call): a kernel whose
+// Regression test (was a bug in src/sandbox/python_module.cpp, compile(), the parse_extern_c_kernels call): a kernel whose
 // parameters cannot be typed is meant to be "a compile error too, reported before NVRTC", but the
 // cuda_agent.Error it raises is not a CompileError, so the result's category is load_error.
-// Raise CompileError (or map cuda_agent.Error from compile() to compile_error). Enable once fixed.
+// Raise CompileError (or map cuda_agent.Error from compile() to compile_error).
 TEST_F(PythonCpu, KernelWithUntypableParameterIsACompileError) {
   const fs::path sol = write("struct_param/model_new.py",
                              model_new_with_forward("        return a + b",

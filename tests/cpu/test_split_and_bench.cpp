@@ -8,6 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include "cuda_agent/bench/bench_runner.h"
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
@@ -21,19 +23,7 @@ namespace fs = std::filesystem;
 
 const fs::path kSourceDir = CUDA_AGENT_SOURCE_DIR;
 
-template <typename Fn>
-std::string error_message(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected cuda_agent::Error, got another exception: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "expected cuda_agent::Error, nothing was thrown";
-  return "";
-}
+using cuda_agent::testing::error_message;
 
 constexpr const char* kTaskPy = "import torch\nclass Model(torch.nn.Module):\n    pass\n";
 
@@ -169,10 +159,9 @@ TEST(Split, ErrorsNameTheFileAndTheField) {
   EXPECT_NE(msg.find("'atol' must be a number"), std::string::npos) << msg;
 }
 
-// BUG (src/bench/split.cpp, load_split, the task.yaml sidecar): `level` is read with
+// Regression test (was a bug in src/bench/split.cpp, load_split, the task.yaml sidecar): `level` is read with
 // side["level"].get<int>() without a check, so `level: high` throws nlohmann's type_error (naming
-// neither the sidecar nor the field) and `level: 0` is accepted, unlike in split.yaml. Enable once
-// fixed.
+// neither the sidecar nor the field) and `level: 0` is accepted, unlike in split.yaml.
 TEST(Split, SidecarLevelIsChecked) {
   SplitDir d;
   d.split("tasks:\n  - id: a\n    path: tasks/a/model.py\n");
@@ -419,9 +408,9 @@ TEST_F(BenchRun, BadOptionsThrow) {
   EXPECT_NE(msg.find("--gpus"), std::string::npos) << msg;
 }
 
-// BUG (src/bench/bench_runner.cpp, run_bench): the resume check compares the stored result's
+// Regression test (was a bug in src/bench/bench_runner.cpp, run_bench): the resume check compares the stored result's
 // options with options.sandbox.to_json(), but a result of a task with atol/rtol overrides stores
-// the per-task options (atol 0.5 here), so such tasks are never reused. Enable once fixed.
+// the per-task options (atol 0.5 here), so such tasks are never reused.
 TEST_F(BenchRun, ResumeReusesTasksWithToleranceOverrides) {
   sandbox::SandboxOptions task_options = opts_.sandbox;
   task_options.atol = 0.5;  // what the worker records for task a
@@ -431,11 +420,11 @@ TEST_F(BenchRun, ResumeReusesTasksWithToleranceOverrides) {
   EXPECT_EQ(by_id(report, "a")["ok"], true) << by_id(report, "a").dump(2);
 }
 
-// BUG (src/bench/bench_runner.cpp, summarize / format_table): they read r["options"],
+// Regression test (was a bug in src/bench/bench_runner.cpp, summarize / format_table): they read r["options"],
 // r["speedup_vs_eager"], r["speedup_vs_compile"] and r["category"] with the const operator[],
 // which is undefined behaviour for a missing key (observed: a type_error "cannot use value()
 // with discarded" or "... with number", varying from build to build). Use r.value(...) or
-// r.contains(...) instead. Enable once fixed.
+// r.contains(...) instead.
 TEST(BenchSummary, ResultsWithoutOptionalKeys) {
   nlohmann::json rs = nlohmann::json::array({nlohmann::json{{"task_id", "x"}, {"ok", true}, {"correct", true}},
                                              nlohmann::json{{"task_id", "y"}, {"ok", false}}});

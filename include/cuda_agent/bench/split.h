@@ -37,6 +37,10 @@ struct Split {
   std::vector<TaskEntry> tasks;
 };
 
+// Reads the optional task.yaml beside a task's model.py into `entry` (level, atol, rtol).
+// Throws Error naming the file and the field for bad values.
+void read_task_sidecar(const std::filesystem::path& model_py, TaskEntry& entry);
+
 // Loads a split from its folder or its split.yaml. Throws Error naming the file and the field
 // for malformed entries, duplicate ids and task files that do not exist.
 Split load_split(const std::filesystem::path& path);

@@ -37,7 +37,7 @@ struct SandboxOptions {
   double timeout_s = 600;            // wall time of one worker, torch.compile included
   double host_memory_gb = 32;        // resident memory of one worker's process group
   double gpu_memory_fraction = 0.9;  // torch.cuda.set_per_process_memory_fraction
-  std::string cache_dir;             // empty: $CUDA_AGENT_CACHE_DIR or ~/.cache/cuda-agent
+  std::string cache_dir;             // empty: default_cache_dir() ($CUDA_AGENT_CACHE_DIR, $XDG_CACHE_HOME/cuda-agent or ~/.cache/cuda-agent)
 
   static nlohmann::json defaults();  // the fields above as JSON, for config merging
   static SandboxOptions from_json(const nlohmann::json& j);  // j already merged onto defaults()
@@ -76,6 +76,10 @@ inline constexpr const char* kMismatch = "mismatch";               // wrong valu
 inline constexpr const char* kTaskError = "task_error";            // the reference itself failed
 inline constexpr const char* kInfrastructure = "infrastructure_error";  // no GPU, no torch, ...
 }  // namespace category
+
+// SHA-256 over what a solution's result depends on: model_new.py and, when present, every file
+// of its kernels/ folder (names and contents, in name order). Empty when unreadable.
+std::string solution_fingerprint(const std::string& solution_path);
 
 // Runs the request in a worker process and returns its result. Thread-safe; never throws for
 // anything the solution or task does.

@@ -1,12 +1,13 @@
 // The `cuda_agent` module that solutions import inside the sandbox (embedded in the binary).
 //
-//   mod = cuda_agent.compile(source, name_expressions=None, options=None)
+//   mod = cuda_agent.compile(source, name_expressions=None, options=None, arch="")
 //   k = mod.get_function("name")            # extern "C" name or a name expression
 //   k(grid, block, args, shared_mem=0, stream=None)
-//   k.set_max_dynamic_shared_memory(nbytes)
-//   cuda_agent.gemm(a, b, out=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False)
+//   k.set_max_dynamic_shared_memory(nbytes); k.attribute("num_regs")
+//   cuda_agent.gemm(a, b, out=None, *, alpha=1.0, beta=0.0, trans_a=False, trans_b=False,
+//                   allow_tf32=False)
 //   cuda_agent.conv2d(x, weight, bias=None, *, stride=1, padding=0, dilation=1, groups=1,
-//                     activation="identity")
+//                     activation="identity", allow_tf32=False)
 //   cuda_agent.CompileError                 # str() holds the NVRTC log and numbered source
 //
 // docs/runtime.md is the user-facing description. The process-wide state below records what
