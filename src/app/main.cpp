@@ -13,6 +13,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/log.h"
+#include "cuda_agent/core/progress.h"
 #include "cuda_agent/sandbox/cuda_libs.h"
 #include "cuda_agent/sandbox/doctor.h"
 #include "cuda_agent/sandbox/evaluation.h"
@@ -220,6 +221,7 @@ int main(int argc, char** argv) {
       opts.resume = !no_resume;
       opts.output_dir = bench_out.empty() ? fs::path("runs") / ("bench-" + fs::path(split).filename().string()) : fs::path(bench_out);
       require_gpu("bench");
+      opts.interactive_progress = stderr_is_terminal();
       nlohmann::json report = bench::run_bench(opts, std::cerr);
       std::cout << bench::format_table(report["results"], report["summary"]);
       std::cout << fmt::format("\nresults: {}\n", (opts.output_dir / "results").string());

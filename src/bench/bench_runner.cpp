@@ -12,6 +12,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
+#include "cuda_agent/core/progress.h"
 
 namespace fs = std::filesystem;
 
@@ -124,9 +125,7 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
 
   std::vector<nlohmann::json> results(split.tasks.size());
   std::atomic<size_t> next{0};
-  std::atomic<int> done{0};
-  std::mutex out_mutex;
-  const auto start = std::chrono::steady_clock::now();
+  ProgressReporter reporter(progress, split.tasks.size(), "eval", options.interactive_progress);
 
   auto work = [&](int gpu) {
     for (size_t i = next++; i < split.tasks.size(); i = next++) {
@@ -172,15 +171,11 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
       }
       result["level"] = task.level;
       results[i] = result;
-      const int n = ++done;
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      const double eta = elapsed / n * (split.tasks.size() - n);
-      std::lock_guard<std::mutex> lock(out_mutex);
-      progress << fmt::format("[{}/{}] {:<24} gpu {} {:<22} reward {:>5.2f}  ({:.1f} s elapsed, ETA {:.0f} s){}\n", n,
-                              split.tasks.size(), task.id, gpu,
-                              result.value("ok", false) ? "pass" : category_name(result),
-                              result.value("reward", -1.0), elapsed, eta, reused ? " [cached]" : "")
-               << std::flush;
+      const nlohmann::json reward = result.value("reward", nlohmann::json());
+      reporter.step(fmt::format("{} (gpu {}): {}, reward {}{}", task.id, gpu,
+                                result.value("ok", false) ? "pass" : category_name(result),
+                                reward.is_number() ? fmt::format("{:g}", reward.get<double>()) : "-",
+                                reused ? " [cached]" : ""));
     }
   };
   std::vector<std::thread> threads;

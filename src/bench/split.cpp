@@ -4,17 +4,75 @@
 
 #include "cuda_agent/core/config.h"
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/core/hash.h"
 
 namespace fs = std::filesystem;
 
 namespace cuda_agent::bench {
 namespace {
 
+// The precision policies the sandbox knows by name (configs/sandbox.yaml; only loose is
+// implemented there yet, and the run rejects the others). A typo here would otherwise
+// silently fall back to the run's policy.
+const std::set<std::string> kPrecisions = {"loose", "strict", "tf32"};
+const std::set<std::string> kSources = {"own", "kernelbench", "ops"};
+const std::set<std::string> kSplitKeys = {"id",        "path",       "level",  "atol", "rtol",
+                                          "precision", "degenerate", "source", "extra"};
+
+std::string joined(const std::set<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 std::optional<double> optional_number(const nlohmann::json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || j[key].is_null()) return std::nullopt;
   CA_CHECK(j[key].is_number(), "{}: '{}' must be a number, got {}", where, key, j[key].dump());
   return j[key].get<double>();
 }
+
+std::optional<int> optional_level(const nlohmann::json& j, const std::string& where) {
+  if (!j.contains("level")) return std::nullopt;
+  CA_CHECK(j["level"].is_number_integer() && j["level"].get<long long>() >= 1 &&
+               j["level"].get<long long>() <= 1000000,
+           "{}: 'level' must be a positive integer, got {}", where, j["level"].dump());
+  return j["level"].get<int>();
+}
+
+std::optional<std::string> optional_name(const nlohmann::json& j, const char* key, const std::set<std::string>& allowed,
+                                         const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  CA_CHECK(j[key].is_string() && allowed.count(j[key].get<std::string>()),
+           "{}: '{}' must be one of {}, got {}", where, key, joined(allowed), j[key].dump());
+  return j[key].get<std::string>();
+}
+
+std::optional<bool> optional_bool(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return std::nullopt;
+  CA_CHECK(j[key].is_boolean(), "{}: '{}' must be true or false, got {}", where, key, j[key].dump());
+  return j[key].get<bool>();
+}
+
+// The fields task.yaml and a split.yaml entry share; split.yaml calls this after the sidecar,
+// so that its values win.
+void read_common_fields(const nlohmann::json& j, const std::string& where, TaskEntry& entry) {
+  if (auto l = optional_level(j, where)) entry.level = *l;
+  if (auto a = optional_number(j, "atol", where)) entry.atol = a;
+  if (auto r = optional_number(j, "rtol", where)) entry.rtol = r;
+  if (auto p = optional_name(j, "precision", kPrecisions, where)) entry.precision = *p;
+  if (auto d = optional_bool(j, "degenerate", where)) entry.degenerate = *d;
+}
+
+std::string file_sha256(const fs::path& file, const std::string& where) {
+  try {
+    return sha256_hex(read_file(file));
+  } catch (const Error& e) {
+    CA_FAIL("{}: cannot read the task file: {}", where, e.what());
+  }
+}
+
+nlohmann::json optional_json(const std::optional<double>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
 
 }  // namespace
 
@@ -23,13 +81,7 @@ void read_task_sidecar(const fs::path& model_py, TaskEntry& entry) {
   if (!fs::is_regular_file(sidecar)) return;
   nlohmann::json side = load_yaml_file(sidecar);
   if (!side.is_object()) return;
-  if (side.contains("level")) {
-    CA_CHECK(side["level"].is_number_integer() && side["level"].get<int>() >= 1,
-             "{}: 'level' must be a positive integer, got {}", sidecar.string(), side["level"].dump());
-    entry.level = side["level"];
-  }
-  if (auto a = optional_number(side, "atol", sidecar.string())) entry.atol = a;
-  if (auto r = optional_number(side, "rtol", sidecar.string())) entry.rtol = r;
+  read_common_fields(side, sidecar.string(), entry);
 }
 
 Split load_split(const fs::path& path) {
@@ -41,8 +93,12 @@ Split load_split(const fs::path& path) {
   CA_CHECK(doc.is_object(), "{}: expected a mapping with name and tasks", where);
   Split split;
   split.root = fs::absolute(file).parent_path();
+  CA_CHECK(!doc.contains("name") || doc["name"].is_string(), "{}: 'name' must be a string, got {}", where,
+           doc.value("name", nlohmann::json()).dump());
+  CA_CHECK(!doc.contains("description") || doc["description"].is_string() || doc["description"].is_null(),
+           "{}: 'description' must be a string, got {}", where, doc.value("description", nlohmann::json()).dump());
   split.name = doc.value("name", split.root.filename().string());
-  split.description = doc.value("description", "");
+  split.description = doc.contains("description") && doc["description"].is_string() ? doc["description"] : "";
   CA_CHECK(doc.contains("tasks") && doc["tasks"].is_array() && !doc["tasks"].empty(),
            "{}: 'tasks' must be a non-empty list", where);
   std::set<std::string> seen;
@@ -51,8 +107,8 @@ Split load_split(const fs::path& path) {
     const std::string at = fmt::format("{}: tasks[{}]", where, i);
     CA_CHECK(t.is_object(), "{}: expected a mapping with id and path", at);
     for (const auto& [key, _] : t.items())
-      CA_CHECK(key == "id" || key == "path" || key == "level" || key == "atol" || key == "rtol",
-               "{}: unknown key '{}' (known: id, path, level, atol, rtol)", at, key);
+      CA_CHECK(kSplitKeys.count(key), "{}: unknown key '{}' (known: id, path, level, atol, rtol, precision, "
+               "degenerate, source, extra)", at, key);
     CA_CHECK(t.contains("id") && t["id"].is_string() && !t["id"].get<std::string>().empty(), "{}: 'id' is required", at);
     CA_CHECK(t.contains("path") && t["path"].is_string(), "{}: 'path' is required", at);
     TaskEntry e;
@@ -61,12 +117,13 @@ Split load_split(const fs::path& path) {
     e.path = fs::weakly_canonical(split.root / t["path"].get<std::string>());
     CA_CHECK(fs::is_regular_file(e.path), "{}: task file {} does not exist", at, e.path.string());
     read_task_sidecar(e.path, e);  // the split's own fields below override it
-    if (t.contains("level")) {
-      CA_CHECK(t["level"].is_number_integer() && t["level"].get<int>() >= 1, "{}: 'level' must be a positive integer", at);
-      e.level = t["level"];
+    read_common_fields(t, at, e);
+    if (auto s = optional_name(t, "source", kSources, at)) e.source = *s;
+    if (t.contains("extra") && !t["extra"].is_null()) {
+      CA_CHECK(t["extra"].is_object(), "{}: 'extra' must be a mapping, got {}", at, t["extra"].dump());
+      e.extra = t["extra"];
     }
-    if (auto a = optional_number(t, "atol", at)) e.atol = a;
-    if (auto r = optional_number(t, "rtol", at)) e.rtol = r;
+    e.sha256 = file_sha256(e.path, at);
     split.tasks.push_back(std::move(e));
   }
   return split;
@@ -76,6 +133,23 @@ std::optional<fs::path> find_solution(const fs::path& solutions_dir, const std::
   for (const fs::path& candidate : {solutions_dir / task_id / "model_new.py", solutions_dir / (task_id + ".py")})
     if (fs::is_regular_file(candidate)) return fs::absolute(candidate);
   return std::nullopt;
+}
+
+nlohmann::json split_manifest(const Split& split) {
+  nlohmann::json tasks = nlohmann::json::array();
+  for (const TaskEntry& t : split.tasks) {
+    tasks.push_back({{"id", t.id},
+                     {"level", t.level},
+                     {"path", t.path.string()},
+                     {"sha256", t.sha256},
+                     {"source", t.source},
+                     {"precision", t.precision.empty() ? nlohmann::json() : nlohmann::json(t.precision)},
+                     {"atol", optional_json(t.atol)},
+                     {"rtol", optional_json(t.rtol)},
+                     {"degenerate", t.degenerate},
+                     {"extra", t.extra.is_null() ? nlohmann::json::object() : t.extra}});
+  }
+  return {{"name", split.name}, {"description", split.description}, {"root", split.root.string()}, {"tasks", tasks}};
 }
 
 }  // namespace cuda_agent::bench

@@ -19,6 +19,7 @@ struct BenchOptions {
   std::filesystem::path output_dir;     // results/<id>.json, summary.json, results.md
   std::vector<int> gpus = {0};
   bool resume = true;                   // skip tasks whose result for the same files exists
+  bool interactive_progress = false;    // redraw the progress bar in place (a terminal)
   sandbox::SandboxOptions sandbox;
 };
 
