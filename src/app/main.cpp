@@ -185,6 +185,13 @@ int main(int argc, char** argv) {
   bench->add_flag("--no-resume", no_resume, "re-evaluate tasks that already have a result");
   add_common(bench, flags);
 
+  CLI::App* baselines = app.add_subcommand(
+      "baselines", "time eager and torch.compile for every task of a split into the shared baseline cache");
+  baselines->add_option("--split", split, "split folder (with split.yaml)")->required();
+  baselines->add_option("--gpus", gpus, "comma-separated GPU indices to spread tasks over");
+  baselines->add_option("--output", bench_out, "run folder (default runs/baselines-<split>)");
+  add_common(baselines, flags);
+
   CLI::App* doctor = app.add_subcommand("doctor", "show what this machine has for evaluations and what is missing");
   doctor->add_flag("--json", json, "print the report as JSON");
 
@@ -225,6 +232,20 @@ int main(int argc, char** argv) {
       nlohmann::json report = bench::run_bench(opts, std::cerr);
       std::cout << bench::format_table(report["results"], report["summary"]);
       std::cout << fmt::format("\nresults: {}\n", (opts.output_dir / "results").string());
+      return 0;
+    }
+    if (baselines->parsed()) {
+      bench::BenchOptions opts;
+      opts.sandbox = resolve_options(flags);
+      opts.mode = sandbox::EvalMode::kBaselines;
+      opts.split = split;
+      opts.gpus = parse_gpus(gpus);
+      opts.output_dir = bench_out.empty() ? fs::path("runs") / ("baselines-" + fs::path(split).filename().string())
+                                          : fs::path(bench_out);
+      opts.interactive_progress = stderr_is_terminal();
+      require_gpu("baselines");
+      nlohmann::json report = bench::run_bench(opts, std::cerr);
+      std::cout << bench::format_baselines_table(report["results"]);
       return 0;
     }
     if (doctor->parsed()) {

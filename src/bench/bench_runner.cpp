@@ -39,6 +39,56 @@ std::string category_name(const nlohmann::json& r) {
 
 std::string fmt_x(const nlohmann::json& v) { return v.is_number() ? fmt::format("{:.2f}x", v.get<double>()) : "-"; }
 
+// One task of the split: a reused result (resume) or a fresh evaluation, written to
+// results_dir/<id>.json.
+nlohmann::json evaluate_task(const BenchOptions& options, const TaskEntry& task, int gpu, const fs::path& results_dir,
+                             bool* reused) {
+  const fs::path result_file = results_dir / (task.id + ".json");
+  sandbox::SandboxOptions task_options = options.sandbox;
+  if (task.atol) task_options.atol = *task.atol;
+  if (task.rtol) task_options.rtol = *task.rtol;
+  sandbox::EvalRequest req;
+  req.task_path = task.path.string();
+  req.task_id = task.id;
+  req.gpu = gpu;
+  req.options = task_options;
+  req.mode = options.mode;
+  nlohmann::json result;
+  *reused = false;
+  if (options.mode == sandbox::EvalMode::kBaselines) {
+    result = sandbox::evaluate(req);  // the baseline cache makes a repeat cheap
+  } else {
+    auto solution = find_solution(options.solutions, task.id);
+    if (options.resume && solution && fs::exists(result_file)) {
+      try {
+        auto previous = nlohmann::json::parse(read_file(result_file));
+        if (previous.value("task_sha256", "") == sha_of(task.path) &&
+            previous.value("solution_sha256", "") == sandbox::solution_fingerprint(solution->string()) &&
+            previous.value("options", nlohmann::json()) == task_options.to_json() &&
+            previous.value("category", nlohmann::json()) != nlohmann::json(sandbox::category::kInfrastructure)) {
+          *reused = true;
+          previous["level"] = task.level;
+          return previous;
+        }
+      } catch (...) {
+      }
+    }
+    if (!solution) {
+      result = {{"task_id", task.id}, {"task_path", task.path.string()}, {"ok", false},
+                {"category", "missing_solution"}, {"correct", nullptr}, {"reward", -1.0},
+                {"message", fmt::format("no {}/{}/model_new.py or {}/{}.py", options.solutions.string(), task.id,
+                                        options.solutions.string(), task.id)},
+                {"options", task_options.to_json()}};
+    } else {
+      req.solution_path = solution->string();
+      result = sandbox::evaluate(req);
+    }
+  }
+  result["level"] = task.level;
+  write_file_atomic(result_file, result.dump(2));
+  return result;
+}
+
 }  // namespace
 
 nlohmann::json summarize(const nlohmann::json& results) {
@@ -116,9 +166,24 @@ std::string format_table(const nlohmann::json& results, const nlohmann::json& su
   return out.str();
 }
 
+std::string format_baselines_table(const nlohmann::json& results) {
+  std::ostringstream out;
+  out << "| task | level | status | eager ms | compile ms | cached |\n|---|---|---|---|---|---|\n";
+  for (const auto& r : results) {
+    const nlohmann::json timings = r.value("timings", nlohmann::json::object());
+    out << fmt::format("| {} | {} | {} | {} | {} | {} |\n", r.value("task_id", "?"), r.value("level", 0),
+                       r.value("ok", false) ? "ok" : category_name(r) + ": " + r.value("message", "").substr(0, 120),
+                       fmt_ms(timings.value("eager", nlohmann::json())),
+                       fmt_ms(timings.value("compile", nlohmann::json())),
+                       timings.value("baselines_cached", false) ? "yes" : "no");
+  }
+  return out.str();
+}
+
 nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
   Split split = load_split(options.split);
-  CA_CHECK(fs::is_directory(options.solutions), "solutions folder {} does not exist", options.solutions.string());
+  if (options.mode != sandbox::EvalMode::kBaselines)
+    CA_CHECK(fs::is_directory(options.solutions), "solutions folder {} does not exist", options.solutions.string());
   CA_CHECK(!options.gpus.empty(), "no GPUs to run on: pass --gpus 0,1,...");
   const fs::path results_dir = options.output_dir / "results";
   fs::create_directories(results_dir);
@@ -130,46 +195,8 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
   auto work = [&](int gpu) {
     for (size_t i = next++; i < split.tasks.size(); i = next++) {
       const TaskEntry& task = split.tasks[i];
-      const fs::path result_file = results_dir / (task.id + ".json");
-      auto solution = find_solution(options.solutions, task.id);
-      sandbox::SandboxOptions task_options = options.sandbox;
-      if (task.atol) task_options.atol = *task.atol;
-      if (task.rtol) task_options.rtol = *task.rtol;
-      nlohmann::json result;
       bool reused = false;
-      if (options.resume && solution && fs::exists(result_file)) {
-        try {
-          auto previous = nlohmann::json::parse(read_file(result_file));
-          if (previous.value("task_sha256", "") == sha_of(task.path) &&
-              previous.value("solution_sha256", "") == sandbox::solution_fingerprint(solution->string()) &&
-              previous.value("options", nlohmann::json()) == task_options.to_json() &&
-              previous.value("category", nlohmann::json()) != nlohmann::json(sandbox::category::kInfrastructure)) {
-            result = previous;
-            reused = true;
-          }
-        } catch (...) {
-        }
-      }
-      if (!reused) {
-        if (!solution) {
-          result = {{"task_id", task.id}, {"task_path", task.path.string()}, {"ok", false},
-                    {"category", "missing_solution"}, {"correct", nullptr}, {"reward", -1.0},
-                    {"message", fmt::format("no {}/{}/model_new.py or {}/{}.py", options.solutions.string(), task.id,
-                                            options.solutions.string(), task.id)},
-                    {"options", task_options.to_json()}};
-        } else {
-          sandbox::EvalRequest req;
-          req.task_path = task.path.string();
-          req.solution_path = solution->string();
-          req.task_id = task.id;
-          req.gpu = gpu;
-          req.options = task_options;
-          result = sandbox::evaluate(req);
-        }
-        result["level"] = task.level;
-        write_file_atomic(result_file, result.dump(2));
-      }
-      result["level"] = task.level;
+      nlohmann::json result = evaluate_task(options, task, gpu, results_dir, &reused);
       results[i] = result;
       const nlohmann::json reward = result.value("reward", nlohmann::json());
       reporter.step(fmt::format("{} (gpu {}): {}, reward {}{}", task.id, gpu,

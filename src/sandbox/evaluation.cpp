@@ -31,6 +31,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Thrown to finish early with a complete, successful result (the baselines mode).
+struct Done {};
+
 // A failure that ends the evaluation with a category.
 struct Failure {
   std::string category;
@@ -137,6 +140,89 @@ TimingOptions timing_options(const SandboxOptions& o) {
   return t;
 }
 
+// Builds kernels/ (the CUDA-Agent layout) if present, then imports model_new.py.
+py::module_ load_solution(const EvalRequest& req) {
+  const SandboxOptions& opt = req.options;
+  guarded(category::kCompileError, "building " + req.solution_path + "'s kernels/", [&] {
+    watch_cpp_extension();
+    build_kernels_dir(req.solution_path, (fs::path(opt.resolved_cache_dir()) / "extensions").string());
+  });
+  py::module_ solution;
+  try {
+    guarded(category::kLoadError, "importing the solution " + req.solution_path,
+            [&] { solution = load_python_file(req.solution_path, "cuda_agent_solution"); });
+  } catch (Failure& f) {
+    // An extension that torch.utils.cpp_extension failed to build is a compile error too.
+    if (runtime_stats().nvcc_used && f.message.find("Error building extension") != std::string::npos)
+      f.category = category::kCompileError;
+    throw;
+  }
+  if (!py::hasattr(solution, "ModelNew"))
+    throw Failure{category::kLoadError, fmt::format("the solution {} defines no class ModelNew", req.solution_path)};
+  return solution;
+}
+
+// ModelNew(*get_init_inputs()) on the device, with the reference's weights (strict).
+py::object build_candidate(py::module_& solution, py::handle init_inputs, py::handle reference,
+                           const std::string& device, int64_t seed) {
+  py::object candidate;
+  guarded(category::kInterfaceError, "building ModelNew with get_init_inputs()", [&] {
+    seed_everything(seed);
+    candidate = build_model(solution, "ModelNew", init_inputs).attr("to")(device);
+  });
+  guarded(category::kInterfaceError,
+          "copying the reference weights into ModelNew (load_state_dict, strict): ModelNew must have the same "
+          "parameter and buffer names and shapes as Model",
+          [&] { candidate.attr("load_state_dict")(reference.attr("state_dict")(), py::arg("strict") = true); });
+  return candidate;
+}
+
+// The eager and torch.compile timings of the task: from the cache when an entry with the same
+// key exists, else measured now (and stored). Sets *cache_hit.
+nlohmann::json baseline_timings(const EvalRequest& req, const nlohmann::json& result, py::handle reference,
+                                py::handle inputs, bool* cache_hit) {
+  const SandboxOptions& opt = req.options;
+  const TimingOptions topt = timing_options(opt);
+  BaselineKey key;
+  key.task_sha256 = result["task_sha256"];
+  key.gpu_name = result["device"]["name"];
+  key.torch_version = result["versions"]["torch"];
+  key.precision = opt.precision;
+  key.timing = {{"warmup_runs", opt.warmup_runs}, {"warmup_ms", opt.warmup_ms}, {"timed_runs", opt.timed_runs},
+                {"flush_l2", opt.flush_l2}, {"compile_mode", opt.compile_mode},
+                {"profile_compile", opt.profile_compile}, {"seed", opt.seed},
+                {"record_kernels", opt.record_kernels},
+                {"driver_version", result["device"]["driver_version"]}};
+  BaselineCache cache(fs::path(opt.resolved_cache_dir()) / "baselines");
+  if (opt.use_baseline_cache) {
+    if (auto hit = cache.get(key)) {
+      *cache_hit = true;
+      return *hit;
+    }
+  }
+  *cache_hit = false;
+  nlohmann::json entry = {{"eager", nullptr}, {"compile", nullptr}, {"compile_error", nullptr}};
+  guarded(category::kTaskError, "timing the eager reference", [&] {
+    TimingResult t = time_forward(reference, inputs, topt);
+    entry["eager"] = t.stats.to_json();
+    entry["eager_kernels"] = kernel_table(t.kernels, opt.timed_runs);
+  });
+  if (opt.profile_compile) {
+    try {
+      py::object compiled = py::module_::import("torch").attr("compile")(reference, py::arg("mode") = opt.compile_mode);
+      TimingResult t = time_forward(compiled, inputs, topt);
+      entry["compile"] = t.stats.to_json();
+      entry["compile_kernels"] = kernel_table(t.kernels, opt.timed_runs);
+    } catch (const std::exception& e) {
+      // torch.compile failing on a task is the baseline's problem, not the candidate's.
+      entry["compile_error"] = std::string(e.what()).substr(0, 2000);
+      CA_LOG_WARN("sandbox", "torch.compile failed on {}: {}", req.task_path, e.what());
+    }
+  }
+  if (opt.use_baseline_cache) cache.put(key, entry);
+  return entry;
+}
+
 }  // namespace
 
 nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::string& result_path) {
@@ -200,23 +286,12 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
       if (!py::hasattr(task, name))
         throw Failure{category::kTaskError, fmt::format("the task {} defines no {}", req.task_path, name)};
 
-    progress.enter("load_solution", result);
+    const bool baselines_only = req.mode == EvalMode::kBaselines;
     py::module_ solution;
-    guarded(category::kCompileError, "building " + req.solution_path + "'s kernels/", [&] {
-      watch_cpp_extension();
-      build_kernels_dir(req.solution_path, (fs::path(opt.resolved_cache_dir()) / "extensions").string());
-    });
-    try {
-      guarded(category::kLoadError, "importing the solution " + req.solution_path,
-              [&] { solution = load_python_file(req.solution_path, "cuda_agent_solution"); });
-    } catch (Failure& f) {
-      // An extension that torch.utils.cpp_extension failed to build is a compile error too.
-      if (runtime_stats().nvcc_used && f.message.find("Error building extension") != std::string::npos)
-        f.category = category::kCompileError;
-      throw;
+    if (!baselines_only) {
+      progress.enter("load_solution", result);
+      solution = load_solution(req);
     }
-    if (!py::hasattr(solution, "ModelNew"))
-      throw Failure{category::kLoadError, fmt::format("the solution {} defines no class ModelNew", req.solution_path)};
 
     progress.enter("build_models", result);
     py::object init_inputs, reference, candidate;
@@ -225,16 +300,9 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
       init_inputs = task.attr("get_init_inputs")();
       reference = build_model(task, "Model", init_inputs).attr("to")(device);
     });
-    guarded(category::kInterfaceError, "building ModelNew with get_init_inputs()", [&] {
-      seed_everything(opt.seed);
-      candidate = build_model(solution, "ModelNew", init_inputs).attr("to")(device);
-    });
-    guarded(category::kInterfaceError,
-            "copying the reference weights into ModelNew (load_state_dict, strict): ModelNew must have the same "
-            "parameter and buffer names and shapes as Model",
-            [&] { candidate.attr("load_state_dict")(reference.attr("state_dict")(), py::arg("strict") = true); });
+    if (!baselines_only) candidate = build_candidate(solution, init_inputs, reference, device, opt.seed);
 
-    if (req.mode != EvalMode::kProfile) {
+    if (req.mode == EvalMode::kVerify || req.mode == EvalMode::kEvaluate) {
       progress.enter("verify", result);
       nlohmann::json trials = nlohmann::json::array();
       bool all_ok = true;
@@ -277,60 +345,39 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
         inputs = draw_inputs(task, device);
       });
       const TimingOptions topt = timing_options(opt);
-      BaselineKey key;
-      key.task_sha256 = result["task_sha256"];
-      key.gpu_name = result["device"]["name"];
-      key.torch_version = result["versions"]["torch"];
-      key.precision = opt.precision;
-      key.timing = {{"warmup_runs", opt.warmup_runs}, {"warmup_ms", opt.warmup_ms}, {"timed_runs", opt.timed_runs},
-                    {"flush_l2", opt.flush_l2}, {"compile_mode", opt.compile_mode},
-                    {"profile_compile", opt.profile_compile}, {"seed", opt.seed},
-                    {"record_kernels", opt.record_kernels},
-                    {"driver_version", result["device"]["driver_version"]}};
-      BaselineCache cache(fs::path(opt.resolved_cache_dir()) / "baselines");
-      std::optional<nlohmann::json> baselines = opt.use_baseline_cache ? cache.get(key) : std::nullopt;
-      const bool cache_hit = baselines.has_value();
-      if (!baselines) {
-        nlohmann::json entry = {{"eager", nullptr}, {"compile", nullptr}, {"compile_error", nullptr}};
-        guarded(category::kTaskError, "timing the eager reference", [&] {
-          TimingResult t = time_forward(reference, inputs, topt);
-          entry["eager"] = t.stats.to_json();
-          entry["eager_kernels"] = kernel_table(t.kernels, opt.timed_runs);
-        });
-        if (opt.profile_compile) {
-          try {
-            py::object compiled = torch.attr("compile")(reference, py::arg("mode") = opt.compile_mode);
-            TimingResult t = time_forward(compiled, inputs, topt);
-            entry["compile"] = t.stats.to_json();
-            entry["compile_kernels"] = kernel_table(t.kernels, opt.timed_runs);
-          } catch (const std::exception& e) {
-            // torch.compile failing on a task is the baseline's problem, not the candidate's.
-            entry["compile_error"] = std::string(e.what()).substr(0, 2000);
-            CA_LOG_WARN("sandbox", "torch.compile failed on {}: {}", req.task_path, e.what());
-          }
-        }
-        if (opt.use_baseline_cache) cache.put(key, entry);
-        baselines = entry;
+      bool cache_hit = false;
+      const nlohmann::json baselines = baseline_timings(req, result, reference, inputs, &cache_hit);
+      if (req.mode == EvalMode::kBaselines) {
+        result["timings"] = {{"eager", baselines["eager"]},
+                             {"compile", baselines["compile"]},
+                             {"baselines_cached", cache_hit},
+                             {"compile_error", baselines["compile_error"]}};
+        result["kernels"] = {{"eager", baselines.value("eager_kernels", nlohmann::json::array())},
+                             {"compile", baselines.value("compile_kernels", nlohmann::json::array())}};
+        progress.close(result);
+        result["ok"] = true;
+        result["reward"] = nullptr;
+        throw Done{};
       }
       TimingResult cand;
       guarded(category::kRuntimeError, "timing ModelNew", [&] { cand = time_forward(candidate, inputs, topt); });
       nlohmann::json timings = {{"candidate", cand.stats.to_json()},
-                                {"eager", (*baselines)["eager"]},
-                                {"compile", (*baselines)["compile"]},
+                                {"eager", baselines["eager"]},
+                                {"compile", baselines["compile"]},
                                 {"baselines_cached", cache_hit},
-                                {"compile_error", (*baselines)["compile_error"]}};
+                                {"compile_error", baselines["compile_error"]}};
       result["timings"] = timings;
       result["kernels"] = {{"candidate", kernel_table(cand.kernels, opt.timed_runs)},
-                           {"eager", baselines->value("eager_kernels", nlohmann::json::array())},
-                           {"compile", baselines->value("compile_kernels", nlohmann::json::array())}};
+                           {"eager", baselines.value("eager_kernels", nlohmann::json::array())},
+                           {"compile", baselines.value("compile_kernels", nlohmann::json::array())}};
       const double cand_ms = cand.stats.median_ms;
       RewardInputs rin;
       rin.correct = result["correct"].is_boolean() && result["correct"].get<bool>();
       if (cand_ms > 0) {
-        rin.speedup_vs_eager = (*baselines)["eager"]["median_ms"].get<double>() / cand_ms;
+        rin.speedup_vs_eager = baselines["eager"]["median_ms"].get<double>() / cand_ms;
         result["speedup_vs_eager"] = *rin.speedup_vs_eager;
-        if (!(*baselines)["compile"].is_null()) {
-          rin.speedup_vs_compile = (*baselines)["compile"]["median_ms"].get<double>() / cand_ms;
+        if (!baselines["compile"].is_null()) {
+          rin.speedup_vs_compile = baselines["compile"]["median_ms"].get<double>() / cand_ms;
           result["speedup_vs_compile"] = *rin.speedup_vs_compile;
         }
       }
@@ -339,6 +386,8 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
     progress.close(result);
     result["ok"] = true;
     if (req.mode != EvalMode::kEvaluate) result["reward"] = nullptr;  // only evaluate scores
+  } catch (const Done&) {
+    // result is complete
   } catch (const Failure& f) {
     progress.close(result);
     result["ok"] = false;

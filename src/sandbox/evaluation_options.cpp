@@ -98,6 +98,7 @@ const char* to_string(EvalMode mode) {
     case EvalMode::kVerify: return "verify";
     case EvalMode::kProfile: return "profile";
     case EvalMode::kEvaluate: return "evaluate";
+    case EvalMode::kBaselines: return "baselines";
   }
   return "?";
 }
@@ -106,7 +107,8 @@ EvalMode eval_mode_from_string(const std::string& s) {
   if (s == "verify") return EvalMode::kVerify;
   if (s == "profile") return EvalMode::kProfile;
   if (s == "evaluate") return EvalMode::kEvaluate;
-  CA_FAIL("unknown evaluation mode '{}': use verify, profile or evaluate", s);
+  if (s == "baselines") return EvalMode::kBaselines;
+  CA_FAIL("unknown evaluation mode '{}': use verify, profile, evaluate or baselines", s);
 }
 
 nlohmann::json EvalRequest::to_json() const {

@@ -210,3 +210,18 @@ TEST(SandboxGpu, BaselinesAreCachedAcrossEvaluations) {
   // A cached baseline makes the second evaluation much shorter: no torch.compile.
   EXPECT_LT(second["worker_seconds"].get<double>(), first["worker_seconds"].get<double>());
 }
+
+TEST(SandboxGpu, BaselinesModeFillsTheCacheWithoutASolution) {
+  CA_REQUIRE_GPU();
+  auto options = fast_options();
+  options.seed = 7;  // a key no other test uses, so the first run measures
+  auto first = run_eval("tests/data/tasks/linear_small/model.py", "", EvalMode::kBaselines, options);
+  ASSERT_TRUE(first["ok"].get<bool>()) << first.dump(2);
+  EXPECT_FALSE(first["timings"]["baselines_cached"].get<bool>());
+  EXPECT_GT(first["timings"]["eager"]["median_ms"].get<double>(), 0.0);
+  EXPECT_TRUE(first["reward"].is_null());
+  auto scored = run_eval("tests/data/tasks/linear_small/model.py", solution("linear_ok"), EvalMode::kEvaluate, options);
+  ASSERT_TRUE(scored["ok"].get<bool>()) << scored.dump(2);
+  EXPECT_TRUE(scored["timings"]["baselines_cached"].get<bool>());
+  EXPECT_EQ(scored["timings"]["eager"]["median_ms"], first["timings"]["eager"]["median_ms"]);
+}

@@ -20,6 +20,9 @@ struct BenchOptions {
   std::vector<int> gpus = {0};
   bool resume = true;                   // skip tasks whose result for the same files exists
   bool interactive_progress = false;    // redraw the progress bar in place (a terminal)
+  // kEvaluate scores solutions; kBaselines only times eager and torch.compile per task into
+  // the shared baseline cache (`cuda-agent baselines`), so later benches reuse them.
+  sandbox::EvalMode mode = sandbox::EvalMode::kEvaluate;
   sandbox::SandboxOptions sandbox;
 };
 
@@ -31,6 +34,9 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress);
 // Pass rate, mean reward, faster-than-eager/compile counts and geometric-mean speedups over
 // the correct results (failed tasks listed by category).
 nlohmann::json summarize(const nlohmann::json& results);
+
+// The table of a baselines run: eager and torch.compile medians per task, cached or measured.
+std::string format_baselines_table(const nlohmann::json& results);
 
 // The result table as Markdown: one row per task, then the summary.
 std::string format_table(const nlohmann::json& results, const nlohmann::json& summary);

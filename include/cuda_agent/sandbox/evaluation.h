@@ -45,7 +45,8 @@ struct SandboxOptions {
   std::string resolved_cache_dir() const;
 };
 
-enum class EvalMode { kVerify, kProfile, kEvaluate };
+// kBaselines: time eager and torch.compile only (into the baseline cache); no solution.
+enum class EvalMode { kVerify, kProfile, kEvaluate, kBaselines };
 const char* to_string(EvalMode mode);
 EvalMode eval_mode_from_string(const std::string& s);
 
