@@ -181,12 +181,14 @@ std::string format_baselines_table(const nlohmann::json& results) {
 }
 
 nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
-  Split split = load_split(options.split);
+  // Own splits, KernelBench folders, and Ops-6K style rows (imported beside the run).
+  Split split = load_any_split(options.split, options.output_dir / "imported");
   if (options.mode != sandbox::EvalMode::kBaselines)
     CA_CHECK(fs::is_directory(options.solutions), "solutions folder {} does not exist", options.solutions.string());
   CA_CHECK(!options.gpus.empty(), "no GPUs to run on: pass --gpus 0,1,...");
   const fs::path results_dir = options.output_dir / "results";
   fs::create_directories(results_dir);
+  write_file_atomic(options.output_dir / "manifest.json", split_manifest(split).dump(2));
 
   std::vector<nlohmann::json> results(split.tasks.size());
   std::atomic<size_t> next{0};

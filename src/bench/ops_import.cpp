@@ -183,11 +183,14 @@ ImportedTask check_row(const fs::path& file, const Row& row) {
 
   if (r.contains("level") && !r["level"].is_null()) {
     const nlohmann::json& l = r["level"];
+    // 2.0 is what pandas makes of an integer column with gaps; "2" what a CSV export makes.
     double v = 0;
-    if (l.is_number()) v = l.get<double>();
-    else if (l.is_string() && !l.get<std::string>().empty() &&
-             l.get<std::string>().find_first_not_of("0123456789") == std::string::npos && l.get<std::string>().size() < 7)
-      v = std::stod(l.get<std::string>());
+    if (l.is_number()) {
+      v = l.get<double>();
+    } else if (l.is_string()) {
+      const std::string s = l.get<std::string>();
+      if (!s.empty() && s.size() < 7 && s.find_first_not_of("0123456789") == std::string::npos) v = std::stod(s);
+    }
     CA_CHECK(v >= 1 && v <= 1000000 && v == std::floor(v), "{}: 'level' must be a positive integer, got {}", where,
              l.dump());
     t.level = static_cast<int>(v);
@@ -229,8 +232,8 @@ std::set<std::string> previous_import(const fs::path& split_yaml) {
     for (const auto& t : doc.value("tasks", nlohmann::json::array()))
       if (t.is_object() && t.contains("id") && t["id"].is_string()) ids.insert(t["id"].get<std::string>());
   } catch (const Error& e) {
-    CA_LOG_WARN("bench", "{}: cannot read the earlier import ({}); its task folders are left in place", split_yaml.string(),
-                e.what());
+    CA_LOG_WARN("bench", "{}: cannot read the earlier import ({}); its task folders are left in place",
+                split_yaml.string(), e.what());
   }
   return ids;
 }

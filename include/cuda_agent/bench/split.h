@@ -120,8 +120,9 @@ Split load_any_split(const std::filesystem::path& path, const std::filesystem::p
 // Writes out_dir/tasks/<id>/model.py (the code, byte for byte; files already equal are left
 // untouched) and out_dir/split.yaml (name: the file's stem; every task with source "ops" and
 // extra {ops, data_source, row}, null where a column is absent), then returns load_split(out_dir).
-// Re-importing the same rows into the same out_dir is idempotent. Task folders listed by an
-// earlier import into out_dir and absent from this one are removed; nothing else is.
+// Re-importing the same rows into the same out_dir is idempotent. For a task listed by an
+// earlier import into out_dir and absent from this one, model.py is removed, and its folder
+// when nothing else is left in it; nothing else in out_dir is touched.
 //
 // Throws Error, writing nothing, when the file cannot be read, a line is not valid JSON (naming
 // the file and the line number), a row lacks what it needs (naming the row and, for JSONL, the
