@@ -1,13 +1,16 @@
 // cuda-agent: the command-line verbs. Verbs parse options and call the components; no logic.
 #include <algorithm>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cuda_agent/agent/episode.h"
 #include "cuda_agent/bench/bench_runner.h"
+#include "cuda_agent/bench/compare.h"
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/config.h"
 #include "cuda_agent/core/error.h"
@@ -178,12 +181,17 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "score the solutions of a split and print the result table");
   std::string split, solutions, gpus = "0", bench_out;
   bool no_resume = false;
-  bench->add_option("--split", split, "split folder (with split.yaml)")->required();
-  bench->add_option("--solutions", solutions, "folder of solutions: <id>/model_new.py or <id>.py")->required();
+  bench->add_option("--split", split, "split: a folder with split.yaml, a KernelBench folder (level1/...), or rows (.jsonl/.parquet)");
+  bench->add_option("--solutions", solutions, "folder of solutions: <id>/model_new.py or <id>.py");
   bench->add_option("--gpus", gpus, "comma-separated GPU indices to spread evaluations over");
   bench->add_option("--output", bench_out, "run folder (default runs/bench-<split>)");
   bench->add_flag("--no-resume", no_resume, "re-evaluate tasks that already have a result");
   add_common(bench, flags);
+  CLI::App* compare = bench->add_subcommand("compare", "show two bench runs side by side, per task and per level");
+  std::string run_a, run_b;
+  compare->add_option("run_a", run_a, "the first run folder (holding results/)")->required();
+  compare->add_option("run_b", run_b, "the second run folder")->required();
+  compare->add_flag("--json", json, "print the comparison as JSON");
 
   CLI::App* baselines = app.add_subcommand(
       "baselines", "time eager and torch.compile for every task of a split into the shared baseline cache");
@@ -191,6 +199,20 @@ int main(int argc, char** argv) {
   baselines->add_option("--gpus", gpus, "comma-separated GPU indices to spread tasks over");
   baselines->add_option("--output", bench_out, "run folder (default runs/baselines-<split>)");
   add_common(baselines, flags);
+
+  CLI::App* solve = app.add_subcommand("solve", "one agent episode on a task, transcript streamed, trajectory saved");
+  std::string policy_spec, skill_file = std::string(CUDA_AGENT_SKILLS_DIR) + "/cuda-kernel-sandbox/SKILL.md";
+  int max_turns = 150;
+  bool single_turn = false;
+  solve->add_option("--task", task, "the task's model.py")->required();
+  solve->add_option("--policy", policy_spec, "replay:FILE.jsonl (scripted tool calls) or openai:MODEL@BASE_URL")->required();
+  solve->add_option("--output", output, "episode folder (default runs/solve-<task>-<time>)");
+  solve->add_option("--skill", skill_file, "SKILL.md loaded into the system prompt");
+  solve->add_option("--max-turns", max_turns, "most policy replies (default 150)");
+  solve->add_flag("--single-turn", single_turn, "no tools: one answer holding model_new.py (the no-agent-loop ablation)");
+  solve->add_option("--device", device, "cuda (default) or cpu (verify-only scoring)");
+  solve->add_option("--gpu", gpu, "GPU index for the episode's checks");
+  add_common(solve, flags);
 
   CLI::App* doctor = app.add_subcommand("doctor", "show what this machine has for evaluations and what is missing");
   doctor->add_flag("--json", json, "print the report as JSON");
@@ -219,7 +241,14 @@ int main(int argc, char** argv) {
     for (const auto& [verb, cmd] : single)
       if (cmd->parsed()) return run_single(verb, task, solution, device, gpu, output, json, flags);
 
+    if (compare->parsed()) {
+      nlohmann::json comparison = bench::compare_runs(run_a, run_b);
+      std::cout << (json ? comparison.dump(2) + "\n" : bench::render_compare_md(comparison));
+      return 0;
+    }
     if (bench->parsed()) {
+      CA_CHECK(!split.empty() && !solutions.empty(),
+               "bench needs --split and --solutions (or the subcommand: bench compare RUN_A RUN_B)");
       bench::BenchOptions opts;
       opts.sandbox = resolve_options(flags);
       opts.split = split;
@@ -247,6 +276,26 @@ int main(int argc, char** argv) {
       nlohmann::json report = bench::run_bench(opts, std::cerr);
       std::cout << bench::format_baselines_table(report["results"]);
       return 0;
+    }
+    if (solve->parsed()) {
+      agent::EpisodeSpec spec;
+      spec.sandbox = resolve_options(flags);
+      spec.task = task;
+      spec.policy = policy_spec;
+      spec.skill_file = skill_file;
+      spec.device = device;
+      spec.gpu = gpu;
+      spec.agent.max_turns = max_turns;
+      spec.agent.single_turn = single_turn;
+      spec.output_dir = output.empty() ? fs::path("runs") / fmt::format("solve-{}-{}", fs::absolute(task).parent_path().filename().string(),
+                                                                        std::time(nullptr))
+                                       : fs::path(output);
+      if (device == "cuda") require_gpu("solve");
+      agent::EpisodeResult r = agent::run_task_episode(spec, [](const nlohmann::json& event) {
+        std::cout << agent::format_event(event) << std::flush;
+      });
+      std::cout << fmt::format("trajectory: {}\n", (spec.output_dir / "trajectory.jsonl").string());
+      return r.reward > 0 ? 0 : kExitFailed;
     }
     if (doctor->parsed()) {
       set_log_level("error");

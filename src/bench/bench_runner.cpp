@@ -3,11 +3,13 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
+#include "cuda_agent/bench/report.h"
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
@@ -180,6 +182,24 @@ std::string format_baselines_table(const nlohmann::json& results) {
   return out.str();
 }
 
+// What report.md's header says about the run: the split, the date, and the machine as the
+// first result that reached the GPU recorded it.
+nlohmann::json run_meta(const Split& split, const nlohmann::json& results, const BenchOptions& options) {
+  nlohmann::json meta = {{"split", split.name}, {"run_dir", options.output_dir.string()}};
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
+  meta["date"] = date;
+  for (const auto& r : results) {
+    if (r.contains("device") && r["device"].is_object()) {
+      meta["gpu"] = r["device"].value("name", "");
+      if (r.contains("versions") && r["versions"].is_object()) meta["torch_version"] = r["versions"].value("torch", "");
+      break;
+    }
+  }
+  return meta;
+}
+
 nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
   // Own splits, KernelBench folders, and Ops-6K style rows (imported beside the run).
   Split split = load_any_split(options.split, options.output_dir / "imported");
@@ -217,6 +237,7 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
   nlohmann::json report = {{"split", split.name}, {"results", all}, {"summary", summary}};
   write_file_atomic(options.output_dir / "summary.json", nlohmann::json{{"split", split.name}, {"summary", summary}}.dump(2));
   write_file_atomic(options.output_dir / "results.md", format_table(all, summary));
+  if (options.mode != sandbox::EvalMode::kBaselines) write_report(options.output_dir, all, run_meta(split, all, options));
   return report;
 }
 

@@ -256,8 +256,14 @@ std::string render_report_md(const nlohmann::json& metrics, const nlohmann::json
   out << "---\n\n**Conventions.** Both geomean conventions are reported because they differ whenever a task "
          "fails; check which one a published figure uses before comparing with it.\n\n";
   const json conventions = field(metrics, "conventions").is_object() ? field(metrics, "conventions") : metric_conventions();
+  // Logical order first (json objects iterate alphabetically), then any other key.
+  std::vector<std::string> order = {"passing", "denominator", "faster", "faster_than_compile", "geomean_correct_only",
+                                    "geomean_failures_as_1", "fast_p", "rewards", "failures"};
   for (auto it = conventions.begin(); it != conventions.end(); ++it)
-    out << fmt::format("- *{}*: {}\n", md_cell(it.key()), md_cell(meta_value(it.value())));
+    if (std::find(order.begin(), order.end(), it.key()) == order.end()) order.push_back(it.key());
+  for (const std::string& k : order)
+    if (conventions.contains(k))
+      out << fmt::format("- *{}*: {}\n", md_cell(k), md_cell(meta_value(conventions.at(k))));
   return out.str();
 }
 

@@ -107,10 +107,10 @@ std::string speedup_strip_svg(const std::vector<SpeedupGroup>& groups, const std
   s += fmt::format("<rect x=\"{}\" y=\"43\" width=\"14\" height=\"14\" fill=\"#dbe9f6\" stroke=\"#555555\"/>\n", n2(lx));
   s += line(lx, 50, lx + 14, 50, "#222222", " stroke-width=\"2\"");
   s += text(lx + 20, 54, "quartiles (box), median (line)", "start");
-  lx += 210;
+  lx += 205;
   s += line(lx, 50, lx + 18, 50, "#555555");
   s += text(lx + 24, 54, "min to max (whiskers)", "start");
-  lx += 160;
+  lx += 170;
   s += line(lx, 50, lx + 24, 50, "#d62728", " stroke-dasharray=\"6 4\" stroke-width=\"1.5\"");
   s += text(lx + 30, 54, "1.0x (same as eager)", "start");
 

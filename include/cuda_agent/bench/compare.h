@@ -27,9 +27,10 @@ namespace cuda_agent::bench {
 // Ratio of speedups beyond which a passing task counts as faster or slower (5%).
 inline constexpr double kCompareSpeedupTolerance = 0.05;
 
-// Reads every results/*.json of a run folder, sorted by file name. Throws Error naming the
-// folder when it has no results/ folder, and naming the file when one is not a JSON object or
-// two files share a task_id.
+// Reads every results/*.json of a run folder, sorted by file name; a result without a string
+// task_id gets the file name without .json as its task_id. Throws Error naming the folder when
+// it has no results/ folder, and naming the file when one is not valid JSON, not a JSON object,
+// or shares its task_id with another file.
 nlohmann::json load_run_results(const std::filesystem::path& run_dir);
 
 // Compares two run folders. Returns

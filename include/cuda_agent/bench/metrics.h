@@ -29,11 +29,11 @@
 //                even one without a speedup. The compile curve uses speedup_vs_compile, or
 //                speedup_vs_eager where torch.compile was not timed (as above), so
 //                fast_1.05 of each curve equals the faster-than rate when all margins are 0.05.
-//   rewards      a reward that is not a finite number counts as -1. "rewards" counts -1 for
-//                every result and the milestone values 1, 2, 3 (other values under their own
-//                key); a non-failed raw_speedup reward (reward_kind or options.reward is
-//                "raw_speedup") goes into "raw_speedup_histogram" instead, in the bins of
-//                kRawRewardBinEdges. mean_reward is over all tasks.
+//   rewards      a reward that is not a finite number counts as -1. "rewards" counts the
+//                values -1, 1, 2 and 3 (always present, 0 when none; any other value under its
+//                own {:g} key); a raw_speedup reward other than -1 (reward_kind, else
+//                options.reward, is "raw_speedup") goes into "raw_speedup_histogram" instead,
+//                in the bins of kRawRewardBinEdges. mean_reward is over all tasks.
 //   failures     failures_by_category counts the results that are not passing, by category
 //                ("not_verified" for ok without correct == true, "unknown" without a category).
 //   levels       the result's integer level ("1", "2", ...), "unknown" when absent or not an

@@ -1,0 +1,36 @@
+// One agent episode on one task, end to end: a fresh workspace under the output folder, the
+// tools, the locked verify/profile scripts (this binary's verbs), the policy, the loop, the
+// sandbox scoring of the final model_new.py, and the trajectory written as JSONL.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/agent/agent_loop.h"
+#include "cuda_agent/sandbox/evaluation.h"
+
+namespace cuda_agent::agent {
+
+struct EpisodeSpec {
+  std::filesystem::path task;         // the task's model.py
+  std::string policy;                 // a make_policy() spec, e.g. replay:episode.jsonl
+  std::filesystem::path output_dir;   // gets workspace/, trajectory.jsonl, result.json; must not hold a workspace yet
+  std::filesystem::path skill_file;   // SKILL.md for the system prompt (empty: none)
+  std::string device = "cuda";        // "cpu": verify-only scoring, for machines without a GPU
+  int gpu = 0;
+  AgentOptions agent;                 // limits; skill and task_text are filled from the files
+  sandbox::SandboxOptions sandbox;
+};
+
+// Runs the episode; on_event sees every trajectory event as it happens (for a live
+// transcript). Throws Error for bad specs (missing task, unknown policy, occupied output
+// folder); everything the policy, the tools and the solution do ends up in the result.
+EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void(const nlohmann::json&)>& on_event = {});
+
+// A readable rendering of one event for the streamed transcript.
+std::string format_event(const nlohmann::json& event, size_t max_output_chars = 2000);
+
+}  // namespace cuda_agent::agent

@@ -1,0 +1,53 @@
+// A tool the agent calls: a name, an OpenAI function-tool schema, and run(arguments) that
+// returns an observation. Tools follow the semantics of Claude Code's tools (Bash, Read, Edit,
+// ...), bound to one episode's Workspace; ToolRegistry (tool_registry.h) builds all ten.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace cuda_agent::agent {
+
+// What one call produced. `output` is the text the model sees (the observation), already
+// truncated to ToolOptions::max_output_chars and valid UTF-8 when it comes from
+// ToolRegistry::call. `ok` is false for errors: a bad argument, a refused path, a failed edit,
+// a command that exited non-zero or timed out. An error is still an observation for the
+// model, never an exception. `data` carries machine-readable details for the loop and the
+// trajectory (exit_code, shell_id, replacements, ...); null when there are none.
+struct ToolResult {
+  bool ok = true;
+  std::string output;
+  nlohmann::json data;
+};
+
+// Limits shared by the tools of one registry.
+struct ToolOptions {
+  // Any observation longer than this keeps its head and tail around a
+  // "[... N characters truncated ...]" notice. Must be >= 1000.
+  size_t max_output_chars = 30000;
+  // Bash's timeout when the call gives none, and the cap on the one it gives. Must be > 0,
+  // with default_timeout_s <= max_timeout_s.
+  double default_timeout_s = 120;
+  double max_timeout_s = 600;
+};
+
+// One tool. Implementations hold references to the registry's workspace and scratch space;
+// they are not thread-safe (an episode calls its tools one at a time).
+class Tool {
+ public:
+  virtual ~Tool() = default;
+  virtual std::string name() const = 0;
+  // OpenAI function-tool schema:
+  //   {"type": "function", "function": {"name", "description", "parameters": {JSON Schema}}}.
+  // parameters is an object schema with "properties", "required" and
+  // "additionalProperties": false.
+  virtual nlohmann::json schema() const = 0;
+  // Runs the tool on arguments that ToolRegistry::call has already checked against the
+  // schema (required present, types and enums right, nulls dropped). Never throws: every
+  // failure becomes an ok=false result whose output says what went wrong and what to do.
+  virtual ToolResult run(const nlohmann::json& arguments) = 0;
+};
+
+}  // namespace cuda_agent::agent

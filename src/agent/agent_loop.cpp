@@ -1,0 +1,193 @@
+#include "cuda_agent/agent/agent_loop.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+
+namespace cuda_agent::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+size_t total_chars(const std::vector<ChatMessage>& messages) {
+  size_t n = 0;
+  for (const auto& m : messages) {
+    n += m.content.size();
+    for (const auto& c : m.tool_calls) n += c.arguments.dump().size() + c.name.size();
+  }
+  return n;
+}
+
+// Over budget: shorten the oldest tool observations (keeping the newest intact), head and tail.
+void enforce_budget(std::vector<ChatMessage>& messages, const AgentOptions& o) {
+  if (total_chars(messages) <= o.context_budget_chars) return;
+  std::vector<size_t> tool_indices;
+  for (size_t i = 0; i < messages.size(); ++i)
+    if (messages[i].role == "tool") tool_indices.push_back(i);
+  if (tool_indices.size() <= o.keep_recent_observations) return;
+  const size_t shortenable = tool_indices.size() - o.keep_recent_observations;
+  for (size_t k = 0; k < shortenable && total_chars(messages) > o.context_budget_chars; ++k) {
+    std::string& text = messages[tool_indices[k]].content;
+    if (text.size() <= o.shortened_observation_chars) continue;
+    const size_t half = o.shortened_observation_chars / 2;
+    text = text.substr(0, half) +
+           fmt::format("\n[... {} characters of this old observation removed to fit the context ...]\n",
+                       text.size() - 2 * half) +
+           text.substr(text.size() - half);
+  }
+}
+
+std::string check_kind(const ToolCall& call) {
+  if (call.name != "Bash") return "";
+  const std::string cmd = call.arguments.value("command", "");
+  if (cmd.find("verify.sh") != std::string::npos) return "verify";
+  if (cmd.find("profile.sh") != std::string::npos) return "profile";
+  return "";
+}
+
+}  // namespace
+
+std::string extract_python_block(const std::string& text) {
+  std::string best;
+  size_t pos = 0;
+  while (true) {
+    size_t open = text.find("```python", pos);
+    if (open == std::string::npos) break;
+    size_t start = text.find('\n', open);
+    if (start == std::string::npos) break;
+    size_t close = text.find("```", start + 1);
+    best = text.substr(start + 1, close == std::string::npos ? std::string::npos : close - start - 1);
+    if (close == std::string::npos) break;
+    pos = close + 3;
+  }
+  return best;
+}
+
+std::string system_prompt(const AgentOptions& o) {
+  std::string p =
+      "You are an expert CUDA engineer. Your job: make the PyTorch model in model.py faster by writing "
+      "ModelNew in model_new.py with your own CUDA kernels, computing the same outputs.\n\n";
+  if (o.single_turn) {
+    p += "Answer with the complete model_new.py in one ```python code block. You cannot run anything; your "
+         "answer is checked for correctness and timed against eager PyTorch and torch.compile.\n\n";
+  } else {
+    p += "You work in a workspace through tools. To call a tool, write\n<tool_call>\n{\"name\": \"TOOL\", "
+         "\"arguments\": {...}}\n</tool_call>\n(or use the tools API). Run ./verify.sh to check correctness and "
+         "./profile.sh to time your solution. When you are done, reply without a tool call.\n\n";
+  }
+  if (!o.skill.empty()) p += o.skill;
+  return p;
+}
+
+EpisodeResult run_episode(Policy& policy, Workspace& workspace, ToolRegistry& tools, const AgentOptions& o,
+                          const Scorer& scorer, const std::function<void(const nlohmann::json&)>& on_event) {
+  EpisodeResult result;
+  const auto start = Clock::now();
+  auto emit = [&](nlohmann::json event) {
+    event["time_s"] = std::chrono::duration<double>(Clock::now() - start).count();
+    if (on_event) on_event(event);
+    result.trajectory.push_back(std::move(event));
+  };
+
+  PolicyRequest request;
+  request.messages.push_back({"system", system_prompt(o), {}, "", ""});
+  request.messages.push_back(
+      {"user",
+       fmt::format("Here is the task, model.py:\n```python\n{}\n```\n{}", o.task_text,
+                   o.single_turn ? "Write model_new.py." : "The workspace holds model.py, model_new.py, verify.sh and profile.sh."),
+       {}, "", ""});
+  if (!o.single_turn) request.tools = tools.schemas();
+  emit({{"type", "system"}, {"content", request.messages[0].content}});
+  emit({{"type", "user"}, {"content", request.messages[1].content}});
+
+  int invalid_streak = 0, repeat_streak = 0, next_id = 0;
+  std::string last_call_key;
+  result.stop_reason = "max_turns";
+  for (int turn = 1; turn <= o.max_turns; ++turn) {
+    result.turns = turn;
+    PolicyReply reply;
+    const auto t0 = Clock::now();
+    try {
+      reply = policy.complete(request);
+    } catch (const std::exception& e) {
+      emit({{"type", "error"}, {"turn", turn}, {"source", "policy"}, {"message", e.what()}});
+      result.stop_reason = "policy_error";
+      break;
+    }
+    const double gen_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    ParsedReply parsed;
+    if (!reply.tool_calls.empty()) {
+      parsed.content = reply.text;
+      parsed.calls = reply.tool_calls;
+    } else if (!o.single_turn) {
+      parsed = parse_hermes_tool_calls(reply.text, next_id);
+    } else {
+      parsed.content = reply.text;
+    }
+    next_id += static_cast<int>(parsed.calls.size());
+    emit({{"type", "assistant"}, {"turn", turn}, {"content", reply.text}, {"generation_s", gen_s},
+          {"finish_reason", reply.finish_reason}, {"prompt_tokens", reply.prompt_tokens},
+          {"completion_tokens", reply.completion_tokens}, {"parse_errors", parsed.errors},
+          {"unterminated_call", parsed.unterminated_call}});
+    ChatMessage assistant{"assistant", reply.tool_calls.empty() ? parsed.content : reply.text, parsed.calls, "", ""};
+    request.messages.push_back(assistant);
+
+    if (o.single_turn) {
+      const std::string code = extract_python_block(reply.text);
+      write_file_atomic(workspace.resolve("model_new.py"), code);
+      emit({{"type", "answer"}, {"turn", turn}, {"found_code", !code.empty()}});
+      result.stop_reason = "single_turn";
+      break;
+    }
+    if (parsed.calls.empty() && parsed.errors.empty()) {
+      result.stop_reason = "answered";
+      break;
+    }
+    bool any_ok = false;
+    for (const auto& err : parsed.errors) {
+      ++result.invalid_tool_calls;
+      request.messages.push_back({"user", "Your tool call could not be parsed: " + err, {}, "", ""});
+      emit({{"type", "observation"}, {"turn", turn}, {"ok", false}, {"output", err}, {"parse_error", true}});
+    }
+    for (const auto& call : parsed.calls) {
+      ++result.tool_calls;
+      const std::string key = call.name + call.arguments.dump();
+      repeat_streak = key == last_call_key ? repeat_streak + 1 : 1;
+      last_call_key = key;
+      const auto c0 = Clock::now();
+      ToolResult r = tools.call(call.name, call.arguments);
+      const double tool_s = std::chrono::duration<double>(Clock::now() - c0).count();
+      any_ok = any_ok || r.ok;
+      if (!r.ok) ++result.invalid_tool_calls;
+      nlohmann::json event = {{"type", "observation"}, {"turn", turn}, {"call_id", call.id}, {"tool", call.name},
+                              {"arguments", call.arguments}, {"ok", r.ok}, {"output", r.output}, {"tool_s", tool_s}};
+      if (const std::string kind = check_kind(call); !kind.empty()) event["sandbox_check"] = kind;
+      emit(event);
+      request.messages.push_back({"tool", r.output, {}, call.id, call.name});
+    }
+    invalid_streak = any_ok ? 0 : invalid_streak + 1;
+    if (invalid_streak >= o.max_invalid_turns) {
+      result.stop_reason = "invalid_tool_calls";
+      break;
+    }
+    if (repeat_streak >= o.max_repeated_calls) {
+      result.stop_reason = "looping";
+      break;
+    }
+    enforce_budget(request.messages, o);
+  }
+
+  const std::string solution = workspace.resolve("model_new.py").string();
+  result.score = scorer(solution);
+  const nlohmann::json reward = result.score.value("reward", nlohmann::json());
+  result.reward = reward.is_number() ? reward.get<double>() : -1.0;
+  emit({{"type", "score"}, {"stop_reason", result.stop_reason}, {"turns", result.turns},
+        {"tool_calls", result.tool_calls}, {"invalid_tool_calls", result.invalid_tool_calls},
+        {"reward", result.reward}, {"result", result.score}});
+  return result;
+}
+
+}  // namespace cuda_agent::agent

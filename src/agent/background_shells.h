@@ -1,0 +1,73 @@
+// Background shells for Bash(run_in_background): `bash -c COMMAND` in its own session and
+// process group, stdin /dev/null, stdout and stderr into one file in a scratch directory the
+// registry owns (outside the workspace), read incrementally by BashOutput.
+//
+// A shell that has exited is left unreaped (a zombie) until kill() or the destructor, so that
+// its process-group id cannot be reused while we may still signal the group. Not
+// thread-safe. Uses waitid/waitpid on its own children only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cuda_agent::agent {
+
+struct ShellStatus {
+  enum class State { kRunning, kExited, kKilled };
+  State state = State::kRunning;
+  int exit_code = -1;  // kExited
+  int signal = 0;      // kKilled: the signal that ended the shell
+  // "running", "exited with code 0", "killed by signal 15 (Terminated)".
+  std::string describe() const;
+};
+
+class BackgroundShells {
+ public:
+  static constexpr size_t kMaxRunning = 16;
+
+  explicit BackgroundShells(std::filesystem::path scratch);
+  ~BackgroundShells();  // SIGKILLs every shell's group and reaps the shells
+  BackgroundShells(const BackgroundShells&) = delete;
+  BackgroundShells& operator=(const BackgroundShells&) = delete;
+
+  // Starts the shell; returns its id ("bash_1", "bash_2", ...). `env` is the complete
+  // environment. Throws Error when kMaxRunning shells are running or bash cannot start.
+  std::string start(const std::string& command, const std::filesystem::path& cwd,
+                    const std::map<std::string, std::string>& env);
+
+  bool has(const std::string& id) const;
+  // Ids of all shells, in start order, with their status.
+  std::vector<std::pair<std::string, ShellStatus>> list();
+  // These throw Error for an unknown id.
+  ShellStatus status(const std::string& id);
+  const std::filesystem::path& output_path(const std::string& id) const;
+  uint64_t read_offset(const std::string& id) const;
+  void set_read_offset(const std::string& id, uint64_t offset);
+  // Stops the shell's whole group (SIGTERM, SIGKILL after 1 s) and reaps it; for a shell that
+  // already ended, kills what is left of its group. Returns the final status; `was_running`
+  // tells whether it was still running.
+  ShellStatus kill(const std::string& id, bool* was_running);
+
+ private:
+  struct Shell {
+    std::string id;
+    pid_t pid = -1;
+    std::filesystem::path output;
+    uint64_t offset = 0;
+    bool reaped = false;
+    ShellStatus final_status;  // once reaped
+  };
+  Shell& find(const std::string& id);
+  const Shell& find(const std::string& id) const;
+  ShellStatus poll(Shell& shell);
+
+  std::filesystem::path scratch_;
+  std::vector<Shell> shells_;
+};
+
+}  // namespace cuda_agent::agent

@@ -1,0 +1,139 @@
+#include "cuda_agent/agent/episode.h"
+
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "cuda_agent/agent/policy.h"
+#include "cuda_agent/agent/tool_registry.h"
+#include "cuda_agent/agent/workspace.h"
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/core/hash.h"
+
+namespace fs = std::filesystem;
+
+namespace cuda_agent::agent {
+namespace {
+
+std::string self_executable() {
+  if (const char* env = std::getenv("CUDA_AGENT_BIN"); env && *env) return env;
+  std::error_code ec;
+  fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  CA_CHECK(!ec, "cannot find this program's path: {}", ec.message());
+  return p.string();
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string clip(const std::string& text, size_t max_chars) {
+  if (text.size() <= max_chars) return text;
+  return text.substr(0, max_chars) + fmt::format("\n[... {} more characters]", text.size() - max_chars);
+}
+
+}  // namespace
+
+std::string format_event(const nlohmann::json& e, size_t max_chars) {
+  const std::string type = e.value("type", "");
+  if (type == "system") return "";  // long and always the same
+  if (type == "user") return "── task ──\n" + clip(e.value("content", ""), max_chars) + "\n";
+  if (type == "assistant") {
+    std::string s = fmt::format("── turn {} ── assistant ({:.1f} s)\n{}\n", e.value("turn", 0), e.value("generation_s", 0.0),
+                                clip(e.value("content", ""), max_chars));
+    for (const auto& err : e.value("parse_errors", nlohmann::json::array())) s += "  ! " + err.get<std::string>() + "\n";
+    return s;
+  }
+  if (type == "observation") {
+    if (e.value("parse_error", false)) return "";
+    return fmt::format("→ {} {}{}\n{}\n", e.value("tool", "?"), clip(e.value("arguments", nlohmann::json::object()).dump(), 300),
+                       e.value("ok", false) ? "" : "  [error]", clip(e.value("output", ""), max_chars));
+  }
+  if (type == "error") return fmt::format("!! {} error: {}\n", e.value("source", "?"), e.value("message", ""));
+  if (type == "answer") return e.value("found_code", false) ? "(answer holds model_new.py)\n" : "(no ```python block in the answer)\n";
+  if (type == "score") {
+    const nlohmann::json& r = e["result"];
+    return fmt::format("══ episode ended: {} after {} turns, {} tool calls ({} invalid); reward {:g}{}\n",
+                       e.value("stop_reason", "?"), e.value("turns", 0), e.value("tool_calls", 0),
+                       e.value("invalid_tool_calls", 0), e.value("reward", -1.0),
+                       r.value("ok", false) ? "" : fmt::format(" [{}: {}]", r.value("category", nlohmann::json("?")).dump(),
+                                                              clip(r.value("message", ""), 300)));
+  }
+  return "";
+}
+
+EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void(const nlohmann::json&)>& on_event) {
+  CA_CHECK(fs::is_regular_file(spec.task), "--task {}: no such file", spec.task.string());
+  CA_CHECK(spec.device == "cuda" || spec.device == "cpu", "device must be cuda or cpu, got '{}'", spec.device);
+  std::unique_ptr<Policy> policy = make_policy(spec.policy);
+  const fs::path task = fs::absolute(spec.task);
+  const fs::path ws_root = spec.output_dir / "workspace";
+  CA_CHECK(!fs::exists(ws_root), "{} already holds a workspace; choose another --output", spec.output_dir.string());
+  fs::create_directories(spec.output_dir);
+
+  // The scripts call this binary's verbs on the original task file, so that nothing done to
+  // the workspace copy changes what is checked.
+  const std::string bin = shell_quote(self_executable());
+  const std::string device_flag = spec.device == "cpu" ? " --device cpu" : fmt::format(" --gpu {}", spec.gpu);
+  WorkspaceOptions wopts;
+  wopts.root = ws_root;
+  wopts.task_file = task;
+  wopts.verify_command = fmt::format("{} verify --task {} --solution model_new.py{}", bin, shell_quote(task.string()), device_flag);
+  wopts.profile_command = spec.device == "cpu" ? ""
+                          : fmt::format("{} profile --task {} --solution model_new.py{}", bin, shell_quote(task.string()), device_flag);
+  Workspace workspace = Workspace::create(wopts);
+  std::map<std::string, std::string> env = {{"CUDA_AGENT_CACHE_DIR", spec.sandbox.resolved_cache_dir()}};
+  if (spec.device == "cuda") env["CUDA_VISIBLE_DEVICES"] = std::to_string(spec.gpu);
+  ToolRegistry tools(workspace, {}, env);
+
+  AgentOptions options = spec.agent;
+  options.task_text = read_file(task);
+  if (!spec.skill_file.empty()) options.skill = read_file(spec.skill_file);
+
+  sandbox::SandboxOptions sandbox_options = spec.sandbox;
+  // Bash is not confined yet, and as root file modes do not stop it: if the original task
+  // changed during the episode, the episode fails instead of being scored against it.
+  const std::string task_sha = sha256_hex(read_file(task));
+  Scorer scorer = [&](const std::string& solution) {
+    if (sha256_hex(read_file(task)) != task_sha) {
+      return nlohmann::json{{"ok", false}, {"category", "task_modified"}, {"reward", -1.0}, {"correct", nullptr},
+                            {"message", fmt::format("the task file {} changed during the episode; it is not scored",
+                                                    task.string())}};
+    }
+    sandbox::EvalRequest req;
+    req.task_path = task.string();
+    req.solution_path = solution;
+    req.task_id = task.parent_path().filename().string();
+    req.mode = spec.device == "cpu" ? sandbox::EvalMode::kVerify : sandbox::EvalMode::kEvaluate;
+    req.device = spec.device;
+    req.gpu = spec.gpu;
+    req.options = sandbox_options;
+    nlohmann::json r = sandbox::evaluate(req);
+    // Verify-only scoring (no GPU): a correct solution earns 1, as correct-but-not-faster does.
+    if (req.mode == sandbox::EvalMode::kVerify && r.value("ok", false)) r["reward"] = 1.0;
+    return r;
+  };
+
+  std::ofstream trajectory(spec.output_dir / "trajectory.jsonl");
+  CA_CHECK(trajectory.good(), "cannot write {}", (spec.output_dir / "trajectory.jsonl").string());
+  trajectory << nlohmann::json{{"type", "episode"}, {"task", task.string()}, {"policy", policy->name()},
+                               {"device", spec.device}, {"max_turns", options.max_turns},
+                               {"single_turn", options.single_turn}}.dump()
+             << "\n";
+  auto record = [&](const nlohmann::json& event) {
+    trajectory << event.dump() << "\n" << std::flush;
+    if (on_event) on_event(event);
+  };
+  EpisodeResult result = run_episode(*policy, workspace, tools, options, scorer, record);
+  write_file_atomic(spec.output_dir / "result.json",
+                    nlohmann::json{{"stop_reason", result.stop_reason}, {"turns", result.turns},
+                                   {"tool_calls", result.tool_calls}, {"invalid_tool_calls", result.invalid_tool_calls},
+                                   {"reward", result.reward}, {"score", result.score}}
+                        .dump(2));
+  return result;
+}
+
+}  // namespace cuda_agent::agent

@@ -1,0 +1,74 @@
+#include "cuda_agent/agent/policy.h"
+
+#include <sstream>
+
+#include "cuda_agent/agent/openai_policy.h"
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+
+namespace cuda_agent::agent {
+
+nlohmann::json ChatMessage::to_json() const {
+  nlohmann::json j = {{"role", role}, {"content", content}};
+  if (!tool_calls.empty()) {
+    nlohmann::json calls = nlohmann::json::array();
+    for (const auto& c : tool_calls)
+      calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments.dump()}}}});
+    j["tool_calls"] = calls;
+  }
+  if (!tool_call_id.empty()) j["tool_call_id"] = tool_call_id;
+  if (!name.empty()) j["name"] = name;
+  return j;
+}
+
+ReplayPolicy::ReplayPolicy(const std::filesystem::path& jsonl) : path_(jsonl) {
+  std::istringstream in(read_file(jsonl));
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    CA_CHECK(!j.is_discarded() && j.is_object(), "{}:{}: not a JSON object; each line is one reply: "
+             "{{\"content\": \"...\"}} or {{\"content\": \"...\", \"tool_calls\": [...]}}", jsonl.string(), number);
+    PolicyReply reply;
+    reply.text = j.value("content", "");
+    reply.finish_reason = "stop";
+    if (j.contains("tool_calls")) {
+      CA_CHECK(j["tool_calls"].is_array(), "{}:{}: tool_calls must be a list", jsonl.string(), number);
+      int i = 0;
+      for (const auto& c : j["tool_calls"]) {
+        CA_CHECK(c.is_object() && c.contains("name") && c["name"].is_string(),
+                 "{}:{}: tool_calls[{}] needs a \"name\"", jsonl.string(), number, i);
+        ToolCall call;
+        call.id = c.value("id", "replay_" + std::to_string(number) + "_" + std::to_string(i));
+        call.name = c["name"];
+        call.arguments = c.value("arguments", nlohmann::json::object());
+        reply.tool_calls.push_back(std::move(call));
+        ++i;
+      }
+      reply.finish_reason = "tool_calls";
+    }
+    replies_.push_back(std::move(reply));
+  }
+}
+
+PolicyReply ReplayPolicy::complete(const PolicyRequest&) {
+  if (next_ >= replies_.size()) {
+    PolicyReply done;
+    done.text = "Done.";
+    done.finish_reason = "stop";
+    return done;
+  }
+  return replies_[next_++];
+}
+
+std::unique_ptr<Policy> make_policy(const std::string& spec) {
+  if (spec.rfind("replay:", 0) == 0) return std::make_unique<ReplayPolicy>(spec.substr(7));
+  if (spec.rfind("openai:", 0) == 0) return std::make_unique<OpenAiPolicy>(parse_openai_spec(spec));
+  CA_FAIL("unknown policy '{}': use replay:PATH.jsonl (scripted tool calls) or openai:MODEL@BASE_URL "
+          "(an OpenAI-compatible server)",
+          spec);
+}
+
+}  // namespace cuda_agent::agent

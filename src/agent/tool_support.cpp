@@ -1,0 +1,220 @@
+#include "tool_support.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <system_error>
+
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+
+namespace cuda_agent::agent {
+
+namespace fs = std::filesystem;
+
+ToolResult tool_error(std::string message, nlohmann::json data) {
+  ToolResult result;
+  result.ok = false;
+  result.output = std::move(message);
+  result.data = std::move(data);
+  return result;
+}
+
+nlohmann::json function_schema(const std::string& name, const std::string& description,
+                               nlohmann::json properties, std::vector<std::string> required) {
+  nlohmann::json parameters = {{"type", "object"},
+                               {"properties", std::move(properties)},
+                               {"required", std::move(required)},
+                               {"additionalProperties", false}};
+  return {{"type", "function"},
+          {"function",
+           {{"name", name}, {"description", description}, {"parameters", parameters}}}};
+}
+
+bool has_arg(const nlohmann::json& args, const char* key) {
+  return args.is_object() && args.contains(key) && !args.at(key).is_null();
+}
+
+std::string string_arg(const nlohmann::json& args, const char* key, std::string fallback) {
+  return has_arg(args, key) && args.at(key).is_string() ? args.at(key).get<std::string>()
+                                                        : fallback;
+}
+
+int64_t int_arg(const nlohmann::json& args, const char* key, int64_t fallback) {
+  if (!has_arg(args, key)) return fallback;
+  const auto& value = args.at(key);
+  if (value.is_number_unsigned()) {
+    return static_cast<int64_t>(std::min<uint64_t>(value.get<uint64_t>(), INT64_MAX));
+  }
+  if (value.is_number_integer()) return value.get<int64_t>();
+  if (value.is_number_float()) {
+    const double number = value.get<double>();
+    if (!std::isfinite(number)) return fallback;
+    return static_cast<int64_t>(std::clamp(number, -9.0e18, 9.0e18));
+  }
+  return fallback;
+}
+
+double number_arg(const nlohmann::json& args, const char* key, double fallback) {
+  return has_arg(args, key) && args.at(key).is_number() ? args.at(key).get<double>() : fallback;
+}
+
+bool bool_arg(const nlohmann::json& args, const char* key, bool fallback) {
+  return has_arg(args, key) && args.at(key).is_boolean() ? args.at(key).get<bool>() : fallback;
+}
+
+namespace {
+
+// Length of the valid UTF-8 sequence starting at text[i], or 0 when it is not one.
+size_t utf8_sequence_length(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  if (lead < 0x80) return 1;
+  size_t length = 0;
+  uint32_t min = 0;
+  uint32_t code = 0;
+  if ((lead & 0xE0) == 0xC0) {
+    length = 2, min = 0x80, code = lead & 0x1F;
+  } else if ((lead & 0xF0) == 0xE0) {
+    length = 3, min = 0x800, code = lead & 0x0F;
+  } else if ((lead & 0xF8) == 0xF0) {
+    length = 4, min = 0x10000, code = lead & 0x07;
+  } else {
+    return 0;
+  }
+  if (i + length > text.size()) return 0;
+  for (size_t k = 1; k < length; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+    code = (code << 6) | (byte(i + k) & 0x3F);
+  }
+  if (code < min || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return 0;
+  return length;
+}
+
+// Moves `cut` back to the start of a UTF-8 sequence (off a continuation byte).
+size_t char_boundary(std::string_view text, size_t cut) {
+  size_t back = 0;
+  while (cut > 0 && cut < text.size() && back < 3 &&
+         (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) {
+    --cut;
+    ++back;
+  }
+  return cut;
+}
+
+// Length of `text` without a UTF-8 sequence cut off at its end.
+size_t complete_prefix(std::string_view text) {
+  for (size_t back = 1; back <= 3 && back <= text.size(); ++back) {
+    const auto byte = static_cast<unsigned char>(text[text.size() - back]);
+    if ((byte & 0xC0) == 0x80) continue;  // a continuation byte: look further back
+    const size_t need = byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 1;
+    return need > back ? text.size() - back : text.size();
+  }
+  return text.size();
+}
+
+}  // namespace
+
+std::string sanitize_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const size_t length = utf8_sequence_length(text, i);
+    if (length == 0) {
+      out += "\xEF\xBF\xBD";
+      ++i;
+    } else {
+      out.append(text.substr(i, length));
+      i += length;
+    }
+  }
+  return out;
+}
+
+std::string truncate_output(std::string_view text, size_t max_chars) {
+  if (text.size() <= max_chars) return std::string(text);
+  const size_t keep = max_chars > 200 ? max_chars - 100 : max_chars / 2;  // room for the notice
+  const size_t head_end = char_boundary(text, keep / 2);
+  const size_t tail_begin = char_boundary(text, text.size() - (keep - keep / 2));
+  return fmt::format("{}\n[... {} characters truncated ...]\n{}", text.substr(0, head_end),
+                     tail_begin - head_end, text.substr(tail_begin));
+}
+
+std::string display_path(const Workspace& workspace, const fs::path& absolute) {
+  const fs::path relative = absolute.lexically_normal().lexically_relative(workspace.root());
+  if (relative.empty() || *relative.begin() == "..") return absolute.string();
+  return relative.string();
+}
+
+std::string locked_message(const Workspace& workspace, const fs::path& absolute) {
+  std::error_code ec;
+  fs::path target = fs::weakly_canonical(absolute, ec);
+  if (ec) target = absolute;
+  const std::string name = display_path(workspace, target);
+  if (name == "model.py") {
+    return "model.py is read-only: the task cannot be changed; write your solution in "
+           "model_new.py";
+  }
+  if (name == "verify.sh" || name == "profile.sh") {
+    return fmt::format("{} is read-only: it runs the locked check; run it with Bash "
+                       "(./{}) instead of changing it", name, name);
+  }
+  if (name == "README.md") return "README.md is read-only: it describes the workspace";
+  return fmt::format("{} is read-only: it is part of the task; write your solution in "
+                     "model_new.py", name);
+}
+
+void write_keeping_mode(const fs::path& path, std::string_view content) {
+  struct stat st{};
+  const bool existed = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  write_file_atomic(path, content);
+  if (existed) ::chmod(path.c_str(), st.st_mode & 07777);
+}
+
+namespace {
+
+std::string read_bytes(std::ifstream& in, uint64_t offset, uint64_t count) {
+  std::string buffer(count, '\0');
+  in.seekg(static_cast<std::streamoff>(offset));
+  in.read(buffer.data(), static_cast<std::streamsize>(count));
+  buffer.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+  in.clear();
+  return buffer;
+}
+
+}  // namespace
+
+std::string read_range(const fs::path& path, uint64_t offset, uint64_t end, size_t max_chars) {
+  std::error_code ec;
+  const uint64_t size = fs::file_size(path, ec);
+  CA_CHECK(!ec, "cannot read '{}': {}", path.string(), ec.message());
+  if (end == 0 || end > size) end = size;
+  if (offset >= end) return "";
+  std::ifstream in(path, std::ios::binary);
+  CA_CHECK(in.good(), "cannot open '{}'", path.string());
+  const uint64_t length = end - offset;
+  if (length <= max_chars) return read_bytes(in, offset, length);
+  // Read only what is shown: a runaway command can leave gigabytes behind.
+  const size_t half = max_chars > 200 ? (max_chars - 100) / 2 : max_chars / 2;
+  std::string head = read_bytes(in, offset, half);
+  std::string tail = read_bytes(in, end - half, half);
+  head.resize(complete_prefix(head));
+  size_t skip = 0;
+  while (skip < tail.size() && skip < 3 && (static_cast<unsigned char>(tail[skip]) & 0xC0) == 0x80) {
+    ++skip;
+  }
+  tail.erase(0, skip);
+  return fmt::format("{}\n[... {} characters truncated ...]\n{}", head,
+                     length - head.size() - tail.size(), tail);
+}
+
+bool looks_binary(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char buffer[8192];
+  in.read(buffer, sizeof(buffer));
+  return std::find(buffer, buffer + in.gcount(), '\0') != buffer + in.gcount();
+}
+
+}  // namespace cuda_agent::agent

@@ -1,0 +1,251 @@
+// The ReAct loop: a replayed episode end to end through the real sandbox (verify on the CPU),
+// and the loop's stop conditions, budget and single-turn mode with small in-test policies.
+#include <cstdlib>
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "cuda_agent/agent/agent_loop.h"
+#include "cuda_agent/agent/episode.h"
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+
+using namespace cuda_agent;
+using namespace cuda_agent::agent;
+
+namespace {
+
+const std::string kSource = CUDA_AGENT_SOURCE_DIR;
+
+std::string line(const nlohmann::json& j) { return j.dump() + "\n"; }
+
+// Replies from a list; after it, "Done." with no call.
+class ListPolicy : public Policy {
+ public:
+  explicit ListPolicy(std::vector<std::string> replies) : replies_(std::move(replies)) {}
+  std::string name() const override { return "list"; }
+  PolicyReply complete(const PolicyRequest& request) override {
+    last_request = request;
+    PolicyReply r;
+    r.text = next_ < replies_.size() ? replies_[next_++] : "Done.";
+    return r;
+  }
+  PolicyRequest last_request;
+
+ private:
+  std::vector<std::string> replies_;
+  size_t next_ = 0;
+};
+
+// The same reply forever.
+class RepeatPolicy : public Policy {
+ public:
+  explicit RepeatPolicy(std::string reply) : reply_(std::move(reply)) {}
+  std::string name() const override { return "repeat"; }
+  PolicyReply complete(const PolicyRequest&) override { return PolicyReply{reply_, {}, "stop", 0, 0}; }
+
+ private:
+  std::string reply_;
+};
+
+class FailingPolicy : public Policy {
+ public:
+  std::string name() const override { return "failing"; }
+  PolicyReply complete(const PolicyRequest&) override { throw Error("connection refused by the model server"); }
+};
+
+std::string call(const std::string& name, const nlohmann::json& args) {
+  return "<tool_call>\n" + nlohmann::json{{"name", name}, {"arguments", args}}.dump() + "\n</tool_call>";
+}
+
+struct Fixture {
+  TempDir dir{"agent-loop-"};
+  Workspace workspace;
+  ToolRegistry tools;
+  Fixture()
+      : workspace(Workspace::create({dir.path() / "ws", kSource + "/tests/data/tasks/add/model.py", {}, "", "", false, ""})),
+        tools(workspace) {}
+};
+
+// Scores by reading the file: the loop, not the sandbox, is under test here.
+nlohmann::json file_scorer_result(const std::string& path) {
+  const std::string text = read_file(path);
+  return {{"ok", !text.empty()}, {"reward", text.empty() ? -1.0 : 1.0}};
+}
+
+}  // namespace
+
+TEST(AgentLoop, ReplayedEpisodeEndToEndThroughTheSandbox) {
+  setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
+  TempDir dir("agent-episode-");
+  setenv("CUDA_AGENT_CACHE_DIR", (dir.path() / "cache").c_str(), 1);
+  const std::string solution =
+      "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
+      "        super().__init__()\n\n    def forward(self, a, b):\n        return torch.add(a, b)\n";
+  {
+    std::ofstream f(dir.path() / "episode.jsonl");
+    f << line({{"content", "Reading the task.\n" + call("Read", {{"file_path", "model.py"}})}});
+    f << line({{"content", call("Write", {{"file_path", "model_new.py"}, {"content", solution}})}});
+    nlohmann::json verify_call = {{"name", "Bash"}, {"arguments", {{"command", "./verify.sh"}}}};
+    f << line({{"content", ""}, {"tool_calls", nlohmann::json::array({verify_call})}});
+    f << line({{"content", "It passes. Done."}});
+  }
+  EpisodeSpec spec;
+  spec.task = kSource + "/tests/data/tasks/add/model.py";
+  spec.policy = "replay:" + (dir.path() / "episode.jsonl").string();
+  spec.output_dir = dir.path() / "run";
+  spec.skill_file = kSource + "/skills/cuda-kernel-sandbox/SKILL.md";
+  spec.device = "cpu";
+  spec.sandbox.cache_dir = (dir.path() / "cache").string();
+  std::vector<nlohmann::json> streamed;
+  EpisodeResult r = run_task_episode(spec, [&](const nlohmann::json& e) { streamed.push_back(e); });
+
+  EXPECT_EQ(r.stop_reason, "answered");
+  EXPECT_EQ(r.turns, 4);
+  EXPECT_EQ(r.tool_calls, 3);
+  EXPECT_EQ(r.invalid_tool_calls, 0);
+  EXPECT_EQ(r.reward, 1.0) << r.score.dump(2);
+  EXPECT_TRUE(r.score["ok"].get<bool>()) << r.score.dump(2);
+  EXPECT_EQ(streamed.size(), r.trajectory.size());
+  bool saw_verify = false;
+  for (const auto& e : r.trajectory)
+    if (e.value("sandbox_check", "") == "verify") {
+      saw_verify = true;
+      EXPECT_NE(e["output"].get<std::string>().find("result    pass"), std::string::npos) << e["output"];
+    }
+  EXPECT_TRUE(saw_verify);
+  // The system prompt carries the skill; the trajectory file has one JSON object per line.
+  EXPECT_NE(r.trajectory[0]["content"].get<std::string>().find("name: cuda-kernel-sandbox"), std::string::npos);
+  std::ifstream in(spec.output_dir / "trajectory.jsonl");
+  std::string l;
+  size_t count = 0;
+  while (std::getline(in, l)) {
+    ASSERT_FALSE(nlohmann::json::parse(l, nullptr, false).is_discarded()) << l;
+    ++count;
+  }
+  EXPECT_EQ(count, r.trajectory.size() + 1);  // + the episode header
+  EXPECT_TRUE(std::filesystem::exists(spec.output_dir / "result.json"));
+}
+
+TEST(AgentLoop, RepeatedIdenticalCallsStopAsLooping) {
+  Fixture fx;
+  RepeatPolicy policy(call("Read", {{"file_path", "model.py"}}));
+  AgentOptions o;
+  o.max_repeated_calls = 4;
+  EpisodeResult r = run_episode(policy, fx.workspace, fx.tools, o, file_scorer_result);
+  EXPECT_EQ(r.stop_reason, "looping");
+  EXPECT_EQ(r.turns, 4);
+}
+
+TEST(AgentLoop, UnparsableCallsStopAfterTheLimitAndAreObservations) {
+  Fixture fx;
+  RepeatPolicy policy("<tool_call>{not json}</tool_call>");
+  AgentOptions o;
+  o.max_invalid_turns = 3;
+  EpisodeResult r = run_episode(policy, fx.workspace, fx.tools, o, file_scorer_result);
+  EXPECT_EQ(r.stop_reason, "invalid_tool_calls");
+  EXPECT_EQ(r.turns, 3);
+  EXPECT_EQ(r.invalid_tool_calls, 3);
+  int parse_observations = 0;
+  for (const auto& e : r.trajectory) parse_observations += e.value("parse_error", false);
+  EXPECT_EQ(parse_observations, 3);
+  EXPECT_EQ(r.reward, -1.0);  // model_new.py stayed empty
+}
+
+TEST(AgentLoop, ToolErrorsAreObservationsNotExceptions) {
+  Fixture fx;
+  ListPolicy policy({call("Write", {{"file_path", "model.py"}, {"content", "x"}}), call("NoSuchTool", {}),
+                     call("Read", {{"file_path", "../../etc/passwd"}})});
+  EpisodeResult r = run_episode(policy, fx.workspace, fx.tools, AgentOptions{}, file_scorer_result);
+  EXPECT_EQ(r.stop_reason, "answered");
+  EXPECT_EQ(r.invalid_tool_calls, 3);
+  // The model saw each error as a tool message.
+  int tool_messages = 0;
+  for (const auto& m : policy.last_request.messages) tool_messages += m.role == "tool";
+  EXPECT_EQ(tool_messages, 3);
+}
+
+TEST(AgentLoop, MaxTurnsAndPolicyErrors) {
+  {
+    Fixture fx;
+    RepeatPolicy policy(call("Bash", {{"command", "echo hi"}}) + "\n" + call("Glob", {{"pattern", "*.py"}}));
+    AgentOptions o;
+    o.max_turns = 3;
+    o.max_repeated_calls = 100;
+    EpisodeResult r = run_episode(policy, fx.workspace, fx.tools, o, file_scorer_result);
+    EXPECT_EQ(r.stop_reason, "max_turns");
+    EXPECT_EQ(r.turns, 3);
+    EXPECT_EQ(r.tool_calls, 6);
+  }
+  {
+    Fixture fx;
+    FailingPolicy policy;
+    EpisodeResult r = run_episode(policy, fx.workspace, fx.tools, AgentOptions{}, file_scorer_result);
+    EXPECT_EQ(r.stop_reason, "policy_error");
+    bool found = false;
+    for (const auto& e : r.trajectory)
+      found = found || e.value("message", "").find("connection refused") != std::string::npos;
+    EXPECT_TRUE(found);
+  }
+}
+
+TEST(AgentLoop, OldObservationsAreShortenedToFitTheBudget) {
+  Fixture fx;
+  std::vector<std::string> replies;
+  for (int i = 0; i < 6; ++i) replies.push_back(call("Bash", {{"command", "head -c 20000 /dev/zero | tr '\\\\0' a; echo " + std::to_string(i)}}));
+  ListPolicy policy(replies);
+  AgentOptions o;
+  o.context_budget_chars = 50000;
+  o.keep_recent_observations = 2;
+  o.shortened_observation_chars = 1000;
+  EpisodeResult r = run_episode(policy, fx.workspace, fx.tools, o, file_scorer_result);
+  EXPECT_EQ(r.stop_reason, "answered");
+  std::vector<size_t> sizes;
+  for (const auto& m : policy.last_request.messages)
+    if (m.role == "tool") sizes.push_back(m.content.size());
+  ASSERT_EQ(sizes.size(), 6u);
+  EXPECT_LT(sizes[0], 1200u);            // shortened
+  EXPECT_GT(sizes[5], 19000u);           // the newest stays whole
+  EXPECT_NE(policy.last_request.messages[2 + 1].content.find("removed to fit the context"), std::string::npos);
+}
+
+TEST(AgentLoop, SingleTurnTakesTheLastPythonBlock) {
+  Fixture fx;
+  ListPolicy policy({"Here it is:\n```python\nfirst = 1\n```\nbetter:\n```python\nclass ModelNew: pass\n```\n"});
+  AgentOptions o;
+  o.single_turn = true;
+  EpisodeResult r = run_episode(policy, fx.workspace, fx.tools, o, file_scorer_result);
+  EXPECT_EQ(r.stop_reason, "single_turn");
+  EXPECT_EQ(r.turns, 1);
+  EXPECT_EQ(fx.workspace.read_solution(), "class ModelNew: pass\n");
+  EXPECT_TRUE(policy.last_request.tools.empty());
+  EXPECT_NE(policy.last_request.messages[0].content.find("one ```python code block"), std::string::npos);
+}
+
+TEST(AgentLoop, ExtractPythonBlock) {
+  EXPECT_EQ(extract_python_block("no code"), "");
+  EXPECT_EQ(extract_python_block("```python\na\n```"), "a\n");
+  EXPECT_EQ(extract_python_block("```python\nunterminated"), "unterminated");
+}
+
+TEST(AgentLoop, ChangingTheOriginalTaskFailsTheEpisode) {
+  setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
+  TempDir dir("agent-tamper-");
+  std::filesystem::create_directories(dir.path() / "task");
+  const auto task = dir.path() / "task" / "model.py";
+  write_file_atomic(task, read_file(kSource + "/tests/data/tasks/add/model.py"));
+  {
+    std::ofstream f(dir.path() / "episode.jsonl");
+    nlohmann::json tamper = {{"name", "Bash"}, {"arguments", {{"command", "echo '# changed' >> " + task.string()}}}};
+    f << line({{"content", ""}, {"tool_calls", nlohmann::json::array({tamper})}});
+  }
+  EpisodeSpec spec;
+  spec.task = task;
+  spec.policy = "replay:" + (dir.path() / "episode.jsonl").string();
+  spec.output_dir = dir.path() / "run";
+  spec.device = "cpu";
+  spec.sandbox.cache_dir = (dir.path() / "cache").string();
+  EpisodeResult r = run_task_episode(spec);
+  EXPECT_EQ(r.reward, -1.0);
+  EXPECT_EQ(r.score.value("category", ""), "task_modified") << r.score.dump(2);
+}

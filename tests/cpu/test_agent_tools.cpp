@@ -1,0 +1,611 @@
+// The agent's workspace and its ten tools, driven through ToolRegistry::call as the loop does.
+#include "cuda_agent/agent/tool_registry.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/agent/workspace.h"
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "test_util.h"
+
+namespace cuda_agent::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kTask =
+    "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+    "        return x * 2\n";
+
+unsigned mode_of(const fs::path& path) {
+  struct stat st{};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+// True when `pid` no longer runs (gone, or a zombie); waits up to 3 s.
+bool process_gone(pid_t pid) {
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  const std::string stat_path = "/proc/" + std::to_string(pid) + "/stat";
+  while (Clock::now() < deadline) {
+    std::ifstream stat(stat_path);
+    std::string line;
+    if (!stat || !std::getline(stat, line)) return true;
+    const auto paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size() &&
+        (line[paren + 2] == 'Z' || line[paren + 2] == 'X')) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// Waits up to 5 s for `path` to hold a pid (written by a background command).
+pid_t wait_for_pid(const fs::path& path) {
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (Clock::now() < deadline) {
+    std::error_code ec;
+    if (fs::file_size(path, ec) > 0 && !ec) {
+      const std::string text = read_file(path);
+      if (text.find('\n') != std::string::npos) return std::atoi(text.c_str());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ADD_FAILURE() << "no pid in " << path;
+  return -1;
+}
+
+class AgentTools : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs::create_directories(base_.path() / "task");
+    fs::create_directories(base_.path() / "outside");
+    write_file_atomic(base_.path() / "task" / "model.py", kTask);
+    write_file_atomic(base_.path() / "task" / "meta.json", "{\"level\": 1}\n");
+    write_file_atomic(base_.path() / "outside" / "secret.py", "SECRET = 1\n");
+    WorkspaceOptions options;
+    options.root = base_.path() / "ws";
+    options.task_file = base_.path() / "task" / "model.py";
+    options.extra_task_files = {base_.path() / "task" / "meta.json"};
+    options.verify_command = "echo verify-ran";
+    options.profile_command = "echo profile-ran";
+    options.kernels_dir = true;
+    options.initial_solution = "class ModelNew:\n    pass\n";
+    workspace_ = std::make_unique<Workspace>(Workspace::create(options));
+    registry_ = std::make_unique<ToolRegistry>(*workspace_, tool_options_,
+                                               std::map<std::string, std::string>{
+                                                   {"CA_TOOL_TEST_VAR", "given"}});
+  }
+
+  ToolResult call(const std::string& name, const json& args) {
+    ToolResult result;
+    EXPECT_NO_THROW(result = registry_->call(name, args)) << name << " " << args.dump();
+    return result;
+  }
+  fs::path root() const { return workspace_->root(); }
+  fs::path outside() const { return base_.path() / "outside"; }
+  void write(const std::string& relative, const std::string& content) {
+    write_file_atomic(root() / relative, content);
+  }
+  std::string read(const std::string& relative) { return read_file(root() / relative); }
+
+  TempDir base_{"ca-agent-tools-"};
+  ToolOptions tool_options_;
+  std::unique_ptr<Workspace> workspace_;
+  std::unique_ptr<ToolRegistry> registry_;
+};
+
+// --- workspace -------------------------------------------------------------------------------
+
+TEST_F(AgentTools, WorkspaceLayoutAndModes) {
+  EXPECT_EQ(read("model.py"), kTask);
+  EXPECT_EQ(mode_of(root() / "model.py"), 0444u);
+  EXPECT_EQ(mode_of(root() / "meta.json"), 0444u);
+  EXPECT_EQ(mode_of(root() / "model_new.py"), 0644u);
+  EXPECT_EQ(mode_of(root() / "verify.sh"), 0555u);
+  EXPECT_EQ(mode_of(root() / "profile.sh"), 0555u);
+  EXPECT_EQ(mode_of(root() / "README.md"), 0444u);
+  EXPECT_TRUE(fs::is_directory(root() / "kernels"));
+  EXPECT_NE(read("verify.sh").find("exec echo verify-ran \"$@\""), std::string::npos);
+  EXPECT_NE(read("README.md").find("model_new.py"), std::string::npos);
+  EXPECT_EQ(workspace_->read_solution(), "class ModelNew:\n    pass\n");
+  EXPECT_TRUE(workspace_->is_locked(root() / "model.py"));
+  EXPECT_TRUE(workspace_->is_locked(root() / "verify.sh"));
+  EXPECT_TRUE(workspace_->is_locked(root() / "meta.json"));
+  EXPECT_TRUE(workspace_->is_locked(root() / "README.md"));
+  EXPECT_FALSE(workspace_->is_locked(root() / "model_new.py"));
+  fs::create_symlink(root() / "model.py", root() / "alias.py");
+  EXPECT_TRUE(workspace_->is_locked(root() / "alias.py"));
+}
+
+TEST_F(AgentTools, WorkspaceCreateRefusesBadInput) {
+  WorkspaceOptions options;
+  options.root = root();  // not empty
+  options.task_file = base_.path() / "task" / "model.py";
+  EXPECT_NE(testing::error_message([&] { Workspace::create(options); }).find("not empty"),
+            std::string::npos);
+  options.root = base_.path() / "ws2";
+  options.task_file = base_.path() / "missing.py";
+  EXPECT_NE(testing::error_message([&] { Workspace::create(options); }).find("missing.py"),
+            std::string::npos);
+  options.task_file = base_.path() / "task" / "model.py";
+  options.extra_task_files = {base_.path() / "task" / "model.py"};
+  EXPECT_NE(testing::error_message([&] { Workspace::create(options); }).find("model.py"),
+            std::string::npos);
+}
+
+TEST_F(AgentTools, ResolveConfinesPaths) {
+  EXPECT_EQ(workspace_->resolve("model_new.py"), root() / "model_new.py");
+  EXPECT_EQ(workspace_->resolve((root() / "kernels/a.cu").string()), root() / "kernels/a.cu");
+  EXPECT_EQ(workspace_->resolve("kernels/../new/x.py"), root() / "new/x.py");
+  EXPECT_EQ(workspace_->resolve("."), root());
+  fs::create_directory_symlink(outside(), root() / "link_out");
+  for (const std::string bad : {"../x", "/etc/passwd", "nope/../../x", "link_out/secret.py",
+                                "link_out"}) {
+    const std::string message = testing::error_message([&] { workspace_->resolve(bad); });
+    EXPECT_NE(message.find("path escapes the workspace"), std::string::npos) << bad;
+  }
+}
+
+TEST_F(AgentTools, ScriptsRunTheirCommandsFromTheRoot) {
+  const ToolResult result = call("Bash", {{"command", "cd kernels && ../verify.sh --x 1"}});
+  EXPECT_TRUE(result.ok) << result.output;
+  EXPECT_EQ(result.output, "verify-ran --x 1\n");
+  EXPECT_EQ(call("Bash", {{"command", "./profile.sh"}}).output, "profile-ran\n");
+}
+
+TEST_F(AgentTools, FileModesStopShellWritesToTheTask) {
+  if (::geteuid() == 0) GTEST_SKIP() << "running as root: file modes do not bind root";
+  const ToolResult r = call("Bash", {{"command", "echo hacked > model.py"}});
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.output.find("Permission denied"), std::string::npos) << r.output;
+  EXPECT_EQ(read("model.py"), kTask);
+}
+
+// --- registry --------------------------------------------------------------------------------
+
+TEST_F(AgentTools, SchemasListTenTools) {
+  const json schemas = registry_->schemas();
+  ASSERT_TRUE(schemas.is_array());
+  ASSERT_EQ(schemas.size(), 10u);
+  const std::vector<std::string> expected = {"Bash", "BashOutput", "KillBash", "Read", "Write",
+                                             "Edit", "MultiEdit", "Glob", "Grep",
+                                             "NotebookEdit"};
+  EXPECT_EQ(registry_->names(), expected);
+  for (size_t i = 0; i < schemas.size(); ++i) {
+    const json& schema = schemas[i];
+    EXPECT_EQ(schema["type"], "function");
+    EXPECT_EQ(schema["function"]["name"], expected[i]);
+    EXPECT_FALSE(schema["function"]["description"].get<std::string>().empty());
+    EXPECT_EQ(schema["function"]["parameters"]["type"], "object");
+    EXPECT_TRUE(schema["function"]["parameters"]["properties"].is_object());
+    EXPECT_TRUE(schema["function"]["parameters"]["required"].is_array());
+  }
+}
+
+TEST_F(AgentTools, CallRejectsBadCallsWithMessages) {
+  ToolResult r = call("Frobnicate", json::object());
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.output.find("unknown tool 'Frobnicate'"), std::string::npos);
+  EXPECT_NE(r.output.find("Bash"), std::string::npos);
+
+  r = call("Read", json::object());
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.output, "Read: missing required argument 'file_path' (string)");
+
+  r = call("Read", {{"file_path", 3}});
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.output, "Read: argument 'file_path' must be a string, got integer 3");
+
+  r = call("Read", {{"file_path", "model.py"}, {"offset", "ten"}});
+  EXPECT_NE(r.output.find("'offset' must be an integer"), std::string::npos) << r.output;
+
+  r = call("Bash", {{"command", "true"}, {"run_in_background", "yes"}});
+  EXPECT_NE(r.output.find("Bash: argument 'run_in_background' must be a boolean"),
+            std::string::npos) << r.output;
+
+  r = call("Grep", {{"pattern", "x"}, {"output_mode", "lines"}});
+  EXPECT_NE(r.output.find("'output_mode' must be one of"), std::string::npos) << r.output;
+
+  r = call("MultiEdit", {{"file_path", "model_new.py"}, {"edits", {{{"new_string", "x"}}}}});
+  EXPECT_EQ(r.output, "MultiEdit: missing required argument 'edits[0].old_string' (string)");
+
+  r = call("Read", {{"path", "model.py"}});
+  EXPECT_NE(r.output.find("unknown argument 'path'"), std::string::npos) << r.output;
+
+  r = call("Read", json::array({1}));
+  EXPECT_NE(r.output.find("must be a JSON object"), std::string::npos);
+
+  // Nulls count as absent; integral floats are integers.
+  r = call("Read", {{"file_path", "model.py"}, {"offset", nullptr}, {"limit", 2.0}});
+  EXPECT_TRUE(r.ok) << r.output;
+}
+
+TEST_F(AgentTools, NothingThrowsOutOfCall) {
+  write("notebook.ipynb", "{not json");
+  const std::vector<std::pair<std::string, json>> calls = {
+      {"Read", {{"file_path", "kernels"}}},
+      {"Read", {{"file_path", ""}}},
+      {"Read", {{"file_path", "missing.py"}}},
+      {"Read", {{"file_path", "model.py"}, {"offset", 1e300}}},
+      {"Write", {{"file_path", "kernels"}, {"content", "x"}}},
+      {"Edit", {{"file_path", "missing.py"}, {"old_string", "a"}, {"new_string", "b"}}},
+      {"NotebookEdit", {{"notebook_path", "notebook.ipynb"}, {"new_source", "x"}}},
+      {"Glob", {{"pattern", "[unclosed"}}},
+      {"Grep", {{"pattern", "("}}},
+      {"BashOutput", {{"bash_id", "bash_99"}}},
+      {"KillBash", {{"shell_id", "nope"}}},
+      {"Bash", {{"command", "   "}}},
+      {"Bash", {{"command", "true"}, {"timeout", -5}}},
+  };
+  for (const auto& [name, args] : calls) {
+    const ToolResult r = call(name, args);
+    if (name != "Glob") EXPECT_FALSE(r.ok) << name << " " << args.dump() << ": " << r.output;
+    EXPECT_EQ(r.output.rfind(name + ":", 0), name == "Glob" ? std::string::npos : 0u)
+        << r.output;
+  }
+}
+
+TEST_F(AgentTools, PathEscapesAreRefusedByEveryFileTool) {
+  fs::create_directory_symlink(outside(), root() / "link_out");
+  fs::create_symlink(outside() / "secret.py", root() / "secret_link.py");
+  const std::vector<std::string> escapes = {"../outside/secret.py",
+                                            (outside() / "secret.py").string(), "/etc/passwd",
+                                            "link_out/secret.py", "secret_link.py"};
+  for (const std::string& bad : escapes) {
+    const std::vector<std::pair<std::string, json>> calls = {
+        {"Read", {{"file_path", bad}}},
+        {"Write", {{"file_path", bad}, {"content", "x"}}},
+        {"Edit", {{"file_path", bad}, {"old_string", "SECRET"}, {"new_string", "X"}}},
+        {"MultiEdit",
+         {{"file_path", bad}, {"edits", {{{"old_string", "SECRET"}, {"new_string", "X"}}}}}},
+        {"Glob", {{"pattern", "*"}, {"path", bad}}},
+        {"Grep", {{"pattern", "SECRET"}, {"path", bad}}},
+        {"NotebookEdit", {{"notebook_path", bad}, {"new_source", "x"}, {"cell_number", 0}}},
+    };
+    for (const auto& [name, args] : calls) {
+      const ToolResult r = call(name, args);
+      EXPECT_FALSE(r.ok) << name << " " << bad;
+      EXPECT_NE(r.output.find("path escapes the workspace"), std::string::npos)
+          << name << ": " << r.output;
+    }
+  }
+  EXPECT_EQ(read_file(outside() / "secret.py"), "SECRET = 1\n");
+  EXPECT_FALSE(fs::exists(base_.path() / "x"));
+  // Glob patterns cannot leave either, and listings do not follow links out.
+  EXPECT_FALSE(call("Glob", {{"pattern", "../outside/*"}}).ok);
+  EXPECT_FALSE(call("Glob", {{"pattern", (outside() / "*").string()}}).ok);
+  const ToolResult glob = call("Glob", {{"pattern", "**/*.py"}});
+  EXPECT_EQ(glob.output.find("link_out"), std::string::npos) << glob.output;
+  EXPECT_EQ(glob.output.find("secret_link"), std::string::npos) << glob.output;
+  const ToolResult grep = call("Grep", {{"pattern", "SECRET"}});
+  EXPECT_EQ(grep.output, "No matches found");
+}
+
+// --- Bash ------------------------------------------------------------------------------------
+
+TEST_F(AgentTools, BashForegroundOutputExitCodeAndEnvironment) {
+  ToolResult r = call("Bash", {{"command", "echo out; echo err >&2; exit 3"}});
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.output, "out\nerr\nexit code: 3");
+  EXPECT_EQ(r.data["exit_code"], 3);
+
+  ::setenv("CA_TOOL_TEST_PARENT", "leak", 1);
+  r = call("Bash", {{"command", "pwd; echo $HOME; echo ${CA_TOOL_TEST_VAR}; "
+                                "echo [${CA_TOOL_TEST_PARENT}]"},
+                    {"description", "where am I"}});
+  ::unsetenv("CA_TOOL_TEST_PARENT");
+  EXPECT_TRUE(r.ok);
+  const std::string root_text = root().string();
+  EXPECT_EQ(r.output, root_text + "\n" + root_text + "\ngiven\n[]\n");
+  EXPECT_EQ(call("Bash", {{"command", "true"}}).output, "(no output)");
+}
+
+TEST_F(AgentTools, BashTimeoutStopsTheCommand) {
+  const auto start = Clock::now();
+  const ToolResult r = call("Bash", {{"command", "sleep 10"}, {"timeout", 500}});
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_LT(seconds, 2.5);
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.output.find("timed out after 0.5 s"), std::string::npos) << r.output;
+  EXPECT_EQ(r.data["timed_out"], true);
+}
+
+TEST_F(AgentTools, LongOutputIsTruncatedWithANotice) {
+  tool_options_.max_output_chars = 1000;
+  registry_ = std::make_unique<ToolRegistry>(*workspace_, tool_options_);
+  const ToolResult r = call("Bash", {{"command", "seq 1 20000"}});
+  EXPECT_TRUE(r.ok);
+  EXPECT_LE(r.output.size(), 1000u);
+  EXPECT_NE(r.output.find("characters truncated ...]"), std::string::npos);
+  EXPECT_EQ(r.output.rfind("1\n2\n3\n", 0), 0u);
+  EXPECT_EQ(r.output.substr(r.output.size() - 6), "20000\n");
+
+  // Invalid UTF-8 from a command becomes U+FFFD, so the observation always serializes.
+  const ToolResult bytes = call("Bash", {{"command", "printf 'a\\377b'"}});
+  EXPECT_EQ(bytes.output, "a\xEF\xBF\xBD" "b");
+  EXPECT_NO_THROW(json(bytes.output).dump());
+}
+
+TEST_F(AgentTools, BackgroundShellIncrementalOutputFilterAndKill) {
+  ToolResult r = call("Bash", {{"command", "for i in 1 2 3 4; do echo line$i; sleep 0.15; done"},
+                               {"run_in_background", true}});
+  ASSERT_TRUE(r.ok) << r.output;
+  EXPECT_EQ(r.data["shell_id"], "bash_1");
+  std::string seen;
+  int reads = 0;
+  for (const auto deadline = Clock::now() + std::chrono::seconds(5); Clock::now() < deadline;) {
+    r = call("BashOutput", {{"bash_id", "bash_1"}});
+    ASSERT_TRUE(r.ok) << r.output;
+    ++reads;
+    const std::string body = r.output.substr(r.output.find('\n') + 1);
+    if (body != "(no new output)") seen += body;
+    if (r.data["status"] == "exited") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(seen, "line1\nline2\nline3\nline4\n");  // each line once, in order
+  EXPECT_GT(reads, 2);
+  EXPECT_EQ(r.output.rfind("status: exited with code 0\n", 0), 0u) << r.output;
+  EXPECT_EQ(call("BashOutput", {{"bash_id", "bash_1"}}).output,
+            "status: exited with code 0\n(no new output)");
+
+  r = call("Bash", {{"command", "echo apple; echo banana; echo apricot; sleep 30"},
+                    {"run_in_background", true}});
+  const std::string id = r.data["shell_id"];
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  r = call("BashOutput", {{"bash_id", id}, {"filter", "^ap"}});
+  EXPECT_EQ(r.output, "status: running\napple\napricot\n");
+  EXPECT_EQ(call("BashOutput", {{"bash_id", id}}).output, "status: running\n(no new output)");
+  EXPECT_FALSE(call("BashOutput", {{"bash_id", id}, {"filter", "(unclosed"}}).ok);
+
+  r = call("KillBash", {{"shell_id", id}});
+  EXPECT_TRUE(r.ok) << r.output;
+  EXPECT_EQ(r.data["was_running"], true);
+  r = call("BashOutput", {{"bash_id", id}});
+  EXPECT_EQ(r.data["status"], "killed");
+}
+
+TEST_F(AgentTools, KillBashStopsTheWholeGroup) {
+  ToolResult r = call("Bash", {{"command", "sleep 30 & echo $! > child.pid; echo $$ > shell.pid; "
+                                           "wait"},
+                               {"run_in_background", true}});
+  const pid_t shell = wait_for_pid(root() / "shell.pid");
+  const pid_t child = wait_for_pid(root() / "child.pid");
+  ASSERT_GT(shell, 0);
+  ASSERT_GT(child, 0);
+  r = call("KillBash", {{"shell_id", "bash_1"}});
+  EXPECT_TRUE(r.ok) << r.output;
+  EXPECT_TRUE(process_gone(shell));
+  EXPECT_TRUE(process_gone(child));
+  r = call("KillBash", {{"shell_id", "bash_1"}});
+  EXPECT_EQ(r.data["was_running"], false);
+}
+
+TEST_F(AgentTools, RegistryDestructorKillsBackgroundShells) {
+  call("Bash", {{"command", "echo $$ > bg.pid; exec sleep 30"}, {"run_in_background", true}});
+  const pid_t pid = wait_for_pid(root() / "bg.pid");
+  ASSERT_GT(pid, 0);
+  registry_.reset();
+  EXPECT_TRUE(process_gone(pid));
+}
+
+// --- Read and Write ----------------------------------------------------------------------------
+
+TEST_F(AgentTools, ReadNumbersLinesWithOffsetAndLimit) {
+  write("five.txt", "a\nb\nc\nd\ne\n");
+  ToolResult r = call("Read", {{"file_path", "five.txt"}});
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(r.output, "     1\ta\n     2\tb\n     3\tc\n     4\td\n     5\te\n");
+  r = call("Read", {{"file_path", (root() / "five.txt").string()}, {"offset", 2}, {"limit", 2}});
+  EXPECT_EQ(r.output, "     2\tb\n     3\tc\n\n(showing lines 2-3 of 5; read on with offset=4)");
+  r = call("Read", {{"file_path", "five.txt"}, {"offset", 9}});
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.output.find("has 5 lines; offset 9 is past the end"), std::string::npos);
+
+  write("empty.txt", "");
+  r = call("Read", {{"file_path", "empty.txt"}});
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(r.output, "empty.txt exists but is empty");
+  write("blob.bin", std::string("ab\0cd", 5));
+  r = call("Read", {{"file_path", "blob.bin"}});
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.output.find("binary"), std::string::npos);
+  write("long.txt", std::string(5000, 'x') + "\n");
+  r = call("Read", {{"file_path", "long.txt"}});
+  EXPECT_NE(r.output.find(std::string(2000, 'x') + " [... line truncated"), std::string::npos);
+  EXPECT_EQ(r.output.find(std::string(2001, 'x')), std::string::npos);
+}
+
+TEST_F(AgentTools, WriteCreatesFilesAndRefusesLockedOnes) {
+  ToolResult r = call("Write", {{"file_path", "kernels/deep/a.cu"}, {"content", "k1\nk2\n"}});
+  EXPECT_TRUE(r.ok) << r.output;
+  EXPECT_EQ(read("kernels/deep/a.cu"), "k1\nk2\n");
+  EXPECT_EQ(r.data["created"], true);
+  r = call("Write", {{"file_path", "model_new.py"}, {"content", "new"}});
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(workspace_->read_solution(), "new");
+  EXPECT_EQ(mode_of(root() / "model_new.py"), 0644u);
+
+  r = call("Write", {{"file_path", "model.py"}, {"content", "hacked"}});
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.output, "Write: model.py is read-only: the task cannot be changed; write your "
+                      "solution in model_new.py");
+  fs::create_symlink("model.py", root() / "alias.py");
+  EXPECT_FALSE(call("Write", {{"file_path", "alias.py"}, {"content", "hacked"}}).ok);
+  EXPECT_FALSE(call("Write", {{"file_path", "./verify.sh"}, {"content", "exit 0"}}).ok);
+  EXPECT_FALSE(call("Edit", {{"file_path", "meta.json"}, {"old_string", "1"},
+                             {"new_string", "2"}}).ok);
+  EXPECT_EQ(read("model.py"), kTask);
+  EXPECT_NE(read("verify.sh").find("verify-ran"), std::string::npos);
+}
+
+// --- Edit and MultiEdit ------------------------------------------------------------------------
+
+TEST_F(AgentTools, EditNeedsAUniqueMatchUnlessReplaceAll) {
+  write("e.py", "x = 1\ny = 1\nz = 2\n");
+  ToolResult r = call("Edit", {{"file_path", "e.py"}, {"old_string", "= 1"},
+                               {"new_string", "= 5"}});
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.output.find("occurs 2 times"), std::string::npos) << r.output;
+  EXPECT_EQ(read("e.py"), "x = 1\ny = 1\nz = 2\n");
+
+  r = call("Edit", {{"file_path", "e.py"}, {"old_string", "z = 2"}, {"new_string", "z = 3"}});
+  EXPECT_TRUE(r.ok) << r.output;
+  EXPECT_EQ(r.data["replacements"], 1);
+  EXPECT_NE(r.output.find("     3\tz = 3"), std::string::npos) << r.output;
+
+  r = call("Edit", {{"file_path", "e.py"}, {"old_string", " = "}, {"new_string", "="},
+                    {"replace_all", true}});
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(r.data["replacements"], 3);
+  EXPECT_EQ(read("e.py"), "x=1\ny=1\nz=3\n");
+
+  r = call("Edit", {{"file_path", "e.py"}, {"old_string", "nope"}, {"new_string", "x"}});
+  EXPECT_NE(r.output.find("was not found"), std::string::npos);
+  r = call("Edit", {{"file_path", "e.py"}, {"old_string", "x=1"}, {"new_string", "x=1"}});
+  EXPECT_NE(r.output.find("are the same"), std::string::npos);
+}
+
+TEST_F(AgentTools, MultiEditIsAllOrNothing) {
+  write("m.py", "alpha\nbeta\n");
+  ToolResult r = call("MultiEdit", {{"file_path", "m.py"},
+                                    {"edits", {{{"old_string", "alpha"}, {"new_string", "gamma"}},
+                                               {{"old_string", "missing"}, {"new_string", "x"}}}}});
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.output.find("edit 2 of 2 failed"), std::string::npos) << r.output;
+  EXPECT_EQ(read("m.py"), "alpha\nbeta\n");
+
+  // Later edits see the result of earlier ones.
+  r = call("MultiEdit", {{"file_path", "m.py"},
+                         {"edits", {{{"old_string", "alpha"}, {"new_string", "gamma"}},
+                                    {{"old_string", "gamma\nbeta"}, {"new_string", "delta"}}}}});
+  EXPECT_TRUE(r.ok) << r.output;
+  EXPECT_EQ(read("m.py"), "delta\n");
+  EXPECT_EQ(r.data["replacements"], json::array({1, 1}));
+}
+
+// --- Glob and Grep -----------------------------------------------------------------------------
+
+TEST_F(AgentTools, GlobMatchesNewestFirst) {
+  write("kernels/a.cu", "");
+  write("kernels/b.cuh", "");
+  write("kernels/sub/c.cu", "");
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(root() / "kernels/a.cu", now - std::chrono::hours(2));
+  fs::last_write_time(root() / "kernels/b.cuh", now - std::chrono::hours(1));
+  fs::last_write_time(root() / "kernels/sub/c.cu", now);
+
+  ToolResult r = call("Glob", {{"pattern", "**/*.{cu,cuh}"}});
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(r.output, "kernels/sub/c.cu\nkernels/b.cuh\nkernels/a.cu\n");
+  r = call("Glob", {{"pattern", "*.cu"}, {"path", "kernels"}});
+  EXPECT_EQ(r.output, "kernels/a.cu\n");
+  r = call("Glob", {{"pattern", "*.py"}});
+  EXPECT_NE(r.output.find("model_new.py"), std::string::npos);
+  EXPECT_EQ(r.output.find("kernels"), std::string::npos);
+  r = call("Glob", {{"pattern", "**/*.rs"}});
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(r.output.rfind("No files found", 0), 0u);
+}
+
+TEST_F(AgentTools, GrepModesContextAndFilters) {
+  write("kernels/k.cu", "one\ntwo\n__global__ void add()\nthree\nfour\n");
+  write("kernels/notes.txt", "__global__ in text\n");
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(root() / "kernels/k.cu", now);
+  fs::last_write_time(root() / "kernels/notes.txt", now - std::chrono::hours(1));
+
+  ToolResult r = call("Grep", {{"pattern", "__global__"}});
+  EXPECT_TRUE(r.ok) << r.output;
+  EXPECT_EQ(r.output, "Found 2 files\nkernels/k.cu\nkernels/notes.txt\n");
+
+  r = call("Grep", {{"pattern", "void \\w+\\(\\)"}, {"output_mode", "content"}, {"-C", 1}});
+  EXPECT_EQ(r.output, "kernels/k.cu-2-two\nkernels/k.cu:3:__global__ void add()\n"
+                      "kernels/k.cu-4-three\n");
+
+  r = call("Grep", {{"pattern", "GLOBAL"}, {"-i", true}, {"glob", "*.cu"},
+                    {"output_mode", "content"}, {"-n", false}});
+  EXPECT_EQ(r.output, "kernels/k.cu:__global__ void add()\n");
+
+  r = call("Grep", {{"pattern", "o"}, {"output_mode", "count"}, {"path", "kernels"}});
+  EXPECT_EQ(r.output, "Found 5 matching lines in 2 files\nkernels/k.cu:4\nkernels/notes.txt:1\n");
+
+  r = call("Grep", {{"pattern", "__global__"}, {"head_limit", 1}});
+  EXPECT_NE(r.output.find("kernels/k.cu\n(showing the first 1 of 2"), std::string::npos)
+      << r.output;
+
+  r = call("Grep", {{"pattern", "nothing-here"}});
+  EXPECT_TRUE(r.ok);
+  EXPECT_EQ(r.output, "No matches found");
+  r = call("Grep", {{"pattern", "a(b"}});
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.output.find("invalid pattern"), std::string::npos);
+}
+
+// --- NotebookEdit ------------------------------------------------------------------------------
+
+TEST_F(AgentTools, NotebookEditReplaceInsertDelete) {
+  const json notebook = {
+      {"nbformat", 4}, {"nbformat_minor", 5}, {"metadata", json::object()},
+      {"cells",
+       {{{"id", "a1"}, {"cell_type", "markdown"}, {"metadata", json::object()},
+         {"source", {"# Title\n"}}},
+        {{"id", "b2"}, {"cell_type", "code"}, {"metadata", json::object()},
+         {"execution_count", 3}, {"outputs", {{{"output_type", "stream"}}}},
+         {"source", {"x = 1\n", "print(x)"}}}}}};
+  write("nb.ipynb", notebook.dump(1));
+  const auto cells = [&] { return json::parse(read("nb.ipynb"))["cells"]; };
+
+  ToolResult r = call("NotebookEdit", {{"notebook_path", "nb.ipynb"}, {"cell_id", "b2"},
+                                       {"new_source", "y = 2\nprint(y)"}});
+  EXPECT_TRUE(r.ok) << r.output;
+  EXPECT_EQ(cells()[1]["source"], json({"y = 2\n", "print(y)"}));
+  EXPECT_EQ(cells()[1]["outputs"], json::array());
+  EXPECT_TRUE(cells()[1]["execution_count"].is_null());
+
+  r = call("NotebookEdit", {{"notebook_path", "nb.ipynb"}, {"cell_id", "a1"},
+                            {"edit_mode", "insert"}, {"cell_type", "code"},
+                            {"new_source", "import torch"}});
+  EXPECT_TRUE(r.ok) << r.output;
+  ASSERT_EQ(cells().size(), 3u);
+  EXPECT_EQ(cells()[1]["source"], json({"import torch"}));
+  EXPECT_EQ(cells()[1]["cell_type"], "code");
+  EXPECT_TRUE(cells()[1].contains("id"));
+
+  r = call("NotebookEdit", {{"notebook_path", "nb.ipynb"}, {"cell_number", 0},
+                            {"edit_mode", "insert"}, {"cell_type", "markdown"},
+                            {"new_source", "intro"}});
+  EXPECT_EQ(cells()[0]["source"], json({"intro"}));
+  EXPECT_FALSE(cells()[0].contains("outputs"));
+
+  r = call("NotebookEdit", {{"notebook_path", "nb.ipynb"}, {"cell_number", 0},
+                            {"edit_mode", "delete"}});
+  EXPECT_TRUE(r.ok) << r.output;
+  ASSERT_EQ(cells().size(), 3u);
+  EXPECT_EQ(cells()[0]["id"], "a1");
+
+  EXPECT_FALSE(call("NotebookEdit", {{"notebook_path", "nb.ipynb"}, {"cell_id", "zz"},
+                                     {"new_source", "x"}}).ok);
+  EXPECT_FALSE(call("NotebookEdit", {{"notebook_path", "nb.ipynb"}, {"cell_number", 7},
+                                     {"new_source", "x"}}).ok);
+  EXPECT_FALSE(call("NotebookEdit", {{"notebook_path", "model_new.py"}, {"cell_number", 0},
+                                     {"new_source", "x"}}).ok);
+}
+
+}  // namespace
+}  // namespace cuda_agent::agent
