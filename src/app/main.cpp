@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "cuda_agent/agent/episode.h"
+#include "cuda_agent/agent/eval_runner.h"
 #include "cuda_agent/bench/bench_runner.h"
 #include "cuda_agent/bench/compare.h"
 #include "cuda_agent/bench/split.h"
@@ -214,6 +215,17 @@ int main(int argc, char** argv) {
   solve->add_option("--gpu", gpu, "GPU index for the episode's checks");
   add_common(solve, flags);
 
+  CLI::App* eval = app.add_subcommand("eval", "agent episodes over a split, scored, with the bench report");
+  eval->add_option("--split", split, "split: own folder, KernelBench folder, or rows (.jsonl/.parquet)")->required();
+  eval->add_option("--policy", policy_spec, "replay:FILE.jsonl or openai:MODEL@BASE_URL")->required();
+  eval->add_option("--gpus", gpus, "comma-separated GPU indices to spread episodes over");
+  eval->add_option("--output", bench_out, "run folder (default runs/eval-<split>-<time>)");
+  eval->add_option("--skill", skill_file, "SKILL.md loaded into the system prompt");
+  eval->add_option("--max-turns", max_turns, "most policy replies per episode (the paper evaluates with 200)");
+  eval->add_flag("--single-turn", single_turn, "no tools: one answer per task (the no-agent-loop ablation)");
+  eval->add_option("--device", device, "cuda (default) or cpu (verify-only scoring)");
+  add_common(eval, flags);
+
   CLI::App* doctor = app.add_subcommand("doctor", "show what this machine has for evaluations and what is missing");
   doctor->add_flag("--json", json, "print the report as JSON");
 
@@ -296,6 +308,25 @@ int main(int argc, char** argv) {
       });
       std::cout << fmt::format("trajectory: {}\n", (spec.output_dir / "trajectory.jsonl").string());
       return r.reward > 0 ? 0 : kExitFailed;
+    }
+    if (eval->parsed()) {
+      agent::EvalSpec spec;
+      spec.split = split;
+      spec.gpus = parse_gpus(gpus);
+      spec.output_dir = bench_out.empty()
+                            ? fs::path("runs") / fmt::format("eval-{}-{}", fs::path(split).filename().string(), std::time(nullptr))
+                            : fs::path(bench_out);
+      spec.interactive_progress = stderr_is_terminal();
+      spec.episode.sandbox = resolve_options(flags);
+      spec.episode.policy = policy_spec;
+      spec.episode.skill_file = skill_file;
+      spec.episode.device = device;
+      spec.episode.agent.max_turns = max_turns;
+      spec.episode.agent.single_turn = single_turn;
+      if (device == "cuda") require_gpu("eval");
+      nlohmann::json out = agent::run_eval(spec, std::cerr);
+      std::cout << read_file(spec.output_dir / "report.md");
+      return 0;
     }
     if (doctor->parsed()) {
       set_log_level("error");

@@ -2,11 +2,13 @@
 // and the loop's stop conditions, budget and single-turn mode with small in-test policies.
 #include <cstdlib>
 #include <fstream>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
 #include "cuda_agent/agent/agent_loop.h"
 #include "cuda_agent/agent/episode.h"
+#include "cuda_agent/agent/eval_runner.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 
@@ -248,4 +250,38 @@ TEST(AgentLoop, ChangingTheOriginalTaskFailsTheEpisode) {
   EpisodeResult r = run_task_episode(spec);
   EXPECT_EQ(r.reward, -1.0);
   EXPECT_EQ(r.score.value("category", ""), "task_modified") << r.score.dump(2);
+}
+
+TEST(AgentEval, EpisodesOverASplitFeedTheBenchReport) {
+  setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
+  TempDir dir("agent-eval-");
+  // Two tasks; the scripted solution is right for `add` and wrong for `linear_small`.
+  write_file_atomic(dir.path() / "split" / "split.yaml",
+                    "name: tiny\ntasks:\n  - id: add\n    path: " + kSource + "/tests/data/tasks/add/model.py\n    level: 1\n"
+                    "  - id: linear\n    path: " + kSource + "/tests/data/tasks/linear_small/model.py\n    level: 2\n");
+  const std::string solution =
+      "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def __init__(self, *args):\n"
+      "        super().__init__()\n\n    def forward(self, a, b):\n        return a + b\n";
+  {
+    std::ofstream f(dir.path() / "episode.jsonl");
+    f << line({{"content", call("Write", {{"file_path", "model_new.py"}, {"content", solution}})}});
+  }
+  EvalSpec spec;
+  spec.split = dir.path() / "split";
+  spec.output_dir = dir.path() / "run";
+  spec.episode.policy = "replay:" + (dir.path() / "episode.jsonl").string();
+  spec.episode.device = "cpu";
+  spec.episode.sandbox.cache_dir = (dir.path() / "cache").string();
+  std::ostringstream progress;
+  nlohmann::json out = run_eval(spec, progress);
+  ASSERT_EQ(out["results"].size(), 2u);
+  EXPECT_EQ(out["results"][0]["task_id"], "add");
+  EXPECT_EQ(out["results"][0]["reward"], 1.0) << out["results"][0].dump(2);
+  EXPECT_EQ(out["results"][0]["episode"]["stop_reason"], "answered");
+  EXPECT_EQ(out["results"][1]["reward"], -1.0);
+  EXPECT_EQ(out["metrics"]["overall"]["passed"], 1);
+  for (const char* f : {"report.md", "report.json", "results/add.json", "results/linear.json",
+                        "episodes/add/trajectory.jsonl", "episodes/linear/workspace/model_new.py"})
+    EXPECT_TRUE(std::filesystem::exists(spec.output_dir / f)) << f;
+  EXPECT_NE(progress.str().find("2/2"), std::string::npos) << progress.str();
 }

@@ -1,0 +1,28 @@
+// `cuda-agent eval`: agent episodes over a split, spread over GPUs (one episode at a time per
+// GPU), each episode's final score written as a bench result so the bench metrics, report and
+// `bench compare` apply unchanged.
+#pragma once
+
+#include <filesystem>
+#include <ostream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/agent/episode.h"
+
+namespace cuda_agent::agent {
+
+struct EvalSpec {
+  std::filesystem::path split;          // any form bench accepts
+  std::filesystem::path output_dir;     // episodes/<id>/ (workspace, trajectory), results/<id>.json, report.*
+  std::vector<int> gpus = {0};
+  bool interactive_progress = false;
+  EpisodeSpec episode;                  // policy, skill, device, limits, sandbox options; task and output_dir are per task
+};
+
+// Runs every task's episode and writes the report. Returns {"split", "results", "metrics"}.
+// Throws Error only for bad specs; failed episodes are results with reward -1.
+nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress);
+
+}  // namespace cuda_agent::agent

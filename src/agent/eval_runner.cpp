@@ -1,0 +1,71 @@
+#include "cuda_agent/agent/eval_runner.h"
+
+#include <atomic>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cuda_agent/bench/metrics.h"
+#include "cuda_agent/bench/report.h"
+#include "cuda_agent/bench/split.h"
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/core/progress.h"
+
+namespace fs = std::filesystem;
+
+namespace cuda_agent::agent {
+
+nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
+  bench::Split split = bench::load_any_split(spec.split, spec.output_dir / "imported");
+  CA_CHECK(!spec.gpus.empty(), "no GPUs to run on: pass --gpus 0,1,...");
+  fs::create_directories(spec.output_dir / "results");
+  std::vector<nlohmann::json> results(split.tasks.size());
+  std::atomic<size_t> next{0};
+  ProgressReporter reporter(progress, split.tasks.size(), "episode", spec.interactive_progress);
+
+  auto work = [&](int gpu) {
+    for (size_t i = next++; i < split.tasks.size(); i = next++) {
+      const bench::TaskEntry& task = split.tasks[i];
+      EpisodeSpec episode = spec.episode;
+      episode.task = task.path;
+      episode.gpu = gpu;
+      episode.output_dir = spec.output_dir / "episodes" / task.id;
+      if (task.atol) episode.sandbox.atol = *task.atol;
+      if (task.rtol) episode.sandbox.rtol = *task.rtol;
+      nlohmann::json result;
+      try {
+        fs::remove_all(episode.output_dir);  // an eval run re-runs its episodes
+        EpisodeResult r = run_task_episode(episode);
+        result = r.score;
+        result["episode"] = {{"stop_reason", r.stop_reason}, {"turns", r.turns}, {"tool_calls", r.tool_calls},
+                             {"invalid_tool_calls", r.invalid_tool_calls},
+                             {"trajectory", (episode.output_dir / "trajectory.jsonl").string()}};
+      } catch (const std::exception& e) {
+        result = {{"ok", false}, {"category", "infrastructure_error"}, {"reward", -1.0}, {"correct", nullptr},
+                  {"message", fmt::format("the episode could not run: {}", e.what())}};
+      }
+      result["task_id"] = task.id;
+      result["level"] = task.level;
+      result["reward"] = result.value("reward", nlohmann::json(-1.0)).is_number() ? result["reward"] : nlohmann::json(-1.0);
+      write_file_atomic(spec.output_dir / "results" / (task.id + ".json"), result.dump(2));
+      results[i] = result;
+      const nlohmann::json ep = result.value("episode", nlohmann::json::object());
+      reporter.step(fmt::format("{} (gpu {}): {}, reward {:g}, {} turns, {}", task.id, gpu,
+                                result.value("ok", false) ? "pass" : bench::result_label(result),
+                                result["reward"].get<double>(), ep.value("turns", 0), ep.value("stop_reason", "-")));
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int gpu : spec.gpus) threads.emplace_back(work, gpu);
+  for (auto& t : threads) t.join();
+
+  nlohmann::json all = nlohmann::json::array();
+  for (auto& r : results) all.push_back(r);
+  nlohmann::json meta = {{"split", split.name}, {"policy", spec.episode.policy}, {"run_dir", spec.output_dir.string()},
+                         {"max_turns", spec.episode.agent.max_turns}, {"single_turn", spec.episode.agent.single_turn}};
+  bench::write_report(spec.output_dir, all, meta);
+  return {{"split", split.name}, {"results", all}, {"metrics", bench::compute_metrics(all)}};
+}
+
+}  // namespace cuda_agent::agent
