@@ -87,6 +87,9 @@ nlohmann::json evaluate_task(const BenchOptions& options, const TaskEntry& task,
     }
   }
   result["level"] = task.level;
+  // Flagged in the split, or found by verify's task check: reported, excluded from the scores.
+  const nlohmann::json check = result.value("task_check", nlohmann::json::object());
+  result["degenerate"] = task.degenerate || (check.is_object() && check.value("degenerate", false));
   write_file_atomic(result_file, result.dump(2));
   return result;
 }

@@ -204,16 +204,23 @@ nlohmann::json compute_metrics(const nlohmann::json& results) {
            results.type_name());
   Tally overall;
   std::map<std::string, Tally> levels;
+  json excluded = json::array();
   for (size_t i = 0; i < results.size(); ++i) {
     const json& r = results[i];
     CA_CHECK(r.is_object(), "compute_metrics: results[{}] must be a result object (results/<id>.json), got {}", i,
              r.type_name());
+    // Degenerate tasks (a zeros kernel could pass them) are reported, not scored.
+    if (r.value("degenerate", false)) {
+      excluded.push_back(string_field(r, "task_id", fmt::format("results[{}]", i)));
+      continue;
+    }
     overall.add(r);
     levels[level_key(r)].add(r);
   }
   json by_level = json::object();
   for (const auto& [key, tally] : levels) by_level[key] = tally.to_json();
-  return {{"overall", overall.to_json()}, {"levels", by_level}, {"conventions", metric_conventions()}};
+  return {{"overall", overall.to_json()}, {"levels", by_level}, {"excluded_degenerate", excluded},
+          {"conventions", metric_conventions()}};
 }
 
 }  // namespace cuda_agent::bench

@@ -147,6 +147,13 @@ void reward_section(std::ostringstream& out, const json& metrics) {
 }
 
 void failures_section(std::ostringstream& out, const json& metrics) {
+  const json& excluded = field(metrics, "excluded_degenerate");
+  if (excluded.is_array() && !excluded.empty()) {
+    out << "## Excluded as degenerate\n\nThese tasks' references are near-constant, near-zero or do not depend on "
+           "their inputs (a constant kernel could pass them); they are not counted in any metric above:";
+    for (const auto& id : excluded) out << " " << md_cell(id.is_string() ? id.get<std::string>() : id.dump());
+    out << "\n\n";
+  }
   out << "## Failures by category\n\n";
   const json& all = field(field(metrics, "overall"), "failures_by_category");
   if (!all.is_object() || all.empty()) {

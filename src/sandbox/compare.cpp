@@ -109,7 +109,67 @@ void compare_tree(CompareResult& r, py::handle ref, py::handle cand, const std::
                                                   py::repr(cand).cast<std::string>()));
 }
 
+bool is_floating_tensor(py::handle t) {
+  if (!is_tensor(t)) return false;
+  return t.attr("is_floating_point")().cast<bool>();
+}
+
+double relative_error(py::handle x, py::handle ref64) {
+  py::object diff = x.attr("detach")().attr("to")(py::module_::import("torch").attr("float64")) - ref64;
+  const double num = diff.attr("norm")().attr("item")().cast<double>();
+  const double den = ref64.attr("norm")().attr("item")().cast<double>();
+  return num / std::max(den, 1e-300);
+}
+
+void strict_tree(CompareResult& r, py::handle ref32, py::handle ref64, py::handle cand, const std::string& path,
+                 double factor, double floor) {
+  if (is_tensor(ref32)) {
+    if (!is_floating_tensor(ref32) || !is_tensor(ref64) || !is_tensor(cand)) return;
+    if (ref32.attr("dtype").equal(py::module_::import("torch").attr("float64"))) return;  // nothing stricter to ask
+    const double ce = relative_error(cand, ref64);
+    const double re = relative_error(ref32, ref64);
+    const double limit = std::max(factor * re, floor);
+    if (ce > r.candidate_rel_error) {
+      r.candidate_rel_error = ce;
+      r.reference_rel_error = re;
+    }
+    if (!(ce <= limit) && r.ok) {
+      r.ok = false;
+      r.precision_failure = true;
+      r.path = path;
+      r.reason = fmt::format(
+          "relative error {:.3g} against a float64 reference exceeds the strict limit {:.3g} ({}x the float32 "
+          "reference's own {:.3g}, at least {:.3g}): the arithmetic is less precise than float32 (TF32, fp16 or bf16?)",
+          ce, limit, factor, re, floor);
+    }
+    return;
+  }
+  if (py::isinstance<py::tuple>(ref32) || py::isinstance<py::list>(ref32)) {
+    py::sequence a = py::reinterpret_borrow<py::sequence>(ref32), b = py::reinterpret_borrow<py::sequence>(ref64),
+                 c = py::reinterpret_borrow<py::sequence>(cand);
+    for (size_t i = 0; i < a.size() && i < b.size() && i < c.size(); ++i)
+      strict_tree(r, a[i], b[i], c[i], fmt::format("{}[{}]", path, i), factor, floor);
+    return;
+  }
+  if (py::isinstance<py::dict>(ref32)) {
+    py::dict a = py::reinterpret_borrow<py::dict>(ref32), b = py::reinterpret_borrow<py::dict>(ref64),
+             c = py::reinterpret_borrow<py::dict>(cand);
+    for (auto kv : a)
+      if (b.contains(kv.first) && c.contains(kv.first))
+        strict_tree(r, kv.second, b[kv.first], c[kv.first],
+                    fmt::format("{}[{}]", path, py::repr(kv.first).cast<std::string>()), factor, floor);
+  }
+}
+
 }  // namespace
+
+CompareResult compare_outputs_strict(py::handle reference, py::handle reference64, py::handle candidate, double atol,
+                                     double rtol, double factor, double floor) {
+  CompareResult r = compare_outputs(reference, candidate, atol, rtol);
+  if (!r.ok) return r;
+  strict_tree(r, reference, reference64, candidate, "output", factor, floor);
+  return r;
+}
 
 nlohmann::json CompareResult::to_json() const {
   nlohmann::json j = {{"ok", ok}, {"max_abs_diff", max_abs_diff}, {"max_rel_diff", max_rel_diff},
@@ -117,6 +177,10 @@ nlohmann::json CompareResult::to_json() const {
   if (!ok) {
     j["path"] = path;
     j["reason"] = reason;
+  }
+  if (candidate_rel_error > 0 || reference_rel_error > 0) {
+    j["candidate_rel_error_vs_fp64"] = candidate_rel_error;
+    j["reference_rel_error_vs_fp64"] = reference_rel_error;
   }
   return j;
 }

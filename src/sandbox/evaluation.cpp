@@ -177,6 +177,136 @@ py::object build_candidate(py::module_& solution, py::handle init_inputs, py::ha
   return candidate;
 }
 
+// The floating tensors of an output tree, in order.
+void floating_leaves(py::handle obj, std::vector<py::object>& out) {
+  static py::object tensor_type = py::module_::import("torch").attr("Tensor");
+  if (py::isinstance(obj, tensor_type)) {
+    if (obj.attr("is_floating_point")().cast<bool>()) out.push_back(py::reinterpret_borrow<py::object>(obj));
+  } else if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    for (auto item : obj) floating_leaves(item, out);
+  } else if (py::isinstance<py::dict>(obj)) {
+    for (auto kv : py::reinterpret_borrow<py::dict>(obj)) floating_leaves(kv.second, out);
+  }
+}
+
+// The robust-kbench / METR degenerate-task filters, from the reference's outputs across the
+// trials, judged against the tolerance in use: all outputs so close to zero that a zeros kernel
+// passes, every output tensor so narrow that a constant kernel passes, or the same outputs for
+// different inputs. Such a task cannot tell a real kernel from a trivial one.
+class TaskCheck {
+ public:
+  TaskCheck(double atol, double rtol) : atol_(atol), rtol_(rtol) {}
+  void add(py::handle ref_out) {
+    std::vector<py::object> leaves;
+    floating_leaves(ref_out, leaves);
+    if (leaves.empty()) return;
+    ++trials_;
+    for (auto& t : leaves) {
+      py::object d = t.attr("detach")().attr("double")();
+      if (d.attr("numel")().cast<int64_t>() == 0) continue;
+      const double max_abs = d.attr("abs")().attr("max")().attr("item")().cast<double>();
+      const double spread = (d.attr("max")() - d.attr("min")()).attr("item")().cast<double>();
+      max_abs_ = std::max(max_abs_, max_abs);
+      // A constant at the midpoint is within spread / 2 of every element.
+      if (spread / 2 > atol_ && spread > 1e-6 * std::max(max_abs, 1e-30)) any_varying_ = true;
+    }
+    if (first_.empty()) {
+      for (auto& t : leaves) first_.push_back(t.attr("detach")().attr("clone")());
+    } else if (!compared_) {
+      compared_ = true;
+      same_as_first_ = leaves.size() == first_.size();
+      for (size_t i = 0; same_as_first_ && i < leaves.size(); ++i)
+        same_as_first_ = py::module_::import("torch").attr("equal")(leaves[i], first_[i]).cast<bool>();
+    }
+  }
+  nlohmann::json to_json() const {
+    // Zeros pass |0 - ref| <= atol + rtol * |ref| exactly when |ref| <= atol / (1 - rtol).
+    const bool near_zero = trials_ > 0 && (rtol_ >= 1 || max_abs_ <= atol_ / (1 - rtol_) || max_abs_ < 1e-6);
+    const bool near_constant = trials_ > 0 && !any_varying_;
+    const bool input_independent = compared_ && same_as_first_;
+    return {{"trials_checked", trials_},
+            {"max_abs_output", max_abs_},
+            {"near_zero", near_zero},
+            {"near_constant", near_constant},
+            {"input_independent", input_independent},
+            {"degenerate", near_zero || near_constant || input_independent}};
+  }
+
+ private:
+  double atol_, rtol_;
+  int trials_ = 0;
+  double max_abs_ = 0;
+  bool any_varying_ = false;
+  bool compared_ = false;
+  bool same_as_first_ = false;
+  std::vector<py::object> first_;
+};
+
+// Floating tensors of a tree converted to float64 (the strict policy's reference inputs).
+py::object to_float64(py::handle obj) {
+  static py::object tensor_type = py::module_::import("torch").attr("Tensor");
+  if (py::isinstance(obj, tensor_type))
+    return obj.attr("is_floating_point")().cast<bool>() ? obj.attr("double")() : py::reinterpret_borrow<py::object>(obj);
+  if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    py::list out;
+    for (auto item : obj) out.append(to_float64(item));
+    return py::isinstance<py::tuple>(obj) ? py::object(py::tuple(out)) : py::object(out);
+  }
+  return py::reinterpret_borrow<py::object>(obj);
+}
+
+// verify: the seeded trials. Fills result["verify"] and result["task_check"]; throws Failure
+// for a mismatch (or, under the strict policy, a precision failure).
+void run_verify(const EvalRequest& req, py::module_& task, py::handle reference, py::handle candidate,
+                const std::string& device, nlohmann::json& result) {
+  const SandboxOptions& opt = req.options;
+  const bool strict = opt.precision == "strict";
+  py::object reference64;
+  if (strict) {
+    guarded(category::kTaskError, "building the float64 reference for the strict precision policy", [&] {
+      reference64 = py::module_::import("copy").attr("deepcopy")(reference).attr("double")();
+    });
+  }
+  nlohmann::json trials = nlohmann::json::array();
+  TaskCheck check(opt.atol, opt.rtol);
+  auto record = [&] {
+    result["verify"] = {{"trials", trials}, {"atol", opt.atol}, {"rtol", opt.rtol}, {"precision", opt.precision}};
+    result["task_check"] = check.to_json();
+  };
+  for (int i = 0; i < opt.trials; ++i) {
+    const int64_t seed = opt.seed + i;
+    py::object inputs, ref_out, ref64_out, new_out;
+    guarded(category::kTaskError, fmt::format("trial {}: drawing inputs and running the reference", i), [&] {
+      seed_everything(seed);
+      inputs = draw_inputs(task, device);
+      ref_out = call_model(reference, clone_tree(inputs));
+      if (strict) ref64_out = call_model(reference64, to_float64(clone_tree(inputs)));
+      synchronize(device);
+      check.add(ref_out);
+    });
+    guarded(category::kRuntimeError, fmt::format("trial {} (seed {}): ModelNew.forward", i, seed), [&] {
+      new_out = call_model(candidate, clone_tree(inputs));
+      synchronize(device);
+    });
+    CompareResult cmp;
+    guarded(category::kRuntimeError, fmt::format("trial {}: comparing outputs", i), [&] {
+      cmp = strict ? compare_outputs_strict(ref_out, ref64_out, new_out, opt.atol, opt.rtol, opt.strict_factor,
+                                            opt.strict_floor)
+                   : compare_outputs(ref_out, new_out, opt.atol, opt.rtol);
+    });
+    nlohmann::json t = cmp.to_json();
+    t["seed"] = seed;
+    trials.push_back(t);
+    if (!cmp.ok) {
+      record();
+      throw Failure{cmp.precision_failure ? category::kPrecision : category::kMismatch,
+                    fmt::format("trial {} (seed {}): {}: {}", i, seed, cmp.path, cmp.reason)};
+    }
+  }
+  record();
+  result["correct"] = true;
+}
+
 // The eager and torch.compile timings of the task: from the cache when an entry with the same
 // key exists, else measured now (and stored). Sets *cache_hit.
 nlohmann::json baseline_timings(const EvalRequest& req, const nlohmann::json& result, py::handle reference,
@@ -304,36 +434,7 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
 
     if (req.mode == EvalMode::kVerify || req.mode == EvalMode::kEvaluate) {
       progress.enter("verify", result);
-      nlohmann::json trials = nlohmann::json::array();
-      bool all_ok = true;
-      for (int i = 0; i < opt.trials && all_ok; ++i) {
-        const int64_t seed = opt.seed + i;
-        py::object inputs, ref_out, new_out;
-        guarded(category::kTaskError, fmt::format("trial {}: drawing inputs and running the reference", i), [&] {
-          seed_everything(seed);
-          inputs = draw_inputs(task, device);
-          ref_out = call_model(reference, clone_tree(inputs));
-          synchronize(device);
-        });
-        guarded(category::kRuntimeError, fmt::format("trial {} (seed {}): ModelNew.forward", i, seed), [&] {
-          new_out = call_model(candidate, clone_tree(inputs));
-          synchronize(device);
-        });
-        CompareResult cmp;
-        guarded(category::kRuntimeError, fmt::format("trial {}: comparing outputs", i),
-                [&] { cmp = compare_outputs(ref_out, new_out, opt.atol, opt.rtol); });
-        nlohmann::json t = cmp.to_json();
-        t["seed"] = seed;
-        trials.push_back(t);
-        if (!cmp.ok) {
-          all_ok = false;
-          result["verify"] = {{"trials", trials}, {"atol", opt.atol}, {"rtol", opt.rtol}, {"precision", opt.precision}};
-          throw Failure{category::kMismatch,
-                        fmt::format("trial {} (seed {}): {}: {}", i, seed, cmp.path, cmp.reason)};
-        }
-      }
-      result["verify"] = {{"trials", trials}, {"atol", opt.atol}, {"rtol", opt.rtol}, {"precision", opt.precision}};
-      result["correct"] = true;
+      run_verify(req, task, reference, candidate, device, result);
     }
 
     if (req.mode != EvalMode::kVerify) {

@@ -35,6 +35,8 @@ nlohmann::json SandboxOptions::to_json() const {
           {"atol", atol},
           {"rtol", rtol},
           {"precision", precision},
+          {"strict_factor", strict_factor},
+          {"strict_floor", strict_floor},
           {"warmup_runs", warmup_runs},
           {"warmup_ms", warmup_ms},
           {"timed_runs", timed_runs},
@@ -62,6 +64,8 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.atol = merged["atol"];
   o.rtol = merged["rtol"];
   o.precision = merged["precision"];
+  o.strict_factor = merged["strict_factor"];
+  o.strict_floor = merged["strict_floor"];
   o.warmup_runs = merged["warmup_runs"];
   o.warmup_ms = merged["warmup_ms"];
   o.timed_runs = merged["timed_runs"];
@@ -79,8 +83,10 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   CA_CHECK(o.trials >= 1, "sandbox.trials must be at least 1, got {}", o.trials);
   CA_CHECK(o.timed_runs >= 1, "sandbox.timed_runs must be at least 1, got {}", o.timed_runs);
   CA_CHECK(o.atol >= 0 && o.rtol >= 0, "sandbox.atol and sandbox.rtol must be >= 0, got {} and {}", o.atol, o.rtol);
-  CA_CHECK(o.precision == "loose", "sandbox.precision '{}' is not supported yet; use 'loose' (atol/rtol as given)",
-           o.precision);
+  CA_CHECK(o.precision == "loose" || o.precision == "strict" || o.precision == "tf32",
+           "sandbox.precision '{}' is unknown: use loose, strict or tf32", o.precision);
+  CA_CHECK(o.strict_factor >= 1 && o.strict_floor >= 0, "sandbox.strict_factor must be >= 1 and strict_floor >= 0, got {} and {}",
+           o.strict_factor, o.strict_floor);
   CA_CHECK(o.reward == "milestone" || o.reward == "raw_speedup",
            "sandbox.reward '{}' is unknown: use 'milestone' or 'raw_speedup'", o.reward);
   CA_CHECK(o.timeout_s > 0, "sandbox.timeout_s must be positive, got {}", o.timeout_s);

@@ -211,8 +211,9 @@ TEST(SandboxOptions, ValidationErrors) {
   EXPECT_NE(msg.find("sandbox.trials must be at least 1, got 0"), std::string::npos) << msg;
   msg = error_message([&] { SandboxOptions::from_json(with("timed_runs", -1)); });
   EXPECT_NE(msg.find("sandbox.timed_runs"), std::string::npos) << msg;
-  msg = error_message([&] { SandboxOptions::from_json(with("precision", "strict")); });
-  EXPECT_NE(msg.find("'strict' is not supported yet"), std::string::npos) << msg;
+  msg = error_message([&] { SandboxOptions::from_json(with("precision", "fp16")); });
+  EXPECT_NE(msg.find("'fp16' is unknown: use loose, strict or tf32"), std::string::npos) << msg;
+  EXPECT_EQ(SandboxOptions::from_json(with("precision", "strict")).precision, "strict");
   msg = error_message([&] { SandboxOptions::from_json(with("reward", "foo")); });
   EXPECT_NE(msg.find("sandbox.reward 'foo' is unknown"), std::string::npos) << msg;
   EXPECT_NE(msg.find("milestone"), std::string::npos) << msg;

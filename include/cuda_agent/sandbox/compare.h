@@ -20,10 +20,23 @@ struct CompareResult {
   double max_rel_diff = 0;
   int64_t mismatched = 0;       // elements outside tolerance
   int64_t compared = 0;         // elements compared
+  // Strict precision only (compare_outputs_strict): set when the values pass atol/rtol but the
+  // candidate's error against float64 is too large for float32 arithmetic.
+  bool precision_failure = false;
+  double candidate_rel_error = 0;  // worst ||candidate - ref64|| / ||ref64|| over the tensors
+  double reference_rel_error = 0;  // the float32 reference's own error on that tensor
   nlohmann::json to_json() const;
 };
 
 CompareResult compare_outputs(pybind11::handle reference, pybind11::handle candidate, double atol,
                               double rtol);
+
+// The strict policy (fp32 semantics): compare_outputs first, then, for every floating tensor,
+// ||candidate - ref64|| / ||ref64|| must stay within max(factor * the float32 reference's own
+// relative error, floor). ref64 is the reference computed in float64 on float64 inputs. A
+// TF32 or half-precision shortcut passes atol = rtol = 1e-2 and fails here.
+CompareResult compare_outputs_strict(pybind11::handle reference, pybind11::handle reference64,
+                                     pybind11::handle candidate, double atol, double rtol, double factor,
+                                     double floor);
 
 }  // namespace cuda_agent::sandbox

@@ -20,7 +20,14 @@ struct SandboxOptions {
   int64_t seed = 42;                 // trial i uses seed + i; the model weights use seed
   double atol = 1e-2;
   double rtol = 1e-2;
-  std::string precision = "loose";   // fp32 semantics policy recorded in every result
+  // Precision policy, recorded in every result (docs/results.md, "Precision"):
+  //   loose  atol/rtol only (KernelBench's and the CUDA Agent paper's setting);
+  //   strict also the candidate's error against a float64 reference within strict_factor x the
+  //          float32 reference's own error (at least strict_floor): TF32/fp16 shortcuts fail;
+  //   tf32   baselines run with TF32 enabled too, compared with atol/rtol.
+  std::string precision = "loose";
+  double strict_factor = 8.0;
+  double strict_floor = 1e-5;
   // profile
   int warmup_runs = 3;
   double warmup_ms = 100;            // keep warming up until this much time has passed
@@ -74,6 +81,7 @@ inline constexpr const char* kOutOfMemory = "out_of_memory";
 inline constexpr const char* kTimeout = "timeout";
 inline constexpr const char* kCrash = "crash";                     // the worker died (signal)
 inline constexpr const char* kMismatch = "mismatch";               // wrong values, shape, dtype, structure
+inline constexpr const char* kPrecision = "precision";             // within atol/rtol but less precise than fp32 (strict)
 inline constexpr const char* kTaskError = "task_error";            // the reference itself failed
 inline constexpr const char* kInfrastructure = "infrastructure_error";  // no GPU, no torch, ...
 }  // namespace category

@@ -1,0 +1,119 @@
+// Evaluation integrity on the CPU: the strict precision policy and the degenerate-task check,
+// through real worker processes (verify --device cpu).
+#include <cstdlib>
+
+#include <gtest/gtest.h>
+
+#include "cuda_agent/bench/metrics.h"
+#include "cuda_agent/bench/report.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/sandbox/evaluation.h"
+
+using namespace cuda_agent;
+using namespace cuda_agent::sandbox;
+
+namespace {
+
+const std::string kSource = CUDA_AGENT_SOURCE_DIR;
+
+class Integrity : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
+    setenv("CUDA_AGENT_CACHE_DIR", (dir_.path() / "cache").c_str(), 1);
+  }
+  std::string write(const std::string& name, const std::string& text) {
+    const auto p = dir_.path() / name;
+    write_file_atomic(p, text);
+    return p.string();
+  }
+  nlohmann::json verify(const std::string& task, const std::string& solution, const std::string& precision = "loose") {
+    EvalRequest req;
+    req.task_path = task;
+    req.solution_path = solution;
+    req.mode = EvalMode::kVerify;
+    req.device = "cpu";
+    req.options.cache_dir = (dir_.path() / "cache").string();
+    req.options.precision = precision;
+    req.options.trials = 3;
+    return evaluate(req);
+  }
+  TempDir dir_{"integrity-"};
+};
+
+const char* kModelNewHeader = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n";
+
+}  // namespace
+
+// A half-precision shortcut passes atol = rtol = 1e-2 but not fp32 semantics.
+TEST_F(Integrity, StrictPolicyCatchesAHalfPrecisionShortcut) {
+  const std::string task = kSource + "/tests/data/tasks/linear_small/model.py";
+  const std::string exact = write("exact.py", std::string(kModelNewHeader) +
+                                                  "class ModelNew(nn.Module):\n    def __init__(self, *a):\n        super().__init__()\n"
+                                                  "        self.linear = nn.Linear(256, 128)\n\n    def forward(self, x):\n"
+                                                  "        return F.linear(x, self.linear.weight, self.linear.bias)\n");
+  const std::string shortcut = write(
+      "shortcut.py", std::string(kModelNewHeader) +
+                         "class ModelNew(nn.Module):\n    def __init__(self, *a):\n        super().__init__()\n"
+                         "        self.linear = nn.Linear(256, 128)\n\n    def forward(self, x):\n"
+                         "        return F.linear(x.half().float(), self.linear.weight.half().float(), self.linear.bias)\n");
+  auto loose = verify(task, shortcut, "loose");
+  EXPECT_TRUE(loose["ok"].get<bool>()) << loose.dump(2);
+  auto strict = verify(task, shortcut, "strict");
+  EXPECT_FALSE(strict["ok"].get<bool>());
+  EXPECT_EQ(strict["category"], "precision") << strict.dump(2);
+  EXPECT_NE(strict["message"].get<std::string>().find("float64 reference"), std::string::npos);
+  auto fine = verify(task, exact, "strict");
+  EXPECT_TRUE(fine["ok"].get<bool>()) << fine.dump(2);
+  const auto& trial = fine["verify"]["trials"][0];
+  EXPECT_LT(trial["candidate_rel_error_vs_fp64"].get<double>(), 1e-5);
+  EXPECT_EQ(fine["verify"]["precision"], "strict");
+}
+
+TEST_F(Integrity, ZerosPassingASoftmaxTaskIsFlaggedDegenerate) {
+  const std::string task = write("softmax/model.py",
+                                 "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                                 "        return torch.softmax(x, dim=1)\n\ndef get_inputs():\n    return [torch.randn(8, 16384)]\n\n"
+                                 "def get_init_inputs():\n    return []\n");
+  const std::string zeros = write("zeros.py", std::string(kModelNewHeader) +
+                                                  "class ModelNew(nn.Module):\n    def forward(self, x):\n"
+                                                  "        return torch.zeros_like(x)\n");
+  auto r = verify(task, zeros);
+  EXPECT_TRUE(r["ok"].get<bool>()) << "zeros pass this task at atol 1e-2: " << r.dump(2);
+  EXPECT_TRUE(r["task_check"]["near_zero"].get<bool>()) << r["task_check"];
+  EXPECT_TRUE(r["task_check"]["degenerate"].get<bool>());
+}
+
+TEST_F(Integrity, InputIndependentReferencesAreFlagged) {
+  const std::string task = write("const/model.py",
+                                 "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                                 "        return torch.ones(16) * 3.0 + 0 * x.sum()\n\ndef get_inputs():\n    return [torch.randn(64)]\n\n"
+                                 "def get_init_inputs():\n    return []\n");
+  const std::string solution = write("c.py", std::string(kModelNewHeader) +
+                                                 "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.full((16,), 3.0)\n");
+  auto r = verify(task, solution);
+  EXPECT_TRUE(r["task_check"]["input_independent"].get<bool>()) << r["task_check"];
+  EXPECT_TRUE(r["task_check"]["near_constant"].get<bool>());
+  EXPECT_TRUE(r["task_check"]["degenerate"].get<bool>());
+}
+
+TEST_F(Integrity, OrdinaryTasksAreNotFlagged) {
+  auto r = verify(kSource + "/tests/data/tasks/add/model.py", kSource + "/tests/data/solutions/add_torch_cpu/model_new.py");
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_FALSE(r["task_check"]["degenerate"].get<bool>()) << r["task_check"];
+  EXPECT_EQ(r["task_check"]["trials_checked"], 3);
+}
+
+TEST(DegenerateInMetrics, ExcludedFromScoresAndListed) {
+  nlohmann::json results = nlohmann::json::array({
+      {{"task_id", "good"}, {"level", 1}, {"ok", true}, {"correct", true}, {"reward", 3.0}, {"speedup_vs_eager", 2.0},
+       {"speedup_vs_compile", 1.5}},
+      {{"task_id", "zeros_pass"}, {"level", 1}, {"ok", true}, {"correct", true}, {"reward", 3.0},
+       {"speedup_vs_eager", 50.0}, {"speedup_vs_compile", 40.0}, {"degenerate", true}},
+  });
+  nlohmann::json m = cuda_agent::bench::compute_metrics(results);
+  EXPECT_EQ(m["overall"]["tasks"], 1);
+  EXPECT_EQ(m["excluded_degenerate"], nlohmann::json::array({"zeros_pass"}));
+  EXPECT_NE(cuda_agent::bench::render_report_md(m, results, nlohmann::json::object()).find("Excluded as degenerate"),
+            std::string::npos);
+}
