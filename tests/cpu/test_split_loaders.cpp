@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <map>
+
 #include <gtest/gtest.h>
 
 #include "test_util.h"
@@ -465,3 +467,21 @@ TEST(SplitKeys, DemoSplitIsOwnWithHashes) {
 
 }  // namespace
 }  // namespace cuda_agent::bench
+
+TEST(CoreSplit, LoadsWithEveryLevelAndItsReferenceSolutions) {
+  const std::filesystem::path root = std::filesystem::path(CUDA_AGENT_SOURCE_DIR) / "data" / "core";
+  cuda_agent::bench::Split split = cuda_agent::bench::load_split(root);
+  EXPECT_EQ(split.name, "core");
+  EXPECT_GE(split.tasks.size(), 40u);
+  std::map<int, int> per_level;
+  int with_solution = 0;
+  for (const auto& t : split.tasks) {
+    per_level[t.level]++;
+    EXPECT_FALSE(t.sha256.empty()) << t.id;
+    if (cuda_agent::bench::find_solution(root / "solutions", t.id)) ++with_solution;
+  }
+  EXPECT_GE(per_level[1], 10);
+  EXPECT_GE(per_level[2], 10);
+  EXPECT_GE(per_level[3], 5);
+  EXPECT_GE(with_solution, 10);
+}
