@@ -10,19 +10,12 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
+#include "cuda_agent/core/subprocess.h"
 
 namespace fs = std::filesystem;
 
 namespace cuda_agent::agent {
 namespace {
-
-std::string self_executable() {
-  if (const char* env = std::getenv("CUDA_AGENT_BIN"); env && *env) return env;
-  std::error_code ec;
-  fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  CA_CHECK(!ec, "cannot find this program's path: {}", ec.message());
-  return p.string();
-}
 
 std::string shell_quote(const std::string& s) {
   std::string out = "'";

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <cstring>
 #include <memory>
 #include <string_view>
@@ -379,6 +380,14 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
     throw;
   }
   return result;
+}
+
+std::string self_executable() {
+  if (const char* env = std::getenv("CUDA_AGENT_BIN"); env && *env) return env;
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  CA_CHECK(!ec, "cannot find this program's path (/proc/self/exe): {}", ec.message());
+  return p.string();
 }
 
 }  // namespace cuda_agent

@@ -97,6 +97,9 @@ TimingResult time_forward(py::handle model, py::handle inputs, const TimingOptio
 
   // Warm-up: compilation, autotuning, allocator growth, module loads and clock ramp-up happen here.
   const auto warm_start = std::chrono::steady_clock::now();
+  std::vector<std::pair<uint64_t, uint64_t>> windows;
+  std::vector<double> samples;
+  Event start, end;
   try {
     for (int i = 0;; ++i) {
       py::object run_inputs = clone_tree(inputs);
@@ -108,20 +111,7 @@ TimingResult time_forward(py::handle model, py::handle inputs, const TimingOptio
       if (i + 1 >= options.warmup_runs && elapsed >= options.warmup_ms) break;
       if (i >= 10000) break;
     }
-  } catch (...) {
-    if (recorder) {
-      try {
-        recorder->stop();
-      } catch (...) {
-      }
-    }
-    throw;
-  }
 
-  std::vector<std::pair<uint64_t, uint64_t>> windows;
-  std::vector<double> samples;
-  Event start, end;
-  try {
     for (int i = 0; i < options.timed_runs; ++i) {
       py::object run_inputs = clone_tree(inputs);
       if (flush) CA_CU_CHECK(api.cuMemsetD32Async(flush->ptr, static_cast<unsigned>(i), flush->words, stream));

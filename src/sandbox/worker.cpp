@@ -16,14 +16,6 @@ namespace fs = std::filesystem;
 namespace cuda_agent::sandbox {
 namespace {
 
-std::string self_executable() {
-  if (const char* env = std::getenv("CUDA_AGENT_BIN"); env && *env) return env;
-  std::error_code ec;
-  fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  CA_CHECK(!ec, "cannot find this program's path (/proc/self/exe): {}", ec.message());
-  return p.string();
-}
-
 std::string file_sha256(const std::string& path) {
   try {
     return sha256_hex(read_file(path));

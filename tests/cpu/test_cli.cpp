@@ -151,9 +151,9 @@ TEST_F(Cli, VerifyUsageErrors) {
   EXPECT_NE(r.output.find("expected key=value"), std::string::npos) << r.output;
 
   r = run("verify --task " + task("add") + " --solution " + solution("add_torch_cpu") +
-          " --device cpu --set sandbox.precision=strict");
+          " --device cpu --set sandbox.precision=fp16");
   EXPECT_EQ(r.rc, 2) << r.output;
-  EXPECT_NE(r.output.find("'strict' is not supported yet"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("'fp16' is unknown"), std::string::npos) << r.output;
 
   const fs::path cfg = write("cfg.yaml", "sandbox:\n  trials: [1, 2\n");
   r = run("verify --task " + task("add") + " --solution " + solution("add_torch_cpu") + " --device cpu --config " +

@@ -79,4 +79,8 @@ struct SubprocessResult {
 // it must not race with setenv/unsetenv in other threads. Blocks the calling thread.
 SubprocessResult run_subprocess(const SubprocessOptions& options);
 
+// This program's own path, for starting workers of the same binary: $CUDA_AGENT_BIN when set
+// (tests point it at the built cuda-agent), else /proc/self/exe. Throws Error if neither works.
+std::string self_executable();
+
 }  // namespace cuda_agent
