@@ -20,6 +20,7 @@
 #include "cuda_agent/sandbox/python_module.h"
 #include "cuda_agent/sandbox/python_runtime.h"
 #include "cuda_agent/sandbox/reward.h"
+#include "cuda_agent/sandbox/task_check.h"
 #include "cuda_agent/sandbox/task_runner.h"
 #include "cuda_agent/sandbox/timer.h"
 
@@ -175,84 +176,6 @@ py::object build_candidate(py::module_& solution, py::handle init_inputs, py::ha
           "parameter and buffer names and shapes as Model",
           [&] { candidate.attr("load_state_dict")(reference.attr("state_dict")(), py::arg("strict") = true); });
   return candidate;
-}
-
-// The floating tensors of an output tree, in order.
-void floating_leaves(py::handle obj, std::vector<py::object>& out) {
-  static py::object tensor_type = py::module_::import("torch").attr("Tensor");
-  if (py::isinstance(obj, tensor_type)) {
-    if (obj.attr("is_floating_point")().cast<bool>()) out.push_back(py::reinterpret_borrow<py::object>(obj));
-  } else if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
-    for (auto item : obj) floating_leaves(item, out);
-  } else if (py::isinstance<py::dict>(obj)) {
-    for (auto kv : py::reinterpret_borrow<py::dict>(obj)) floating_leaves(kv.second, out);
-  }
-}
-
-// The robust-kbench / METR degenerate-task filters, from the reference's outputs across the
-// trials, judged against the tolerance in use: all outputs so close to zero that a zeros kernel
-// passes, every output tensor so narrow that a constant kernel passes, or the same outputs for
-// different inputs. Such a task cannot tell a real kernel from a trivial one.
-class TaskCheck {
- public:
-  TaskCheck(double atol, double rtol) : atol_(atol), rtol_(rtol) {}
-  void add(py::handle ref_out) {
-    std::vector<py::object> leaves;
-    floating_leaves(ref_out, leaves);
-    if (leaves.empty()) return;
-    ++trials_;
-    for (auto& t : leaves) {
-      py::object d = t.attr("detach")().attr("double")();
-      if (d.attr("numel")().cast<int64_t>() == 0) continue;
-      const double max_abs = d.attr("abs")().attr("max")().attr("item")().cast<double>();
-      const double spread = (d.attr("max")() - d.attr("min")()).attr("item")().cast<double>();
-      max_abs_ = std::max(max_abs_, max_abs);
-      // A constant at the midpoint is within spread / 2 of every element.
-      if (spread / 2 > atol_ && spread > 1e-6 * std::max(max_abs, 1e-30)) any_varying_ = true;
-    }
-    if (first_.empty()) {
-      for (auto& t : leaves) first_.push_back(t.attr("detach")().attr("clone")());
-    } else if (!compared_) {
-      compared_ = true;
-      same_as_first_ = leaves.size() == first_.size();
-      for (size_t i = 0; same_as_first_ && i < leaves.size(); ++i)
-        same_as_first_ = py::module_::import("torch").attr("equal")(leaves[i], first_[i]).cast<bool>();
-    }
-  }
-  nlohmann::json to_json() const {
-    // Zeros pass |0 - ref| <= atol + rtol * |ref| exactly when |ref| <= atol / (1 - rtol).
-    const bool near_zero = trials_ > 0 && (rtol_ >= 1 || max_abs_ <= atol_ / (1 - rtol_) || max_abs_ < 1e-6);
-    const bool near_constant = trials_ > 0 && !any_varying_;
-    const bool input_independent = compared_ && same_as_first_;
-    return {{"trials_checked", trials_},
-            {"max_abs_output", max_abs_},
-            {"near_zero", near_zero},
-            {"near_constant", near_constant},
-            {"input_independent", input_independent},
-            {"degenerate", near_zero || near_constant || input_independent}};
-  }
-
- private:
-  double atol_, rtol_;
-  int trials_ = 0;
-  double max_abs_ = 0;
-  bool any_varying_ = false;
-  bool compared_ = false;
-  bool same_as_first_ = false;
-  std::vector<py::object> first_;
-};
-
-// Floating tensors of a tree converted to float64 (the strict policy's reference inputs).
-py::object to_float64(py::handle obj) {
-  static py::object tensor_type = py::module_::import("torch").attr("Tensor");
-  if (py::isinstance(obj, tensor_type))
-    return obj.attr("is_floating_point")().cast<bool>() ? obj.attr("double")() : py::reinterpret_borrow<py::object>(obj);
-  if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
-    py::list out;
-    for (auto item : obj) out.append(to_float64(item));
-    return py::isinstance<py::tuple>(obj) ? py::object(py::tuple(out)) : py::object(out);
-  }
-  return py::reinterpret_borrow<py::object>(obj);
 }
 
 // verify: the seeded trials. Fills result["verify"] and result["task_check"]; throws Failure

@@ -1,0 +1,41 @@
+// Judging a task from its reference's outputs (the robust-kbench / METR degenerate-task
+// filters), and float64 copies of inputs for the strict precision policy. Call with the GIL held.
+#pragma once
+
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <pybind11/pybind11.h>
+
+namespace cuda_agent::sandbox {
+
+// Accumulates the reference's outputs over verify's trials and judges them against the
+// tolerance in use: all outputs so close to zero that a zeros kernel passes, every output
+// tensor so narrow that a constant kernel passes, or the same outputs for different inputs.
+// Such a task cannot tell a real kernel from a trivial one.
+class TaskCheck {
+ public:
+  TaskCheck(double atol, double rtol) : atol_(atol), rtol_(rtol) {}
+  // One trial's reference output (any tree of tensors).
+  void add(pybind11::handle ref_out);
+  // {trials_checked, max_abs_output, near_zero, near_constant, input_independent, degenerate}
+  nlohmann::json to_json() const;
+
+ private:
+  double atol_, rtol_;
+  int trials_ = 0;
+  double max_abs_ = 0;
+  bool any_varying_ = false;
+  bool compared_ = false;
+  bool same_as_first_ = false;
+  std::vector<pybind11::object> first_;
+};
+
+// Floating tensors of a tree (lists and tuples followed) converted to float64; other values
+// pass through.
+pybind11::object to_float64(pybind11::handle obj);
+
+// The floating tensors of an output tree, in order.
+void floating_leaves(pybind11::handle obj, std::vector<pybind11::object>& out);
+
+}  // namespace cuda_agent::sandbox

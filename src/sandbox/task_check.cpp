@@ -1,0 +1,69 @@
+#include "cuda_agent/sandbox/task_check.h"
+
+#include <algorithm>
+
+namespace py = pybind11;
+
+namespace cuda_agent::sandbox {
+
+void floating_leaves(py::handle obj, std::vector<py::object>& out) {
+  static py::object tensor_type = py::module_::import("torch").attr("Tensor");
+  if (py::isinstance(obj, tensor_type)) {
+    if (obj.attr("is_floating_point")().cast<bool>()) out.push_back(py::reinterpret_borrow<py::object>(obj));
+  } else if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    for (auto item : obj) floating_leaves(item, out);
+  } else if (py::isinstance<py::dict>(obj)) {
+    for (auto kv : py::reinterpret_borrow<py::dict>(obj)) floating_leaves(kv.second, out);
+  }
+}
+
+void TaskCheck::add(py::handle ref_out) {
+  std::vector<py::object> leaves;
+  floating_leaves(ref_out, leaves);
+  if (leaves.empty()) return;
+  ++trials_;
+  for (auto& t : leaves) {
+    py::object d = t.attr("detach")().attr("double")();
+    if (d.attr("numel")().cast<int64_t>() == 0) continue;
+    const double max_abs = d.attr("abs")().attr("max")().attr("item")().cast<double>();
+    const double spread = (d.attr("max")() - d.attr("min")()).attr("item")().cast<double>();
+    max_abs_ = std::max(max_abs_, max_abs);
+    // A constant at the midpoint is within spread / 2 of every element.
+    if (spread / 2 > atol_ && spread > 1e-6 * std::max(max_abs, 1e-30)) any_varying_ = true;
+  }
+  if (first_.empty()) {
+    for (auto& t : leaves) first_.push_back(t.attr("detach")().attr("clone")());
+  } else if (!compared_) {
+    compared_ = true;
+    same_as_first_ = leaves.size() == first_.size();
+    for (size_t i = 0; same_as_first_ && i < leaves.size(); ++i)
+      same_as_first_ = py::module_::import("torch").attr("equal")(leaves[i], first_[i]).cast<bool>();
+  }
+}
+
+nlohmann::json TaskCheck::to_json() const {
+  // Zeros pass |0 - ref| <= atol + rtol * |ref| exactly when |ref| <= atol / (1 - rtol).
+  const bool near_zero = trials_ > 0 && (rtol_ >= 1 || max_abs_ <= atol_ / (1 - rtol_) || max_abs_ < 1e-6);
+  const bool near_constant = trials_ > 0 && !any_varying_;
+  const bool input_independent = compared_ && same_as_first_;
+  return {{"trials_checked", trials_},
+          {"max_abs_output", max_abs_},
+          {"near_zero", near_zero},
+          {"near_constant", near_constant},
+          {"input_independent", input_independent},
+          {"degenerate", near_zero || near_constant || input_independent}};
+}
+
+py::object to_float64(py::handle obj) {
+  static py::object tensor_type = py::module_::import("torch").attr("Tensor");
+  if (py::isinstance(obj, tensor_type))
+    return obj.attr("is_floating_point")().cast<bool>() ? obj.attr("double")() : py::reinterpret_borrow<py::object>(obj);
+  if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    py::list out;
+    for (auto item : obj) out.append(to_float64(item));
+    return py::isinstance<py::tuple>(obj) ? py::object(py::tuple(out)) : py::object(out);
+  }
+  return py::reinterpret_borrow<py::object>(obj);
+}
+
+}  // namespace cuda_agent::sandbox
