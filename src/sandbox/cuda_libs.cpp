@@ -99,11 +99,13 @@ const Api& load(Loaded<Api>& slot, const char* what, const std::vector<std::stri
     std::vector<std::string> tried;
     void* handle = open_library(sonames, &slot.api.path, &tried);
     if (!handle) {
+      const bool is_driver = sonames.front() == "libcuda.so.1";
       slot.error = fmt::format(
-          "cannot load {} ({}); searched {} and the default loader path{}{}. Install the CUDA "
-          "Toolkit 13 or the torch 2.11 wheel's nvidia-* packages (scripts/setup.sh does).",
-          what, fmt::join(sonames, " or "), fmt::join(cuda_library_search_dirs(), ", "),
-          tried.empty() ? "" : "; errors: ", fmt::join(tried, "; "));
+          "cannot load {} ({}); searched {} and the default loader path{}{}. {}", what, fmt::join(sonames, " or "),
+          fmt::join(cuda_library_search_dirs(), ", "), tried.empty() ? "" : "; errors: ", fmt::join(tried, "; "),
+          is_driver ? "libcuda.so.1 comes with the NVIDIA driver: this machine needs an NVIDIA GPU with its driver "
+                      "installed (nvidia-smi must work)."
+                    : "Install the CUDA Toolkit 13 or the torch 2.11 wheel's nvidia-* packages (scripts/setup.sh does).");
       return;
     }
     try {
