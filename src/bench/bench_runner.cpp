@@ -21,14 +21,6 @@ namespace fs = std::filesystem;
 namespace cuda_agent::bench {
 namespace {
 
-std::string sha_of(const fs::path& p) {
-  try {
-    return sha256_hex(read_file(p));
-  } catch (...) {
-    return "";
-  }
-}
-
 std::string fmt_ms(const nlohmann::json& timing) {
   if (!timing.is_object() || !timing.contains("median_ms")) return "-";
   return fmt::format("{:.3f}", timing["median_ms"].get<double>());
@@ -64,7 +56,7 @@ nlohmann::json evaluate_task(const BenchOptions& options, const TaskEntry& task,
     if (options.resume && solution && fs::exists(result_file)) {
       try {
         auto previous = nlohmann::json::parse(read_file(result_file));
-        if (previous.value("task_sha256", "") == sha_of(task.path) &&
+        if (previous.value("task_sha256", "") == file_sha256(task.path) &&
             previous.value("solution_sha256", "") == sandbox::solution_fingerprint(solution->string()) &&
             previous.value("options", nlohmann::json()) == task_options.to_json() &&
             previous.value("category", nlohmann::json()) != nlohmann::json(sandbox::category::kInfrastructure)) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/hash.h"
 
 namespace cuda_agent {
 namespace {
@@ -192,6 +193,14 @@ std::filesystem::path default_cache_dir() {
            "cannot locate the cache directory: CUDA_AGENT_CACHE_DIR, XDG_CACHE_HOME and HOME "
            "are all unset; set CUDA_AGENT_CACHE_DIR");
   return std::filesystem::path(home) / ".cache" / "cuda-agent";
+}
+
+std::string file_sha256(const std::filesystem::path& path) noexcept {
+  try {
+    return sha256_hex(read_file(path));
+  } catch (...) {
+    return "";
+  }
 }
 
 }  // namespace cuda_agent

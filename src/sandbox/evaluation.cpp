@@ -101,14 +101,6 @@ class Progress {
   Clock::time_point started_;
 };
 
-std::string file_sha256(const std::string& path) {
-  try {
-    return sha256_hex(read_file(path));
-  } catch (...) {
-    return "";
-  }
-}
-
 py::object build_model(py::module_& module, const char* class_name, py::handle init_inputs) {
   py::object cls = module.attr(class_name);
   return cls(*py::reinterpret_borrow<py::sequence>(init_inputs));

@@ -16,14 +16,6 @@ namespace fs = std::filesystem;
 namespace cuda_agent::sandbox {
 namespace {
 
-std::string file_sha256(const std::string& path) {
-  try {
-    return sha256_hex(read_file(path));
-  } catch (...) {
-    return "";
-  }
-}
-
 std::string tail(const std::string& text, size_t max_bytes) {
   if (text.size() <= max_bytes) return text;
   return "...\n" + text.substr(text.size() - max_bytes);

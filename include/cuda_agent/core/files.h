@@ -56,4 +56,7 @@ class TempDir {
 // setenv/unsetenv in other threads.
 std::filesystem::path default_cache_dir();
 
+// SHA-256 (hex) of a file's content, or "" when it cannot be read. Never throws.
+std::string file_sha256(const std::filesystem::path& path) noexcept;
+
 }  // namespace cuda_agent
