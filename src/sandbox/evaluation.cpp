@@ -1,6 +1,7 @@
 // The worker's side of one evaluation: load, verify, profile, score. Everything the solution
 // does that goes wrong becomes a result with a category; nothing escapes as an exception.
 #include "cuda_agent/sandbox/evaluation.h"
+#include "cuda_agent/sandbox/fallback_guard.h"
 
 #include <chrono>
 #include <filesystem>
@@ -44,6 +45,7 @@ struct Failure {
 std::string python_error_category(const py::error_already_set& e, const std::string& fallback) {
   const std::string text = e.what();
   if (e.matches(py::module_::import("cuda_agent").attr("CompileError"))) return category::kCompileError;
+  if (text.find("ForbiddenFallback") != std::string::npos) return category::kForbiddenFallback;
   py::module_ torch = py::module_::import("torch");
   if (e.matches(torch.attr("cuda").attr("OutOfMemoryError")) || text.find("out of memory") != std::string::npos)
     return category::kOutOfMemory;
@@ -184,9 +186,11 @@ void run_verify(const EvalRequest& req, py::module_& task, py::handle reference,
   }
   nlohmann::json trials = nlohmann::json::array();
   TaskCheck check(opt.atol, opt.rtol);
+  FallbackGuard guard(opt.fallback);
   auto record = [&] {
     result["verify"] = {{"trials", trials}, {"atol", opt.atol}, {"rtol", opt.rtol}, {"precision", opt.precision}};
     result["task_check"] = check.to_json();
+    result["fallback"] = guard.report();
   };
   for (int i = 0; i < opt.trials; ++i) {
     const int64_t seed = opt.seed + i;
@@ -199,10 +203,15 @@ void run_verify(const EvalRequest& req, py::module_& task, py::handle reference,
       synchronize(device);
       check.add(ref_out);
     });
-    guarded(category::kRuntimeError, fmt::format("trial {} (seed {}): ModelNew.forward", i, seed), [&] {
-      new_out = call_model(candidate, clone_tree(inputs));
-      synchronize(device);
-    });
+    try {
+      guarded(category::kRuntimeError, fmt::format("trial {} (seed {}): ModelNew.forward", i, seed), [&] {
+        new_out = guard.call(candidate, clone_tree(inputs));
+        synchronize(device);
+      });
+    } catch (const Failure&) {
+      record();
+      throw;
+    }
     CompareResult cmp;
     guarded(category::kRuntimeError, fmt::format("trial {}: comparing outputs", i), [&] {
       cmp = strict ? compare_outputs_strict(ref_out, ref64_out, new_out, opt.atol, opt.rtol, opt.strict_factor,

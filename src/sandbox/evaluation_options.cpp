@@ -37,6 +37,7 @@ nlohmann::json SandboxOptions::to_json() const {
           {"precision", precision},
           {"strict_factor", strict_factor},
           {"strict_floor", strict_floor},
+          {"fallback", fallback},
           {"warmup_runs", warmup_runs},
           {"warmup_ms", warmup_ms},
           {"timed_runs", timed_runs},
@@ -66,6 +67,7 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.precision = merged["precision"];
   o.strict_factor = merged["strict_factor"];
   o.strict_floor = merged["strict_floor"];
+  o.fallback = merged["fallback"];
   o.warmup_runs = merged["warmup_runs"];
   o.warmup_ms = merged["warmup_ms"];
   o.timed_runs = merged["timed_runs"];
@@ -85,6 +87,8 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   CA_CHECK(o.atol >= 0 && o.rtol >= 0, "sandbox.atol and sandbox.rtol must be >= 0, got {} and {}", o.atol, o.rtol);
   CA_CHECK(o.precision == "loose" || o.precision == "strict" || o.precision == "tf32",
            "sandbox.precision '{}' is unknown: use loose, strict or tf32", o.precision);
+  CA_CHECK(o.fallback == "off" || o.fallback == "warn" || o.fallback == "enforce",
+           "sandbox.fallback '{}' is unknown: use off, warn or enforce", o.fallback);
   CA_CHECK(o.strict_factor >= 1 && o.strict_floor >= 0, "sandbox.strict_factor must be >= 1 and strict_floor >= 0, got {} and {}",
            o.strict_factor, o.strict_floor);
   CA_CHECK(o.reward == "milestone" || o.reward == "raw_speedup",

@@ -117,3 +117,39 @@ TEST(DegenerateInMetrics, ExcludedFromScoresAndListed) {
   EXPECT_NE(cuda_agent::bench::render_report_md(m, results, nlohmann::json::object()).find("Excluded as degenerate"),
             std::string::npos);
 }
+
+TEST_F(Integrity, FallbackGuardRecordsOrRejectsPyTorchCompute) {
+  const std::string task = kSource + "/tests/data/tasks/add/model.py";
+  const std::string torch_add = kSource + "/tests/data/solutions/add_torch_cpu/model_new.py";
+  auto warn = verify(task, torch_add);  // default: warn
+  ASSERT_TRUE(warn["ok"].get<bool>()) << warn.dump(2);
+  EXPECT_EQ(warn["fallback"]["mode"], "warn");
+  EXPECT_EQ(warn["fallback"]["compute_calls"]["torch.add"], 3);  // one per trial
+
+  EvalRequest req;
+  req.task_path = task;
+  req.solution_path = torch_add;
+  req.mode = EvalMode::kVerify;
+  req.device = "cpu";
+  req.options.cache_dir = (dir_.path() / "cache").string();
+  req.options.fallback = "enforce";
+  auto enforce = evaluate(req);
+  EXPECT_EQ(enforce["category"], "forbidden_fallback") << enforce.dump(2);
+  EXPECT_NE(enforce["message"].get<std::string>().find("torch.add"), std::string::npos);
+
+  // Operators and torch.nn.functional are compute too; views and copies are not.
+  const std::string ops = write("ops/model.py",
+                                "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\nclass Model(nn.Module):\n"
+                                "    def forward(self, x, w):\n        return F.relu(x @ w).t().contiguous()\n\n"
+                                "def get_inputs():\n    return [torch.randn(8, 16), torch.randn(16, 4)]\n\ndef get_init_inputs():\n    return []\n");
+  const std::string same = write("same.py", std::string(kModelNewHeader) +
+                                                "class ModelNew(nn.Module):\n    def forward(self, x, w):\n"
+                                                "        return F.relu(x @ w).t().contiguous()\n");
+  auto r = verify(ops, same);
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  const auto& calls = r["fallback"]["compute_calls"];
+  EXPECT_TRUE(calls.contains("torch.Tensor.matmul")) << calls;  // what `x @ w` dispatches to
+  EXPECT_TRUE(calls.contains("torch.nn.functional.relu")) << calls;
+  EXPECT_FALSE(calls.contains("torch.Tensor.t")) << calls;
+  EXPECT_FALSE(calls.contains("torch.Tensor.contiguous")) << calls;
+}

@@ -28,6 +28,9 @@ struct SandboxOptions {
   std::string precision = "loose";
   double strict_factor = 8.0;
   double strict_floor = 1e-5;
+  // The Python-level fallback guard around ModelNew.forward during verify: off, warn (record
+  // PyTorch compute calls in the result) or enforce (fail with forbidden_fallback).
+  std::string fallback = "warn";
   // profile
   int warmup_runs = 3;
   double warmup_ms = 100;            // keep warming up until this much time has passed
@@ -81,6 +84,7 @@ inline constexpr const char* kOutOfMemory = "out_of_memory";
 inline constexpr const char* kTimeout = "timeout";
 inline constexpr const char* kCrash = "crash";                     // the worker died (signal)
 inline constexpr const char* kMismatch = "mismatch";               // wrong values, shape, dtype, structure
+inline constexpr const char* kForbiddenFallback = "forbidden_fallback";  // PyTorch compute in forward (enforce)
 inline constexpr const char* kPrecision = "precision";             // within atol/rtol but less precise than fp32 (strict)
 inline constexpr const char* kTaskError = "task_error";            // the reference itself failed
 inline constexpr const char* kInfrastructure = "infrastructure_error";  // no GPU, no torch, ...
