@@ -99,7 +99,7 @@ py::object to_device(py::handle obj, const std::string& device) {
   if (py::isinstance<py::list>(obj)) {
     py::list out;
     for (auto item : obj) out.append(to_device(item, device));
-    return std::move(out);
+    return out;
   }
   if (py::isinstance<py::tuple>(obj)) {
     py::list out;
@@ -109,7 +109,7 @@ py::object to_device(py::handle obj, const std::string& device) {
   if (py::isinstance<py::dict>(obj)) {
     py::dict out;
     for (auto kv : py::reinterpret_borrow<py::dict>(obj)) out[kv.first] = to_device(kv.second, device);
-    return std::move(out);
+    return out;
   }
   return py::reinterpret_borrow<py::object>(obj);
 }
@@ -120,7 +120,7 @@ py::object clone_tree(py::handle obj) {
   if (py::isinstance<py::list>(obj)) {
     py::list out;
     for (auto item : obj) out.append(clone_tree(item));
-    return std::move(out);
+    return out;
   }
   if (py::isinstance<py::tuple>(obj)) {
     py::list out;
@@ -130,7 +130,7 @@ py::object clone_tree(py::handle obj) {
   if (py::isinstance<py::dict>(obj)) {
     py::dict out;
     for (auto kv : py::reinterpret_borrow<py::dict>(obj)) out[kv.first] = clone_tree(kv.second);
-    return std::move(out);
+    return out;
   }
   return py::reinterpret_borrow<py::object>(obj);
 }

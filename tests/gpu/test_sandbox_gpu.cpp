@@ -19,7 +19,9 @@ void expect_failure(const nlohmann::json& r, const std::string& category, const 
   EXPECT_FALSE(r["ok"].get<bool>()) << r.dump(2);
   EXPECT_EQ(category_of(r), category) << r.dump(2);
   EXPECT_EQ(r["reward"].get<double>(), -1.0);
-  if (!fragment.empty()) EXPECT_NE(r["message"].get<std::string>().find(fragment), std::string::npos) << r.dump(2);
+  if (!fragment.empty()) {
+    EXPECT_NE(r["message"].get<std::string>().find(fragment), std::string::npos) << r.dump(2);
+  }
 }
 
 // After a fault, a fresh worker on the same GPU must work.
