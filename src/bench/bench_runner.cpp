@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cuda_agent/bench/metrics.h"
 #include "cuda_agent/bench/report.h"
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
@@ -89,50 +90,21 @@ nlohmann::json evaluate_task(const BenchOptions& options, const TaskEntry& task,
 }  // namespace
 
 nlohmann::json summarize(const nlohmann::json& results) {
-  int total = 0, correct = 0, faster_eager = 0, faster_compile = 0;
-  double reward_sum = 0, log_eager = 0, log_compile = 0;
-  int n_eager = 0, n_compile = 0;
-  std::map<std::string, int> failures;
-  for (const auto& r : results) {
-    ++total;
-    reward_sum += r.value("reward", -1.0);
-    const nlohmann::json correct_flag = r.value("correct", nlohmann::json());
-    if (r.value("ok", false) && correct_flag.is_boolean() && correct_flag.get<bool>()) {
-      ++correct;
-      const double margin = r.value("options", nlohmann::json::object()).value("speedup_margin", 0.05);
-      const nlohmann::json eager = r.value("speedup_vs_eager", nlohmann::json());
-      const nlohmann::json compile = r.value("speedup_vs_compile", nlohmann::json());
-      if (eager.is_number()) {
-        const double s = eager;
-        log_eager += std::log(s), ++n_eager;
-        if (s > 1 + margin) ++faster_eager;
-      }
-      if (compile.is_number()) {
-        const double s = compile;
-        log_compile += std::log(s), ++n_compile;
-        if (s > 1 + margin) ++faster_compile;
-      } else if (eager.is_number() && eager.get<double>() > 1 + margin) {
-        ++faster_compile;  // as in the reward: a torch.compile that was not timed is no bar
-      }
-    } else {
-      failures[category_name(r)]++;
-    }
-  }
-  auto rate = [&](int n) { return total ? static_cast<double>(n) / total : 0.0; };
-  nlohmann::json s = {{"tasks", total},
-                      {"passed", correct},
-                      {"pass_rate", rate(correct)},
-                      {"faster_than_eager", faster_eager},
-                      {"faster_than_eager_rate", rate(faster_eager)},
-                      {"faster_than_compile", faster_compile},
-                      {"faster_than_compile_rate", rate(faster_compile)},
-                      {"mean_reward", total ? reward_sum / total : 0.0},
-                      {"geomean_speedup_vs_eager", n_eager ? nlohmann::json(std::exp(log_eager / n_eager)) : nlohmann::json()},
-                      {"geomean_speedup_vs_compile",
-                       n_compile ? nlohmann::json(std::exp(log_compile / n_compile)) : nlohmann::json()},
-                      {"geomean_over", "correct solutions only"},
-                      {"failures_by_category", failures}};
-  return s;
+  // The overall row of the report's metrics, in the summary's field names.
+  const nlohmann::json o = compute_metrics(results)["overall"];
+  auto number_or_zero = [&](const char* key) { return o[key].is_number() ? o[key].get<double>() : 0.0; };
+  return {{"tasks", o["tasks"]},
+          {"passed", o["passed"]},
+          {"pass_rate", number_or_zero("pass_rate")},
+          {"faster_than_eager", o["faster_than_eager"]},
+          {"faster_than_eager_rate", number_or_zero("faster_than_eager_rate")},
+          {"faster_than_compile", o["faster_than_compile"]},
+          {"faster_than_compile_rate", number_or_zero("faster_than_compile_rate")},
+          {"mean_reward", number_or_zero("mean_reward")},
+          {"geomean_speedup_vs_eager", o["geomean_vs_eager_correct_only"]},
+          {"geomean_speedup_vs_compile", o["geomean_vs_compile_correct_only"]},
+          {"geomean_over", "correct solutions only"},
+          {"failures_by_category", o["failures_by_category"]}};
 }
 
 std::string format_table(const nlohmann::json& results, const nlohmann::json& summary) {
