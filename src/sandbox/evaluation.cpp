@@ -33,9 +33,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Thrown to finish early with a complete, successful result (the baselines mode).
-struct Done {};
-
 // A failure that ends the evaluation with a category.
 struct Failure {
   std::string category;
@@ -372,47 +369,34 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
       const TimingOptions topt = timing_options(opt);
       bool cache_hit = false;
       const nlohmann::json baselines = baseline_timings(req, result, reference, inputs, &cache_hit);
-      if (req.mode == EvalMode::kBaselines) {
-        result["timings"] = {{"eager", baselines["eager"]},
-                             {"compile", baselines["compile"]},
-                             {"baselines_cached", cache_hit},
-                             {"compile_error", baselines["compile_error"]}};
-        result["kernels"] = {{"eager", baselines.value("eager_kernels", nlohmann::json::array())},
-                             {"compile", baselines.value("compile_kernels", nlohmann::json::array())}};
-        progress.close(result);
-        result["ok"] = true;
-        result["reward"] = nullptr;
-        throw Done{};
-      }
-      TimingResult cand;
-      guarded(category::kRuntimeError, "timing ModelNew", [&] { cand = time_forward(candidate, inputs, topt); });
-      nlohmann::json timings = {{"candidate", cand.stats.to_json()},
-                                {"eager", baselines["eager"]},
-                                {"compile", baselines["compile"]},
-                                {"baselines_cached", cache_hit},
-                                {"compile_error", baselines["compile_error"]}};
-      result["timings"] = timings;
-      result["kernels"] = {{"candidate", kernel_table(cand.kernels, opt.timed_runs)},
-                           {"eager", baselines.value("eager_kernels", nlohmann::json::array())},
+      result["timings"] = {{"eager", baselines["eager"]},
+                           {"compile", baselines["compile"]},
+                           {"baselines_cached", cache_hit},
+                           {"compile_error", baselines["compile_error"]}};
+      result["kernels"] = {{"eager", baselines.value("eager_kernels", nlohmann::json::array())},
                            {"compile", baselines.value("compile_kernels", nlohmann::json::array())}};
-      const double cand_ms = cand.stats.median_ms;
-      RewardInputs rin;
-      rin.correct = result["correct"].is_boolean() && result["correct"].get<bool>();
-      if (cand_ms > 0) {
-        rin.speedup_vs_eager = baselines["eager"]["median_ms"].get<double>() / cand_ms;
-        result["speedup_vs_eager"] = *rin.speedup_vs_eager;
-        if (!baselines["compile"].is_null()) {
-          rin.speedup_vs_compile = baselines["compile"]["median_ms"].get<double>() / cand_ms;
-          result["speedup_vs_compile"] = *rin.speedup_vs_compile;
+      if (req.mode != EvalMode::kBaselines) {  // the candidate, against the baselines
+        TimingResult cand;
+        guarded(category::kRuntimeError, "timing ModelNew", [&] { cand = time_forward(candidate, inputs, topt); });
+        result["timings"]["candidate"] = cand.stats.to_json();
+        result["kernels"]["candidate"] = kernel_table(cand.kernels, opt.timed_runs);
+        const double cand_ms = cand.stats.median_ms;
+        RewardInputs rin;
+        rin.correct = result["correct"].is_boolean() && result["correct"].get<bool>();
+        if (cand_ms > 0) {
+          rin.speedup_vs_eager = baselines["eager"]["median_ms"].get<double>() / cand_ms;
+          result["speedup_vs_eager"] = *rin.speedup_vs_eager;
+          if (!baselines["compile"].is_null()) {
+            rin.speedup_vs_compile = baselines["compile"]["median_ms"].get<double>() / cand_ms;
+            result["speedup_vs_compile"] = *rin.speedup_vs_compile;
+          }
         }
+        if (req.mode == EvalMode::kEvaluate) result["reward"] = compute_reward(opt.reward, rin, opt.speedup_margin);
       }
-      if (req.mode == EvalMode::kEvaluate) result["reward"] = compute_reward(opt.reward, rin, opt.speedup_margin);
     }
     progress.close(result);
     result["ok"] = true;
     if (req.mode != EvalMode::kEvaluate) result["reward"] = nullptr;  // only evaluate scores
-  } catch (const Done&) {
-    // result is complete
   } catch (const Failure& f) {
     progress.close(result);
     result["ok"] = false;

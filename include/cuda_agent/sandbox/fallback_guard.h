@@ -16,7 +16,8 @@
 
 namespace cuda_agent::sandbox {
 
-class FallbackGuard {
+// Hidden visibility, as pybind11 requires for types holding Python objects.
+class __attribute__((visibility("hidden"))) FallbackGuard {
  public:
   // mode: off, warn or enforce. Throws Error for anything else.
   explicit FallbackGuard(const std::string& mode);

@@ -13,7 +13,8 @@ namespace cuda_agent::sandbox {
 // tolerance in use: all outputs so close to zero that a zeros kernel passes, every output
 // tensor so narrow that a constant kernel passes, or the same outputs for different inputs.
 // Such a task cannot tell a real kernel from a trivial one.
-class TaskCheck {
+// Hidden visibility, as pybind11 requires for types holding Python objects.
+class __attribute__((visibility("hidden"))) TaskCheck {
  public:
   TaskCheck(double atol, double rtol) : atol_(atol), rtol_(rtol) {}
   // One trial's reference output (any tree of tensors).
