@@ -5,6 +5,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+# "core" scores the bundled split's reference solutions (data/core) with baselines cached first.
 # Logs collect here; one archive of them goes to $OUT (the device tool returns few files).
 out=/tmp/gpu-check-out
 mkdir -p "$out"
@@ -29,4 +30,11 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   $build/cuda-agent bench --split data/demo --solutions data/demo/solutions --output "$out/demo-bench" \
     > "$out/demo_bench.txt" 2> "$out/demo_bench.err"
   cat "$out/demo_bench.txt"; tail -5 "$out/demo_bench.err"
+fi
+if [ "$what" = core ]; then
+  start=$SECONDS
+  $build/cuda-agent bench --split data/core --solutions data/core/solutions --output "$out/core-bench" \
+    > "$out/core_bench.txt" 2> "$out/core_bench.err"
+  echo "core bench wall: $((SECONDS - start)) s" | tee -a "$out/core_bench.txt"
+  cat "$out/core_bench.txt"; tail -5 "$out/core_bench.err"
 fi
