@@ -33,7 +33,7 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
 fi
 if [ "$what" = core ]; then
   start=$SECONDS
-  $build/cuda-agent bench --split data/core --solutions data/core/solutions --output "$out/core-bench" \
+  timeout "${CORE_BENCH_TIMEOUT:-3000}" $build/cuda-agent bench --split data/core --solutions data/core/solutions --output "$out/core-bench" \
     > "$out/core_bench.txt" 2> "$out/core_bench.err"
   echo "core bench wall: $((SECONDS - start)) s" | tee -a "$out/core_bench.txt"
   cat "$out/core_bench.txt"; tail -5 "$out/core_bench.err"

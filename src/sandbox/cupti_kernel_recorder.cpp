@@ -35,9 +35,15 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_size) {
   std::vector<KernelRecord> records;
+  std::vector<std::pair<uint32_t, uint64_t>> external;
   CUpti_Activity* record = nullptr;
   const CuptiApi& api = cupti();
   while (api.cuptiActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
+    if (record->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
+      const auto* e = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
+      if (e->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) external.emplace_back(e->correlationId, e->externalId);
+      continue;
+    }
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL)
       continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
@@ -54,6 +60,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   }
   std::free(buffer);
   CuptiKernelRecorder::instance().append(std::move(records));
+  if (!external.empty()) CuptiKernelRecorder::instance().append_external(external);
 }
 
 }  // namespace
@@ -68,13 +75,18 @@ void CuptiKernelRecorder::append(std::vector<KernelRecord>&& records) {
   for (auto& r : records) records_.push_back(std::move(r));
 }
 
+void CuptiKernelRecorder::append_external(const std::vector<std::pair<uint32_t, uint64_t>>& correlations) {
+  std::lock_guard<std::mutex> lock(g_records_mutex);
+  external_.insert(external_.end(), correlations.begin(), correlations.end());
+}
+
 uint64_t CuptiKernelRecorder::timestamp() {
   uint64_t t = 0;
   CA_CUPTI_CHECK(cupti().cuptiGetTimestamp(&t));
   return t;
 }
 
-void CuptiKernelRecorder::start() {
+void CuptiKernelRecorder::start(bool attribute) {
   const CuptiApi& api = cupti();
   if (!registered_) {
     CA_CUPTI_CHECK(api.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
@@ -83,9 +95,18 @@ void CuptiKernelRecorder::start() {
   {
     std::lock_guard<std::mutex> lock(g_records_mutex);
     records_.clear();
+    external_.clear();
   }
   dropped_ = 0;
+  external_count_ = 0;
+  attribute_ = attribute;
   CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  if (attribute_) {
+    // External correlation records precede API records, so the API kinds must be on too.
+    CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
+    CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER));
+    CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME));
+  }
 }
 
 std::vector<KernelRecord> CuptiKernelRecorder::stop() {
@@ -93,11 +114,23 @@ std::vector<KernelRecord> CuptiKernelRecorder::stop() {
   // Flush without holding our lock: CUPTI calls buffer_completed, which takes it.
   CA_CUPTI_CHECK(api.cuptiActivityFlushAll(1));
   CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+  if (attribute_) {
+    CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
+    CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER));
+    CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME));
+  }
   size_t dropped = 0;
   if (api.cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS) dropped_ = dropped;
   std::lock_guard<std::mutex> lock(g_records_mutex);
   std::vector<KernelRecord> out;
   out.swap(records_);
+  if (attribute_) {
+    std::map<uint32_t, uint64_t> by_correlation(external_.begin(), external_.end());
+    external_count_ = by_correlation.size();
+    for (auto& r : out)
+      if (auto it = by_correlation.find(r.correlation_id); it != by_correlation.end()) r.external_id = it->second;
+  }
+  external_.clear();
   return out;
 }
 

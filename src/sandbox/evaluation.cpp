@@ -2,9 +2,14 @@
 // does that goes wrong becomes a result with a category; nothing escapes as an exception.
 #include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/fallback_guard.h"
+#include "cuda_agent/sandbox/integrity_checks.h"
+#include "cuda_agent/sandbox/kernel_provenance.h"
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
+#include <random>
+#include <set>
 
 #include <pybind11/embed.h>
 #include <pybind11/stl.h>
@@ -169,11 +174,29 @@ py::object build_candidate(py::module_& solution, py::handle init_inputs, py::ha
   return candidate;
 }
 
+// __global__ names in the candidate's nvcc-path sources: model_new.py (load_inline strings) and
+// every file of its kernels/ folder.
+std::set<std::string> candidate_source_kernel_names(const std::string& solution_path) {
+  std::set<std::string> names;
+  std::error_code ec;
+  if (!runtime_stats().nvcc_used) return names;
+  names = global_kernel_names(read_file(solution_path));
+  const fs::path kernels = fs::path(solution_path).parent_path() / "kernels";
+  if (fs::is_directory(kernels, ec))
+    for (const auto& e : fs::recursive_directory_iterator(kernels, ec))
+      if (e.is_regular_file()) names.merge(global_kernel_names(read_file(e.path())));
+  return names;
+}
+
 // verify: the seeded trials. Fills result["verify"] and result["task_check"]; throws Failure
 // for a mismatch (or, under the strict policy, a precision failure).
 void run_verify(const EvalRequest& req, py::module_& task, py::handle reference, py::handle candidate,
-                const std::string& device, nlohmann::json& result) {
+                const std::string& device, const IntegrityChecks* checks, int64_t base_seed, nlohmann::json& result) {
   const SandboxOptions& opt = req.options;
+  const bool cuda = device != "cpu";
+  const bool provenance = cuda && opt.provenance != "off";
+  ProvenanceReport kernels;
+  const std::set<std::string> source_names = candidate_source_kernel_names(req.solution_path);
   const bool strict = opt.precision == "strict";
   py::object reference64;
   if (strict) {
@@ -188,9 +211,14 @@ void run_verify(const EvalRequest& req, py::module_& task, py::handle reference,
     result["verify"] = {{"trials", trials}, {"atol", opt.atol}, {"rtol", opt.rtol}, {"precision", opt.precision}};
     result["task_check"] = check.to_json();
     result["fallback"] = guard.report();
+    if (provenance) result["provenance"] = kernels.to_json();
+  };
+  auto fail = [&](const char* category, std::string message) {
+    record();
+    throw Failure{category, std::move(message)};
   };
   for (int i = 0; i < opt.trials; ++i) {
-    const int64_t seed = opt.seed + i;
+    const int64_t seed = base_seed + i;
     py::object inputs, ref_out, ref64_out, new_out;
     guarded(category::kTaskError, fmt::format("trial {}: drawing inputs and running the reference", i), [&] {
       seed_everything(seed);
@@ -200,14 +228,53 @@ void run_verify(const EvalRequest& req, py::module_& task, py::handle reference,
       synchronize(device);
       check.add(ref_out);
     });
+    py::object cand_inputs = clone_tree(inputs);
     try {
       guarded(category::kRuntimeError, fmt::format("trial {} (seed {}): ModelNew.forward", i, seed), [&] {
-        new_out = guard.call(candidate, clone_tree(inputs));
-        synchronize(device);
+        if (checks) IntegrityChecks::poison_free_memory(device);
+        ProvenanceRecorder recorder;
+        if (provenance) recorder.begin();
+        try {
+          new_out = guard.call(candidate, cand_inputs);
+          synchronize(device);
+        } catch (...) {
+          if (provenance) recorder.end(nullptr);
+          throw;
+        }
+        if (provenance) {
+          bool have_external = false;
+          std::vector<KernelRecord> records = recorder.end(&have_external);
+          std::set<std::string> runtime_names;
+          for (const auto& [name, n] : runtime_stats().launches) runtime_names.insert(kernel_base_name(name));
+          kernels.merge(classify_kernels(records, opt.provenance_allow, source_names, runtime_names, have_external));
+        }
       });
     } catch (const Failure&) {
       record();
       throw;
+    }
+    const std::string where = fmt::format("trial {} (seed {})", i, seed);
+    if (provenance && opt.provenance == "enforce" && kernels.violates())
+      fail(category::kForbiddenFallback, where + ": " + kernels.message());
+    if (checks) {
+      std::string why;
+      guarded(category::kRuntimeError, where + ": integrity checks", [&] {
+        why = IntegrityChecks::invalid_output(new_out);
+        if (!why.empty()) return;
+        why = IntegrityChecks::changed_input(inputs, cand_inputs);
+        if (!why.empty()) {
+          why = "ModelNew.forward modified its inputs: " + why;
+          return;
+        }
+        why = checks->tampering(cuda);
+        if (!why.empty()) why = "the solution tampered with the sandbox: " + why;
+      });
+      if (!why.empty()) {
+        const char* cat = why.rfind("ModelNew.forward modified", 0) == 0       ? category::kInputModified
+                          : why.rfind("the solution tampered", 0) == 0        ? category::kTampering
+                                                                             : category::kInvalidOutput;
+        fail(cat, where + ": " + why);
+      }
     }
     CompareResult cmp;
     guarded(category::kRuntimeError, fmt::format("trial {}: comparing outputs", i), [&] {
@@ -222,6 +289,21 @@ void run_verify(const EvalRequest& req, py::module_& task, py::handle reference,
       record();
       throw Failure{cmp.precision_failure ? category::kPrecision : category::kMismatch,
                     fmt::format("trial {} (seed {}): {}: {}", i, seed, cmp.path, cmp.reason)};
+    }
+    if (checks && i == 0) {
+      // The same inputs again, on freshly poisoned memory: races, uninitialised or
+      // out-of-bounds reads and random output show up as a difference beyond tolerance.
+      CompareResult again;
+      guarded(category::kRuntimeError, where + ": ModelNew.forward, second run on the same inputs", [&] {
+        IntegrityChecks::poison_free_memory(device);
+        py::object second = guard.call(candidate, clone_tree(inputs));
+        synchronize(device);
+        again = compare_outputs(new_out, second, opt.atol, opt.rtol);
+      });
+      if (!again.ok)
+        fail(category::kNondeterministic,
+             where + ": two runs on the same inputs disagree beyond atol/rtol (" + again.path + ": " + again.reason +
+                 "); a race, an uninitialised or out-of-bounds read, or random output");
     }
   }
   record();
@@ -338,6 +420,11 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
         throw Failure{category::kTaskError, fmt::format("the task {} defines no {}", req.task_path, name)};
 
     const bool baselines_only = req.mode == EvalMode::kBaselines;
+    // Secret seeds: a solution cannot know (and precompute for) the inputs it will be given.
+    const int64_t base_seed = opt.secret_seeds ? static_cast<int64_t>(std::random_device{}() & 0x3fffffff) : opt.seed;
+    result["input_seed"] = base_seed;
+    std::optional<IntegrityChecks> checks;
+    if (!baselines_only && opt.integrity_checks) checks.emplace();  // before the solution's code runs
     py::module_ solution;
     if (!baselines_only) {
       progress.enter("load_solution", result);
@@ -352,10 +439,15 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
       reference = build_model(task, "Model", init_inputs).attr("to")(device);
     });
     if (!baselines_only) candidate = build_candidate(solution, init_inputs, reference, device, opt.seed);
+    if (checks) {
+      std::string why;
+      guarded(category::kRuntimeError, "integrity checks after loading the solution", [&] { why = checks->tampering(on_gpu); });
+      if (!why.empty()) throw Failure{category::kTampering, "the solution tampered with the sandbox while loading: " + why};
+    }
 
     if (req.mode == EvalMode::kVerify || req.mode == EvalMode::kEvaluate) {
       progress.enter("verify", result);
-      run_verify(req, task, reference, candidate, device, result);
+      run_verify(req, task, reference, candidate, device, checks ? &*checks : nullptr, base_seed, result);
     }
 
     if (req.mode != EvalMode::kVerify) {
@@ -363,7 +455,7 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
       progress.enter("profile", result);
       py::object inputs;
       guarded(category::kTaskError, "drawing the profiling inputs", [&] {
-        seed_everything(opt.seed);
+        seed_everything(base_seed + opt.trials);
         inputs = draw_inputs(task, device);
       });
       const TimingOptions topt = timing_options(opt);
@@ -378,6 +470,11 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
       if (req.mode != EvalMode::kBaselines) {  // the candidate, against the baselines
         TimingResult cand;
         guarded(category::kRuntimeError, "timing ModelNew", [&] { cand = time_forward(candidate, inputs, topt); });
+        if (checks) {
+          std::string why;
+          guarded(category::kRuntimeError, "integrity checks after timing", [&] { why = checks->tampering(on_gpu); });
+          if (!why.empty()) throw Failure{category::kTampering, "the solution tampered with the sandbox while timed: " + why};
+        }
         result["timings"]["candidate"] = cand.stats.to_json();
         result["kernels"]["candidate"] = kernel_table(cand.kernels, opt.timed_runs);
         const double cand_ms = cand.stats.median_ms;
@@ -402,7 +499,10 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
     result["ok"] = false;
     result["category"] = f.category;
     result["message"] = f.message;
-    if (f.category == category::kMismatch) result["correct"] = false;
+    for (const char* wrong : {category::kMismatch, category::kPrecision, category::kInputModified,
+                              category::kInvalidOutput, category::kNondeterministic, category::kForbiddenFallback,
+                              category::kTampering})
+      if (f.category == wrong) result["correct"] = false;
     result["reward"] = -1.0;
   } catch (const std::exception& e) {
     progress.close(result);

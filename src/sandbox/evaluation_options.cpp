@@ -38,6 +38,10 @@ nlohmann::json SandboxOptions::to_json() const {
           {"strict_factor", strict_factor},
           {"strict_floor", strict_floor},
           {"fallback", fallback},
+          {"provenance", provenance},
+          {"provenance_allow", provenance_allow},
+          {"integrity_checks", integrity_checks},
+          {"secret_seeds", secret_seeds},
           {"warmup_runs", warmup_runs},
           {"warmup_ms", warmup_ms},
           {"timed_runs", timed_runs},
@@ -68,6 +72,10 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.strict_factor = merged["strict_factor"];
   o.strict_floor = merged["strict_floor"];
   o.fallback = merged["fallback"];
+  o.provenance = merged["provenance"];
+  o.provenance_allow = merged["provenance_allow"].get<std::vector<std::string>>();
+  o.integrity_checks = merged["integrity_checks"];
+  o.secret_seeds = merged["secret_seeds"];
   o.warmup_runs = merged["warmup_runs"];
   o.warmup_ms = merged["warmup_ms"];
   o.timed_runs = merged["timed_runs"];
@@ -89,6 +97,8 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
            "sandbox.precision '{}' is unknown: use loose, strict or tf32", o.precision);
   CA_CHECK(o.fallback == "off" || o.fallback == "warn" || o.fallback == "enforce",
            "sandbox.fallback '{}' is unknown: use off, warn or enforce", o.fallback);
+  CA_CHECK(o.provenance == "off" || o.provenance == "warn" || o.provenance == "enforce",
+           "sandbox.provenance '{}' is unknown: use off, warn or enforce", o.provenance);
   CA_CHECK(o.strict_factor >= 1 && o.strict_floor >= 0, "sandbox.strict_factor must be >= 1 and strict_floor >= 0, got {} and {}",
            o.strict_factor, o.strict_floor);
   CA_CHECK(o.reward == "milestone" || o.reward == "raw_speedup",

@@ -114,6 +114,8 @@ TimingResult time_forward(py::handle model, py::handle inputs, const TimingOptio
 
     for (int i = 0; i < options.timed_runs; ++i) {
       py::object run_inputs = clone_tree(inputs);
+      // Lines a persisting-L2 window kept would survive the flush: drop them first.
+      api.cuCtxResetPersistingL2Cache();
       if (flush) CA_CU_CHECK(api.cuMemsetD32Async(flush->ptr, static_cast<unsigned>(i), flush->words, stream));
       CA_CU_CHECK(api.cuCtxSynchronize());
       const uint64_t t0 = recorder ? CuptiKernelRecorder::timestamp() : 0;

@@ -8,6 +8,7 @@
 #include "cuda_agent/bench/report.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/sandbox/evaluation.h"
+#include "cuda_agent/sandbox/kernel_provenance.h"
 
 using namespace cuda_agent;
 using namespace cuda_agent::sandbox;
@@ -124,7 +125,7 @@ TEST_F(Integrity, FallbackGuardRecordsOrRejectsPyTorchCompute) {
   auto warn = verify(task, torch_add);  // default: warn
   ASSERT_TRUE(warn["ok"].get<bool>()) << warn.dump(2);
   EXPECT_EQ(warn["fallback"]["mode"], "warn");
-  EXPECT_EQ(warn["fallback"]["compute_calls"]["torch.add"], 3);  // one per trial
+  EXPECT_EQ(warn["fallback"]["compute_calls"]["torch.add"], 4);  // one per trial + the repeat run of trial 0
 
   EvalRequest req;
   req.task_path = task;
@@ -152,4 +153,123 @@ TEST_F(Integrity, FallbackGuardRecordsOrRejectsPyTorchCompute) {
   EXPECT_TRUE(calls.contains("torch.nn.functional.relu")) << calls;
   EXPECT_FALSE(calls.contains("torch.Tensor.t")) << calls;
   EXPECT_FALSE(calls.contains("torch.Tensor.contiguous")) << calls;
+}
+
+namespace {
+
+// add: forward(a, b) -> a + b on the CPU, in PyTorch (the CPU path has no kernels to check).
+std::string add_solution(const std::string& body, const std::string& prelude = "") {
+  return std::string(kModelNewHeader) + prelude +
+         "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n"
+         "    def forward(self, a, b):\n" +
+         body;
+}
+
+}  // namespace
+
+TEST_F(Integrity, InputsModifiedInPlaceAreRejected) {
+  const std::string task = kSource + "/tests/data/tasks/add/model.py";
+  auto r = verify(task, write("inplace.py", add_solution("        return a.add_(b)\n")));
+  EXPECT_EQ(r["category"], "input_modified") << r.dump(2);
+  EXPECT_NE(r["message"].get<std::string>().find("input[0]"), std::string::npos) << r["message"];
+}
+
+TEST_F(Integrity, TensorSubclassOutputsAreRejected) {
+  const std::string task = kSource + "/tests/data/tasks/add/model.py";
+  const std::string prelude = "class Lazy(torch.Tensor):\n    pass\n\n";
+  auto r = verify(task, write("lazy.py", add_solution("        return (a + b).as_subclass(Lazy)\n", prelude)));
+  EXPECT_EQ(r["category"], "invalid_output") << r.dump(2);
+  EXPECT_NE(r["message"].get<std::string>().find("Lazy"), std::string::npos) << r["message"];
+}
+
+TEST_F(Integrity, PatchedTimersAreTampering) {
+  const std::string task = kSource + "/tests/data/tasks/add/model.py";
+  const std::string prelude = "import time\ntime.perf_counter = lambda: 0.0\n\n";
+  auto r = verify(task, write("timer.py", add_solution("        return a + b\n", prelude)));
+  EXPECT_EQ(r["category"], "tampering") << r.dump(2);
+  EXPECT_NE(r["message"].get<std::string>().find("time.perf_counter"), std::string::npos) << r["message"];
+}
+
+TEST_F(Integrity, BackgroundThreadsLeftRunningAreTampering) {
+  const std::string task = kSource + "/tests/data/tasks/add/model.py";
+  const std::string prelude = "import threading, time\n\n";
+  auto r = verify(task, write("thread.py", add_solution("        threading.Thread(target=time.sleep, args=(30,), "
+                                                        "daemon=True, name='late-writer').start()\n"
+                                                        "        return a + b\n",
+                                                        prelude)));
+  EXPECT_EQ(r["category"], "tampering") << r.dump(2);
+  EXPECT_NE(r["message"].get<std::string>().find("late-writer"), std::string::npos) << r["message"];
+}
+
+TEST_F(Integrity, RandomOutputIsNondeterministic) {
+  const std::string task = kSource + "/tests/data/tasks/add/model.py";
+  auto r = verify(task, write("noisy.py", add_solution("        return a + b + (torch.rand(()) * 0.5 > 0.25).float() * 0.1\n")));
+  // The first run may pass its comparison and the second differ, or the first fail outright.
+  EXPECT_TRUE(r["category"] == "nondeterministic" || r["category"] == "mismatch") << r.dump(2);
+}
+
+TEST_F(Integrity, SecretSeedsAreRecordedAndDifferPerEvaluation) {
+  const std::string task = kSource + "/tests/data/tasks/add/model.py";
+  const std::string ok = write("ok.py", add_solution("        return a + b\n"));
+  auto first = verify(task, ok);
+  auto second = verify(task, ok);
+  ASSERT_TRUE(first["ok"].get<bool>()) << first.dump(2);
+  EXPECT_NE(first["input_seed"], second["input_seed"]);
+  EXPECT_EQ(first["verify"]["trials"][0]["seed"], first["input_seed"]);
+}
+
+TEST(KernelProvenance, BaseNamesOfDemangledKernels) {
+  EXPECT_EQ(kernel_base_name("add_vec4"), "add_vec4");
+  EXPECT_EQ(kernel_base_name("void ns::softmax<float, 4>(float const*, float*, int)"), "softmax");
+  EXPECT_EQ(kernel_base_name("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+                             "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"),
+            "vectorized_elementwise_kernel");
+}
+
+TEST(KernelProvenance, GlobalNamesFromSources) {
+  const std::string src = R"(
+    __global__ void plain(float* x) {}
+    template <int N> __global__ void __launch_bounds__(256, 2) tiled(const float* __restrict__ a) {}
+    extern "C" __global__
+    void spaced (int n) {}
+    __device__ float helper(float v) { return v; }
+  )";
+  EXPECT_EQ(global_kernel_names(src), (std::set<std::string>{"plain", "tiled", "spaced"}));
+}
+
+TEST(KernelProvenance, ClassifiesOwnVendorAllowedAndForbidden) {
+  auto rec = [](std::string name, uint64_t ext) {
+    KernelRecord r;
+    r.name = std::move(name);
+    r.external_id = ext;
+    return r;
+  };
+  const auto allow = default_provenance_allow();
+  std::vector<KernelRecord> records = {rec("my_kernel", 1), rec("sm90_xmma_gemm_f32f32", 2),
+                                       rec("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int)", 0)};
+  ProvenanceReport ok = classify_kernels(records, allow, {}, {}, true);
+  EXPECT_FALSE(ok.violates()) << ok.message();
+  EXPECT_EQ(ok.own, 1);
+  EXPECT_EQ(ok.vendor, 1);
+  EXPECT_EQ(ok.allowed, 1);
+
+  records.push_back(rec("void at::native::reduce_kernel<512, 1>(float*)", 0));
+  ProvenanceReport aten = classify_kernels(records, allow, {}, {}, true);
+  EXPECT_TRUE(aten.violates());
+  EXPECT_NE(aten.message().find("reduce_kernel"), std::string::npos) << aten.message();
+
+  // A decoy: nothing of the candidate's own ran, only allowed fills.
+  ProvenanceReport decoy = classify_kernels({records[2]}, allow, {}, {}, true);
+  EXPECT_TRUE(decoy.violates());
+  EXPECT_NE(decoy.message().find("none of the solution's own kernels"), std::string::npos);
+
+  // nvcc path: recognised by __global__ names from the sources; a runtime name does not count
+  // when CUPTI produced external correlations (it could be spoofed).
+  ProvenanceReport nvcc = classify_kernels({rec("void fused_add<float>(float*)", 0)}, allow, {"fused_add"}, {}, true);
+  EXPECT_FALSE(nvcc.violates()) << nvcc.message();
+  ProvenanceReport spoof = classify_kernels({rec("reduce_kernel", 0)}, allow, {}, {"reduce_kernel"}, true);
+  EXPECT_TRUE(spoof.violates());
+  ProvenanceReport names = classify_kernels({rec("my_kernel", 0)}, allow, {}, {"my_kernel"}, false);
+  EXPECT_FALSE(names.violates());
+  EXPECT_EQ(names.attribution, "names");
 }

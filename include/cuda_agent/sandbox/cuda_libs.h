@@ -31,7 +31,7 @@ namespace cuda_agent::sandbox {
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy) X(cuMemAlloc)           \
   X(cuMemFree) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuMemcpyDtoDAsync)              \
   X(cuGetErrorName) X(cuGetErrorString) X(cuStreamSynchronize) X(cuPointerGetAttribute) \
-  X(cuCtxGetLimit) X(cuMemGetInfo)
+  X(cuCtxGetLimit) X(cuMemGetInfo) X(cuCtxResetPersistingL2Cache) X(cuStreamGetAttribute)
 
 #define CA_NVRTC_FUNCTIONS(X)                                                            \
   X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram)    \
@@ -43,7 +43,8 @@ namespace cuda_agent::sandbox {
 #define CA_CUPTI_FUNCTIONS(X)                                                         \
   X(cuptiGetVersion) X(cuptiGetResultString) X(cuptiActivityEnable)                   \
   X(cuptiActivityDisable) X(cuptiActivityRegisterCallbacks) X(cuptiActivityFlushAll)  \
-  X(cuptiActivityGetNextRecord) X(cuptiActivityGetNumDroppedRecords) X(cuptiGetTimestamp)
+  X(cuptiActivityGetNextRecord) X(cuptiActivityGetNumDroppedRecords) X(cuptiGetTimestamp) \
+  X(cuptiActivityPushExternalCorrelationId) X(cuptiActivityPopExternalCorrelationId)
 
 #define CA_CUBLAS_FUNCTIONS(X)                                                     \
   X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSetMathMode) \

@@ -21,6 +21,9 @@ struct KernelRecord {
   uint32_t stream_id = 0;
   uint32_t device_id = 0;
   uint32_t correlation_id = 0;
+  // The external correlation id pushed (CUSTOM0) around the API call that launched it: set by
+  // the runtime's own launches and named vendor calls (kernel_provenance.h); 0 otherwise.
+  uint64_t external_id = 0;
   int32_t grid[3] = {0, 0, 0};
   int32_t block[3] = {0, 0, 0};
 };
@@ -30,8 +33,11 @@ class CuptiKernelRecorder {
   static CuptiKernelRecorder& instance();
 
   // Starts recording (registers CUPTI's buffer callbacks on first use). Throws Error if CUPTI
-  // cannot be loaded or enabled.
-  void start();
+  // cannot be loaded or enabled. With `attribute`, the driver/runtime API records and their
+  // external correlations are collected too, so stop() can fill KernelRecord::external_id.
+  void start(bool attribute = false);
+  // Whether the last start() asked for attribution and CUPTI produced external correlations.
+  size_t external_correlations() const { return external_count_; }
   // Flushes CUPTI's buffers (synchronize the GPU first) and returns the records since start().
   std::vector<KernelRecord> stop();
   // CUPTI's clock, for bracketing a region.
@@ -41,10 +47,14 @@ class CuptiKernelRecorder {
 
   // Used by CUPTI's callbacks.
   void append(std::vector<KernelRecord>&& records);
+  void append_external(const std::vector<std::pair<uint32_t, uint64_t>>& correlations);
 
  private:
   CuptiKernelRecorder() = default;
   bool registered_ = false;
+  bool attribute_ = false;
+  size_t external_count_ = 0;
+  std::vector<std::pair<uint32_t, uint64_t>> external_;  // correlation id -> external id
   size_t dropped_ = 0;
   std::vector<KernelRecord> records_;
 };

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -31,6 +32,19 @@ struct SandboxOptions {
   // The Python-level fallback guard around ModelNew.forward during verify: off, warn (record
   // PyTorch compute calls in the result) or enforce (fail with forbidden_fallback).
   std::string fallback = "warn";
+  // Kernel provenance from CUPTI during verify (the authoritative check): off, warn (recorded in
+  // result["provenance"]) or enforce (kernels the solution did not compile, or none of its own,
+  // fail with forbidden_fallback). provenance_allow: kernel-name substrings that are allowed
+  // (fills and copies by default).
+  std::string provenance = "enforce";
+  std::vector<std::string> provenance_allow = {"FillFunctor", "direct_copy_kernel", "copy_kernel",
+                                               "CatArrayBatchedCopy_contig"};
+  // Inputs unchanged, plain-tensor outputs, poisoned free memory, a second run that must agree,
+  // no patched timing/comparison functions, threads or persisting-L2 settings left behind.
+  bool integrity_checks = true;
+  // Verify's trial seeds and the profiling inputs' seed are drawn at random per evaluation (and
+  // recorded as result["input_seed"]), so a solution cannot precompute outputs; false uses seed.
+  bool secret_seeds = true;
   // profile
   int warmup_runs = 3;
   double warmup_ms = 100;            // keep warming up until this much time has passed
@@ -86,6 +100,10 @@ inline constexpr const char* kCrash = "crash";                     // the worker
 inline constexpr const char* kMismatch = "mismatch";               // wrong values, shape, dtype, structure
 inline constexpr const char* kForbiddenFallback = "forbidden_fallback";  // PyTorch compute in forward (enforce)
 inline constexpr const char* kPrecision = "precision";             // within atol/rtol but less precise than fp32 (strict)
+inline constexpr const char* kInputModified = "input_modified";    // forward wrote into its inputs
+inline constexpr const char* kInvalidOutput = "invalid_output";    // a tensor subclass, meta or storage-less output
+inline constexpr const char* kNondeterministic = "nondeterministic";  // two runs on the same inputs disagree
+inline constexpr const char* kTampering = "tampering";             // patched timers/comparisons, threads, persisting L2
 inline constexpr const char* kTaskError = "task_error";            // the reference itself failed
 inline constexpr const char* kInfrastructure = "infrastructure_error";  // no GPU, no torch, ...
 }  // namespace category

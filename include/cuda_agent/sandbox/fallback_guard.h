@@ -5,8 +5,9 @@
 //   off      not installed;
 //   warn     (default) the compute calls are recorded in the result ("fallback");
 //   enforce  any compute call fails the evaluation with category forbidden_fallback.
-// It gives early, readable errors; kernel provenance from CUPTI (the authoritative check, which
-// also sees torch.ops.aten and extension code) is separate work. Call with the GIL held.
+// It gives early, readable errors; kernel provenance from CUPTI (kernel_provenance.h, the
+// authoritative check, which also sees torch.ops.aten and functions bound at import) decides.
+// Call with the GIL held.
 #pragma once
 
 #include <string>

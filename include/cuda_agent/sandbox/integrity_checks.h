@@ -1,0 +1,48 @@
+// Checks around ModelNew.forward that close reward-hacking gaps verify alone leaves open
+// (docs/integrity.md lists each hack and the check that catches it):
+//   - inputs modified in place            -> input_modified
+//   - outputs that are not plain tensors  -> invalid_output (lazy subclasses, meta/fake tensors)
+//   - freed memory poisoned before the candidate runs (reads of the reference's freed buffers or
+//     of uninitialised memory give NaN), and a second run on the same inputs that must agree
+//     within tolerance                    -> mismatch / nondeterministic
+//   - patched timing or comparison functions, background threads left running, a persisting-L2
+//     window or limit                     -> tampering
+// Call with the GIL held.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <pybind11/pybind11.h>
+
+namespace cuda_agent::sandbox {
+
+class __attribute__((visibility("hidden"))) IntegrityChecks {
+ public:
+  // Takes the reference snapshot (function identities, live threads). Call before the solution
+  // is imported.
+  IntegrityChecks();
+
+  // Names of patched functions, new threads still alive, persisting-L2 settings on the device
+  // or `stream`; empty when clean.
+  std::string tampering(bool cuda) const;
+
+  // Empty when `outputs` is a tensor or a (nested) tuple/list of plain torch.Tensor objects with
+  // real storage; else what is wrong and where.
+  static std::string invalid_output(pybind11::handle outputs);
+
+  // Exact copies of the inputs, and whether they still match (NaN == NaN); the path of the
+  // first input that changed, or empty.
+  static pybind11::object snapshot_inputs(pybind11::handle inputs);
+  static std::string changed_input(pybind11::handle snapshot, pybind11::handle inputs);
+
+  // Fills the caching allocator's free memory with NaN (float) / 0xFF bytes, so that memory the
+  // candidate reads without writing is garbage rather than the reference's leftovers.
+  static void poison_free_memory(const std::string& device);
+
+ private:
+  pybind11::object snapshot_;
+};
+
+}  // namespace cuda_agent::sandbox

@@ -1,0 +1,169 @@
+#include "cuda_agent/sandbox/integrity_checks.h"
+
+#include <pybind11/embed.h>
+
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/sandbox/cuda_libs.h"
+#include "cuda_agent/sandbox/python_tensor.h"
+
+namespace py = pybind11;
+
+namespace cuda_agent::sandbox {
+namespace {
+
+// The checks are a few lines of Python over torch objects.
+constexpr const char* kChecksSource = R"PY(
+import threading, time, math
+import torch
+
+def _watched():
+    import torch.testing
+    return {
+        "torch.cuda.synchronize": torch.cuda.synchronize,
+        "torch.cuda.Event": torch.cuda.Event,
+        "torch.cuda.Event.record": torch.cuda.Event.record,
+        "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
+        "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+        "torch.cuda.current_stream": torch.cuda.current_stream,
+        "torch.cuda.Stream.synchronize": torch.cuda.Stream.synchronize,
+        "time.perf_counter": time.perf_counter,
+        "time.perf_counter_ns": time.perf_counter_ns,
+        "time.time": time.time,
+        "time.monotonic": time.monotonic,
+        "torch.allclose": torch.allclose,
+        "torch.isclose": torch.isclose,
+        "torch.equal": torch.equal,
+        "torch.testing.assert_close": torch.testing.assert_close,
+        "torch.Tensor.__eq__": torch.Tensor.__eq__,
+        "torch.Tensor.abs": torch.Tensor.abs,
+        "torch.Tensor.sub": torch.Tensor.sub,
+        "torch.Tensor.__sub__": torch.Tensor.__sub__,
+        "torch.Tensor.max": torch.Tensor.max,
+        "torch.Tensor.float": torch.Tensor.float,
+        "torch.Tensor.double": torch.Tensor.double,
+        "torch.Tensor.to": torch.Tensor.to,
+        "torch.Tensor.clone": torch.Tensor.clone,
+        "torch.manual_seed": torch.manual_seed,
+    }
+
+def snapshot():
+    return {"functions": _watched(), "threads": {t.ident for t in threading.enumerate()}}
+
+def tampering(snap):
+    problems = []
+    now = _watched()
+    for name, fn in snap["functions"].items():
+        if now.get(name) is not fn:
+            problems.append(f"{name} was replaced")
+    alive = [t for t in threading.enumerate() if t.ident not in snap["threads"] and t.is_alive()]
+    if alive:
+        problems.append("background threads are still running after forward: " + ", ".join(t.name for t in alive))
+    return problems
+
+def invalid_output(out, path="output"):
+    if isinstance(out, (tuple, list)):
+        for i, o in enumerate(out):
+            why = invalid_output(o, f"{path}[{i}]")
+            if why:
+                return why
+        return ""
+    if out is None or isinstance(out, (int, float, bool)):
+        return ""
+    if not isinstance(out, torch.Tensor):
+        return ""  # the comparison reports structure mismatches
+    if type(out) is not torch.Tensor and type(out) is not torch.nn.Parameter:
+        return f"{path} is a {type(out).__module__}.{type(out).__qualname__}, a subclass of torch.Tensor: outputs must be plain tensors"
+    if out.is_meta or out.device.type == "meta":
+        return f"{path} is a meta tensor without data"
+    try:
+        out.untyped_storage().data_ptr()
+    except Exception as e:
+        return f"{path} has no real storage ({e})"
+    return ""
+
+def snapshot_inputs(inputs):
+    if isinstance(inputs, (tuple, list)):
+        return [snapshot_inputs(x) for x in inputs]
+    if isinstance(inputs, torch.Tensor):
+        return inputs.detach().clone()
+    return inputs
+
+def changed_input(snap, inputs, path="input"):
+    if isinstance(inputs, (tuple, list)):
+        for i, (s, x) in enumerate(zip(snap, inputs)):
+            why = changed_input(s, x, f"{path}[{i}]")
+            if why:
+                return why
+        return ""
+    if isinstance(inputs, torch.Tensor):
+        if inputs.shape != snap.shape or inputs.dtype != snap.dtype:
+            return f"{path} changed shape or dtype"
+        if not torch.equal(torch.nan_to_num(inputs.detach(), nan=0.0), torch.nan_to_num(snap, nan=0.0)):
+            return f"{path} was modified in place"
+    return ""
+
+def poison(device):
+    if not device.startswith("cuda"):
+        return
+    torch.cuda.synchronize()
+    # Every cached free block, largest first, so each allocation lands in the block of its size.
+    sizes = sorted((b["size"] for seg in torch.cuda.memory_snapshot() for b in seg["blocks"]
+                    if b["state"] == "inactive"), reverse=True)
+    blocks = []
+    for size in sizes:
+        if size >= 512:
+            try:
+                blocks.append(torch.empty(size // 4, dtype=torch.float32, device=device))
+            except RuntimeError:
+                break
+    for b in blocks:
+        b.fill_(float("nan"))
+    torch.cuda.synchronize()
+    del blocks
+)PY";
+
+py::dict& scope() {
+  static py::dict d = [] {
+    py::dict s;
+    py::exec(kChecksSource, s);
+    return s;
+  }();
+  return d;
+}
+
+}  // namespace
+
+IntegrityChecks::IntegrityChecks() { snapshot_ = scope()["snapshot"](); }
+
+std::string IntegrityChecks::tampering(bool cuda) const {
+  std::vector<std::string> problems = scope()["tampering"](snapshot_).cast<std::vector<std::string>>();
+  if (cuda) {
+    const DriverApi& api = driver();
+    size_t persisting = 0;
+    if (api.cuCtxGetLimit(&persisting, CU_LIMIT_PERSISTING_L2_CACHE_SIZE) == CUDA_SUCCESS && persisting > 0)
+      problems.push_back(fmt::format("the persisting-L2 cache limit was set to {} bytes", persisting));
+    CUstreamAttrValue value{};
+    CUstream stream = stream_from_python(py::none());
+    if (api.cuStreamGetAttribute(stream, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &value) == CUDA_SUCCESS &&
+        value.accessPolicyWindow.num_bytes > 0)
+      problems.push_back(fmt::format("a persisting-L2 access policy window of {} bytes is set on the current stream",
+                                     value.accessPolicyWindow.num_bytes));
+  }
+  std::string out;
+  for (const auto& p : problems) out += (out.empty() ? "" : "; ") + p;
+  return out;
+}
+
+std::string IntegrityChecks::invalid_output(py::handle outputs) {
+  return scope()["invalid_output"](outputs).cast<std::string>();
+}
+
+py::object IntegrityChecks::snapshot_inputs(py::handle inputs) { return scope()["snapshot_inputs"](inputs); }
+
+std::string IntegrityChecks::changed_input(py::handle snapshot, py::handle inputs) {
+  return scope()["changed_input"](snapshot, inputs).cast<std::string>();
+}
+
+void IntegrityChecks::poison_free_memory(const std::string& device) { scope()["poison"](device); }
+
+}  // namespace cuda_agent::sandbox
