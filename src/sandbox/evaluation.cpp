@@ -5,6 +5,7 @@
 #include "cuda_agent/sandbox/integrity_checks.h"
 #include "cuda_agent/sandbox/kernel_provenance.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <optional>
@@ -172,6 +173,24 @@ py::object build_candidate(py::module_& solution, py::handle init_inputs, py::ha
           "parameter and buffer names and shapes as Model",
           [&] { candidate.attr("load_state_dict")(reference.attr("state_dict")(), py::arg("strict") = true); });
   return candidate;
+}
+
+// Fresh inputs for the candidate's timed runs (integrity checks): one set per timed run while
+// they fit in a quarter of the GPU's memory, at least two.
+py::list draw_timing_input_sets(py::module_& task, const std::string& device, int64_t seed, int runs,
+                                py::handle sample) {
+  int64_t bytes = 0;
+  for (py::handle x : py::reinterpret_borrow<py::sequence>(sample))
+    if (py::isinstance(x, py::module_::import("torch").attr("Tensor")))
+      bytes += x.attr("numel")().cast<int64_t>() * x.attr("element_size")().cast<int64_t>();
+  const int64_t budget = static_cast<int64_t>(current_device_info().total_memory_bytes / 4);
+  const int n = static_cast<int>(std::clamp<int64_t>(bytes > 0 ? budget / bytes : runs, 2, runs));
+  py::list sets;
+  for (int k = 0; k < n; ++k) {
+    seed_everything(seed + k);
+    sets.append(draw_inputs(task, device));
+  }
+  return sets;
 }
 
 // __global__ names in the candidate's nvcc-path sources: model_new.py (load_inline strings) and
@@ -469,11 +488,39 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
                            {"compile", baselines.value("compile_kernels", nlohmann::json::array())}};
       if (req.mode != EvalMode::kBaselines) {  // the candidate, against the baselines
         TimingResult cand;
-        guarded(category::kRuntimeError, "timing ModelNew", [&] { cand = time_forward(candidate, inputs, topt); });
+        py::object sets = py::none();
+        if (checks)
+          guarded(category::kTaskError, "drawing fresh inputs for the timed runs", [&] {
+            sets = draw_timing_input_sets(task, device, base_seed + opt.trials + 1, opt.timed_runs, inputs);
+          });
+        guarded(category::kRuntimeError, "timing ModelNew",
+                [&] { cand = time_forward(candidate, inputs, topt, sets); });
         if (checks) {
           std::string why;
           guarded(category::kRuntimeError, "integrity checks after timing", [&] { why = checks->tampering(on_gpu); });
           if (!why.empty()) throw Failure{category::kTampering, "the solution tampered with the sandbox while timed: " + why};
+          // Every output produced while timed must be right for the inputs it was given.
+          const py::list set_list = py::reinterpret_borrow<py::list>(sets);
+          const size_t n = py::len(set_list);
+          for (size_t k = 0; k < n && why.empty(); ++k) {
+            py::object ref_out;
+            guarded(category::kTaskError, "running the reference on the timed runs' inputs", [&] {
+              ref_out = call_model(reference, clone_tree(set_list[k]));
+              synchronize(device);
+            });
+            for (size_t i = k; i < cand.outputs.size() && why.empty(); i += n) {
+              CompareResult cmp;
+              guarded(category::kRuntimeError, "comparing outputs produced while timed",
+                      [&] { cmp = compare_outputs(ref_out, cand.outputs[i], opt.atol, opt.rtol); });
+              if (!cmp.ok) why = fmt::format("timed run {}: {}: {}", i, cmp.path, cmp.reason);
+            }
+          }
+          cand.outputs.clear();
+          if (!why.empty())
+            throw Failure{category::kTimingMismatch,
+                          "an output produced while timed is wrong (" + why +
+                              "): results cached across calls, or work finished after forward returned"};
+          result["timing_inputs"] = n;
         }
         result["timings"]["candidate"] = cand.stats.to_json();
         result["kernels"]["candidate"] = kernel_table(cand.kernels, opt.timed_runs);
@@ -501,7 +548,7 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
     result["message"] = f.message;
     for (const char* wrong : {category::kMismatch, category::kPrecision, category::kInputModified,
                               category::kInvalidOutput, category::kNondeterministic, category::kForbiddenFallback,
-                              category::kTampering})
+                              category::kTampering, category::kTimingMismatch})
       if (f.category == wrong) result["correct"] = false;
     result["reward"] = -1.0;
   } catch (const std::exception& e) {

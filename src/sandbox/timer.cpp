@@ -81,7 +81,10 @@ TimingStats TimingStats::from_json(const nlohmann::json& j) {
   return from_samples(j.at("samples_ms").get<std::vector<double>>());
 }
 
-TimingResult time_forward(py::handle model, py::handle inputs, const TimingOptions& options) {
+TimingResult time_forward(py::handle model, py::handle inputs, const TimingOptions& options, py::handle input_sets) {
+  const bool rotate = !input_sets.is_none();
+  const py::list sets = rotate ? py::reinterpret_borrow<py::list>(input_sets) : py::list();
+  CA_CHECK(!rotate || py::len(sets) > 0, "time_forward: input_sets is empty");
   CA_CHECK(options.timed_runs >= 1, "timed_runs must be at least 1, got {}", options.timed_runs);
   const DriverApi& api = driver();
   ensure_context();
@@ -113,14 +116,14 @@ TimingResult time_forward(py::handle model, py::handle inputs, const TimingOptio
     }
 
     for (int i = 0; i < options.timed_runs; ++i) {
-      py::object run_inputs = clone_tree(inputs);
+      py::object run_inputs = clone_tree(rotate ? sets[static_cast<size_t>(i) % py::len(sets)] : inputs);
       // Lines a persisting-L2 window kept would survive the flush: drop them first.
       api.cuCtxResetPersistingL2Cache();
       if (flush) CA_CU_CHECK(api.cuMemsetD32Async(flush->ptr, static_cast<unsigned>(i), flush->words, stream));
       CA_CU_CHECK(api.cuCtxSynchronize());
       const uint64_t t0 = recorder ? CuptiKernelRecorder::timestamp() : 0;
       CA_CU_CHECK(api.cuEventRecord(start.e, stream));
-      call_model(model, run_inputs);
+      py::object out = call_model(model, run_inputs);
       CA_CU_CHECK(api.cuCtxSynchronize());
       CA_CU_CHECK(api.cuEventRecord(end.e, stream));
       CA_CU_CHECK(api.cuEventSynchronize(end.e));
@@ -129,6 +132,7 @@ TimingResult time_forward(py::handle model, py::handle inputs, const TimingOptio
       CA_CU_CHECK(api.cuEventElapsedTime(&ms, start.e, end.e));
       samples.push_back(ms);
       windows.emplace_back(t0, t1);
+      if (rotate) result.outputs.push_back(std::move(out));
     }
   } catch (...) {
     if (recorder) {

@@ -103,6 +103,7 @@ inline constexpr const char* kPrecision = "precision";             // within ato
 inline constexpr const char* kInputModified = "input_modified";    // forward wrote into its inputs
 inline constexpr const char* kInvalidOutput = "invalid_output";    // a tensor subclass, meta or storage-less output
 inline constexpr const char* kNondeterministic = "nondeterministic";  // two runs on the same inputs disagree
+inline constexpr const char* kTimingMismatch = "timing_mismatch";  // an output produced while timed is wrong
 inline constexpr const char* kTampering = "tampering";             // patched timers/comparisons, threads, persisting L2
 inline constexpr const char* kTaskError = "task_error";            // the reference itself failed
 inline constexpr const char* kInfrastructure = "infrastructure_error";  // no GPU, no torch, ...

@@ -33,13 +33,20 @@ struct TimingStats {
   static TimingStats from_json(const nlohmann::json& j);
 };
 
-struct TimingResult {
+struct __attribute__((visibility("hidden"))) TimingResult {
   TimingStats stats;
   std::vector<KernelRecord> kernels;  // inside the timed regions (empty unless recorded)
+  std::vector<pybind11::object> outputs;  // per timed run, when input sets were given
 };
 
 // Times model(*inputs). Exceptions from the model propagate (pybind11::error_already_set);
 // CUDA errors throw Error.
-TimingResult time_forward(pybind11::handle model, pybind11::handle inputs, const TimingOptions& options);
+//
+// With `input_sets` (a list of input lists), timed run i uses a clone of input_sets[i % n]
+// instead (the warm-up still uses `inputs`) and its output is kept in TimingResult::outputs, so
+// the caller can check outputs produced while timed: a solution that caches results across
+// calls, or finishes work after forward returns, is caught there.
+TimingResult time_forward(pybind11::handle model, pybind11::handle inputs, const TimingOptions& options,
+                          pybind11::handle input_sets = pybind11::none());
 
 }  // namespace cuda_agent::sandbox
