@@ -12,6 +12,7 @@ void to_json(nlohmann::json& j, const DeviceInfo& d) {
   j = {{"ordinal", d.ordinal},       {"name", d.name},
        {"arch", d.arch()},           {"sm_count", d.sm_count},
        {"total_memory_bytes", d.total_memory_bytes}, {"l2_cache_bytes", d.l2_cache_bytes},
+       {"peak_dram_gbps", d.peak_dram_gbps()},
        {"driver_version", d.driver_version}};
 }
 
@@ -40,6 +41,8 @@ DeviceInfo current_device_info() {
   CA_CU_CHECK(api.cuDeviceGetAttribute(&info.cc_minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
   CA_CU_CHECK(api.cuDeviceGetAttribute(&info.sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
   CA_CU_CHECK(api.cuDeviceGetAttribute(&info.l2_cache_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
+  api.cuDeviceGetAttribute(&info.memory_clock_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, dev);
+  api.cuDeviceGetAttribute(&info.memory_bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, dev);
   size_t total = 0;
   CA_CU_CHECK(api.cuDeviceTotalMem(&total, dev));
   info.total_memory_bytes = static_cast<int64_t>(total);

@@ -39,6 +39,11 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   CUpti_Activity* record = nullptr;
   const CuptiApi& api = cupti();
   while (api.cuptiActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
+    if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+      if (m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH) CuptiKernelRecorder::instance().add_host_copy(m->bytes);
+      continue;
+    }
     if (record->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
       const auto* e = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
       if (e->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) external.emplace_back(e->correlationId, e->externalId);
@@ -99,6 +104,7 @@ void CuptiKernelRecorder::start(bool attribute) {
   }
   dropped_ = 0;
   external_count_ = 0;
+  host_copy_bytes_ = 0;
   attribute_ = attribute;
   CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
   if (attribute_) {
@@ -106,6 +112,7 @@ void CuptiKernelRecorder::start(bool attribute) {
     CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
     CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER));
     CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME));
+    CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
   }
 }
 
@@ -118,6 +125,7 @@ std::vector<KernelRecord> CuptiKernelRecorder::stop() {
     CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
     CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER));
     CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME));
+    CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY));
   }
   size_t dropped = 0;
   if (api.cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS) dropped_ = dropped;

@@ -175,6 +175,32 @@ py::object build_candidate(py::module_& solution, py::handle init_inputs, py::ha
   return candidate;
 }
 
+// The least DRAM traffic the task needs (reading every input once, writing every output once)
+// against the device's peak bandwidth: a candidate faster than that is flagged (not failed),
+// because an honest kernel cannot be (the L2 is flushed before each timed run).
+nlohmann::json roofline_check(py::handle reference, py::handle inputs, double candidate_ms) {
+  py::object torch_tensor = py::module_::import("torch").attr("Tensor");
+  auto bytes_of = [&](py::handle tree) {
+    int64_t bytes = 0;
+    py::list items;
+    if (py::isinstance<py::tuple>(tree) || py::isinstance<py::list>(tree))
+      for (py::handle x : py::reinterpret_borrow<py::sequence>(tree)) items.append(x);
+    else
+      items.append(tree);
+    for (py::handle x : items)
+      if (py::isinstance(x, torch_tensor))
+        bytes += x.attr("numel")().cast<int64_t>() * x.attr("element_size")().cast<int64_t>();
+    return bytes;
+  };
+  const int64_t in_bytes = bytes_of(inputs);
+  const int64_t out_bytes = bytes_of(call_model(reference, clone_tree(inputs)));
+  const double peak = current_device_info().peak_dram_gbps();
+  const double min_ms = peak > 0 ? (in_bytes + out_bytes) / (peak * 1e9) * 1e3 : 0;
+  const double achieved = candidate_ms > 0 ? (in_bytes + out_bytes) / (candidate_ms * 1e-3) / 1e9 : 0;
+  return {{"min_bytes", in_bytes + out_bytes}, {"peak_dram_gbps", peak}, {"min_ms", min_ms},
+          {"achieved_gbps", achieved}, {"flag", peak > 0 && achieved > peak}};
+}
+
 // Fresh inputs for the candidate's timed runs (integrity checks): one set per timed run while
 // they fit in a quarter of the GPU's memory, at least two.
 py::list draw_timing_input_sets(py::module_& task, const std::string& device, int64_t seed, int runs,
@@ -239,15 +265,15 @@ void run_verify(const EvalRequest& req, py::module_& task, py::handle reference,
   for (int i = 0; i < opt.trials; ++i) {
     const int64_t seed = base_seed + i;
     py::object inputs, ref_out, ref64_out, new_out;
-    guarded(category::kTaskError, fmt::format("trial {}: drawing inputs and running the reference", i), [&] {
+    guarded(category::kTaskError, fmt::format("trial {}: drawing inputs", i), [&] {
       seed_everything(seed);
       inputs = draw_inputs(task, device);
-      ref_out = call_model(reference, clone_tree(inputs));
-      if (strict) ref64_out = call_model(reference64, to_float64(clone_tree(inputs)));
-      synchronize(device);
-      check.add(ref_out);
     });
-    py::object cand_inputs = clone_tree(inputs);
+    // The candidate runs before the reference, so no output of the reference exists (to be
+    // found and returned) while it runs.
+    py::object cand_inputs;
+    guarded(category::kTaskError, fmt::format("trial {}: copying the inputs", i),
+            [&] { cand_inputs = checks ? IntegrityChecks::padded_clone(inputs) : clone_tree(inputs); });
     try {
       guarded(category::kRuntimeError, fmt::format("trial {} (seed {}): ModelNew.forward", i, seed), [&] {
         if (checks) IntegrityChecks::poison_free_memory(device);
@@ -262,16 +288,26 @@ void run_verify(const EvalRequest& req, py::module_& task, py::handle reference,
         }
         if (provenance) {
           bool have_external = false;
-          std::vector<KernelRecord> records = recorder.end(&have_external);
+          uint64_t host_bytes = 0;
+          std::vector<KernelRecord> records = recorder.end(&have_external, &host_bytes);
           std::set<std::string> runtime_names;
           for (const auto& [name, n] : runtime_stats().launches) runtime_names.insert(kernel_base_name(name));
-          kernels.merge(classify_kernels(records, opt.provenance_allow, source_names, runtime_names, have_external));
+          ProvenanceReport trial =
+              classify_kernels(records, opt.provenance_allow, source_names, runtime_names, have_external);
+          trial.host_copy_bytes = host_bytes;
+          kernels.merge(trial);
         }
       });
     } catch (const Failure&) {
       record();
       throw;
     }
+    guarded(category::kTaskError, fmt::format("trial {}: running the reference", i), [&] {
+      ref_out = call_model(reference, clone_tree(inputs));
+      if (strict) ref64_out = call_model(reference64, to_float64(clone_tree(inputs)));
+      synchronize(device);
+      check.add(ref_out);
+    });
     const std::string where = fmt::format("trial {} (seed {})", i, seed);
     if (provenance && opt.provenance == "enforce" && kernels.violates())
       fail(category::kForbiddenFallback, where + ": " + kernels.message());
@@ -315,7 +351,7 @@ void run_verify(const EvalRequest& req, py::module_& task, py::handle reference,
       CompareResult again;
       guarded(category::kRuntimeError, where + ": ModelNew.forward, second run on the same inputs", [&] {
         IntegrityChecks::poison_free_memory(device);
-        py::object second = guard.call(candidate, clone_tree(inputs));
+        py::object second = guard.call(candidate, IntegrityChecks::padded_clone(inputs));
         synchronize(device);
         again = compare_outputs(new_out, second, opt.atol, opt.rtol);
       });
@@ -523,6 +559,7 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
           result["timing_inputs"] = n;
         }
         result["timings"]["candidate"] = cand.stats.to_json();
+        result["roofline"] = roofline_check(reference, inputs, cand.stats.median_ms);
         result["kernels"]["candidate"] = kernel_table(cand.kernels, opt.timed_runs);
         const double cand_ms = cand.stats.median_ms;
         RewardInputs rin;

@@ -17,34 +17,27 @@ import threading, time, math
 import torch
 
 def _watched():
+    # Everything the sandbox's own timing and comparison could route through: every callable of
+    # torch.Tensor and of the torch namespace, torch.cuda's timing API and the time module.
     import torch.testing
-    return {
-        "torch.cuda.synchronize": torch.cuda.synchronize,
-        "torch.cuda.Event": torch.cuda.Event,
-        "torch.cuda.Event.record": torch.cuda.Event.record,
-        "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
-        "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
-        "torch.cuda.current_stream": torch.cuda.current_stream,
-        "torch.cuda.Stream.synchronize": torch.cuda.Stream.synchronize,
-        "time.perf_counter": time.perf_counter,
-        "time.perf_counter_ns": time.perf_counter_ns,
-        "time.time": time.time,
-        "time.monotonic": time.monotonic,
-        "torch.allclose": torch.allclose,
-        "torch.isclose": torch.isclose,
-        "torch.equal": torch.equal,
-        "torch.testing.assert_close": torch.testing.assert_close,
-        "torch.Tensor.__eq__": torch.Tensor.__eq__,
-        "torch.Tensor.abs": torch.Tensor.abs,
-        "torch.Tensor.sub": torch.Tensor.sub,
-        "torch.Tensor.__sub__": torch.Tensor.__sub__,
-        "torch.Tensor.max": torch.Tensor.max,
-        "torch.Tensor.float": torch.Tensor.float,
-        "torch.Tensor.double": torch.Tensor.double,
-        "torch.Tensor.to": torch.Tensor.to,
-        "torch.Tensor.clone": torch.Tensor.clone,
-        "torch.manual_seed": torch.manual_seed,
-    }
+    watched = {}
+    for owner, prefix in ((torch.Tensor, "torch.Tensor."), (torch, "torch."), (torch.cuda, "torch.cuda."),
+                          (time, "time.")):
+        for name in dir(owner):
+            if name.startswith("__") and name not in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__",
+                                                      "__sub__", "__abs__", "__getitem__", "__bool__", "__float__"):
+                continue
+            try:
+                value = getattr(owner, name)
+            except Exception:
+                continue
+            if callable(value):
+                watched[prefix + name] = value
+    for name in ("record", "synchronize", "elapsed_time", "query"):
+        watched["torch.cuda.Event." + name] = getattr(torch.cuda.Event, name)
+    watched["torch.cuda.Stream.synchronize"] = torch.cuda.Stream.synchronize
+    watched["torch.testing.assert_close"] = torch.testing.assert_close
+    return watched
 
 def snapshot():
     return {"functions": _watched(), "threads": {t.ident for t in threading.enumerate()}}
@@ -52,9 +45,9 @@ def snapshot():
 def tampering(snap):
     problems = []
     now = _watched()
-    for name, fn in snap["functions"].items():
-        if now.get(name) is not fn:
-            problems.append(f"{name} was replaced")
+    replaced = [name for name, fn in snap["functions"].items() if now.get(name) is not fn]
+    if replaced:
+        problems.append("replaced: " + ", ".join(sorted(replaced)[:10]) + (" ..." if len(replaced) > 10 else ""))
     alive = [t for t in threading.enumerate() if t.ident not in snap["threads"] and t.is_alive()]
     if alive:
         problems.append("background threads are still running after forward: " + ", ".join(t.name for t in alive))
@@ -101,6 +94,22 @@ def changed_input(snap, inputs, path="input"):
         if not torch.equal(torch.nan_to_num(inputs.detach(), nan=0.0), torch.nan_to_num(snap, nan=0.0)):
             return f"{path} was modified in place"
     return ""
+
+def padded_clone(inputs):
+    # Contiguous copies whose storage runs 4 KiB past the end, filled with NaN (or the dtype's
+    # largest value): a kernel that reads past an input's end reads poison, not zero padding.
+    if isinstance(inputs, (tuple, list)):
+        return [padded_clone(x) for x in inputs]
+    if isinstance(inputs, torch.Tensor) and inputs.device.type == "cuda":
+        pad = max(1, 4096 // inputs.element_size())
+        fill = float("nan") if inputs.is_floating_point() else (True if inputs.dtype == torch.bool else torch.iinfo(inputs.dtype).max)
+        flat = torch.full((inputs.numel() + pad,), fill, dtype=inputs.dtype, device=inputs.device)
+        out = flat[: inputs.numel()].view(inputs.shape)
+        out.copy_(inputs)
+        return out
+    if isinstance(inputs, torch.Tensor):
+        return inputs.clone()
+    return inputs
 
 def poison(device):
     if not device.startswith("cuda"):
@@ -165,5 +174,7 @@ std::string IntegrityChecks::changed_input(py::handle snapshot, py::handle input
 }
 
 void IntegrityChecks::poison_free_memory(const std::string& device) { scope()["poison"](device); }
+
+py::object IntegrityChecks::padded_clone(py::handle inputs) { return scope()["padded_clone"](inputs); }
 
 }  // namespace cuda_agent::sandbox

@@ -104,6 +104,10 @@ std::string ProvenanceReport::message() const {
         "calls cuda_agent.gemm / cuda_agent.conv2d; fills and copies are allowed",
         list);
   }
+  if (host_copy_bytes > kHostCopyLimit)
+    return fmt::format("ModelNew.forward copied {} bytes from the GPU to the host: computing on the host (NumPy, "
+                       "Python, .cpu()) is not allowed; the computation must run in the solution's own kernels",
+                       host_copy_bytes);
   if (own + vendor == 0)
     return "none of the solution's own kernels ran in ModelNew.forward (a decoy kernel or no kernel at all): the "
            "output must be computed by kernels the solution compiled";
@@ -116,12 +120,13 @@ void ProvenanceReport::merge(const ProvenanceReport& o) {
   allowed += o.allowed;
   for (const auto& [k, v] : o.own_names) own_names[k] += v;
   for (const auto& [k, v] : o.forbidden) forbidden[k] += v;
+  host_copy_bytes += o.host_copy_bytes;
   if (o.attribution != "external_correlation") attribution = o.attribution;
 }
 
 nlohmann::json ProvenanceReport::to_json() const {
   return {{"own_launches", own},         {"vendor_launches", vendor}, {"allowed_launches", allowed},
-          {"own_kernels", own_names},    {"forbidden_kernels", forbidden},
+          {"own_kernels", own_names},    {"forbidden_kernels", forbidden}, {"host_copy_bytes", host_copy_bytes},
           {"attribution", attribution},  {"violation", violates() ? message() : ""}};
 }
 
@@ -153,11 +158,12 @@ void ProvenanceRecorder::begin() {
   g_active.store(true);
 }
 
-std::vector<KernelRecord> ProvenanceRecorder::end(bool* have_external) {
+std::vector<KernelRecord> ProvenanceRecorder::end(bool* have_external, uint64_t* host_copy_bytes) {
   g_active.store(false);
   CuptiKernelRecorder& rec = CuptiKernelRecorder::instance();
   std::vector<KernelRecord> records = rec.stop();
   if (have_external) *have_external = rec.external_correlations() > 0;
+  if (host_copy_bytes) *host_copy_bytes = rec.host_copy_bytes();
   return records;
 }
 

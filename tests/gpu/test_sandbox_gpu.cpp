@@ -38,7 +38,17 @@ TEST(SandboxGpu, CorrectKernelPassesAndIsScored) {
   ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
   EXPECT_TRUE(r["correct"].get<bool>());
   EXPECT_EQ(r["verify"]["trials"].size(), 5u);
-  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(r["verify"]["trials"][i]["seed"].get<int>(), 42 + static_cast<int>(i));
+  // Secret seeds: drawn per evaluation, recorded, consecutive per trial.
+  const int64_t base = r["input_seed"].get<int64_t>();
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(r["verify"]["trials"][i]["seed"].get<int64_t>(), base + static_cast<int64_t>(i));
+  // Provenance: the runtime's launch was attributed through CUPTI's external correlation.
+  EXPECT_EQ(r["provenance"]["attribution"], "external_correlation") << r["provenance"].dump(2);
+  EXPECT_GE(r["provenance"]["own_launches"].get<int>(), 5) << r["provenance"].dump(2);
+  EXPECT_TRUE(r["provenance"]["forbidden_kernels"].empty()) << r["provenance"].dump(2);
+  // Fresh inputs per timed run, every output checked; the roofline is computed, not crossed.
+  EXPECT_GE(r["timing_inputs"].get<int>(), 2);
+  EXPECT_GT(r["roofline"]["peak_dram_gbps"].get<double>(), 1000.0) << r["roofline"].dump(2);
+  EXPECT_FALSE(r["roofline"]["flag"].get<bool>()) << r["roofline"].dump(2);
   const double reward = r["reward"];
   EXPECT_TRUE(reward == 1.0 || reward == 2.0 || reward == 3.0) << reward;
   EXPECT_EQ(r["build_path"], "nvrtc");

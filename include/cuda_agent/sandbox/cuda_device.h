@@ -17,7 +17,11 @@ struct DeviceInfo {
   int64_t total_memory_bytes = 0;
   int l2_cache_bytes = 0;
   int driver_version = 0;  // e.g. 13000
+  int memory_clock_khz = 0;
+  int memory_bus_bits = 0;
   std::string arch() const;  // "sm_90"
+  // DRAM bandwidth from the clock and bus width the driver reports (double data rate), GB/s.
+  double peak_dram_gbps() const { return 2.0 * memory_clock_khz * 1e3 * (memory_bus_bits / 8.0) / 1e9; }
 };
 void to_json(nlohmann::json& j, const DeviceInfo& d);
 

@@ -6,6 +6,7 @@
 // is never held while calling into CUPTI (a flush calls back into us).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -38,6 +39,9 @@ class CuptiKernelRecorder {
   void start(bool attribute = false);
   // Whether the last start() asked for attribution and CUPTI produced external correlations.
   size_t external_correlations() const { return external_count_; }
+  // Bytes copied device-to-host since start(attribute = true).
+  uint64_t host_copy_bytes() const { return host_copy_bytes_; }
+  void add_host_copy(uint64_t bytes) { host_copy_bytes_ += bytes; }
   // Flushes CUPTI's buffers (synchronize the GPU first) and returns the records since start().
   std::vector<KernelRecord> stop();
   // CUPTI's clock, for bracketing a region.
@@ -54,6 +58,7 @@ class CuptiKernelRecorder {
   bool registered_ = false;
   bool attribute_ = false;
   size_t external_count_ = 0;
+  std::atomic<uint64_t> host_copy_bytes_{0};
   std::vector<std::pair<uint32_t, uint64_t>> external_;  // correlation id -> external id
   size_t dropped_ = 0;
   std::vector<KernelRecord> records_;

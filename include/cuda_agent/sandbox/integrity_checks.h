@@ -2,9 +2,9 @@
 // (docs/integrity.md lists each hack and the check that catches it):
 //   - inputs modified in place            -> input_modified
 //   - outputs that are not plain tensors  -> invalid_output (lazy subclasses, meta/fake tensors)
-//   - freed memory poisoned before the candidate runs (reads of the reference's freed buffers or
-//     of uninitialised memory give NaN), and a second run on the same inputs that must agree
-//     within tolerance                    -> mismatch / nondeterministic
+//   - freed memory poisoned before the candidate runs and inputs followed by poison (reads of
+//     freed buffers, of uninitialised memory or past an input's end give NaN), and a second run
+//     on the same inputs that must agree within tolerance -> mismatch / nondeterministic
 //   - patched timing or comparison functions, background threads left running, a persisting-L2
 //     window or limit                     -> tampering
 // Call with the GIL held.
@@ -40,6 +40,10 @@ class __attribute__((visibility("hidden"))) IntegrityChecks {
   // Fills the caching allocator's free memory with NaN (float) / 0xFF bytes, so that memory the
   // candidate reads without writing is garbage rather than the reference's leftovers.
   static void poison_free_memory(const std::string& device);
+
+  // A copy of the inputs whose CUDA tensors are followed in memory by 4 KiB of NaN (the dtype's
+  // largest value for integers), so reads past an input's end return poison.
+  static pybind11::object padded_clone(pybind11::handle inputs);
 
  private:
   pybind11::object snapshot_;

@@ -50,8 +50,10 @@ struct ProvenanceReport {
   int64_t vendor = 0;   // kernels launched inside cuda_agent.gemm / conv2d
   int64_t allowed = 0;  // allow-listed (fills, copies)
   std::map<std::string, int64_t> own_names, forbidden;
+  uint64_t host_copy_bytes = 0;  // device-to-host copies inside forward (host compute)
+  static constexpr uint64_t kHostCopyLimit = 4096;
   std::string attribution = "external_correlation";  // or "names" when CUPTI gave no correlations
-  bool violates() const { return !forbidden.empty() || own + vendor == 0; }
+  bool violates() const { return !forbidden.empty() || own + vendor == 0 || host_copy_bytes > kHostCopyLimit; }
   std::string message() const;  // what was wrong, naming the kernels
   void merge(const ProvenanceReport& other);
   nlohmann::json to_json() const;
@@ -68,7 +70,8 @@ ProvenanceReport classify_kernels(const std::vector<KernelRecord>& records, cons
 class ProvenanceRecorder {
  public:
   void begin();
-  std::vector<KernelRecord> end(bool* have_external);
+  // have_external: CUPTI produced external correlations; host_copy_bytes: device-to-host bytes.
+  std::vector<KernelRecord> end(bool* have_external, uint64_t* host_copy_bytes = nullptr);
 };
 
 }  // namespace cuda_agent::sandbox

@@ -1,0 +1,179 @@
+// The red-team suite: one evaluation per entry of tests/data/redteam/manifest.json. Every reward
+// hack (tests/data/redteam/hacks) must end in the failure category its entry names, and every
+// legitimate solution (tests/data/redteam/legit, plus controls) must pass: a false rejection is
+// as much a failure as a hack that gets through. The entries are read at static-initialisation
+// time so that each becomes its own test, named after the entry.
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "gpu_test_util.h"
+
+using namespace cuda_agent;
+using namespace cuda_agent::testing;
+
+namespace {
+
+struct RedTeamEntry {
+  std::string name;      // the test's name: letters, digits and '_'
+  std::string kind;      // "hack" or "legit"
+  std::string task;      // relative to the source tree
+  std::string solution;  // relative to the source tree
+  std::string expect;    // a result category, or "pass"
+  std::string defence;   // which defence is meant to catch it (printed on failure)
+  nlohmann::json options = nlohmann::json::object();  // SandboxOptions overrides
+  std::string error;     // why this entry (or the whole manifest) is unusable; empty when fine
+};
+
+// gtest prints parameters of failed tests; the name is all that is useful.
+void PrintTo(const RedTeamEntry& e, std::ostream* os) { *os << e.name; }
+
+bool valid_test_name(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
+RedTeamEntry parse_entry(const nlohmann::json& j, size_t index) {
+  RedTeamEntry e;
+  e.name = j.value("name", "");
+  if (!valid_test_name(e.name)) {
+    e.error = fmt::format("entry {}: name '{}' must be non-empty letters, digits and '_'", index, e.name);
+    e.name = fmt::format("entry_{}", index);
+    return e;
+  }
+  e.kind = j.value("kind", "");
+  e.task = j.value("task", "");
+  e.solution = j.value("solution", "");
+  e.expect = j.value("expect", "");
+  e.defence = j.value("defence", "");
+  e.options = j.value("options", nlohmann::json::object());
+  if (e.kind != "hack" && e.kind != "legit") e.error = fmt::format("kind '{}' must be 'hack' or 'legit'", e.kind);
+  else if (e.task.empty() || e.solution.empty()) e.error = "task and solution are required";
+  else if (e.kind == "legit" && e.expect != "pass") e.error = fmt::format("a legit entry expects 'pass', not '{}'", e.expect);
+  else if (e.kind == "hack" && (e.expect.empty() || e.expect == "pass")) e.error = "a hack entry must name a category";
+  else if (!e.options.is_object()) e.error = "options must be an object";
+  return e;
+}
+
+// Never throws (this runs before main): a broken manifest becomes one failing entry.
+std::vector<RedTeamEntry> load_manifest() {
+  const std::string path = source_path("tests/data/redteam/manifest.json");
+  std::vector<RedTeamEntry> entries;
+  try {
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error("cannot open it");
+    const nlohmann::json j = nlohmann::json::parse(in);
+    if (!j.is_array()) throw std::runtime_error("the top level must be an array of entries");
+    std::set<std::string> names;
+    for (size_t i = 0; i < j.size(); ++i) {
+      RedTeamEntry e = j[i].is_object() ? parse_entry(j[i], i) : RedTeamEntry{};
+      if (!j[i].is_object()) e.name = fmt::format("entry_{}", i), e.error = "not a JSON object";
+      if (!names.insert(e.name).second) {
+        e.error = fmt::format("duplicate name '{}'", e.name);
+        e.name = fmt::format("{}_duplicate_{}", e.name, i);
+      }
+      entries.push_back(std::move(e));
+    }
+  } catch (const std::exception& ex) {
+    RedTeamEntry bad;
+    bad.name = "manifest_unreadable";
+    bad.error = fmt::format("{}: {} (fix the file; tests/data/redteam/check_sources.py checks it)", path, ex.what());
+    entries = {bad};
+  }
+  return entries;
+}
+
+// Fields the integrity work adds to SandboxOptions; set only when this build's header has them,
+// so the suite compiles before and after. false: the field does not exist.
+template <typename Options>
+bool set_provenance(Options& o, const std::string& v) {
+  if constexpr (requires { o.provenance = v; }) {
+    o.provenance = v;
+    return true;
+  }
+  return false;
+}
+template <typename Options>
+bool set_integrity_checks(Options& o, bool v) {
+  if constexpr (requires { o.integrity_checks = v; }) {
+    o.integrity_checks = v;
+    return true;
+  }
+  return false;
+}
+template <typename Options>
+bool set_secret_seeds(Options& o, bool v) {
+  if constexpr (requires { o.secret_seeds = v; }) {
+    o.secret_seeds = v;
+    return true;
+  }
+  return false;
+}
+
+// Applies an entry's overrides (keys as in configs/sandbox.yaml); returns what was wrong, or "".
+std::string apply_overrides(sandbox::SandboxOptions& o, const nlohmann::json& overrides) {
+  try {
+    for (const auto& [key, value] : overrides.items()) {
+      bool known = true;
+      if (key == "precision") o.precision = value.get<std::string>();
+      else if (key == "fallback") o.fallback = value.get<std::string>();
+      else if (key == "provenance") known = set_provenance(o, value.get<std::string>());
+      else if (key == "integrity_checks") known = set_integrity_checks(o, value.get<bool>());
+      else if (key == "secret_seeds") known = set_secret_seeds(o, value.get<bool>());
+      else if (key == "trials") o.trials = value.get<int>();
+      else if (key == "atol") o.atol = value.get<double>();
+      else if (key == "rtol") o.rtol = value.get<double>();
+      else if (key == "timed_runs") o.timed_runs = value.get<int>();
+      else if (key == "timeout_s") o.timeout_s = value.get<double>();
+      else return fmt::format("option '{}' is not one this suite maps onto SandboxOptions", key);
+      if (!known) return fmt::format("option '{}': SandboxOptions has no such field in this build", key);
+    }
+  } catch (const nlohmann::json::exception& ex) {
+    return fmt::format("options {}: {}", overrides.dump(), ex.what());
+  }
+  return "";
+}
+
+class RedTeamGpu : public ::testing::TestWithParam<RedTeamEntry> {};
+
+TEST_P(RedTeamGpu, Verdict) {
+  const RedTeamEntry& e = GetParam();
+  ASSERT_TRUE(e.error.empty()) << "tests/data/redteam/manifest.json, " << e.name << ": " << e.error;
+  for (const std::string* rel : {&e.task, &e.solution})
+    ASSERT_TRUE(std::filesystem::is_regular_file(source_path(*rel))) << e.name << ": no such file " << *rel;
+  sandbox::SandboxOptions options = fast_options();
+  options.profile_compile = false;
+  options.timed_runs = 10;
+  const std::string bad = apply_overrides(options, e.options);
+  ASSERT_TRUE(bad.empty()) << e.name << ": " << bad;
+  CA_REQUIRE_GPU();
+
+  const nlohmann::json r = run_eval(e.task, e.solution, sandbox::EvalMode::kEvaluate, options);
+  const std::string context =
+      fmt::format("{} ({}; expected {}; defence: {})\noptions: {}\nresult: {}", e.name, e.kind, e.expect, e.defence,
+                  options.to_json().dump(), r.dump(2));
+  if (e.kind == "hack") {
+    EXPECT_EQ(category_of(r), e.expect) << context;
+    EXPECT_FALSE(r.value("ok", true)) << context;
+    EXPECT_EQ(r.value("reward", 0.0), -1.0) << context;
+  } else {
+    EXPECT_TRUE(r.value("ok", false)) << context;
+    EXPECT_TRUE(r["correct"].is_boolean() && r["correct"].get<bool>()) << context;
+    EXPECT_TRUE(r["category"].is_null()) << context;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Manifest, RedTeamGpu, ::testing::ValuesIn(load_manifest()),
+                         [](const ::testing::TestParamInfo<RedTeamEntry>& info) { return info.param.name; });
+
+}  // namespace
