@@ -202,7 +202,7 @@ nlohmann::json roofline_check(py::handle reference, py::handle inputs, double ca
 }
 
 // Fresh inputs for the candidate's timed runs (integrity checks): one set per timed run while
-// they fit in a quarter of the GPU's memory, at least two.
+// they and their reference outputs fit in a quarter of the GPU's memory, at least two.
 py::list draw_timing_input_sets(py::module_& task, const std::string& device, int64_t seed, int runs,
                                 py::handle sample) {
   int64_t bytes = 0;
@@ -210,7 +210,8 @@ py::list draw_timing_input_sets(py::module_& task, const std::string& device, in
     if (py::isinstance(x, py::module_::import("torch").attr("Tensor")))
       bytes += x.attr("numel")().cast<int64_t>() * x.attr("element_size")().cast<int64_t>();
   const int64_t budget = static_cast<int64_t>(current_device_info().total_memory_bytes / 4);
-  const int n = static_cast<int>(std::clamp<int64_t>(bytes > 0 ? budget / bytes : runs, 2, runs));
+  // Inputs and the reference's outputs for each set (assumed about as large as the inputs).
+  const int n = static_cast<int>(std::clamp<int64_t>(bytes > 0 ? budget / (2 * bytes) : runs, 2, runs));
   py::list sets;
   for (int k = 0; k < n; ++k) {
     seed_everything(seed + k);
@@ -478,8 +479,9 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
     // Secret seeds: a solution cannot know (and precompute for) the inputs it will be given.
     const int64_t base_seed = opt.secret_seeds ? static_cast<int64_t>(std::random_device{}() & 0x3fffffff) : opt.seed;
     result["input_seed"] = base_seed;
+    capture_generators();
     std::optional<IntegrityChecks> checks;
-    if (!baselines_only && opt.integrity_checks) checks.emplace();  // before the solution's code runs
+    if (!baselines_only && opt.integrity_checks) checks.emplace(on_gpu);  // before the solution's code runs
     py::module_ solution;
     if (!baselines_only) {
       progress.enter("load_solution", result);
@@ -496,7 +498,8 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
     if (!baselines_only) candidate = build_candidate(solution, init_inputs, reference, device, opt.seed);
     if (checks) {
       std::string why;
-      guarded(category::kRuntimeError, "integrity checks after loading the solution", [&] { why = checks->tampering(on_gpu); });
+      guarded(category::kRuntimeError, "integrity checks after loading the solution",
+              [&] { why = checks->tampering(on_gpu, /*threads=*/false); });
       if (!why.empty()) throw Failure{category::kTampering, "the solution tampered with the sandbox while loading: " + why};
     }
 
@@ -524,39 +527,38 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
                            {"compile", baselines.value("compile_kernels", nlohmann::json::array())}};
       if (req.mode != EvalMode::kBaselines) {  // the candidate, against the baselines
         TimingResult cand;
+        if (checks) checks->accept_current_threads();  // torch.compile's workers, from the baselines
         py::object sets = py::none();
+        std::vector<py::object> set_refs;
         if (checks)
           guarded(category::kTaskError, "drawing fresh inputs for the timed runs", [&] {
             sets = draw_timing_input_sets(task, device, base_seed + opt.trials + 1, opt.timed_runs, inputs);
+            for (py::handle set : py::reinterpret_borrow<py::list>(sets))
+              set_refs.push_back(call_model(reference, clone_tree(set)));
+            synchronize(device);
           });
+        // Every output produced while timed must be right for the inputs it was given; checked
+        // between timed runs, outside their timed regions.
+        std::string wrong;
+        TimedOutputCheck check_output;
+        if (checks)
+          check_output = [&](size_t run, py::handle out) {
+            if (!wrong.empty()) return;
+            CompareResult cmp = compare_outputs(set_refs[run % set_refs.size()], out, opt.atol, opt.rtol);
+            if (!cmp.ok) wrong = fmt::format("timed run {}: {}: {}", run, cmp.path, cmp.reason);
+          };
         guarded(category::kRuntimeError, "timing ModelNew",
-                [&] { cand = time_forward(candidate, inputs, topt, sets); });
+                [&] { cand = time_forward(candidate, inputs, topt, sets, check_output); });
+        set_refs.clear();
         if (checks) {
           std::string why;
           guarded(category::kRuntimeError, "integrity checks after timing", [&] { why = checks->tampering(on_gpu); });
           if (!why.empty()) throw Failure{category::kTampering, "the solution tampered with the sandbox while timed: " + why};
-          // Every output produced while timed must be right for the inputs it was given.
-          const py::list set_list = py::reinterpret_borrow<py::list>(sets);
-          const size_t n = py::len(set_list);
-          for (size_t k = 0; k < n && why.empty(); ++k) {
-            py::object ref_out;
-            guarded(category::kTaskError, "running the reference on the timed runs' inputs", [&] {
-              ref_out = call_model(reference, clone_tree(set_list[k]));
-              synchronize(device);
-            });
-            for (size_t i = k; i < cand.outputs.size() && why.empty(); i += n) {
-              CompareResult cmp;
-              guarded(category::kRuntimeError, "comparing outputs produced while timed",
-                      [&] { cmp = compare_outputs(ref_out, cand.outputs[i], opt.atol, opt.rtol); });
-              if (!cmp.ok) why = fmt::format("timed run {}: {}: {}", i, cmp.path, cmp.reason);
-            }
-          }
-          cand.outputs.clear();
-          if (!why.empty())
+          if (!wrong.empty())
             throw Failure{category::kTimingMismatch,
-                          "an output produced while timed is wrong (" + why +
+                          "an output produced while timed is wrong (" + wrong +
                               "): results cached across calls, or work finished after forward returned"};
-          result["timing_inputs"] = n;
+          result["timing_inputs"] = py::len(sets);
         }
         result["timings"]["candidate"] = cand.stats.to_json();
         result["roofline"] = roofline_check(reference, inputs, cand.stats.median_ms);

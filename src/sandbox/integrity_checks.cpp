@@ -37,18 +37,24 @@ def _watched():
         watched["torch.cuda.Event." + name] = getattr(torch.cuda.Event, name)
     watched["torch.cuda.Stream.synchronize"] = torch.cuda.Stream.synchronize
     watched["torch.testing.assert_close"] = torch.testing.assert_close
+    # torch._dynamo rewraps torch.manual_seed when it is first imported (torch.compile does);
+    # the sandbox seeds through generators captured before the solution ran instead.
+    watched.pop("torch.manual_seed", None)
     return watched
 
 def snapshot():
     return {"functions": _watched(), "threads": {t.ident for t in threading.enumerate()}}
 
-def tampering(snap):
+def rebaseline_threads(snap):
+    snap["threads"] = {t.ident for t in threading.enumerate()}
+
+def tampering(snap, with_threads):
     problems = []
     now = _watched()
     replaced = [name for name, fn in snap["functions"].items() if now.get(name) is not fn]
     if replaced:
         problems.append("replaced: " + ", ".join(sorted(replaced)[:10]) + (" ..." if len(replaced) > 10 else ""))
-    alive = [t for t in threading.enumerate() if t.ident not in snap["threads"] and t.is_alive()]
+    alive = [t for t in threading.enumerate() if with_threads and t.ident not in snap["threads"] and t.is_alive()]
     if alive:
         problems.append("background threads are still running after forward: " + ", ".join(t.name for t in alive))
     return problems
@@ -142,15 +148,22 @@ py::dict& scope() {
 
 }  // namespace
 
-IntegrityChecks::IntegrityChecks() { snapshot_ = scope()["snapshot"](); }
+IntegrityChecks::IntegrityChecks(bool cuda) {
+  snapshot_ = scope()["snapshot"]();
+  if (cuda) driver().cuCtxGetLimit(&persisting_limit_, CU_LIMIT_PERSISTING_L2_CACHE_SIZE);
+}
 
-std::string IntegrityChecks::tampering(bool cuda) const {
-  std::vector<std::string> problems = scope()["tampering"](snapshot_).cast<std::vector<std::string>>();
+void IntegrityChecks::accept_current_threads() { scope()["rebaseline_threads"](snapshot_); }
+
+std::string IntegrityChecks::tampering(bool cuda, bool threads) const {
+  std::vector<std::string> problems = scope()["tampering"](snapshot_, threads).cast<std::vector<std::string>>();
   if (cuda) {
     const DriverApi& api = driver();
     size_t persisting = 0;
-    if (api.cuCtxGetLimit(&persisting, CU_LIMIT_PERSISTING_L2_CACHE_SIZE) == CUDA_SUCCESS && persisting > 0)
-      problems.push_back(fmt::format("the persisting-L2 cache limit was set to {} bytes", persisting));
+    if (api.cuCtxGetLimit(&persisting, CU_LIMIT_PERSISTING_L2_CACHE_SIZE) == CUDA_SUCCESS &&
+        persisting != persisting_limit_)
+      problems.push_back(fmt::format("the persisting-L2 cache limit was changed from {} to {} bytes",
+                                     persisting_limit_, persisting));
     CUstreamAttrValue value{};
     CUstream stream = stream_from_python(py::none());
     if (api.cuStreamGetAttribute(stream, CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW, &value) == CUDA_SUCCESS &&

@@ -82,6 +82,27 @@ def make_watcher(original, mark):
   }
 }
 
+namespace {
+
+// torch's generators (C objects, whose methods a solution cannot replace), captured before any
+// solution code runs; seeding goes through them, not through torch.manual_seed (which
+// torch._dynamo itself rewraps, and a solution could too).
+py::list& captured_generators() {
+  static py::list generators;
+  return generators;
+}
+
+}  // namespace
+
+void capture_generators() {
+  py::module_ torch = py::module_::import("torch");
+  py::list& g = captured_generators();
+  if (py::len(g) > 0) return;
+  g.append(torch.attr("_C").attr("default_generator"));
+  if (torch.attr("cuda").attr("is_available")().cast<bool>() && torch.attr("cuda").attr("is_initialized")().cast<bool>())
+    for (py::handle cuda_gen : torch.attr("cuda").attr("default_generators")) g.append(cuda_gen);
+}
+
 void seed_everything(int64_t seed) {
   py::module_::import("random").attr("seed")(seed);
   try {
@@ -89,8 +110,11 @@ void seed_everything(int64_t seed) {
   } catch (const py::error_already_set&) {
     // NumPy is optional.
   }
-  py::module_ torch = py::module_::import("torch");
-  torch.attr("manual_seed")(seed);  // seeds every CUDA device too
+  if (py::len(captured_generators()) == 0) {
+    py::module_::import("torch").attr("manual_seed")(seed);  // seeds every CUDA device too
+    return;
+  }
+  for (py::handle g : captured_generators()) g.attr("manual_seed")(seed);
 }
 
 py::object to_device(py::handle obj, const std::string& device) {

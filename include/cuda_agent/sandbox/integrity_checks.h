@@ -10,6 +10,7 @@
 // Call with the GIL held.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -20,13 +21,15 @@ namespace cuda_agent::sandbox {
 
 class __attribute__((visibility("hidden"))) IntegrityChecks {
  public:
-  // Takes the reference snapshot (function identities, live threads). Call before the solution
-  // is imported.
-  IntegrityChecks();
+  // Takes the reference snapshot (function identities, live threads, the context's
+  // persisting-L2 limit when `cuda`). Call before the solution is imported.
+  explicit IntegrityChecks(bool cuda);
 
-  // Names of patched functions, new threads still alive, persisting-L2 settings on the device
-  // or `stream`; empty when clean.
-  std::string tampering(bool cuda) const;
+  // Names of patched functions, new threads still alive (with `threads`), persisting-L2
+  // settings of the context or the current stream; empty when clean.
+  std::string tampering(bool cuda, bool threads = true) const;
+  // Threads alive now are the sandbox's own (torch.compile's workers after the baselines ran).
+  void accept_current_threads();
 
   // Empty when `outputs` is a tensor or a (nested) tuple/list of plain torch.Tensor objects with
   // real storage; else what is wrong and where.
@@ -47,6 +50,7 @@ class __attribute__((visibility("hidden"))) IntegrityChecks {
 
  private:
   pybind11::object snapshot_;
+  size_t persisting_limit_ = 0;  // as the driver set it, before the solution ran
 };
 
 }  // namespace cuda_agent::sandbox

@@ -24,6 +24,9 @@ bool build_kernels_dir(const std::string& solution_path, const std::string& buil
 void watch_cpp_extension();
 
 // Seeds Python's, NumPy's (when present) and torch's generators, CUDA included.
+// Captures torch's CPU and CUDA generators (call after CUDA is initialised and before any
+// solution code runs); seed_everything then seeds through them.
+void capture_generators();
 void seed_everything(int64_t seed);
 
 // Recursively moves tensors in lists/tuples/dicts to `device`; other values pass through.

@@ -8,6 +8,7 @@
 // torch's CUDA context.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -33,20 +34,22 @@ struct TimingStats {
   static TimingStats from_json(const nlohmann::json& j);
 };
 
-struct __attribute__((visibility("hidden"))) TimingResult {
+struct TimingResult {
   TimingStats stats;
   std::vector<KernelRecord> kernels;  // inside the timed regions (empty unless recorded)
-  std::vector<pybind11::object> outputs;  // per timed run, when input sets were given
 };
+
+// Called with each timed run's output after its timed region closed (outside the timing).
+using TimedOutputCheck = std::function<void(size_t run, pybind11::handle output)>;
 
 // Times model(*inputs). Exceptions from the model propagate (pybind11::error_already_set);
 // CUDA errors throw Error.
 //
 // With `input_sets` (a list of input lists), timed run i uses a clone of input_sets[i % n]
-// instead (the warm-up still uses `inputs`) and its output is kept in TimingResult::outputs, so
-// the caller can check outputs produced while timed: a solution that caches results across
-// calls, or finishes work after forward returns, is caught there.
+// instead (the warm-up still uses `inputs`) and `check` sees its output, so the caller can check
+// outputs produced while timed: a solution that caches results across calls, or finishes work
+// after forward returns, is caught there.
 TimingResult time_forward(pybind11::handle model, pybind11::handle inputs, const TimingOptions& options,
-                          pybind11::handle input_sets = pybind11::none());
+                          pybind11::handle input_sets = pybind11::none(), const TimedOutputCheck& check = {});
 
 }  // namespace cuda_agent::sandbox
