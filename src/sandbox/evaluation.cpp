@@ -220,6 +220,25 @@ py::list draw_timing_input_sets(py::module_& task, const std::string& device, in
   return sets;
 }
 
+// The timing protocol's inputs, the same for eager, torch.compile and the candidate: fresh input
+// sets for the timed runs and the reference's output on each. After every timed run (outside
+// its timed region) the output is compared with the reference on its inputs; all three sides do
+// this same work between runs, so none is timed under different conditions. For the candidate
+// a wrong output is a failure (timing_mismatch).
+struct __attribute__((visibility("hidden"))) TimedInputs {
+  py::list sets;
+  std::vector<py::object> refs;
+  std::string first_wrong;  // the first wrong output of the last time_forward
+
+  TimedOutputCheck checker(double atol, double rtol) {
+    first_wrong.clear();
+    return [this, atol, rtol](size_t run, py::handle out) {
+      CompareResult cmp = compare_outputs(refs[run % refs.size()], out, atol, rtol);
+      if (!cmp.ok && first_wrong.empty()) first_wrong = fmt::format("timed run {}: {}: {}", run, cmp.path, cmp.reason);
+    };
+  }
+};
+
 // __global__ names in the candidate's nvcc-path sources: model_new.py (load_inline strings) and
 // every file of its kernels/ folder.
 std::set<std::string> candidate_source_kernel_names(const std::string& solution_path) {
@@ -369,7 +388,7 @@ void run_verify(const EvalRequest& req, py::module_& task, py::handle reference,
 // The eager and torch.compile timings of the task: from the cache when an entry with the same
 // key exists, else measured now (and stored). Sets *cache_hit.
 nlohmann::json baseline_timings(const EvalRequest& req, const nlohmann::json& result, py::handle reference,
-                                py::handle inputs, bool* cache_hit) {
+                                py::handle inputs, TimedInputs& timed, bool* cache_hit) {
   const SandboxOptions& opt = req.options;
   const TimingOptions topt = timing_options(opt);
   BaselineKey key;
@@ -381,6 +400,7 @@ nlohmann::json baseline_timings(const EvalRequest& req, const nlohmann::json& re
                 {"flush_l2", opt.flush_l2}, {"compile_mode", opt.compile_mode},
                 {"profile_compile", opt.profile_compile}, {"seed", opt.seed},
                 {"record_kernels", opt.record_kernels},
+                {"protocol", "fresh-inputs-checked-v1"},
                 {"driver_version", result["device"]["driver_version"]}};
   BaselineCache cache(fs::path(opt.resolved_cache_dir()) / "baselines");
   if (opt.use_baseline_cache) {
@@ -392,14 +412,14 @@ nlohmann::json baseline_timings(const EvalRequest& req, const nlohmann::json& re
   *cache_hit = false;
   nlohmann::json entry = {{"eager", nullptr}, {"compile", nullptr}, {"compile_error", nullptr}};
   guarded(category::kTaskError, "timing the eager reference", [&] {
-    TimingResult t = time_forward(reference, inputs, topt);
+    TimingResult t = time_forward(reference, inputs, topt, timed.sets, timed.checker(opt.atol, opt.rtol));
     entry["eager"] = t.stats.to_json();
     entry["eager_kernels"] = kernel_table(t.kernels, opt.timed_runs);
   });
   if (opt.profile_compile) {
     try {
       py::object compiled = py::module_::import("torch").attr("compile")(reference, py::arg("mode") = opt.compile_mode);
-      TimingResult t = time_forward(compiled, inputs, topt);
+      TimingResult t = time_forward(compiled, inputs, topt, timed.sets, timed.checker(opt.atol, opt.rtol));
       entry["compile"] = t.stats.to_json();
       entry["compile_kernels"] = kernel_table(t.kernels, opt.timed_runs);
     } catch (const std::exception& e) {
@@ -517,8 +537,15 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
         inputs = draw_inputs(task, device);
       });
       const TimingOptions topt = timing_options(opt);
+      TimedInputs timed;
+      guarded(category::kTaskError, "drawing fresh inputs for the timed runs", [&] {
+        timed.sets = draw_timing_input_sets(task, device, base_seed + opt.trials + 1, opt.timed_runs, inputs);
+        for (py::handle set : timed.sets) timed.refs.push_back(call_model(reference, clone_tree(set)));
+        synchronize(device);
+      });
+      result["timing_inputs"] = py::len(timed.sets);
       bool cache_hit = false;
-      const nlohmann::json baselines = baseline_timings(req, result, reference, inputs, &cache_hit);
+      const nlohmann::json baselines = baseline_timings(req, result, reference, inputs, timed, &cache_hit);
       result["timings"] = {{"eager", baselines["eager"]},
                            {"compile", baselines["compile"]},
                            {"baselines_cached", cache_hit},
@@ -528,37 +555,16 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
       if (req.mode != EvalMode::kBaselines) {  // the candidate, against the baselines
         TimingResult cand;
         if (checks) checks->accept_current_threads();  // torch.compile's workers, from the baselines
-        py::object sets = py::none();
-        std::vector<py::object> set_refs;
-        if (checks)
-          guarded(category::kTaskError, "drawing fresh inputs for the timed runs", [&] {
-            sets = draw_timing_input_sets(task, device, base_seed + opt.trials + 1, opt.timed_runs, inputs);
-            for (py::handle set : py::reinterpret_borrow<py::list>(sets))
-              set_refs.push_back(call_model(reference, clone_tree(set)));
-            synchronize(device);
-          });
-        // Every output produced while timed must be right for the inputs it was given; checked
-        // between timed runs, outside their timed regions.
-        std::string wrong;
-        TimedOutputCheck check_output;
-        if (checks)
-          check_output = [&](size_t run, py::handle out) {
-            if (!wrong.empty()) return;
-            CompareResult cmp = compare_outputs(set_refs[run % set_refs.size()], out, opt.atol, opt.rtol);
-            if (!cmp.ok) wrong = fmt::format("timed run {}: {}: {}", run, cmp.path, cmp.reason);
-          };
         guarded(category::kRuntimeError, "timing ModelNew",
-                [&] { cand = time_forward(candidate, inputs, topt, sets, check_output); });
-        set_refs.clear();
+                [&] { cand = time_forward(candidate, inputs, topt, timed.sets, timed.checker(opt.atol, opt.rtol)); });
         if (checks) {
           std::string why;
           guarded(category::kRuntimeError, "integrity checks after timing", [&] { why = checks->tampering(on_gpu); });
           if (!why.empty()) throw Failure{category::kTampering, "the solution tampered with the sandbox while timed: " + why};
-          if (!wrong.empty())
+          if (!timed.first_wrong.empty())
             throw Failure{category::kTimingMismatch,
-                          "an output produced while timed is wrong (" + wrong +
+                          "an output produced while timed is wrong (" + timed.first_wrong +
                               "): results cached across calls, or work finished after forward returned"};
-          result["timing_inputs"] = py::len(sets);
         }
         result["timings"]["candidate"] = cand.stats.to_json();
         result["roofline"] = roofline_check(reference, inputs, cand.stats.median_ms);
