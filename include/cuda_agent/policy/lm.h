@@ -1,0 +1,142 @@
+// The policy's language model (Llama, Qwen2, Qwen3) behind a torch-free interface.
+//
+// The model itself is libtorch code in the module libca_lm.so, loaded on first use with
+// dlopen(RTLD_LOCAL): libtorch exports copies of some libstdc++ functions (std::filesystem among
+// them) that must not interpose on the binary's own. The module is looked for beside
+// $CUDA_AGENT_BIN (tests point it at the built cuda-agent), then beside this program; it is never
+// unloaded. Everything crossing the boundary is plain std types.
+//
+// Errors: every function and method here throws cuda_agent::Error with a message naming the bad
+// value (a token id, a device, a file, a tensor) and what to do; failures inside libtorch
+// (c10::Error, std::bad_alloc, ...) are caught in the module and rethrown as Error carrying
+// their text. Nothing else crosses the boundary.
+//
+// Thread safety: a LanguageModel is not thread-safe; use one from one thread at a time.
+// Different models may be used from different threads.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda_agent/policy/model_config.h"
+
+namespace cuda_agent::policy {
+
+struct LmOptions {
+  std::string device = "cpu";     // "cpu", "cuda", "cuda:1"
+  std::string dtype = "float32";  // float32 | bfloat16 (weights and activations; norms, softmax
+                                  // and log-probs always in float32)
+  uint64_t seed = 0;              // random_language_model's initialisation (and a missing value head's)
+  double init_std = 0.02;         // random_language_model: std of the normal initialisation
+  bool value_head = false;        // add Linear(hidden, 1) on the final hidden states (a critic)
+};
+
+struct SamplingOptions {
+  double temperature = 1.0;  // 0 means greedy; must not be negative
+  double top_p = 1.0;        // nucleus: keep the most likely tokens whose mass reaches top_p (at least one)
+  int64_t top_k = 0;         // 0: no top-k filter
+  int64_t max_new_tokens = 256;
+  // A sampled token in this list ends its sequence (and is kept in Generation::tokens). No
+  // default: pass config().eos_token_ids to stop at end-of-sequence.
+  std::vector<int64_t> stop_token_ids;
+  uint64_t seed = 0;  // same seed, prompts and options: the same tokens
+  bool greedy = false;
+};
+
+struct Generation {
+  std::vector<int64_t> tokens;  // new tokens only (not the prompt)
+  // log p(token | prefix) under the model's unmodified distribution (temperature 1, no top-k or
+  // top-p), the quantity forward_for_training recomputes and PPO's ratio needs.
+  std::vector<float> logprobs;
+  std::string finish_reason;  // "stop" (a stop token), "length" (max_new_tokens), "callback" (on_token said stop)
+};
+
+// Per position t of a sequence: logprobs[t] = log p(token t | tokens < t), entropy[t] = the
+// entropy of that predictive distribution, values[t] = the value head on the hidden state that
+// predicts token t (the state before token t; empty without a value head). Position 0 (no
+// prediction) and positions whose loss_mask is 0 hold 0.
+struct TrainForward {
+  std::vector<float> logprobs, entropy, values;
+};
+
+// One model on one device.
+class LanguageModel {
+ public:
+  virtual ~LanguageModel() = default;
+
+  virtual const ModelConfig& config() const = 0;
+  // The options it was created with (device and dtype as given).
+  virtual const LmOptions& options() const = 0;
+
+  // Logits of every position, row-major [tokens.size() x vocab_size], float32, one full forward
+  // without a cache (the reference the cached paths are tested against).
+  virtual std::vector<float> logits(const std::vector<int64_t>& tokens) = 0;
+  // The same logits computed the way generation computes them: the first `prefill` tokens in one
+  // forward that fills a KV cache, then one token per forward. For tests of the cache.
+  virtual std::vector<float> logits_with_cache(const std::vector<int64_t>& tokens, int64_t prefill) = 0;
+
+  // Continues each prompt (batched, KV cache; prompts may differ in length: a prompt's tokens do
+  // not depend on the other prompts when greedy). on_token(i, token) is called for each new token
+  // of prompt i as it is produced; returning false ends sequence i ("callback").
+  virtual std::vector<Generation> generate(const std::vector<std::vector<int64_t>>& prompts,
+                                           const SamplingOptions& options,
+                                           const std::function<bool(size_t seq, int64_t token)>& on_token = {}) = 0;
+
+  // Log-probs, entropies and values of whole sequences (no gradient; the trainer in the module
+  // uses the torch-side model directly). loss_mask[i] must have sequences[i].size() entries, or be
+  // empty (all ones); loss_mask may be empty for all.
+  virtual std::vector<TrainForward> forward_for_training(const std::vector<std::vector<int64_t>>& sequences,
+                                                         const std::vector<std::vector<uint8_t>>& loss_mask) = 0;
+
+  // Writes a Hugging Face folder that transformers and load_language_model read: config.json and
+  // model.safetensors in the model's dtype, plus value_head.safetensors when it has a value head.
+  // Creates the folder; replaces those files atomically.
+  virtual void save_hf(const std::filesystem::path& dir) = 0;
+};
+
+// Loads a Hugging Face folder (config.json + model.safetensors or its sharded index) or a .gguf
+// file. With options.value_head, the head comes from value_head.safetensors in the folder when
+// present, else it is initialised at random (seeded by options.seed).
+std::unique_ptr<LanguageModel> load_language_model(const std::filesystem::path& model, const LmOptions& options);
+
+// A model with random weights: every matrix, embedding and bias ~ N(0, init_std), norm weights
+// 1 + N(0, init_std), from options.seed (the same seed gives the same weights on every device).
+std::unique_ptr<LanguageModel> random_language_model(const ModelConfig& config, const LmOptions& options);
+
+// Self-check of activation checkpointing, for tests: builds a random model of `config` on the
+// CPU, runs the training forward with and without per-layer checkpointing, back-propagates the
+// same loss through both, and returns the largest absolute difference between any two
+// corresponding parameter gradients (0 means identical).
+double checkpointing_gradient_difference(const ModelConfig& config);
+
+// The module file load_language_model uses (for messages and `doctor`). Throws Error when it
+// cannot be found.
+std::filesystem::path language_model_module_path();
+
+// --- the module boundary (used by src/policy/lm_loader.cpp and src/lm/) ----------------------
+
+// Raised whenever the layout of these types or the entry points change, so a stale module is
+// refused with a clear message instead of crashing.
+inline constexpr int kLmModuleAbi = 1;
+
+struct LmCreateRequest {
+  int abi = kLmModuleAbi;
+  const char* path = nullptr;          // load this model, or
+  const ModelConfig* config = nullptr;  // build a random one of this shape
+  const LmOptions* options = nullptr;
+};
+
+}  // namespace cuda_agent::policy
+
+// The module's entry points. Both report failure through a status instead of exceptions:
+// ca_lm_create returns the new model (owned by the caller, delete through the virtual destructor)
+// or nullptr with *error set; ca_lm_checkpoint_check returns 0 and sets *difference, or
+// non-zero with *error set.
+extern "C" cuda_agent::policy::LanguageModel* ca_lm_create(const cuda_agent::policy::LmCreateRequest* request,
+                                                           std::string* error);
+extern "C" int ca_lm_checkpoint_check(int abi, const cuda_agent::policy::ModelConfig* config, double* difference,
+                                      std::string* error);

@@ -1,0 +1,145 @@
+#include "torch_fmt.h"  // first: see there
+#include "generation.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "cuda_agent/core/error.h"
+#include "sampling.h"
+
+namespace cuda_agent::lm {
+namespace {
+
+torch::Tensor to_device(const std::vector<int64_t>& values, torch::Device device) {
+  return torch::tensor(values, torch::kInt64).to(device);
+}
+
+// Prefills one prompt alone; returns its cache (one row) and the logits after its last token.
+std::pair<KvCache, torch::Tensor> prefill(CausalLMImpl& model, const std::vector<int64_t>& prompt) {
+  const int64_t len = static_cast<int64_t>(prompt.size());
+  KvCache cache = model.new_cache(1, len);
+  auto ids = to_device(prompt, model.device()).view({1, len});
+  auto positions = torch::arange(len, ids.options()).view({1, len});
+  auto hidden = model.forward(ids, positions, &cache);
+  return {std::move(cache), model.logits(hidden.select(1, len - 1)).to(torch::kFloat32)};
+}
+
+}  // namespace
+
+void check_tokens(const policy::ModelConfig& config, const std::vector<int64_t>& tokens, const std::string& what) {
+  for (size_t i = 0; i < tokens.size(); ++i)
+    CA_CHECK(tokens[i] >= 0 && tokens[i] < config.vocab_size,
+             "{}: token {} at position {} is outside the vocabulary [0, {}); check the tokenizer matches the model",
+             what, tokens[i], i, config.vocab_size);
+}
+
+std::vector<policy::Generation> generate(CausalLMImpl& model, const std::vector<std::vector<int64_t>>& prompts,
+                                         const policy::SamplingOptions& options,
+                                         const std::function<bool(size_t, int64_t)>& on_token) {
+  Sampler sampler(options);
+  const int64_t n = static_cast<int64_t>(prompts.size());
+  std::vector<policy::Generation> results(n);
+  for (int64_t i = 0; i < n; ++i) {
+    CA_CHECK(!prompts[i].empty(), "prompt {} is empty: a prompt needs at least one token (e.g. the BOS token)", i);
+    check_tokens(model.config(), prompts[i], fmt::format("prompt {}", i));
+  }
+  if (n == 0) return results;
+  if (options.max_new_tokens == 0) {
+    for (auto& r : results) r.finish_reason = "length";
+    return results;
+  }
+  c10::InferenceMode inference;
+  const auto device = model.device();
+  int64_t longest = 0;
+  for (const auto& p : prompts) longest = std::max<int64_t>(longest, static_cast<int64_t>(p.size()));
+  std::vector<int64_t> pad(n);
+  for (int64_t i = 0; i < n; ++i) pad[i] = longest - static_cast<int64_t>(prompts[i].size());
+
+  // Prefill each distinct prompt once and place it, left-padded, in the batched cache.
+  KvCache cache = model.new_cache(n, longest + std::min<int64_t>(options.max_new_tokens, 256));
+  std::vector<torch::Tensor> next_logits(n);
+  std::map<std::vector<int64_t>, std::vector<int64_t>> same;
+  for (int64_t i = 0; i < n; ++i) same[prompts[i]].push_back(i);
+  for (const auto& [prompt, rows] : same) {
+    auto [one, logits] = prefill(model, prompt);
+    const int64_t len = static_cast<int64_t>(prompt.size());
+    for (int64_t row : rows) {
+      for (size_t l = 0; l < cache.k.size(); ++l) {
+        cache.k[l][row].narrow(1, pad[row], len).copy_(one.k[l][0]);
+        cache.v[l][row].narrow(1, pad[row], len).copy_(one.v[l][0]);
+      }
+      next_logits[row] = logits;
+    }
+  }
+  cache.length = longest;
+  auto logits = torch::cat(next_logits, 0);
+  auto pad_t = to_device(pad, device);
+  auto valid = torch::arange(longest, pad_t.options()).unsqueeze(0) >= pad_t.unsqueeze(1);  // [n, longest]
+  std::vector<int64_t> next_pos(n);
+  for (int64_t i = 0; i < n; ++i) next_pos[i] = static_cast<int64_t>(prompts[i].size());
+  auto positions = to_device(next_pos, device).unsqueeze(1);
+
+  std::vector<int64_t> rows(n);  // live batch row -> prompt index
+  std::iota(rows.begin(), rows.end(), 0);
+  const auto is_stop = [&](int64_t t) {
+    return std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), t) != options.stop_token_ids.end();
+  };
+  while (true) {
+    auto picks = sampler.pick(logits);
+    std::vector<int64_t> keep, keep_tokens;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      auto& out = results[rows[r]];
+      const int64_t token = picks.tokens[r];
+      out.tokens.push_back(token);
+      out.logprobs.push_back(picks.logprobs[r]);
+      const bool go_on = !on_token || on_token(static_cast<size_t>(rows[r]), token);
+      if (is_stop(token)) out.finish_reason = "stop";
+      else if (!go_on) out.finish_reason = "callback";
+      else if (static_cast<int64_t>(out.tokens.size()) >= options.max_new_tokens) out.finish_reason = "length";
+      else {
+        keep.push_back(static_cast<int64_t>(r));
+        keep_tokens.push_back(token);
+      }
+    }
+    if (keep.empty()) break;
+    if (keep.size() < rows.size()) {
+      auto index = to_device(keep, device);
+      cache.select_rows(index);
+      valid = valid.index_select(0, index);
+      positions = positions.index_select(0, index);
+      std::vector<int64_t> live;
+      for (int64_t r : keep) live.push_back(rows[r]);
+      rows = std::move(live);
+    }
+    const int64_t batch = static_cast<int64_t>(rows.size());
+    valid = torch::cat({valid, torch::ones({batch, 1}, valid.options())}, 1);
+    const bool padded = std::any_of(rows.begin(), rows.end(), [&](int64_t i) { return pad[i] > 0; });
+    auto mask = padded ? valid.view({batch, 1, 1, valid.size(1)}) : torch::Tensor();
+    auto hidden = model.forward(to_device(keep_tokens, device).unsqueeze(1), positions, &cache, mask);
+    logits = model.logits(hidden.select(1, 0)).to(torch::kFloat32);
+    positions = positions + 1;
+  }
+  return results;
+}
+
+torch::Tensor cached_logits(CausalLMImpl& model, const std::vector<int64_t>& tokens, int64_t prefill_len) {
+  const int64_t len = static_cast<int64_t>(tokens.size());
+  CA_CHECK(prefill_len >= 1 && prefill_len <= len, "prefill {} must be in [1, {}] (the number of tokens)",
+           prefill_len, len);
+  check_tokens(model.config(), tokens, "logits_with_cache");
+  c10::InferenceMode inference;
+  auto ids = to_device(tokens, model.device()).view({1, len});
+  auto positions = torch::arange(len, ids.options()).view({1, len});
+  KvCache cache = model.new_cache(1, prefill_len);
+  std::vector<torch::Tensor> rows;
+  auto hidden = model.forward(ids.narrow(1, 0, prefill_len), positions.narrow(1, 0, prefill_len), &cache);
+  rows.push_back(model.logits(hidden[0]).to(torch::kFloat32));
+  for (int64_t t = prefill_len; t < len; ++t) {
+    hidden = model.forward(ids.narrow(1, t, 1), positions.narrow(1, t, 1), &cache);
+    rows.push_back(model.logits(hidden[0]).to(torch::kFloat32));
+  }
+  return torch::cat(rows, 0).cpu();
+}
+
+}  // namespace cuda_agent::lm

@@ -1,0 +1,260 @@
+// The transformer: the same operations, in the same order and dtypes, as transformers'
+// LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM.
+#include "torch_fmt.h"  // first: see there
+#include "model.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "checkpoint.h"
+#include "cuda_agent/core/error.h"
+
+namespace cuda_agent::lm {
+
+void KvCache::reserve(int64_t needed) {
+  const int64_t cap = capacity();
+  if (needed <= cap) return;
+  const int64_t grown = std::max(needed, 2 * cap);
+  for (auto* list : {&k, &v}) {
+    for (auto& t : *list) {
+      auto bigger = torch::zeros({t.size(0), t.size(1), grown, t.size(3)}, t.options());
+      bigger.narrow(2, 0, length).copy_(t.narrow(2, 0, length));
+      t = bigger;
+    }
+  }
+}
+
+void KvCache::select_rows(const torch::Tensor& rows) {
+  for (auto& t : k) t = t.index_select(0, rows);
+  for (auto& t : v) t = t.index_select(0, rows);
+}
+
+DenseImpl::DenseImpl(int64_t in, int64_t out, bool with_bias, const torch::TensorOptions& options) {
+  weight = register_parameter("weight", torch::empty({out, in}, options));
+  if (with_bias) bias = register_parameter("bias", torch::empty({out}, options));
+}
+
+torch::Tensor DenseImpl::forward(const torch::Tensor& x) { return torch::linear(x, weight, bias); }
+
+TokenEmbeddingImpl::TokenEmbeddingImpl(int64_t vocab, int64_t dim, const torch::TensorOptions& options) {
+  weight = register_parameter("weight", torch::empty({vocab, dim}, options));
+}
+
+torch::Tensor TokenEmbeddingImpl::forward(const torch::Tensor& ids) { return torch::embedding(weight, ids); }
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& options) : eps_(eps) {
+  weight = register_parameter("weight", torch::ones({dim}, options));
+}
+
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
+  auto h = x.to(torch::kFloat32);
+  auto variance = h.pow(2).mean(-1, /*keepdim=*/true);
+  h = h * torch::rsqrt(variance + eps_);
+  return weight * h.to(x.scalar_type());
+}
+
+AttentionImpl::AttentionImpl(const policy::ModelConfig& c, int64_t layer_index, const torch::TensorOptions& options)
+    : layer_(layer_index), heads_(c.num_attention_heads), kv_heads_(c.num_key_value_heads), head_dim_(c.head_dim) {
+  // Qwen2 always has q/k/v biases and never an o_proj bias; Llama and Qwen3 put
+  // attention_bias on all four projections.
+  const bool qkv_bias = c.family == policy::Family::kQwen2 || c.attention_bias;
+  const bool o_bias = c.family != policy::Family::kQwen2 && c.attention_bias;
+  q_proj = register_module("q_proj", Dense(c.hidden_size, heads_ * head_dim_, qkv_bias, options));
+  k_proj = register_module("k_proj", Dense(c.hidden_size, kv_heads_ * head_dim_, qkv_bias, options));
+  v_proj = register_module("v_proj", Dense(c.hidden_size, kv_heads_ * head_dim_, qkv_bias, options));
+  o_proj = register_module("o_proj", Dense(heads_ * head_dim_, c.hidden_size, o_bias, options));
+  if (c.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, c.rms_norm_eps, options));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, c.rms_norm_eps, options));
+  }
+}
+
+torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerInputs& in) {
+  const int64_t batch = x.size(0), len = x.size(1);
+  auto q = q_proj(x).view({batch, len, heads_, head_dim_});
+  auto k = k_proj(x).view({batch, len, kv_heads_, head_dim_});
+  auto v = v_proj(x).view({batch, len, kv_heads_, head_dim_});
+  if (!q_norm.is_empty()) {
+    q = q_norm(q);
+    k = k_norm(k);
+  }
+  q = apply_rope(q.transpose(1, 2), in.cos, in.sin);
+  k = apply_rope(k.transpose(1, 2), in.cos, in.sin);
+  v = v.transpose(1, 2);
+
+  torch::Tensor keys = k, values = v;
+  if (in.cache != nullptr) {
+    auto& ck = in.cache->k[layer_];
+    auto& cv = in.cache->v[layer_];
+    ck.narrow(2, in.past, len).copy_(k);
+    cv.narrow(2, in.past, len).copy_(v);
+    keys = ck.narrow(2, 0, in.past + len);
+    values = cv.narrow(2, 0, in.past + len);
+  }
+
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
+  const bool gqa = heads_ != kv_heads_;
+  torch::Tensor out;
+  if (in.mask.defined()) {
+    // Queries of one key/value group share its keys: the group is folded into the query axis
+    // ([B, kv, G*T, D], matching the mask CausalLM folded the same way), so cached keys and
+    // values are never repeated per head.
+    const int64_t group = heads_ / kv_heads_;
+    auto grouped = q.reshape({batch, kv_heads_, group * len, head_dim_});
+    out = at::scaled_dot_product_attention(grouped, keys, values, in.mask, 0.0, false, scale)
+              .view({batch, heads_, len, head_dim_});
+  } else {
+    // No mask: either no past (causal over the new tokens) or one new token that sees everything.
+    CA_ASSERT(in.past == 0 || len == 1, "{} new tokens after {} cached need a mask", len, in.past);
+    out = at::scaled_dot_product_attention(q, keys, values, {}, 0.0, /*is_causal=*/in.past == 0, scale, gqa);
+  }
+  return o_proj(out.transpose(1, 2).reshape({batch, len, heads_ * head_dim_}));
+}
+
+MlpImpl::MlpImpl(const policy::ModelConfig& c, const torch::TensorOptions& options) {
+  gate_proj = register_module("gate_proj", Dense(c.hidden_size, c.intermediate_size, false, options));
+  up_proj = register_module("up_proj", Dense(c.hidden_size, c.intermediate_size, false, options));
+  down_proj = register_module("down_proj", Dense(c.intermediate_size, c.hidden_size, false, options));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) { return down_proj(torch::silu(gate_proj(x)) * up_proj(x)); }
+
+DecoderLayerImpl::DecoderLayerImpl(const policy::ModelConfig& c, int64_t layer_index,
+                                   const torch::TensorOptions& options) {
+  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, options));
+  self_attn = register_module("self_attn", Attention(c, layer_index, options));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps, options));
+  mlp = register_module("mlp", Mlp(c, options));
+}
+
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x, const LayerInputs& in) {
+  auto h = x + self_attn(input_layernorm(x), in);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+TrunkImpl::TrunkImpl(const policy::ModelConfig& c, const torch::TensorOptions& options) {
+  embed_tokens = register_module("embed_tokens", TokenEmbedding(c.vocab_size, c.hidden_size, options));
+  torch::nn::ModuleList list;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    layers.emplace_back(c, i, options);
+    list->push_back(layers.back());
+  }
+  register_module("layers", list);
+  norm = register_module("norm", RMSNorm(c.hidden_size, c.rms_norm_eps, options));
+}
+
+namespace {
+
+const policy::ModelConfig& checked(const policy::ModelConfig& c) {
+  CA_CHECK(c.vocab_size > 0 && c.hidden_size > 0 && c.intermediate_size > 0 && c.num_hidden_layers > 0,
+           "model config: vocab_size ({}), hidden_size ({}), intermediate_size ({}) and num_hidden_layers ({}) must "
+           "be positive",
+           c.vocab_size, c.hidden_size, c.intermediate_size, c.num_hidden_layers);
+  CA_CHECK(c.num_attention_heads > 0 && c.num_key_value_heads > 0 && c.num_attention_heads % c.num_key_value_heads == 0,
+           "model config: num_attention_heads ({}) must be a positive multiple of num_key_value_heads ({})",
+           c.num_attention_heads, c.num_key_value_heads);
+  CA_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, "model config: head_dim {} must be positive and even", c.head_dim);
+  CA_CHECK(c.rms_norm_eps >= 0, "model config: rms_norm_eps {} must not be negative", c.rms_norm_eps);
+  return c;
+}
+
+}  // namespace
+
+CausalLMImpl::CausalLMImpl(const policy::ModelConfig& config, bool with_value_head,
+                           const torch::TensorOptions& options)
+    : config_(checked(config)), rope_(config) {
+  model = register_module("model", Trunk(config_, options));
+  if (!config_.tie_word_embeddings)
+    lm_head = register_module("lm_head", Dense(config_.hidden_size, config_.vocab_size, false, options));
+  if (with_value_head) value_head = register_module("value_head", Dense(config_.hidden_size, 1, true, options));
+}
+
+torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const torch::Tensor& positions, KvCache* cache,
+                                    const torch::Tensor& mask, bool checkpoint_layers) {
+  CA_ASSERT(input_ids.dim() == 2 && positions.sizes() == input_ids.sizes(),
+            "input_ids and positions must both be [batch, tokens] (got {} and {} dimensions)", input_ids.dim(),
+            positions.dim());
+  const int64_t len = input_ids.size(1);
+  auto h = model->embed_tokens(input_ids);
+  auto [cos, sin] = rope_.cos_sin(positions, h.scalar_type());
+  LayerInputs in;
+  in.cos = cos.unsqueeze(1);
+  in.sin = sin.unsqueeze(1);
+  in.cache = cache;
+  if (cache != nullptr) {
+    CA_ASSERT(cache->batch() == input_ids.size(0), "cache of {} rows for a batch of {}", cache->batch(),
+              input_ids.size(0));
+    in.past = cache->length;
+    cache->reserve(in.past + len);
+  }
+  torch::Tensor allowed = mask;
+  if (!allowed.defined() && in.past > 0 && len > 1) {  // new tokens after a filled cache: t sees [0, past + t]
+    auto key_pos = torch::arange(in.past + len, input_ids.options());
+    auto query_pos = torch::arange(len, input_ids.options()) + in.past;
+    allowed = (key_pos.unsqueeze(0) <= query_pos.unsqueeze(1)).view({1, 1, len, in.past + len});
+  }
+  if (allowed.defined()) {  // [B, 1, T, L] -> [B, 1, G*T, L], once for every layer (see AttentionImpl)
+    const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
+    const int64_t rows = allowed.size(0), keys = allowed.size(3);
+    in.mask = allowed.unsqueeze(2).expand({rows, 1, group, len, keys}).reshape({rows, 1, group * len, keys});
+  }
+  const bool checkpoint = checkpoint_layers && cache == nullptr && torch::GradMode::is_enabled();
+  for (auto& layer : model->layers) h = checkpoint ? checkpointed_layer(*layer, h, in) : layer->forward(h, in);
+  if (cache != nullptr) cache->length += len;
+  return model->norm(h);
+}
+
+torch::Tensor CausalLMImpl::logits(const torch::Tensor& hidden) {
+  return lm_head.is_empty() ? torch::linear(hidden, model->embed_tokens->weight) : lm_head(hidden);
+}
+
+torch::Tensor CausalLMImpl::values(const torch::Tensor& hidden) {
+  CA_ASSERT(has_value_head(), "values() on a model without a value head");
+  return value_head(hidden).squeeze(-1).to(torch::kFloat32);
+}
+
+KvCache CausalLMImpl::new_cache(int64_t batch, int64_t capacity) const {
+  KvCache cache;
+  auto options = model->embed_tokens->weight.options();
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    cache.k.push_back(torch::zeros({batch, config_.num_key_value_heads, capacity, config_.head_dim}, options));
+    cache.v.push_back(torch::zeros({batch, config_.num_key_value_heads, capacity, config_.head_dim}, options));
+  }
+  return cache;
+}
+
+torch::Device CausalLMImpl::device() const { return model->embed_tokens->weight.device(); }
+
+torch::ScalarType CausalLMImpl::dtype() const { return model->embed_tokens->weight.scalar_type(); }
+
+namespace {
+
+bool is_norm_weight(const std::string& name) {
+  return name.ends_with("norm.weight");  // input_layernorm, post_attention_layernorm, q_norm, k_norm, norm
+}
+
+void fill_random(const std::string& name, torch::Tensor& p, at::Generator& gen, double std) {
+  auto values = torch::empty(p.sizes(), torch::kFloat32).normal_(0.0, std, gen);
+  if (is_norm_weight(name)) values += 1.0;
+  p.copy_(values);
+}
+
+}  // namespace
+
+void CausalLMImpl::init_random(uint64_t seed, double std) {
+  CA_CHECK(std >= 0, "init_std {} must not be negative", std);
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(seed);
+  for (auto& item : named_parameters(true)) fill_random(item.key(), item.value(), gen, std);
+}
+
+void CausalLMImpl::init_value_head(uint64_t seed, double std) {
+  CA_ASSERT(has_value_head(), "init_value_head() on a model without a value head");
+  torch::NoGradGuard no_grad;
+  auto gen = at::detail::createCPUGenerator(seed);
+  for (auto& item : value_head->named_parameters(true)) fill_random(item.key(), item.value(), gen, std);
+}
+
+}  // namespace cuda_agent::lm

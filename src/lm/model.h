@@ -1,0 +1,162 @@
+// The decoder-only transformer of Llama, Qwen2 and Qwen3 as torch::nn modules, with parameter
+// names equal to Hugging Face's ("model.layers.0.self_attn.q_proj.weight", "lm_head.weight"),
+// so loading and saving are name-for-name. Usable with autograd: the trainer calls forward(),
+// logits() and values() directly.
+//
+// Attention is at::scaled_dot_product_attention: causal without a mask when no cache is involved
+// (grouped-query heads through enable_gqa), and an explicit boolean mask for batched decoding
+// over a KV cache whose rows are left-padded.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "cuda_agent/policy/model_config.h"
+#include "rope.h"
+
+namespace cuda_agent::lm {
+
+// Keys and values of past tokens, per layer [batch, kv_heads, capacity, head_dim]; positions
+// [0, length) are filled. Owned by the caller of CausalLM::forward, which advances `length`.
+struct KvCache {
+  std::vector<torch::Tensor> k, v;
+  int64_t length = 0;
+
+  int64_t batch() const { return k.empty() ? 0 : k[0].size(0); }
+  int64_t capacity() const { return k.empty() ? 0 : k[0].size(2); }
+  // Grows every layer to hold at least `needed` positions (doubling, copying the filled part).
+  void reserve(int64_t needed);
+  // Keeps the batch rows `rows` (int64 indices on the cache's device), in that order.
+  void select_rows(const torch::Tensor& rows);
+};
+
+// What every layer of one forward call shares.
+struct LayerInputs {
+  torch::Tensor cos, sin;  // [B, 1, T, head_dim], activation dtype
+  // Optional boolean [B or 1, 1, G*T, past + T] (G = heads per key/value head; row g*T + t is
+  // query t): true where the query may attend to the key. Undefined: causal attention when there
+  // is no past, else (one new token) attention to every cached key.
+  torch::Tensor mask;
+  KvCache* cache = nullptr;
+  int64_t past = 0;  // cache->length before this call
+};
+
+// y = x W^T + b, with parameters created uninitialised on the target device and dtype (a
+// torch::nn::Linear would first fill them on the CPU, which for billions of weights is slow).
+class DenseImpl : public torch::nn::Module {
+ public:
+  DenseImpl(int64_t in, int64_t out, bool bias, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;
+};
+TORCH_MODULE(Dense);
+
+class TokenEmbeddingImpl : public torch::nn::Module {
+ public:
+  TokenEmbeddingImpl(int64_t vocab, int64_t dim, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& ids);
+  torch::Tensor weight;
+};
+TORCH_MODULE(TokenEmbedding);
+
+// x * rsqrt(mean(x^2) + eps) in float32, cast back, times weight (in the activation dtype).
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  RMSNormImpl(int64_t dim, double eps, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+
+ private:
+  double eps_;
+};
+TORCH_MODULE(RMSNorm);
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  AttentionImpl(const policy::ModelConfig& config, int64_t layer_index, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x, const LayerInputs& in);
+
+  Dense q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // Qwen3 only
+
+ private:
+  int64_t layer_, heads_, kv_heads_, head_dim_;
+};
+TORCH_MODULE(Attention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  MlpImpl(const policy::ModelConfig& config, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);  // down(silu(gate(x)) * up(x))
+
+  Dense gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const policy::ModelConfig& config, int64_t layer_index, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x, const LayerInputs& in);
+
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// "model": embeddings, layers, final norm.
+class TrunkImpl : public torch::nn::Module {
+ public:
+  TrunkImpl(const policy::ModelConfig& config, const torch::TensorOptions& options);
+
+  TokenEmbedding embed_tokens{nullptr};
+  std::vector<DecoderLayer> layers;  // registered as the ModuleList "layers"
+  RMSNorm norm{nullptr};
+};
+TORCH_MODULE(Trunk);
+
+class CausalLMImpl : public torch::nn::Module {
+ public:
+  // Parameters are created uninitialised with `options` (device, dtype) until loaded or
+  // init_random() is called. Throws Error for shapes it cannot build (head_dim, divisibility).
+  CausalLMImpl(const policy::ModelConfig& config, bool value_head, const torch::TensorOptions& options);
+
+  // Hidden states after the final norm, [B, T, hidden], for int64 input_ids and positions
+  // [B, T] (positions count from 0 at each sequence's first real token). With a cache, the new
+  // keys/values are written at [cache->length, cache->length + T) and length advances. `mask`,
+  // optional boolean [B, 1, T, cache length + T], says which keys each new token may attend to
+  // (true: attend); without it attention is causal.
+  // checkpoint_layers recomputes each layer in backward instead of keeping its activations
+  // (only when grad mode is on and there is no cache).
+  torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& positions, KvCache* cache = nullptr,
+                        const torch::Tensor& mask = {}, bool checkpoint_layers = false);
+  // lm_head (the embedding matrix when tied) on hidden states, in the model's dtype.
+  torch::Tensor logits(const torch::Tensor& hidden);
+  // The value head on hidden states, [..., hidden] -> [...], float32. Requires has_value_head().
+  torch::Tensor values(const torch::Tensor& hidden);
+
+  bool has_value_head() const { return !value_head.is_empty(); }
+  const policy::ModelConfig& config() const { return config_; }
+  // An empty cache for `batch` rows with room for `capacity` positions, on the model's device/dtype.
+  KvCache new_cache(int64_t batch, int64_t capacity) const;
+  torch::Device device() const;
+  torch::ScalarType dtype() const;
+
+  // Matrices, embeddings, biases ~ N(0, std), norm weights 1 + N(0, std), drawn in float32 on the
+  // CPU from `seed` in named_parameters() order, so every device gets the same weights.
+  void init_random(uint64_t seed, double std);
+  // Only the value head (for a loaded trunk without a saved head).
+  void init_value_head(uint64_t seed, double std);
+
+  Trunk model{nullptr};
+  Dense lm_head{nullptr};     // absent when tie_word_embeddings
+  Dense value_head{nullptr};  // Linear(hidden, 1) with bias; absent without a value head
+
+ private:
+  policy::ModelConfig config_;
+  Rope rope_;
+};
+TORCH_MODULE(CausalLM);
+
+}  // namespace cuda_agent::lm

@@ -1,0 +1,88 @@
+// The module's extern "C" entry points (see include/cuda_agent/policy/lm.h): status and message
+// out, never an exception.
+#include "torch_fmt.h"  // first: see there
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "checkpoint.h"
+#include "torch_language_model.h"
+#include "training.h"
+
+using cuda_agent::policy::kLmModuleAbi;
+using cuda_agent::policy::LanguageModel;
+using cuda_agent::policy::LmCreateRequest;
+using cuda_agent::policy::ModelConfig;
+
+namespace {
+
+constexpr const char* kStale =
+    "libca_lm.so was built for another version of include/cuda_agent/policy/lm.h (ABI {} here, {} asked); "
+    "rebuild both with scripts/setup.sh";
+
+template <typename Fn>
+bool reporting(std::string* error, Fn&& fn) {
+  try {
+    fn();
+    return true;
+  } catch (const std::exception& e) {
+    if (error) *error = e.what();
+  } catch (...) {
+    if (error) *error = "libca_lm.so: an unknown exception";
+  }
+  return false;
+}
+
+// Gradients of one loss over every parameter, with and without checkpointing.
+double checkpoint_difference(const ModelConfig& config) {
+  using namespace cuda_agent::lm;
+  CausalLM model(config, /*value_head=*/true, torch::TensorOptions().dtype(torch::kFloat32));
+  model->init_random(1, 0.1);
+  auto gen = at::detail::createCPUGenerator(2);
+  auto ids = torch::randint(config.vocab_size, {2, 13}, gen, torch::kInt64);
+  auto gradients = [&](bool checkpoint) {
+    model->zero_grad();
+    TokenStatsOptions options;
+    options.checkpoint = checkpoint;
+    options.chunk_tokens = 10;  // several chunks, so the chunked head is exercised too
+    TokenStats s = token_stats(*model, ids, options);
+    (s.logprobs.sum() + 0.1 * s.entropy.sum() + s.values.sum()).backward();
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : model->named_parameters(true)) {
+      CA_CHECK(p.value().grad().defined(), "no gradient reached {} (checkpointing {})", p.key(),
+               checkpoint ? "on" : "off");
+      grads.push_back(p.value().grad().clone());
+    }
+    return grads;
+  };
+  auto plain = gradients(false);
+  auto recomputed = gradients(true);
+  double worst = 0;
+  for (size_t i = 0; i < plain.size(); ++i)
+    worst = std::max(worst, (plain[i] - recomputed[i]).abs().max().item<double>());
+  return worst;
+}
+
+}  // namespace
+
+extern "C" LanguageModel* ca_lm_create(const LmCreateRequest* request, std::string* error) {
+  LanguageModel* model = nullptr;
+  reporting(error, [&] {
+    CA_CHECK(request != nullptr && request->abi == kLmModuleAbi, kStale, kLmModuleAbi,
+             request ? request->abi : -1);
+    CA_CHECK(request->options != nullptr, "ca_lm_create: no options given");
+    if (request->path != nullptr)
+      model = cuda_agent::lm::TorchLanguageModel::load(request->path, *request->options).release();
+    else if (request->config != nullptr)
+      model = cuda_agent::lm::TorchLanguageModel::random(*request->config, *request->options).release();
+    else
+      CA_FAIL("ca_lm_create: give a model path or a config");
+  });
+  return model;
+}
+
+extern "C" int ca_lm_checkpoint_check(int abi, const ModelConfig* config, double* difference, std::string* error) {
+  const bool ok = reporting(error, [&] {
+    CA_CHECK(abi == kLmModuleAbi, kStale, kLmModuleAbi, abi);
+    *difference = cuda_agent::lm::translate_errors("checkpointing check", [&] { return checkpoint_difference(*config); });
+  });
+  return ok ? 0 : 1;
+}

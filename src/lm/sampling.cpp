@@ -1,0 +1,61 @@
+#include "torch_fmt.h"  // first: see there
+#include "sampling.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <limits>
+
+#include "cuda_agent/core/error.h"
+
+namespace cuda_agent::lm {
+
+Sampler::Sampler(const policy::SamplingOptions& options)
+    : options_(options),
+      greedy_(options.greedy || options.temperature == 0.0),
+      generator_(at::detail::createCPUGenerator(options.seed)) {
+  CA_CHECK(options.temperature >= 0, "sampling temperature {} must not be negative (0 means greedy)",
+           options.temperature);
+  CA_CHECK(options.top_p > 0 && options.top_p <= 1, "sampling top_p {} must be in (0, 1]", options.top_p);
+  CA_CHECK(options.top_k >= 0, "sampling top_k {} must not be negative (0 turns it off)", options.top_k);
+  CA_CHECK(options.max_new_tokens >= 0, "max_new_tokens {} must not be negative", options.max_new_tokens);
+}
+
+Sampler::Picks Sampler::pick(const torch::Tensor& logits) {
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  auto logp = torch::log_softmax(logits, -1);
+  torch::Tensor tokens;
+  if (greedy_) {
+    tokens = logits.argmax(-1);
+  } else {
+    auto scaled = logits / options_.temperature;
+    if (options_.top_k > 0 && options_.top_k < vocab) {
+      auto kth = std::get<0>(scaled.topk(options_.top_k, -1)).narrow(-1, options_.top_k - 1, 1);
+      scaled = scaled.masked_fill(scaled < kth, -std::numeric_limits<double>::infinity());
+    }
+    // float64 so that the cumulative sums over a large vocabulary stay exact enough.
+    auto probs = torch::softmax(scaled, -1).to(torch::kFloat64);
+    torch::Tensor order;
+    if (options_.top_p < 1) {
+      auto [sorted, indices] = probs.sort(-1, /*descending=*/true);
+      // Drop a token when the more likely ones already reach top_p; the first always stays.
+      auto before = sorted.cumsum(-1) - sorted;
+      probs = sorted.masked_fill(before >= options_.top_p, 0.0);
+      order = indices;
+    }
+    auto cdf = probs.cumsum(-1);
+    auto u = torch::rand({rows}, generator_, torch::TensorOptions().dtype(torch::kFloat64)).to(logits.device());
+    auto target = (u * cdf.select(-1, vocab - 1)).unsqueeze(-1);
+    // right=true: the first index whose cdf exceeds the target, which never has zero probability.
+    auto index = torch::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(vocab - 1);
+    tokens = (order.defined() ? order.gather(-1, index) : index).squeeze(-1);
+  }
+  auto chosen = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
+  auto tokens_cpu = tokens.to(torch::kCPU, torch::kInt64).contiguous();
+  auto logp_cpu = chosen.to(torch::kCPU, torch::kFloat32).contiguous();
+  Picks out;
+  out.tokens.assign(tokens_cpu.data_ptr<int64_t>(), tokens_cpu.data_ptr<int64_t>() + rows);
+  out.logprobs.assign(logp_cpu.data_ptr<float>(), logp_cpu.data_ptr<float>() + rows);
+  return out;
+}
+
+}  // namespace cuda_agent::lm

@@ -1,0 +1,36 @@
+// Choosing the next token from logits: greedy, or temperature, top-k and top-p (nucleus)
+// sampling, seeded.
+//
+// Randomness comes from one CPU generator seeded with SamplingOptions::seed, one uniform draw per
+// row and step, turned into a token by inverse-CDF search on the model's device: the same seed
+// gives the same tokens on every run (and, up to rounding of the probabilities, on every device).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "cuda_agent/policy/lm.h"
+
+namespace cuda_agent::lm {
+
+class Sampler {
+ public:
+  // Throws Error naming the option when temperature < 0, top_p not in (0, 1], top_k < 0 or
+  // max_new_tokens < 0.
+  explicit Sampler(const policy::SamplingOptions& options);
+
+  struct Picks {
+    std::vector<int64_t> tokens;
+    std::vector<float> logprobs;  // log-softmax of the unmodified logits at the chosen tokens
+  };
+  // One token per row of `logits` ([B, vocab], float32, any device).
+  Picks pick(const torch::Tensor& logits);
+
+ private:
+  policy::SamplingOptions options_;
+  bool greedy_;
+  at::Generator generator_;
+};
+
+}  // namespace cuda_agent::lm

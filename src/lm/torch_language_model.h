@@ -1,0 +1,69 @@
+// policy::LanguageModel implemented on CausalLM, inside the module. The trainer (same module)
+// reaches the torch model through model().
+//
+// Every method translates what libtorch throws (c10::Error, std::bad_alloc, ...) into
+// cuda_agent::Error, so the torch-free side only ever sees Error.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <new>
+
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/policy/lm.h"
+#include "model.h"
+
+namespace cuda_agent::lm {
+
+// "cpu", "cuda", "cuda:N" -> a device that exists here; Error naming the string otherwise.
+torch::Device parse_device(const std::string& name);
+// "float32" / "fp32" / "float", "bfloat16" / "bf16" -> the dtype; Error otherwise.
+torch::ScalarType parse_dtype(const std::string& name);
+
+class TorchLanguageModel final : public policy::LanguageModel {
+ public:
+  TorchLanguageModel(CausalLM model, policy::LmOptions options);
+
+  // A model of `config` with random weights (CausalLMImpl::init_random), per options.
+  static std::unique_ptr<TorchLanguageModel> random(const policy::ModelConfig& config,
+                                                    const policy::LmOptions& options);
+  // A model loaded from a Hugging Face folder or a GGUF file, per options.
+  static std::unique_ptr<TorchLanguageModel> load(const std::filesystem::path& path,
+                                                  const policy::LmOptions& options);
+
+  const policy::ModelConfig& config() const override { return model_->config(); }
+  const policy::LmOptions& options() const override { return options_; }
+  std::vector<float> logits(const std::vector<int64_t>& tokens) override;
+  std::vector<float> logits_with_cache(const std::vector<int64_t>& tokens, int64_t prefill) override;
+  std::vector<policy::Generation> generate(const std::vector<std::vector<int64_t>>& prompts,
+                                           const policy::SamplingOptions& options,
+                                           const std::function<bool(size_t, int64_t)>& on_token) override;
+  std::vector<policy::TrainForward> forward_for_training(const std::vector<std::vector<int64_t>>& sequences,
+                                                         const std::vector<std::vector<uint8_t>>& loss_mask) override;
+  void save_hf(const std::filesystem::path& dir) override;
+
+  CausalLM& model() { return model_; }
+
+ private:
+  CausalLM model_;
+  policy::LmOptions options_;
+};
+
+// Runs fn, turning any exception but Error into Error with `what` and the original text
+// (c10::Error without its C++ backtrace).
+template <typename Fn>
+auto translate_errors(const char* what, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Error&) {
+    throw;
+  } catch (const c10::Error& e) {
+    CA_FAIL("{}: libtorch: {}", what, e.what_without_backtrace());
+  } catch (const std::bad_alloc&) {
+    CA_FAIL("{}: out of memory; use a smaller batch, shorter sequences or a bigger device", what);
+  } catch (const std::exception& e) {
+    CA_FAIL("{}: {}", what, e.what());
+  }
+}
+
+}  // namespace cuda_agent::lm

@@ -1,0 +1,167 @@
+#include "torch_fmt.h"  // first: see there
+#include "weights_io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <set>
+
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/policy/weights.h"
+
+namespace fs = std::filesystem;
+
+namespace cuda_agent::lm {
+namespace {
+
+std::string shape_of(const torch::Tensor& t) { return fmt::format("[{}]", fmt::join(t.sizes(), ", ")); }
+
+std::optional<torch::ScalarType> torch_type(policy::WeightType t) {
+  switch (t) {
+    case policy::WeightType::F32: return torch::kFloat32;
+    case policy::WeightType::F16: return torch::kFloat16;
+    case policy::WeightType::BF16: return torch::kBFloat16;
+    default: return std::nullopt;
+  }
+}
+
+// A tensor in Hugging Face layout, on the CPU. Unquantized safetensors data is copied as stored
+// (no float round trip); everything else goes through read_hf_f32 (dequantization, GGUF's
+// RoPE row order).
+torch::Tensor read_tensor(const policy::LoadedWeights& w, const std::string& hf_name) {
+  const std::string& file_name = w.hf_to_file_name.at(hf_name);
+  const policy::TensorInfo& info = w.file->info(file_name);
+  if (w.file->format() == "safetensors") {
+    if (auto type = torch_type(info.type)) {
+      auto bytes = w.file->raw_bytes(file_name);
+      auto t = torch::empty(info.shape, *type);
+      CA_ASSERT(static_cast<uint64_t>(t.nbytes()) == bytes.size(), "tensor {}: {} bytes for {} elements", file_name,
+                bytes.size(), t.numel());
+      std::memcpy(t.data_ptr(), bytes.data(), bytes.size());  // the mapping may be unaligned
+      return t;
+    }
+  }
+  auto data = policy::read_hf_f32(w, hf_name);
+  return torch::from_blob(data.data(), info.shape, torch::kFloat32).clone();
+}
+
+void copy_into(torch::Tensor& param, const torch::Tensor& source, const std::string& name, const std::string& where) {
+  CA_CHECK(source.sizes() == param.sizes(), "{}: tensor '{}' has shape {}, the model needs {}", where, name,
+           shape_of(source), shape_of(param));
+  param.copy_(source);
+}
+
+// Names a checkpoint may carry that the model rightly ignores: old RoPE buffers, and a copy of
+// the embedding stored as lm_head although the config ties them.
+bool ignorable(const std::string& name, const policy::ModelConfig& config) {
+  return name.ends_with("rotary_emb.inv_freq") || (config.tie_word_embeddings && name == "lm_head.weight");
+}
+
+void load_value_head(CausalLMImpl& model, const fs::path& file, const policy::LmOptions& options) {
+  if (!fs::exists(file)) {  // a fresh critic on a policy checkpoint (no logging here: see torch_fmt.h)
+    model.init_value_head(options.seed, options.init_std);
+    return;
+  }
+  auto weights = policy::open_safetensors(file);
+  for (auto& item : model.value_head->named_parameters(true)) {
+    const std::string name = "value_head." + item.key();
+    CA_CHECK(weights->has(name), "{}: no tensor '{}'; delete the file to start the value head afresh", file.string(),
+             name);
+    auto data = weights->read_f32(name);
+    auto source = torch::from_blob(data.data(), weights->info(name).shape, torch::kFloat32);
+    copy_into(item.value(), source, name, file.string());
+  }
+}
+
+}  // namespace
+
+CausalLM load_causal_lm(const fs::path& path, const policy::LmOptions& options,
+                        const torch::TensorOptions& tensor_options) {
+  auto w = policy::load_model_weights(path);
+  const std::string where = w.file->path().string();
+  CausalLM model(w.config, options.value_head, tensor_options);
+  torch::NoGradGuard no_grad;
+  std::set<std::string> used;
+  for (auto& item : model->named_parameters(true)) {
+    const std::string& name = item.key();
+    if (name.starts_with("value_head.")) continue;
+    CA_CHECK(w.hf_to_file_name.count(name) != 0, "{}: the model has no tensor '{}', which a {} model with this "
+             "config.json needs", where, name, policy::family_name(w.config.family));
+    copy_into(item.value(), read_tensor(w, name), name, where);
+    used.insert(name);
+  }
+  for (const auto& [hf_name, file_name] : w.hf_to_file_name)
+    CA_CHECK(used.count(hf_name) != 0 || ignorable(hf_name, w.config),
+             "{}: tensor '{}' has no place in a {} model of this config (unsupported extras such as MLP biases, or a "
+             "config.json that does not match the weights)",
+             where, file_name, policy::family_name(w.config.family));
+  if (model->has_value_head())
+    load_value_head(*model, (fs::is_directory(path) ? path : path.parent_path()) / "value_head.safetensors", options);
+  return model;
+}
+
+void write_safetensors_file(const fs::path& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,
+                            torch::ScalarType dtype) {
+  CA_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16, "safetensors: can write float32 or bfloat16, not {}",
+           c10::toString(dtype));
+  const char* type_name = dtype == torch::kFloat32 ? "F32" : "BF16";
+  const uint64_t item = dtype == torch::kFloat32 ? 4 : 2;
+  nlohmann::json header = {{"__metadata__", {{"format", "pt"}}}};
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * item;
+    header[name] = {{"dtype", type_name}, {"shape", t.sizes().vec()}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned, as safetensors writes it
+
+  fs::create_directories(path.parent_path());
+  const fs::path temp = path.string() + fmt::format(".tmp-{}", ::getpid());
+  FILE* f = std::fopen(temp.c_str(), "wb");
+  CA_CHECK(f != nullptr, "cannot create {}: {}", temp.string(), std::strerror(errno));
+  bool ok = true;
+  auto put = [&](const void* data, size_t n) { ok = ok && std::fwrite(data, 1, n, f) == n; };
+  const uint64_t header_size = text.size();  // little-endian on every platform we build for
+  put(&header_size, sizeof(header_size));
+  put(text.data(), text.size());
+  for (const auto& [name, t] : tensors) {
+    auto cpu = t.detach().to(torch::kCPU, dtype).contiguous();
+    put(cpu.data_ptr(), static_cast<size_t>(cpu.nbytes()));
+  }
+  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  const int saved_errno = errno;
+  ok = (std::fclose(f) == 0) && ok;
+  if (!ok || std::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string reason = std::strerror(ok ? errno : saved_errno);
+    std::error_code ec;
+    fs::remove(temp, ec);
+    CA_FAIL("cannot write {}: {} (disk full or no permission?)", path.string(), reason);
+  }
+}
+
+void save_hf_folder(CausalLMImpl& model, const fs::path& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  CA_CHECK(!ec, "cannot create the folder {}: {}", dir.string(), ec.message());
+  const auto dtype = model.dtype();
+  std::vector<std::pair<std::string, torch::Tensor>> trunk, head;
+  for (const auto& item : model.named_parameters(true))
+    (item.key().starts_with("value_head.") ? head : trunk).emplace_back(item.key(), item.value());
+  fs::remove(dir / "model.safetensors.index.json", ec);
+  write_safetensors_file(dir / "model.safetensors", trunk, dtype);
+  if (!head.empty()) write_safetensors_file(dir / "value_head.safetensors", head, dtype);
+  policy::ModelConfig config = model.config();
+  config.torch_dtype = dtype == torch::kBFloat16 ? "bfloat16" : "float32";
+  write_file_atomic(dir / "config.json", config.to_hf_json().dump(2) + "\n");
+}
+
+}  // namespace cuda_agent::lm

@@ -1,0 +1,140 @@
+// The torch-free side of the language model: finds libca_lm.so, loads it once with
+// dlopen(RTLD_LOCAL) and wraps what it creates so that only cuda_agent::Error leaves a call.
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <system_error>
+
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/policy/lm.h"
+
+namespace cuda_agent::policy {
+namespace {
+
+constexpr const char* kModuleName = "libca_lm.so";
+
+using CreateFn = LanguageModel* (*)(const LmCreateRequest*, std::string*);
+using CheckFn = int (*)(int, const ModelConfig*, double*, std::string*);
+
+struct Module {
+  std::filesystem::path path;
+  CreateFn create = nullptr;
+  CheckFn checkpoint_check = nullptr;
+};
+
+std::filesystem::path find_module() {
+  std::vector<std::filesystem::path> tried;
+  if (const char* bin = std::getenv("CUDA_AGENT_BIN"); bin && *bin)
+    tried.push_back(std::filesystem::path(bin).parent_path() / kModuleName);
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) tried.push_back(exe.parent_path() / kModuleName);
+  for (const auto& p : tried)
+    if (std::filesystem::exists(p, ec)) return p;
+  std::string where;
+  for (const auto& p : tried) where += (where.empty() ? "" : ", ") + p.string();
+  CA_FAIL("cannot find the language-model module {} (looked at: {}); build the ca_lm target (scripts/setup.sh) "
+          "and keep it beside the cuda-agent binary",
+          kModuleName, where.empty() ? "nowhere: neither $CUDA_AGENT_BIN nor /proc/self/exe is usable" : where);
+}
+
+// Loaded once per process and never closed: models and libtorch's static state live in it.
+const Module& module() {
+  static std::once_flag once;
+  static Module m;
+  static std::string failure;
+  std::call_once(once, [] {
+    try {
+      m.path = find_module();
+      void* handle = dlopen(m.path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      CA_CHECK(handle != nullptr, "cannot load {}: {}; rebuild it with scripts/setup.sh", m.path.string(), dlerror());
+      m.create = reinterpret_cast<CreateFn>(dlsym(handle, "ca_lm_create"));
+      m.checkpoint_check = reinterpret_cast<CheckFn>(dlsym(handle, "ca_lm_checkpoint_check"));
+      CA_CHECK(m.create != nullptr && m.checkpoint_check != nullptr,
+               "{} lacks the entry points ca_lm_create / ca_lm_checkpoint_check; rebuild it with scripts/setup.sh",
+               m.path.string());
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+  });
+  CA_CHECK(failure.empty(), "{}", failure);
+  return m;
+}
+
+// Keeps the exception contract at the boundary: whatever the module lets out becomes Error.
+template <typename Fn>
+auto guarded(const char* what, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    CA_FAIL("language model {}: {}", what, e.what());
+  }
+}
+
+class ModuleLanguageModel final : public LanguageModel {
+ public:
+  explicit ModuleLanguageModel(std::unique_ptr<LanguageModel> impl) : impl_(std::move(impl)) {}
+
+  const ModelConfig& config() const override { return impl_->config(); }
+  const LmOptions& options() const override { return impl_->options(); }
+  std::vector<float> logits(const std::vector<int64_t>& tokens) override {
+    return guarded("logits", [&] { return impl_->logits(tokens); });
+  }
+  std::vector<float> logits_with_cache(const std::vector<int64_t>& tokens, int64_t prefill) override {
+    return guarded("logits_with_cache", [&] { return impl_->logits_with_cache(tokens, prefill); });
+  }
+  std::vector<Generation> generate(const std::vector<std::vector<int64_t>>& prompts, const SamplingOptions& options,
+                                   const std::function<bool(size_t, int64_t)>& on_token) override {
+    return guarded("generate", [&] { return impl_->generate(prompts, options, on_token); });
+  }
+  std::vector<TrainForward> forward_for_training(const std::vector<std::vector<int64_t>>& sequences,
+                                                 const std::vector<std::vector<uint8_t>>& loss_mask) override {
+    return guarded("forward_for_training", [&] { return impl_->forward_for_training(sequences, loss_mask); });
+  }
+  void save_hf(const std::filesystem::path& dir) override {
+    guarded("save_hf", [&] { impl_->save_hf(dir); });
+  }
+
+ private:
+  std::unique_ptr<LanguageModel> impl_;
+};
+
+std::unique_ptr<LanguageModel> create(const LmCreateRequest& request) {
+  const Module& m = module();
+  std::string error;
+  LanguageModel* raw = m.create(&request, &error);
+  CA_CHECK(raw != nullptr, "{}", error.empty() ? "the language-model module failed without a message" : error);
+  return std::make_unique<ModuleLanguageModel>(std::unique_ptr<LanguageModel>(raw));
+}
+
+}  // namespace
+
+std::filesystem::path language_model_module_path() { return module().path; }
+
+std::unique_ptr<LanguageModel> load_language_model(const std::filesystem::path& model, const LmOptions& options) {
+  const std::string path = model.string();
+  LmCreateRequest request;
+  request.path = path.c_str();
+  request.options = &options;
+  return create(request);
+}
+
+std::unique_ptr<LanguageModel> random_language_model(const ModelConfig& config, const LmOptions& options) {
+  LmCreateRequest request;
+  request.config = &config;
+  request.options = &options;
+  return create(request);
+}
+
+double checkpointing_gradient_difference(const ModelConfig& config) {
+  const Module& m = module();
+  double difference = 0;
+  std::string error;
+  CA_CHECK(m.checkpoint_check(kLmModuleAbi, &config, &difference, &error) == 0, "{}", error);
+  return difference;
+}
+
+}  // namespace cuda_agent::policy
