@@ -1,6 +1,7 @@
 // Timing a forward the same way for eager, torch.compile and the candidate.
 //
-// Per timed run: fresh clones of the inputs (outside the timed region), an L2 flush (a memset
+// Per timed run: fresh clones of the inputs (outside the timed region; of the run's own input
+// set when input sets are given, as evaluation.cpp does for all three sides), an L2 flush (a memset
 // of a buffer larger than the L2 on the same stream), a CUDA event on the current stream, the
 // forward, a device-wide synchronize (so work on other streams counts), the end event. Warm-up
 // runs first, until both warmup_runs and warmup_ms are reached. CUPTI records the kernels that
