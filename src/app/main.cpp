@@ -1,5 +1,6 @@
 // cuda-agent: the command-line verbs. Verbs parse options and call the components; no logic.
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -18,6 +19,8 @@
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/log.h"
 #include "cuda_agent/core/progress.h"
+#include "cuda_agent/policy/chat_session.h"
+#include "cuda_agent/policy/openai_server.h"
 #include "cuda_agent/sandbox/cuda_libs.h"
 #include "cuda_agent/sandbox/doctor.h"
 #include "cuda_agent/sandbox/evaluation.h"
@@ -152,6 +155,64 @@ std::vector<int> parse_gpus(const std::string& text) {
   return gpus;
 }
 
+struct GenerateFlags {
+  std::string model, prompt, chat, messages, system, device = "cpu", dtype = "float32";
+  int64_t max_tokens = 256, top_k = 0;
+  double temperature = 0.7, top_p = 1.0;
+  uint64_t seed = 0;
+  bool raw = false;
+};
+
+// `generate`: one reply streamed to stdout; timing to stderr.
+int run_generate(const GenerateFlags& g) {
+  int given = !g.prompt.empty() + !g.chat.empty() + !g.messages.empty();
+  CA_CHECK(given == 1, "generate needs exactly one of --prompt TEXT, --chat TEXT or --messages FILE.json");
+  policy::LmOptions lm;
+  lm.device = g.device;
+  lm.dtype = g.dtype;
+  const auto t_load = std::chrono::steady_clock::now();
+  auto session = policy::ChatSession::open(g.model, lm);
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
+  policy::ChatRequestOptions opts;
+  opts.sampling.temperature = g.temperature;
+  opts.sampling.top_p = g.top_p;
+  opts.sampling.top_k = g.top_k;
+  opts.sampling.max_new_tokens = g.max_tokens;
+  opts.sampling.seed = g.seed;
+  auto print = [](const std::string& delta) {
+    std::cout << delta << std::flush;
+    return true;
+  };
+  policy::ChatReply reply;
+  if (!g.prompt.empty() || g.raw) {
+    reply = session->complete(g.prompt.empty() ? g.chat : g.prompt, opts, print);
+  } else {
+    nlohmann::ordered_json messages = nlohmann::ordered_json::array(), tools = nlohmann::ordered_json::array();
+    if (!g.messages.empty()) {
+      auto j = nlohmann::ordered_json::parse(read_file(g.messages), nullptr, false);
+      CA_CHECK(!j.is_discarded(), "--messages {}: not valid JSON", g.messages);
+      if (j.is_object()) {
+        tools = j.value("tools", nlohmann::ordered_json::array());
+        j = j.value("messages", nlohmann::ordered_json());
+      }
+      CA_CHECK(j.is_array(), "--messages {}: expected an array of chat messages or {{\"messages\": [...], \"tools\": [...]}}",
+               g.messages);
+      messages = j;
+    } else {
+      messages.push_back({{"role", "user"}, {"content", g.chat}});
+    }
+    if (!g.system.empty())
+      messages.insert(messages.begin(), nlohmann::ordered_json{{"role", "system"}, {"content", g.system}});
+    reply = session->chat(messages, tools, opts, print);
+  }
+  std::cout << "\n" << std::flush;
+  for (const auto& c : reply.tool_calls) std::cerr << fmt::format("tool call: {} {}\n", c.name, c.arguments.dump());
+  std::cerr << fmt::format("[model loaded in {:.2f} s; prompt {} tokens; {} tokens in {:.2f} s, {:.1f} tokens/s; finish: {}]\n",
+                           load_s, reply.prompt_tokens, reply.completion_tokens, reply.seconds,
+                           reply.seconds > 0 ? reply.completion_tokens / reply.seconds : 0.0, reply.finish_reason);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -236,6 +297,34 @@ int main(int argc, char** argv) {
   compile->add_option("--arch", arch, "target architecture, e.g. sm_90");
   compile->add_option("--name-expression", name_expressions, "template instantiation to lower (repeatable)");
   compile->add_option("--option", nvrtc_options, "extra NVRTC option (repeatable)");
+
+  CLI::App* generate = app.add_subcommand("generate", "generate text with a policy model (HF folder or .gguf), streamed");
+  GenerateFlags gen;
+  generate->add_option("--model", gen.model, "Hugging Face folder or .gguf file")->required();
+  generate->add_option("--prompt", gen.prompt, "raw text to continue (no chat template)");
+  generate->add_option("--chat", gen.chat, "one user message, through the model's chat template");
+  generate->add_option("--messages", gen.messages, "JSON file: OpenAI messages array, or {\"messages\": [...], \"tools\": [...]}");
+  generate->add_option("--system", gen.system, "system message put first (with --chat / --messages)");
+  generate->add_option("--max-tokens", gen.max_tokens, "most new tokens (default 256)");
+  generate->add_option("--temperature", gen.temperature, "sampling temperature; 0 is greedy (default 0.7)");
+  generate->add_option("--top-p", gen.top_p, "nucleus sampling mass (default 1)");
+  generate->add_option("--top-k", gen.top_k, "keep the k most likely tokens; 0 keeps all (default 0)");
+  generate->add_option("--seed", gen.seed, "sampling seed (default 0)");
+  generate->add_option("--device", gen.device, "cpu (default), cuda or cuda:N");
+  generate->add_option("--dtype", gen.dtype, "float32 (default) or bfloat16");
+  generate->add_flag("--raw", gen.raw, "feed the --chat text verbatim, without the chat template");
+
+  CLI::App* serve = app.add_subcommand("serve", "serve a policy model over an OpenAI-compatible HTTP API");
+  policy::ServeOptions serve_opts;
+  std::string serve_log_level = "info";
+  serve->add_option("--model", gen.model, "Hugging Face folder or .gguf file")->required();
+  serve->add_option("--host", serve_opts.host, "address to listen on (default 127.0.0.1)");
+  serve->add_option("--port", serve_opts.port, "port (default 8000; 0 picks a free one)");
+  serve->add_option("--device", gen.device, "cpu (default), cuda or cuda:N");
+  serve->add_option("--dtype", gen.dtype, "float32 (default) or bfloat16");
+  serve->add_option("--model-name", serve_opts.model_name, "model id in replies (default: the file or folder name)");
+  serve->add_option("--max-tokens", serve_opts.default_max_tokens, "max_tokens of requests that set none (default 1024)");
+  serve->add_option("--log-level", serve_log_level, "trace, debug, info (default: one line per request), warn, error or off");
 
   CLI::App* worker = app.add_subcommand("worker", "(internal) run one evaluation request in this process");
   worker->group("");
@@ -351,6 +440,19 @@ int main(int argc, char** argv) {
                                program.compile_seconds, sandbox::NvrtcCompiler::nvrtc_version());
       for (const auto& [expr, lowered] : program.lowered_names) std::cout << fmt::format("  {} -> {}\n", expr, lowered);
       if (!program.log.empty()) std::cout << program.log << "\n";
+      return 0;
+    }
+    if (generate->parsed()) {
+      set_log_level("warn");
+      return run_generate(gen);
+    }
+    if (serve->parsed()) {
+      set_log_level(serve_log_level);
+      policy::LmOptions lm;
+      lm.device = gen.device;
+      lm.dtype = gen.dtype;
+      auto session = policy::ChatSession::open(gen.model, lm);
+      policy::run_openai_server(*session, serve_opts);
       return 0;
     }
     if (worker->parsed()) {

@@ -1,0 +1,124 @@
+// A chat model ready to answer: the language model (lm.h), its tokenizer and its chat template,
+// loaded together from one Hugging Face folder or one .gguf file. Used by `cuda-agent generate`
+// and `cuda-agent serve`; lives in the static library ca_serve (it parses tool calls with the
+// agent's parser, and ca_policy must stay free of ca_agent, which the libtorch module links).
+//
+// Streaming: text deltas are whole UTF-8 characters (a character split across tokens is held
+// until complete; invalid bytes become U+FFFD), never contain a stop string or the text after
+// one, and concatenate to ChatReply::text.
+//
+// Thread safety: a ChatSession is not thread-safe (the model is not); the server guards it with
+// a mutex. StreamDecoder is a plain value type.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/agent/tool_call_parser.h"
+#include "cuda_agent/policy/chat_template.h"
+#include "cuda_agent/policy/lm.h"
+#include "cuda_agent/policy/tokenizer.h"
+
+namespace cuda_agent::policy {
+
+// Called with each new piece of text; returning false stops generation (finish_reason "stop").
+using TextDeltaFn = std::function<bool(const std::string& delta)>;
+
+struct ChatRequestOptions {
+  SamplingOptions sampling;  // stop_token_ids are added to the session's end-of-turn/eos ids
+  // Generation ends before the first occurrence of any of these strings (OpenAI's `stop`).
+  std::vector<std::string> stop;
+  // Text that, once it appears, is not streamed any more (it still ends up in ChatReply::text):
+  // the server sets "<tool_call>" when tools are offered, so calls arrive as tool_calls only.
+  std::vector<std::string> hold_back;
+  ChatOptions chat;  // add_generation_prompt, enable_thinking
+};
+
+struct ChatReply {
+  std::string text;     // everything generated, end-of-turn token and stop string excluded
+  std::string content;  // `text` without <tool_call> blocks (trimmed) when there are calls, else `text`
+  std::vector<agent::ToolCall> tool_calls;
+  std::vector<std::string> tool_call_errors;  // blocks that were not valid calls (left in content)
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;  // tokens sampled, the end-of-turn token included
+  std::string finish_reason;      // "stop", "length" or "tool_calls"
+  double seconds = 0;             // generation wall time (prefill included)
+};
+
+// Turns token bytes into streamable text; see the header comment for the rules.
+class StreamDecoder {
+ public:
+  StreamDecoder(std::vector<std::string> stop, std::vector<std::string> hold_back);
+  // Adds bytes; returns the text that may be emitted now ("" when nothing is complete or safe).
+  std::string push(std::string_view bytes);
+  // No more bytes: returns what is left to emit (held-back text stays unemitted).
+  std::string finish();
+  // A stop string was seen: nothing more will be emitted or kept.
+  bool stopped() const { return stopped_; }
+  // The whole text (stop string and what follows cut off), emitted or not.
+  const std::string& text() const { return text_; }
+  // How much of text() has been emitted.
+  size_t emitted() const { return emitted_; }
+
+ private:
+  std::string release(bool final);
+  std::vector<std::string> stop_, hold_back_;
+  std::string pending_bytes_;  // an incomplete UTF-8 character
+  std::string text_;
+  size_t emitted_ = 0;
+  bool stopped_ = false;
+  bool holding_ = false;
+};
+
+// Fills content, tool_calls, tool_call_errors and (when there are calls) finish_reason of a
+// reply whose text is set, with the agent's Hermes parser.
+void extract_tool_calls(ChatReply& reply);
+
+class ChatSession {
+ public:
+  // Loads the model (load_language_model), the tokenizer (tokenizer.json beside a folder, or the
+  // GGUF's tokenizer.* metadata) and the chat template (the tokenizer's / GGUF's
+  // tokenizer.chat_template, else the family's). Throws Error naming the file and what is missing.
+  static std::unique_ptr<ChatSession> open(const std::filesystem::path& model, const LmOptions& options);
+
+  // Renders `messages` (OpenAI chat messages) and `tools` (OpenAI function tools; null or [] for
+  // none) with the template, generates, and parses tool calls from the text. Template errors
+  // (unknown role, bad content) throw Error naming the message.
+  ChatReply chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                 const ChatRequestOptions& options, const TextDeltaFn& on_text_delta = {});
+  // Continues `prompt` verbatim (BOS added when the tokenizer asks for it); no tool parsing.
+  ChatReply complete(const std::string& prompt, const ChatRequestOptions& options,
+                     const TextDeltaFn& on_text_delta = {});
+
+  // The prompt text chat() feeds the model.
+  std::string render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
+                     const ChatOptions& options = {}) const;
+  // Prompt token ids of `text` (BOS when asked for).
+  std::vector<int64_t> encode_prompt(const std::string& text) const;
+
+  LanguageModel& model() { return *model_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ChatTemplate& chat_template() const { return *template_; }
+  // eos ids of the config and tokenizer plus the template's end-of-turn token.
+  const std::vector<int64_t>& stop_token_ids() const { return stop_ids_; }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  ChatSession() = default;
+  ChatReply generate(std::vector<int64_t> prompt, const ChatRequestOptions& options, const TextDeltaFn& on_text_delta);
+
+  std::filesystem::path path_;
+  std::unique_ptr<LanguageModel> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ChatTemplate> template_;
+  std::vector<int64_t> stop_ids_;
+};
+
+}  // namespace cuda_agent::policy
