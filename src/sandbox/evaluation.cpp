@@ -332,24 +332,20 @@ void run_verify(const EvalRequest& req, py::module_& task, py::handle reference,
     if (provenance && opt.provenance == "enforce" && kernels.violates())
       fail(category::kForbiddenFallback, where + ": " + kernels.message());
     if (checks) {
+      const char* cat = nullptr;
       std::string why;
       guarded(category::kRuntimeError, where + ": integrity checks", [&] {
-        why = IntegrityChecks::invalid_output(new_out);
-        if (!why.empty()) return;
-        why = IntegrityChecks::changed_input(inputs, cand_inputs);
-        if (!why.empty()) {
+        if (why = IntegrityChecks::invalid_output(new_out); !why.empty()) {
+          cat = category::kInvalidOutput;
+        } else if (why = IntegrityChecks::changed_input(inputs, cand_inputs); !why.empty()) {
+          cat = category::kInputModified;
           why = "ModelNew.forward modified its inputs: " + why;
-          return;
+        } else if (why = checks->tampering(cuda); !why.empty()) {
+          cat = category::kTampering;
+          why = "the solution tampered with the sandbox: " + why;
         }
-        why = checks->tampering(cuda);
-        if (!why.empty()) why = "the solution tampered with the sandbox: " + why;
       });
-      if (!why.empty()) {
-        const char* cat = why.rfind("ModelNew.forward modified", 0) == 0       ? category::kInputModified
-                          : why.rfind("the solution tampered", 0) == 0        ? category::kTampering
-                                                                             : category::kInvalidOutput;
-        fail(cat, where + ": " + why);
-      }
+      if (cat) fail(cat, where + ": " + why);
     }
     CompareResult cmp;
     guarded(category::kRuntimeError, fmt::format("trial {}: comparing outputs", i), [&] {
