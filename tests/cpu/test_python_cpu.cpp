@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "cuda_agent/core/files.h"
@@ -128,8 +129,9 @@ TEST_F(PythonCpu, CorrectSolutionPassesFiveSeededTrials) {
 
   const nlohmann::json& trials = r["verify"]["trials"];
   ASSERT_EQ(trials.size(), 5u) << dump(r["verify"]);
+  const int64_t base = r["input_seed"].get<int64_t>();  // secret seeds: drawn per evaluation
   for (int i = 0; i < 5; ++i) {
-    EXPECT_EQ(trials[i]["seed"], 42 + i);
+    EXPECT_EQ(trials[i]["seed"], base + i);
     EXPECT_EQ(trials[i]["ok"], true);
     EXPECT_EQ(trials[i]["mismatched"], 0);
     EXPECT_EQ(trials[i]["compared"], 1 << 22);
@@ -145,7 +147,7 @@ TEST_F(PythonCpu, WrongValuesAreAMismatchWithTheCount) {
   EXPECT_EQ(r["correct"], false);
   EXPECT_EQ(r["reward"], -1.0);
   const std::string msg = message(r);
-  EXPECT_NE(msg.find("trial 0 (seed 42)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(fmt::format("trial 0 (seed {})", r["input_seed"].get<int64_t>())), std::string::npos) << msg;
   EXPECT_NE(msg.find("3 of 4194304 elements differ"), std::string::npos) << msg;
   EXPECT_NE(msg.find("max abs diff 1"), std::string::npos) << msg;
   ASSERT_EQ(r["verify"]["trials"].size(), 1u) << "verify stops at the first failed trial";
@@ -207,7 +209,9 @@ TEST_F(PythonCpu, ExceptionInForwardIsARuntimeError) {
   const std::string msg = message(r);
   EXPECT_NE(msg.find("ValueError"), std::string::npos) << msg;
   EXPECT_NE(msg.find("widths must be positive"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("trial 0 (seed 42): ModelNew.forward"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(fmt::format("trial 0 (seed {}): ModelNew.forward", r["input_seed"].get<int64_t>())),
+            std::string::npos)
+      << msg;
 }
 
 TEST_F(PythonCpu, WorkerExitingWithoutResultIsStructured) {
