@@ -20,7 +20,7 @@ say() { printf '[setup] %s\n' "$*" >&2; }
 # 1. Debian packages (the CPU development machines and CI). The GPU host has these already
 #    and no network, so only install when something is missing and apt-get exists.
 debs=(cmake ninja-build g++ libspdlog-dev libfmt-dev libyaml-cpp-dev nlohmann-json3-dev
-      libcli11-dev libgtest-dev libgmock-dev python3-dev python3-venv libcurl4-openssl-dev)
+      libcli11-dev libgtest-dev libgmock-dev python3-dev python3-venv libcurl4-openssl-dev bubblewrap)
 if command -v dpkg-query >/dev/null && command -v apt-get >/dev/null; then
   missing=()
   for p in "${debs[@]}"; do

@@ -86,7 +86,7 @@ BackgroundShells::~BackgroundShells() {
   }
 }
 
-std::string BackgroundShells::start(const std::string& command, const std::filesystem::path& cwd,
+std::string BackgroundShells::start(const std::vector<std::string>& command, const std::filesystem::path& cwd,
                                     const std::map<std::string, std::string>& env) {
   size_t running = 0;
   for (auto& shell : shells_) running += poll(shell).state == ShellStatus::State::kRunning;
@@ -96,7 +96,6 @@ std::string BackgroundShells::start(const std::string& command, const std::files
   Shell shell;
   shell.id = fmt::format("bash_{}", shells_.size() + 1);
   shell.output = scratch_ / (shell.id + ".out");
-  const std::string bash = find_bash();
 
   int fd = ::open(shell.output.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   int err = errno;
@@ -114,8 +113,13 @@ std::string BackgroundShells::start(const std::string& command, const std::files
   std::vector<char*> envp;
   for (auto& text : env_strings) envp.push_back(text.data());
   envp.push_back(nullptr);
-  std::string arg0 = "bash", arg1 = "-c", arg2 = command;
-  char* argv[] = {arg0.data(), arg1.data(), arg2.data(), nullptr};
+  std::vector<std::string> args = command;
+  CA_CHECK(!args.empty(), "cannot start a background shell: empty command");
+  // bash is looked up in the usual places (the shells' PATH may be the workspace's own).
+  const std::string program = args[0] == "bash" ? find_bash() : args[0];
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
 
   posix_spawn_file_actions_t actions;
   posix_spawnattr_t attr;
@@ -136,12 +140,12 @@ std::string BackgroundShells::start(const std::string& command, const std::files
       posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
                                           POSIX_SPAWN_SETSIGDEF) == 0;
   pid_t pid = -1;
-  const int error = built ? ::posix_spawn(&pid, bash.c_str(), &actions, &attr, argv, envp.data())
+  const int error = built ? ::posix_spawnp(&pid, program.c_str(), &actions, &attr, argv.data(), envp.data())
                           : EINVAL;
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   ::close(fd);
-  CA_CHECK(error == 0, "cannot start a background shell ({}): {}", bash, errno_text(error));
+  CA_CHECK(error == 0, "cannot start a background shell ({}): {}", program, errno_text(error));
   shell.pid = pid;
   shells_.push_back(std::move(shell));
   return shells_.back().id;

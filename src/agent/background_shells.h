@@ -35,9 +35,10 @@ class BackgroundShells {
   BackgroundShells(const BackgroundShells&) = delete;
   BackgroundShells& operator=(const BackgroundShells&) = delete;
 
-  // Starts the shell; returns its id ("bash_1", "bash_2", ...). `env` is the complete
-  // environment. Throws Error when kMaxRunning shells are running or bash cannot start.
-  std::string start(const std::string& command, const std::filesystem::path& cwd,
+  // Starts argv (bash -c COMMAND, or that under bwrap: tool_support.h's shell_argv), found on
+  // PATH; returns its id ("bash_1", "bash_2", ...). `env` is the complete environment. Throws
+  // Error when kMaxRunning shells are running or the program cannot start.
+  std::string start(const std::vector<std::string>& argv, const std::filesystem::path& cwd,
                     const std::map<std::string, std::string>& env);
 
   bool has(const std::string& id) const;

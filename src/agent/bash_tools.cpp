@@ -86,7 +86,7 @@ class BashTool final : public BuiltinTool {
     const ToolOptions& options = context_.options;
     if (bool_arg(args, "run_in_background", false)) {
       const std::string id =
-          context_.shells->start(command, workspace().root(), context_.shell_env);
+          context_.shells->start(shell_argv(context_, command), workspace().root(), context_.shell_env);
       ToolResult result;
       result.output = fmt::format(
           "Command running in the background with shell_id {}. Read its output with "
@@ -106,7 +106,11 @@ class BashTool final : public BuiltinTool {
     }
 
     SubprocessOptions run;
-    run.argv = {"bash", "-c", command};
+    try {
+      run.argv = shell_argv(context_, command);
+    } catch (const Error& e) {
+      return tool_error(e.what());
+    }
     run.env_unset = parent_variables();
     run.env_set = context_.shell_env;
     run.cwd = workspace().root().string();

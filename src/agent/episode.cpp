@@ -80,15 +80,16 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   Workspace workspace = Workspace::create(wopts);
   std::map<std::string, std::string> env = {{"CUDA_AGENT_CACHE_DIR", spec.sandbox.resolved_cache_dir()}};
   if (spec.device == "cuda") env["CUDA_VISIBLE_DEVICES"] = std::to_string(spec.gpu);
-  ToolRegistry tools(workspace, {}, env);
+  ToolRegistry tools(workspace, spec.tools, env);
 
   AgentOptions options = spec.agent;
   options.task_text = read_file(task);
   if (!spec.skill_file.empty()) options.skill = read_file(spec.skill_file);
 
   sandbox::SandboxOptions sandbox_options = spec.sandbox;
-  // Bash is not confined yet, and as root file modes do not stop it: if the original task
-  // changed during the episode, the episode fails instead of being scored against it.
+  // Bash runs confined where bubblewrap works (tool option confine); where it does not, file
+  // modes do not stop a root shell. Either way, if the original task changed during the
+  // episode, the episode fails instead of being scored against it.
   const std::string task_sha = sha256_hex(read_file(task));
   Scorer scorer = [&](const std::string& solution) {
     if (sha256_hex(read_file(task)) != task_sha) {

@@ -9,6 +9,8 @@
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/core/subprocess.h"
+#include "cuda_agent/sandbox/evaluation.h"
 
 namespace cuda_agent::agent {
 
@@ -215,6 +217,47 @@ bool looks_binary(const fs::path& path) {
   char buffer[8192];
   in.read(buffer, sizeof(buffer));
   return std::find(buffer, buffer + in.gcount(), '\0') != buffer + in.gcount();
+}
+
+bool bwrap_usable() {
+  static const bool usable = [] {
+    SubprocessOptions probe;
+    probe.argv = {"bwrap", "--ro-bind", "/", "/", "--unshare-net", "--die-with-parent", "true"};
+    probe.timeout_s = 10;
+    try {
+      const SubprocessResult r = run_subprocess(probe);
+      return !r.timed_out && r.exit_code == 0;
+    } catch (const std::exception&) {
+      return false;  // bwrap is not installed
+    }
+  }();
+  return usable;
+}
+
+std::vector<std::string> shell_argv(const ToolContext& context, const std::string& command) {
+  const std::string& mode = context.options.confine;
+  CA_CHECK(mode == "auto" || mode == "bwrap" || mode == "off", "tool option confine '{}' is unknown: use auto, bwrap or off",
+           mode);
+  if (mode == "off" || (mode == "auto" && !bwrap_usable())) return {"bash", "-c", command};
+  CA_CHECK(bwrap_usable(), "Bash is configured to run confined (confine: bwrap) but bubblewrap cannot run here: "
+                           "install the bubblewrap package, or set confine to auto or off");
+  const std::string root = context.workspace->root().string();
+  auto env = context.shell_env.find("CUDA_AGENT_CACHE_DIR");
+  const std::string cache = env != context.shell_env.end() && !env->second.empty()
+                                ? env->second
+                                : sandbox::SandboxOptions{}.resolved_cache_dir();
+  std::error_code ec;
+  std::filesystem::create_directories(cache, ec);
+  // Order matters: the private /tmp first, so that a workspace or cache under /tmp is bound
+  // on top of it.
+  std::vector<std::string> argv = {"bwrap",   "--ro-bind", "/",    "/",      "--dev-bind", "/dev", "/dev",
+                                   "--proc",  "/proc",     "--tmpfs", "/tmp", "--bind",     root,   root};
+  if (!ec) argv.insert(argv.end(), {"--bind", cache, cache});
+  for (const auto& locked : context.workspace->locked_files())
+    if (std::filesystem::exists(locked, ec)) argv.insert(argv.end(), {"--ro-bind", locked.string(), locked.string()});
+  argv.insert(argv.end(), {"--setenv", "TRITON_CACHE_DIR", "/tmp/triton-cache", "--unshare-net", "--die-with-parent",
+                           "--chdir", root, "bash", "-c", command});
+  return argv;
 }
 
 }  // namespace cuda_agent::agent

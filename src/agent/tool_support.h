@@ -29,6 +29,12 @@ struct ToolContext {
   std::map<std::string, std::string> shell_env;  // the shells' complete environment
 };
 
+// The argv that runs `command` with bash in the workspace, confined as options.confine says
+// (ToolOptions). Throws Error when confine is "bwrap" and bubblewrap cannot run here.
+std::vector<std::string> shell_argv(const ToolContext& context, const std::string& command);
+// Whether bubblewrap can confine commands on this machine (probed once).
+bool bwrap_usable();
+
 // --- results and schemas (tool_support.cpp) ---------------------------------------------------
 
 ToolResult tool_error(std::string message, nlohmann::json data = nullptr);

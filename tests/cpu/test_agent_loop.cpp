@@ -247,6 +247,8 @@ TEST(AgentLoop, ChangingTheOriginalTaskFailsTheEpisode) {
   spec.output_dir = dir.path() / "run";
   spec.device = "cpu";
   spec.sandbox.cache_dir = (dir.path() / "cache").string();
+  // Unconfined, as on a machine without bubblewrap (confined, the write fails: AgentConfinement).
+  spec.tools.confine = "off";
   EpisodeResult r = run_task_episode(spec);
   EXPECT_EQ(r.reward, -1.0);
   EXPECT_EQ(r.score.value("category", ""), "task_modified") << r.score.dump(2);

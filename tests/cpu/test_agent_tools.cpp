@@ -1,7 +1,10 @@
 // The agent's workspace and its ten tools, driven through ToolRegistry::call as the loop does.
 #include "cuda_agent/agent/tool_registry.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -607,5 +610,47 @@ TEST_F(AgentTools, NotebookEditReplaceInsertDelete) {
                                      {"new_source", "x"}}).ok);
 }
 
+
+// --- confinement -----------------------------------------------------------------------------
+
+// Bash under bubblewrap: the workspace is writable, locked task files are not (even for root),
+// nothing outside the workspace is, and there is no network.
+class AgentConfinement : public AgentTools {
+ protected:
+  void SetUp() override {
+    tool_options_.confine = "bwrap";
+    AgentTools::SetUp();
+  }
+};
+
+TEST_F(AgentConfinement, BashRunsConfinedUnderBubblewrap) {
+  if (std::system("bwrap --ro-bind / / --unshare-net --die-with-parent true > /dev/null 2>&1") != 0)
+    GTEST_SKIP() << "bubblewrap cannot run on this machine (scripts/setup.sh installs it)";
+  // A listener on the host's loopback that the confined shell must not reach.
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  auto bash = [&](const std::string& command) { return call("Bash", {{"command", command}}).output; };
+
+  EXPECT_NE(bash("echo ok > scratch.txt && cat scratch.txt").find("ok"), std::string::npos);
+  EXPECT_EQ(read("scratch.txt"), "ok\n");
+  EXPECT_NE(bash("echo hacked > model.py; echo rc=$?").find("rc=1"), std::string::npos);
+  EXPECT_EQ(read("model.py"), kTask);
+  const fs::path elsewhere = outside() / "planted.txt";
+  EXPECT_NE(bash("echo x > " + elsewhere.string() + "; echo rc=$?").find("rc=1"), std::string::npos);
+  EXPECT_FALSE(fs::exists(elsewhere));
+  const std::string net = bash("exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) + " && echo connected || echo refused");
+  EXPECT_NE(net.find("refused"), std::string::npos) << net;
+  ::close(listener);
+}
+
 }  // namespace
 }  // namespace cuda_agent::agent
+

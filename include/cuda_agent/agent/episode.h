@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda_agent/agent/agent_loop.h"
+#include "cuda_agent/agent/tool.h"
 #include "cuda_agent/sandbox/evaluation.h"
 
 namespace cuda_agent::agent {
@@ -22,6 +23,7 @@ struct EpisodeSpec {
   std::string device = "cuda";        // "cpu": verify-only scoring, for machines without a GPU
   int gpu = 0;
   AgentOptions agent;                 // limits; skill and task_text are filled from the files
+  ToolOptions tools;                  // output limits, Bash timeouts and confinement
   sandbox::SandboxOptions sandbox;
 };
 

@@ -31,6 +31,11 @@ struct ToolOptions {
   // with default_timeout_s <= max_timeout_s.
   double default_timeout_s = 120;
   double max_timeout_s = 600;
+  // Bash's confinement: "auto" runs commands under bubblewrap when it works on this machine
+  // (the file system read-only except the workspace, the evaluation cache and a private /tmp;
+  // locked task files read-only even for root; no network), else unconfined; "bwrap" requires
+  // it (a command fails when bwrap cannot run); "off" never confines.
+  std::string confine = "auto";
 };
 
 // One tool. Implementations hold references to the registry's workspace and scratch space;

@@ -75,6 +75,7 @@ class Workspace {
   // the extra task files. `absolute` is resolved the same way as resolve() does (a symlink to
   // model.py counts as model.py); never throws.
   bool is_locked(const std::filesystem::path& absolute) const;
+  const std::set<std::filesystem::path>& locked_files() const { return locked_; }
 
   // model_new.py's current content; "" when the agent deleted it. Throws Error when it
   // exists but cannot be read (replaced by a directory, say) or is a symlink that leaves the
