@@ -247,11 +247,18 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
                                 ? env->second
                                 : sandbox::SandboxOptions{}.resolved_cache_dir();
   std::error_code ec;
+  // Order matters: a private /tmp first, then what the host's /tmp holds, read-only (the binary,
+  // its Python or the workspace may live there), then the writable workspace and cache on top.
+  std::vector<std::string> argv = {"bwrap",  "--ro-bind", "/",    "/",      "--dev-bind", "/dev", "/dev",
+                                   "--proc", "/proc",     "--tmpfs", "/tmp"};
+  for (const auto& entry : std::filesystem::directory_iterator("/tmp", ec)) {
+    std::error_code type_ec;
+    if (entry.is_directory(type_ec) || entry.is_regular_file(type_ec))
+      argv.insert(argv.end(), {"--ro-bind", entry.path().string(), entry.path().string()});
+  }
+  argv.insert(argv.end(), {"--bind", root, root});
+  ec.clear();
   std::filesystem::create_directories(cache, ec);
-  // Order matters: the private /tmp first, so that a workspace or cache under /tmp is bound
-  // on top of it.
-  std::vector<std::string> argv = {"bwrap",   "--ro-bind", "/",    "/",      "--dev-bind", "/dev", "/dev",
-                                   "--proc",  "/proc",     "--tmpfs", "/tmp", "--bind",     root,   root};
   if (!ec) argv.insert(argv.end(), {"--bind", cache, cache});
   for (const auto& locked : context.workspace->locked_files())
     if (std::filesystem::exists(locked, ec)) argv.insert(argv.end(), {"--ro-bind", locked.string(), locked.string()});
