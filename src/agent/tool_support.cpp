@@ -254,7 +254,7 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
   for (const auto& entry : std::filesystem::directory_iterator("/tmp", ec)) {
     std::error_code type_ec;
     if (entry.is_directory(type_ec) || entry.is_regular_file(type_ec))
-      argv.insert(argv.end(), {"--ro-bind", entry.path().string(), entry.path().string()});
+      argv.insert(argv.end(), {"--ro-bind-try", entry.path().string(), entry.path().string()});  // may vanish meanwhile
   }
   argv.insert(argv.end(), {"--bind", root, root});
   ec.clear();
