@@ -58,10 +58,11 @@ if [ -z "$py" ]; then
   fi
   py=$root/.venv/bin/python
 fi
-# The policy's tests compare against these Python packages (oracles); install what .venv lacks.
+# The policy's tests compare against these Python packages (oracles), and the Ops-6K loader's
+# test writes parquet with pyarrow; install what .venv lacks.
 if [ "$py" = "$root/.venv/bin/python" ]; then
-  oracles=("gguf==0.19.0" "tokenizers==0.23.3" "transformers==5.24.0")
-  if ! "$py" -c "import gguf, tokenizers, transformers" 2>/dev/null; then
+  oracles=("gguf==0.19.0" "tokenizers==0.23.3" "transformers==5.24.0" "pyarrow==26.0.1")
+  if ! "$py" -c "import gguf, tokenizers, transformers, pyarrow" 2>/dev/null; then
     say "installing ${oracles[*]} into .venv (test oracles)"
     "$py" -m pip install -q "${oracles[@]}"
   fi

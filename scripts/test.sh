@@ -10,6 +10,9 @@ cd "$root"
 scripts/setup.sh
 build_dir=${CUDA_AGENT_BUILD:-build}
 export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_CACHE_DIR:-$root/$build_dir/test-cache}
+# Tests that run Python scripts use the interpreter the build embeds (its .venv has the oracles).
+py=$(sed -n 's/^CUDA_AGENT_PYTHON:FILEPATH=//p' "$build_dir/CMakeCache.txt")
+[ -n "$py" ] && export CUDA_AGENT_PYTHON=${CUDA_AGENT_PYTHON:-$py}
 # The real model's tests (tokenizer, weights, generate/serve) use the file setup.sh fetched.
 smollm2="$root/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 [ -f "$smollm2" ] && export CUDA_AGENT_SMOLLM2_GGUF=${CUDA_AGENT_SMOLLM2_GGUF:-$smollm2}
