@@ -175,40 +175,36 @@ py::object build_candidate(py::module_& solution, py::handle init_inputs, py::ha
   return candidate;
 }
 
+// Bytes held by the tensors of an input or output tree (nested tuples and lists).
+int64_t tensor_bytes(py::handle tree) {
+  if (py::isinstance<py::tuple>(tree) || py::isinstance<py::list>(tree)) {
+    int64_t bytes = 0;
+    for (py::handle x : py::reinterpret_borrow<py::sequence>(tree)) bytes += tensor_bytes(x);
+    return bytes;
+  }
+  // Kept for the process (a handle, never released: no decref after the interpreter is gone).
+  static const py::handle tensor_type = py::object(py::module_::import("torch").attr("Tensor")).release();
+  if (!py::isinstance(tree, tensor_type)) return 0;
+  return tree.attr("numel")().cast<int64_t>() * tree.attr("element_size")().cast<int64_t>();
+}
+
 // The least DRAM traffic the task needs (reading every input once, writing every output once)
 // against the device's peak bandwidth: a candidate faster than that is flagged (not failed),
 // because an honest kernel cannot be (the L2 is flushed before each timed run).
-nlohmann::json roofline_check(py::handle reference, py::handle inputs, double candidate_ms) {
-  py::object torch_tensor = py::module_::import("torch").attr("Tensor");
-  auto bytes_of = [&](py::handle tree) {
-    int64_t bytes = 0;
-    py::list items;
-    if (py::isinstance<py::tuple>(tree) || py::isinstance<py::list>(tree))
-      for (py::handle x : py::reinterpret_borrow<py::sequence>(tree)) items.append(x);
-    else
-      items.append(tree);
-    for (py::handle x : items)
-      if (py::isinstance(x, torch_tensor))
-        bytes += x.attr("numel")().cast<int64_t>() * x.attr("element_size")().cast<int64_t>();
-    return bytes;
-  };
-  const int64_t in_bytes = bytes_of(inputs);
-  const int64_t out_bytes = bytes_of(call_model(reference, clone_tree(inputs)));
+nlohmann::json roofline_check(py::handle inputs, py::handle outputs, double candidate_ms) {
+  const int64_t bytes = tensor_bytes(inputs) + tensor_bytes(outputs);
   const double peak = current_device_info().peak_dram_gbps();
-  const double min_ms = peak > 0 ? (in_bytes + out_bytes) / (peak * 1e9) * 1e3 : 0;
-  const double achieved = candidate_ms > 0 ? (in_bytes + out_bytes) / (candidate_ms * 1e-3) / 1e9 : 0;
-  return {{"min_bytes", in_bytes + out_bytes}, {"peak_dram_gbps", peak}, {"min_ms", min_ms},
+  const double min_ms = peak > 0 ? bytes / (peak * 1e9) * 1e3 : 0;
+  const double achieved = candidate_ms > 0 ? bytes / (candidate_ms * 1e-3) / 1e9 : 0;
+  return {{"min_bytes", bytes}, {"peak_dram_gbps", peak}, {"min_ms", min_ms},
           {"achieved_gbps", achieved}, {"flag", peak > 0 && achieved > peak}};
 }
 
-// Fresh inputs for the candidate's timed runs (integrity checks): one set per timed run while
-// they and their reference outputs fit in a quarter of the GPU's memory, at least two.
+// Fresh inputs for the timed runs of all three sides: one set per timed run while they and
+// their reference outputs fit in a quarter of the GPU's memory, at least two.
 py::list draw_timing_input_sets(py::module_& task, const std::string& device, int64_t seed, int runs,
                                 py::handle sample) {
-  int64_t bytes = 0;
-  for (py::handle x : py::reinterpret_borrow<py::sequence>(sample))
-    if (py::isinstance(x, py::module_::import("torch").attr("Tensor")))
-      bytes += x.attr("numel")().cast<int64_t>() * x.attr("element_size")().cast<int64_t>();
+  const int64_t bytes = tensor_bytes(sample);
   const int64_t budget = static_cast<int64_t>(current_device_info().total_memory_bytes / 4);
   // Inputs and the reference's outputs for each set (assumed about as large as the inputs).
   const int n = static_cast<int>(std::clamp<int64_t>(bytes > 0 ? budget / (2 * bytes) : runs, 2, runs));
@@ -563,7 +559,7 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
                               "): results cached across calls, or work finished after forward returned"};
         }
         result["timings"]["candidate"] = cand.stats.to_json();
-        result["roofline"] = roofline_check(reference, inputs, cand.stats.median_ms);
+        result["roofline"] = roofline_check(timed.sets[0], timed.refs[0], cand.stats.median_ms);
         result["kernels"]["candidate"] = kernel_table(cand.kernels, opt.timed_runs);
         const double cand_ms = cand.stats.median_ms;
         RewardInputs rin;

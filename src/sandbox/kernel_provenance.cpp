@@ -25,11 +25,6 @@ ProvenanceScope::~ProvenanceScope() {
   if (pushed_) cupti().cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, nullptr);
 }
 
-std::vector<std::string> default_provenance_allow() {
-  // torch.zeros / ones / full / fill_ and .contiguous() / clone / copy_ / to: allocation-like.
-  return {"FillFunctor", "direct_copy_kernel", "copy_kernel", "CatArrayBatchedCopy_contig"};
-}
-
 std::string kernel_base_name(const std::string& demangled) {
   std::string s = demangled;
   // Cut the parameter list: the first '(' at template depth 0.

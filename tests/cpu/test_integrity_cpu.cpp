@@ -244,7 +244,7 @@ TEST(KernelProvenance, ClassifiesOwnVendorAllowedAndForbidden) {
     r.external_id = ext;
     return r;
   };
-  const auto allow = default_provenance_allow();
+  const auto allow = SandboxOptions{}.provenance_allow;  // fills and copies
   std::vector<KernelRecord> records = {rec("my_kernel", 1), rec("sm90_xmma_gemm_f32f32", 2),
                                        rec("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int)", 0)};
   ProvenanceReport ok = classify_kernels(records, allow, {}, {}, true);

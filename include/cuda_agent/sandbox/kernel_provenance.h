@@ -36,9 +36,6 @@ class ProvenanceScope {
   bool pushed_ = false;
 };
 
-// Default allow-list: substrings of kernel names that are allocation-like (fills, copies).
-std::vector<std::string> default_provenance_allow();
-
 // The identifier a kernel is declared with: "void ns::k<float>(float*, int)" -> "k".
 std::string kernel_base_name(const std::string& demangled);
 // The names of the __global__ functions declared in CUDA source text (any file type: a
