@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -17,9 +17,13 @@ if [ ! -f $build/CMakeCache.txt ]; then
   cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUDA_AGENT_PYTHON="$(command -v python3)" \
     > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
 fi
-ninja -C $build cuda-agent ca_tests_gpu > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
+targets="cuda-agent ca_tests_gpu"
+# The libtorch language model's GPU tests exist where CMake found libtorch.
+ninja -C $build -t query ca_tests_policy_gpu > /dev/null 2>&1 && targets="$targets ca_tests_policy_gpu"
+ninja -C $build $targets > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
 echo "build ok"
 $build/cuda-agent doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.txt"
+export CUDA_AGENT_PYTHON=${CUDA_AGENT_PYTHON:-$(sed -n 's/^CUDA_AGENT_PYTHON:FILEPATH=//p' $build/CMakeCache.txt)}
 if [ "$what" = tests ] || [ "$what" = all ]; then
   # Functional tests in parallel; the timing-sensitive ones alone afterwards.
   (cd $build && ctest -L gpu -E 'Timer|Baselines' -j8 --output-on-failure --timeout 500) > "$out/gpu_tests.log" 2>&1
@@ -30,6 +34,26 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
   $build/cuda-agent bench --split data/demo --solutions data/demo/solutions --output "$out/demo-bench" \
     > "$out/demo_bench.txt" 2> "$out/demo_bench.err"
   cat "$out/demo_bench.txt"; tail -5 "$out/demo_bench.err"
+fi
+if [ "$what" = core-cached ]; then
+  # Evaluations per GPU-minute with cached baselines: the tasks that have a reference solution,
+  # baselines timed first (their own phase), then the bench alone, each with its wall time.
+  sub=/tmp/core-solved; rm -rf $sub; mkdir -p $sub; ln -s "$root/data/core/tasks" $sub/tasks
+  { echo "name: core-solved"; echo "tasks:"
+    for d in data/core/solutions/*/; do
+      id=$(basename "$d")
+      echo "  - id: $id"; echo "    path: tasks/$id/model.py"
+      echo "    level: $(grep -A2 "id: $id\$" data/core/split.yaml | sed -n 's/ *level: //p')"
+    done; } > $sub/split.yaml
+  start=$SECONDS
+  timeout "${CORE_BASELINES_TIMEOUT:-3000}" $build/cuda-agent baselines --split $sub --output "$out/core-baselines" > "$out/core_baselines.txt" 2>&1
+  echo "baselines wall: $((SECONDS - start)) s" | tee -a "$out/core_baselines.txt"; tail -5 "$out/core_baselines.txt"
+  start=$SECONDS
+  [ "${CORE_BENCH_TIMEOUT:-3000}" != 0 ] && timeout "${CORE_BENCH_TIMEOUT:-3000}" $build/cuda-agent bench --split $sub --solutions data/core/solutions \
+    --output "$out/core-bench" > "$out/core_bench.txt" 2> "$out/core_bench.err"
+  echo "core bench wall (cached baselines): $((SECONDS - start)) s" | tee -a "$out/core_bench.txt"
+  cat "$out/core_bench.txt"; tail -5 "$out/core_bench.err"
+  tar czf "$out/baseline-cache.tgz" -C "$CUDA_AGENT_CACHE_DIR" . 2>/dev/null
 fi
 if [ "$what" = core ]; then
   start=$SECONDS

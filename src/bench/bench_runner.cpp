@@ -27,6 +27,12 @@ std::string fmt_ms(const nlohmann::json& timing) {
   return fmt::format("{:.3f}", timing["median_ms"].get<double>());
 }
 
+// The result's reward, or `fallback` where it is missing or null (a baselines-only result).
+double reward_or(const nlohmann::json& r, double fallback) {
+  const nlohmann::json v = r.value("reward", nlohmann::json());
+  return v.is_number() ? v.get<double>() : fallback;
+}
+
 std::string category_name(const nlohmann::json& r) {
   const nlohmann::json c = r.value("category", nlohmann::json());
   return c.is_string() ? c.get<std::string>() : "unknown";
@@ -115,7 +121,7 @@ std::string format_table(const nlohmann::json& results, const nlohmann::json& su
     const nlohmann::json timings = r.value("timings", nlohmann::json::object());
     std::string status = r.value("ok", false) ? "pass" : category_name(r);
     out << fmt::format("| {} | {} | {} | {:g} | {} | {} | {} | {} | {} | {} |\n", r.value("task_id", "?"),
-                       r.value("level", 0), status, r.value("reward", -1.0), fmt_ms(timings.value("eager", nlohmann::json())),
+                       r.value("level", 0), status, reward_or(r, -1.0), fmt_ms(timings.value("eager", nlohmann::json())),
                        fmt_ms(timings.value("compile", nlohmann::json())), fmt_ms(timings.value("candidate", nlohmann::json())),
                        fmt_x(r.value("speedup_vs_eager", nlohmann::json())),
                        fmt_x(r.value("speedup_vs_compile", nlohmann::json())), r.value("build_path", "-"));
@@ -200,12 +206,20 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
 
   nlohmann::json all = nlohmann::json::array();
   for (auto& r : results) all.push_back(r);
+  if (options.mode == sandbox::EvalMode::kBaselines) {
+    // No solutions were scored: the summary counts timed tasks, not pass rates.
+    int timed = 0;
+    for (const auto& r : all) timed += r.value("ok", false) ? 1 : 0;
+    nlohmann::json summary = {{"tasks", all.size()}, {"timed", timed}, {"failed", static_cast<int>(all.size()) - timed}};
+    write_file_atomic(options.output_dir / "summary.json", nlohmann::json{{"split", split.name}, {"summary", summary}}.dump(2));
+    write_file_atomic(options.output_dir / "results.md", format_baselines_table(all));
+    return {{"split", split.name}, {"results", all}, {"summary", summary}};
+  }
   nlohmann::json summary = summarize(all);
-  nlohmann::json report = {{"split", split.name}, {"results", all}, {"summary", summary}};
   write_file_atomic(options.output_dir / "summary.json", nlohmann::json{{"split", split.name}, {"summary", summary}}.dump(2));
   write_file_atomic(options.output_dir / "results.md", format_table(all, summary));
-  if (options.mode != sandbox::EvalMode::kBaselines) write_report(options.output_dir, all, run_meta(split, all, options));
-  return report;
+  write_report(options.output_dir, all, run_meta(split, all, options));
+  return {{"split", split.name}, {"results", all}, {"summary", summary}};
 }
 
 }  // namespace cuda_agent::bench

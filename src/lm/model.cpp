@@ -103,7 +103,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerInputs& 
     const int64_t group = heads_ / kv_heads_;
     auto grouped = q.reshape({batch, kv_heads_, group * len, head_dim_});
     out = at::scaled_dot_product_attention(grouped, keys, values, in.mask, 0.0, false, scale)
-              .view({batch, heads_, len, head_dim_});
+              .reshape({batch, heads_, len, head_dim_});
   } else {
     // No mask: either no past (causal over the new tokens) or one new token that sees everything.
     CA_ASSERT(in.past == 0 || len == 1, "{} new tokens after {} cached need a mask", len, in.past);

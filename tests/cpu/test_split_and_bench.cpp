@@ -441,5 +441,23 @@ TEST(BenchSummary, ResultsWithoutOptionalKeys) {
   EXPECT_NO_THROW(format_table(rs, s));
 }
 
+// Regression test: baselines-only results carry "reward": null (no solution was scored), and
+// format_table's r.value("reward", -1.0) threw type_error 302 at the end of `cuda-agent baselines`
+// on the H200, after every task had been timed.
+TEST(BenchSummary, NullRewardFromABaselinesRun) {
+  nlohmann::json timing = {{"median_ms", 2.5}};
+  nlohmann::json rs = nlohmann::json::array({nlohmann::json{{"task_id", "x"},
+                                                            {"ok", true},
+                                                            {"level", 1},
+                                                            {"reward", nullptr},
+                                                            {"correct", nullptr},
+                                                            {"timings", {{"eager", timing}, {"compile", timing}}}}});
+  std::string table;
+  ASSERT_NO_THROW(table = format_table(rs, summarize(rs)));
+  EXPECT_NE(table.find("| x |"), std::string::npos) << table;
+  ASSERT_NO_THROW(table = format_baselines_table(rs));
+  EXPECT_NE(table.find("| x | 1 | ok | 2.500 | 2.500 | no |"), std::string::npos) << table;
+}
+
 }  // namespace
 }  // namespace cuda_agent::bench

@@ -3,6 +3,7 @@
 // legitimate solution (tests/data/redteam/legit, plus controls) must pass: a false rejection is
 // as much a failure as a hack that gets through. The entries are read at static-initialisation
 // time so that each becomes its own test, named after the entry.
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,8 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "gpu_test_util.h"
@@ -28,6 +31,9 @@ struct RedTeamEntry {
   std::string task;      // relative to the source tree
   std::string solution;  // relative to the source tree
   std::string expect;    // a result category, or "pass"
+  // Other categories that also count as caught: where two defences race for the same hack (a
+  // background thread's late write is seen either by the timed-output check or as a live thread).
+  std::vector<std::string> also;
   std::string defence;   // which defence is meant to catch it (printed on failure)
   nlohmann::json options = nlohmann::json::object();  // SandboxOptions overrides
   std::string error;     // why this entry (or the whole manifest) is unusable; empty when fine
@@ -57,7 +63,13 @@ RedTeamEntry parse_entry(const nlohmann::json& j, size_t index) {
   e.expect = j.value("expect", "");
   e.defence = j.value("defence", "");
   e.options = j.value("options", nlohmann::json::object());
-  if (e.kind != "hack" && e.kind != "legit") e.error = fmt::format("kind '{}' must be 'hack' or 'legit'", e.kind);
+  const nlohmann::json also = j.value("also", nlohmann::json::array());
+  if (also.is_array())
+    for (const auto& a : also)
+      if (a.is_string()) e.also.push_back(a.get<std::string>());
+  if (!also.is_array() || e.also.size() != also.size()) e.error = "also must be a list of category names";
+  else if (e.kind == "legit" && !e.also.empty()) e.error = "a legit entry cannot list other categories (also)";
+  else if (e.kind != "hack" && e.kind != "legit") e.error = fmt::format("kind '{}' must be 'hack' or 'legit'", e.kind);
   else if (e.task.empty() || e.solution.empty()) e.error = "task and solution are required";
   else if (e.kind == "legit" && e.expect != "pass") e.error = fmt::format("a legit entry expects 'pass', not '{}'", e.expect);
   else if (e.kind == "hack" && (e.expect.empty() || e.expect == "pass")) e.error = "a hack entry must name a category";
@@ -163,7 +175,8 @@ TEST_P(RedTeamGpu, Verdict) {
       fmt::format("{} ({}; expected {}; defence: {})\noptions: {}\nresult: {}", e.name, e.kind, e.expect, e.defence,
                   options.to_json().dump(), r.dump(2));
   if (e.kind == "hack") {
-    EXPECT_EQ(category_of(r), e.expect) << context;
+    const std::string got = category_of(r);
+    if (std::find(e.also.begin(), e.also.end(), got) == e.also.end()) EXPECT_EQ(got, e.expect) << context;
     EXPECT_FALSE(r.value("ok", true)) << context;
     EXPECT_EQ(r.value("reward", 0.0), -1.0) << context;
   } else {

@@ -56,6 +56,9 @@ def check_manifest(errors):
             errors.append(f"{where}: a legit entry must expect 'pass'")
         if e.get("kind") == "hack" and expect not in CATEGORIES:
             errors.append(f"{where}: unknown category {expect!r}")
+        for other in e.get("also", []):
+            if e.get("kind") != "hack" or other not in CATEGORIES:
+                errors.append(f"{where}: 'also' lists {other!r}: only hacks may, and only known categories")
         if not e.get("defence"):
             errors.append(f"{where}: say which defence catches it ('defence')")
         unknown = set(e.get("options", {})) - OPTION_KEYS
