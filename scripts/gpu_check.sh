@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|lm]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -17,9 +17,15 @@ if [ ! -f $build/CMakeCache.txt ]; then
   cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCUDA_AGENT_PYTHON="$(command -v python3)" \
     > "$out/configure.log" 2>&1 || { tail -40 "$out/configure.log"; exit 1; }
 fi
-targets="cuda-agent ca_tests_gpu"
-# The libtorch language model's GPU tests exist where CMake found libtorch.
-ninja -C $build -t query ca_tests_policy_gpu > /dev/null 2>&1 && targets="$targets ca_tests_policy_gpu"
+# The test binaries only where tests run; the libtorch language model's targets exist where
+# CMake found libtorch.
+has() { ninja -C $build -t query "$1" > /dev/null 2>&1; }
+targets="cuda-agent"
+has ca-lm-bench && targets="$targets ca-lm-bench"
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  targets="$targets ca_tests_gpu"
+  has ca_tests_policy_gpu && targets="$targets ca_tests_policy_gpu"
+fi
 ninja -C $build $targets > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
 echo "build ok"
 $build/cuda-agent doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.txt"
@@ -46,7 +52,8 @@ if [ "$what" = core-cached ]; then
       echo "    level: $(grep -A2 "id: $id\$" data/core/split.yaml | sed -n 's/ *level: //p')"
     done; } > $sub/split.yaml
   start=$SECONDS
-  timeout "${CORE_BASELINES_TIMEOUT:-3000}" $build/cuda-agent baselines --split $sub --output "$out/core-baselines" > "$out/core_baselines.txt" 2>&1
+  # CORE_SKIP_BASELINES=1: the cache came with the call (carried), time the bench alone.
+  [ -z "${CORE_SKIP_BASELINES:-}" ] && timeout "${CORE_BASELINES_TIMEOUT:-3000}" $build/cuda-agent baselines --split $sub --output "$out/core-baselines" > "$out/core_baselines.txt" 2>&1
   echo "baselines wall: $((SECONDS - start)) s" | tee -a "$out/core_baselines.txt"; tail -5 "$out/core_baselines.txt"
   start=$SECONDS
   [ "${CORE_BENCH_TIMEOUT:-3000}" != 0 ] && timeout "${CORE_BENCH_TIMEOUT:-3000}" $build/cuda-agent bench --split $sub --solutions data/core/solutions \
@@ -54,6 +61,10 @@ if [ "$what" = core-cached ]; then
   echo "core bench wall (cached baselines): $((SECONDS - start)) s" | tee -a "$out/core_bench.txt"
   cat "$out/core_bench.txt"; tail -5 "$out/core_bench.err"
   tar czf "$out/baseline-cache.tgz" -C "$CUDA_AGENT_CACHE_DIR" . 2>/dev/null
+fi
+if [ "$what" = lm ]; then
+  timeout "${LM_BENCH_TIMEOUT:-3000}" scripts/bench_lm.sh $build "$out/lm-bench" > "$out/lm_bench.md" 2> "$out/lm_bench.err"
+  cat "$out/lm_bench.md"; tail -5 "$out/lm_bench.err"
 fi
 if [ "$what" = core ]; then
   start=$SECONDS

@@ -243,11 +243,15 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "score the solutions of a split and print the result table");
   std::string split, solutions, gpus = "0", bench_out;
   bool no_resume = false;
+  int workers_per_gpu = 2;
+  const char* workers_help = "worker processes in flight per GPU (the next one starts Python while the current one "
+                             "runs; GPU phases stay one at a time)";
   bench->add_option("--split", split, "split: a folder with split.yaml, a KernelBench folder (level1/...), or rows (.jsonl/.parquet)");
   bench->add_option("--solutions", solutions, "folder of solutions: <id>/model_new.py or <id>.py");
   bench->add_option("--gpus", gpus, "comma-separated GPU indices to spread evaluations over");
   bench->add_option("--output", bench_out, "run folder (default runs/bench-<split>)");
   bench->add_flag("--no-resume", no_resume, "re-evaluate tasks that already have a result");
+  bench->add_option("--workers-per-gpu", workers_per_gpu, workers_help)->check(CLI::Range(1, 16));
   add_common(bench, flags);
   CLI::App* compare = bench->add_subcommand("compare", "show two bench runs side by side, per task and per level");
   std::string run_a, run_b;
@@ -260,6 +264,7 @@ int main(int argc, char** argv) {
   baselines->add_option("--split", split, "split folder (with split.yaml)")->required();
   baselines->add_option("--gpus", gpus, "comma-separated GPU indices to spread tasks over");
   baselines->add_option("--output", bench_out, "run folder (default runs/baselines-<split>)");
+  baselines->add_option("--workers-per-gpu", workers_per_gpu, workers_help)->check(CLI::Range(1, 16));
   add_common(baselines, flags);
 
   CLI::App* solve = app.add_subcommand("solve", "one agent episode on a task, transcript streamed, trajectory saved");
@@ -356,6 +361,7 @@ int main(int argc, char** argv) {
       opts.solutions = solutions;
       opts.gpus = parse_gpus(gpus);
       opts.resume = !no_resume;
+      opts.workers_per_gpu = workers_per_gpu;
       opts.output_dir = bench_out.empty() ? fs::path("runs") / ("bench-" + fs::path(split).filename().string()) : fs::path(bench_out);
       require_gpu("bench");
       opts.interactive_progress = stderr_is_terminal();
@@ -370,6 +376,7 @@ int main(int argc, char** argv) {
       opts.mode = sandbox::EvalMode::kBaselines;
       opts.split = split;
       opts.gpus = parse_gpus(gpus);
+      opts.workers_per_gpu = workers_per_gpu;
       opts.output_dir = bench_out.empty() ? fs::path("runs") / ("baselines-" + fs::path(split).filename().string())
                                           : fs::path(bench_out);
       opts.interactive_progress = stderr_is_terminal();

@@ -52,6 +52,7 @@ nlohmann::json evaluate_task(const BenchOptions& options, const TaskEntry& task,
   req.task_path = task.path.string();
   req.task_id = task.id;
   req.gpu = gpu;
+  req.gpu_lock = true;  // several workers per GPU: one at a time on it (see BenchOptions::workers_per_gpu)
   req.options = task_options;
   req.mode = options.mode;
   nlohmann::json result;
@@ -200,8 +201,10 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
                                 reused ? " [cached]" : ""));
     }
   };
+  CA_CHECK(options.workers_per_gpu >= 1, "workers per GPU must be at least 1, not {}", options.workers_per_gpu);
   std::vector<std::thread> threads;
-  for (int gpu : options.gpus) threads.emplace_back(work, gpu);
+  for (int w = 0; w < options.workers_per_gpu; ++w)
+    for (int gpu : options.gpus) threads.emplace_back(work, gpu);
   for (auto& t : threads) t.join();
 
   nlohmann::json all = nlohmann::json::array();

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <ftw.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -201,6 +202,18 @@ std::string file_sha256(const std::filesystem::path& path) noexcept {
   } catch (...) {
     return "";
   }
+}
+
+int lock_file_exclusive(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  CA_CHECK(fd >= 0, "cannot open the lock file {}: {}", path.string(), std::generic_category().message(errno));
+  while (::flock(fd, LOCK_EX) != 0) {
+    const int err = errno;
+    if (err == EINTR) continue;
+    ::close(fd);
+    CA_FAIL("cannot lock {}: {}", path.string(), std::generic_category().message(err));
+  }
+  return fd;
 }
 
 }  // namespace cuda_agent

@@ -15,15 +15,22 @@ torch::Tensor to_device(const std::vector<int64_t>& values, torch::Device device
   return torch::tensor(values, torch::kInt64).to(device);
 }
 
-// Prefills one prompt alone; returns its cache (one row) and the logits after its last token.
-std::pair<KvCache, torch::Tensor> prefill(CausalLMImpl& model, const std::vector<int64_t>& prompt) {
-  const int64_t len = static_cast<int64_t>(prompt.size());
-  KvCache cache = model.new_cache(1, len);
-  auto ids = to_device(prompt, model.device()).view({1, len});
-  auto positions = torch::arange(len, ids.options()).view({1, len});
+// Prompts of one length, prefilled together: one forward, no padding (so causal attention needs
+// no mask). Returns their cache rows and the logits after each prompt's last token.
+std::pair<KvCache, torch::Tensor> prefill(CausalLMImpl& model, const std::vector<const std::vector<int64_t>*>& group) {
+  const int64_t rows = static_cast<int64_t>(group.size()), len = static_cast<int64_t>(group[0]->size());
+  std::vector<int64_t> flat;
+  flat.reserve(static_cast<size_t>(rows * len));
+  for (const auto* p : group) flat.insert(flat.end(), p->begin(), p->end());
+  KvCache cache = model.new_cache(rows, len);
+  auto ids = to_device(flat, model.device()).view({rows, len});
+  auto positions = torch::arange(len, ids.options()).unsqueeze(0).expand({rows, len}).contiguous();
   auto hidden = model.forward(ids, positions, &cache);
   return {std::move(cache), model.logits(hidden.select(1, len - 1)).to(torch::kFloat32)};
 }
+
+// Most prompt tokens one prefill forward takes at once (bounds its activations and logits).
+constexpr int64_t kPrefillTokens = 16384;
 
 }  // namespace
 
@@ -56,24 +63,37 @@ std::vector<policy::Generation> generate(CausalLMImpl& model, const std::vector<
   std::vector<int64_t> pad(n);
   for (int64_t i = 0; i < n; ++i) pad[i] = longest - static_cast<int64_t>(prompts[i].size());
 
-  // Prefill each distinct prompt once and place it, left-padded, in the batched cache.
+  // Prefill each distinct prompt once, prompts of equal length together in batches of up to
+  // kPrefillTokens tokens, and place the rows, left-padded, in the batched cache.
   KvCache cache = model.new_cache(n, longest + std::min<int64_t>(options.max_new_tokens, 256));
-  std::vector<torch::Tensor> next_logits(n);
-  std::map<std::vector<int64_t>, std::vector<int64_t>> same;
+  auto logits = torch::empty({n, model.config().vocab_size}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  std::map<std::vector<int64_t>, std::vector<int64_t>> same;  // distinct prompt -> its rows
   for (int64_t i = 0; i < n; ++i) same[prompts[i]].push_back(i);
-  for (const auto& [prompt, rows] : same) {
-    auto [one, logits] = prefill(model, prompt);
-    const int64_t len = static_cast<int64_t>(prompt.size());
-    for (int64_t row : rows) {
+  std::map<int64_t, std::vector<const std::vector<int64_t>*>> by_length;
+  for (const auto& entry : same) by_length[static_cast<int64_t>(entry.first.size())].push_back(&entry.first);
+  for (const auto& [len, distinct] : by_length) {
+    const size_t per_batch = static_cast<size_t>(std::max<int64_t>(1, kPrefillTokens / len));
+    for (size_t start = 0; start < distinct.size(); start += per_batch) {
+      const std::vector<const std::vector<int64_t>*> group(distinct.begin() + static_cast<std::ptrdiff_t>(start),
+                                                           distinct.begin() + static_cast<std::ptrdiff_t>(std::min(distinct.size(), start + per_batch)));
+      auto [part, part_logits] = prefill(model, group);
+      // Row j of the part goes to every batch row holding that prompt; equal length means equal padding.
+      std::vector<int64_t> source, target;
+      for (size_t j = 0; j < group.size(); ++j)
+        for (int64_t row : same.at(*group[j])) {
+          source.push_back(static_cast<int64_t>(j));
+          target.push_back(row);
+        }
+      const auto from = to_device(source, device), to = to_device(target, device);
+      const int64_t at = longest - len;
       for (size_t l = 0; l < cache.k.size(); ++l) {
-        cache.k[l][row].narrow(1, pad[row], len).copy_(one.k[l][0]);
-        cache.v[l][row].narrow(1, pad[row], len).copy_(one.v[l][0]);
+        cache.k[l].narrow(2, at, len).index_copy_(0, to, part.k[l].index_select(0, from));
+        cache.v[l].narrow(2, at, len).index_copy_(0, to, part.v[l].index_select(0, from));
       }
-      next_logits[row] = logits;
+      logits.index_copy_(0, to, part_logits.index_select(0, from));
     }
   }
   cache.length = longest;
-  auto logits = torch::cat(next_logits, 0);
   auto pad_t = to_device(pad, device);
   auto valid = torch::arange(longest, pad_t.options()).unsqueeze(0) >= pad_t.unsqueeze(1);  // [n, longest]
   std::vector<int64_t> next_pos(n);

@@ -3,6 +3,7 @@
 #include "torch_fmt.h"  // first: see there
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "benchmark.h"
 #include "checkpoint.h"
 #include "torch_language_model.h"
 #include "training.h"
@@ -83,6 +84,16 @@ extern "C" int ca_lm_checkpoint_check(int abi, const ModelConfig* config, double
   const bool ok = reporting(error, [&] {
     CA_CHECK(abi == kLmModuleAbi, kStale, kLmModuleAbi, abi);
     *difference = cuda_agent::lm::translate_errors("checkpointing check", [&] { return checkpoint_difference(*config); });
+  });
+  return ok ? 0 : 1;
+}
+
+extern "C" int ca_lm_benchmark(int abi, const char* spec, std::string* result, std::string* error) {
+  const bool ok = reporting(error, [&] {
+    CA_CHECK(abi == kLmModuleAbi, kStale, kLmModuleAbi, abi);
+    *result = cuda_agent::lm::translate_errors("benchmark", [&] {
+      return cuda_agent::lm::run_benchmark(nlohmann::json::parse(spec)).dump(2);
+    });
   });
   return ok ? 0 : 1;
 }

@@ -16,11 +16,13 @@ constexpr const char* kModuleName = "libca_lm.so";
 
 using CreateFn = LanguageModel* (*)(const LmCreateRequest*, std::string*);
 using CheckFn = int (*)(int, const ModelConfig*, double*, std::string*);
+using BenchFn = int (*)(int, const char*, std::string*, std::string*);
 
 struct Module {
   std::filesystem::path path;
   CreateFn create = nullptr;
   CheckFn checkpoint_check = nullptr;
+  BenchFn benchmark = nullptr;  // optional: only ca-lm-bench needs it
 };
 
 std::filesystem::path find_module() {
@@ -51,6 +53,7 @@ const Module& module() {
       CA_CHECK(handle != nullptr, "cannot load {}: {}; rebuild it with scripts/setup.sh", m.path.string(), dlerror());
       m.create = reinterpret_cast<CreateFn>(dlsym(handle, "ca_lm_create"));
       m.checkpoint_check = reinterpret_cast<CheckFn>(dlsym(handle, "ca_lm_checkpoint_check"));
+      m.benchmark = reinterpret_cast<BenchFn>(dlsym(handle, "ca_lm_benchmark"));
       CA_CHECK(m.create != nullptr && m.checkpoint_check != nullptr,
                "{} lacks the entry points ca_lm_create / ca_lm_checkpoint_check; rebuild it with scripts/setup.sh",
                m.path.string());
@@ -127,6 +130,14 @@ std::unique_ptr<LanguageModel> random_language_model(const ModelConfig& config, 
   request.config = &config;
   request.options = &options;
   return create(request);
+}
+
+nlohmann::json run_language_model_benchmark(const nlohmann::json& spec) {
+  const Module& m = module();
+  CA_CHECK(m.benchmark != nullptr, "{} lacks the entry point ca_lm_benchmark; rebuild it with scripts/setup.sh", m.path.string());
+  std::string result, error;
+  CA_CHECK(m.benchmark(kLmModuleAbi, spec.dump().c_str(), &result, &error) == 0, "{}", error);
+  return nlohmann::json::parse(result);
 }
 
 double checkpointing_gradient_difference(const ModelConfig& config) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <random>
@@ -76,6 +77,18 @@ void guarded(const std::string& fallback, const std::string& context, Fn&& fn) {
     throw;
   } catch (const std::exception& e) {
     throw Failure{cuda_error_category(e.what(), fallback), context + ": " + std::string(e.what())};
+  }
+}
+
+// Blocks until this process holds the host-wide lock of GPU `gpu` (see EvalRequest::gpu_lock)
+// and keeps it until the process exits (a crashed or killed worker never leaves the GPU locked).
+// A lock file that cannot be used (another user's, say) is skipped with a note in the log: the
+// lock orders this user's evaluations, it is not a security boundary.
+void lock_gpu(int gpu) {
+  try {
+    lock_file_exclusive(fs::temp_directory_path() / fmt::format("cuda-agent-gpu{}.lock", gpu));  // held until exit
+  } catch (const Error& e) {
+    std::fprintf(stderr, "cuda-agent worker: %s; running without the GPU lock\n", e.what());
   }
 }
 
@@ -463,6 +476,11 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
     py::module_ torch = py::module_::import("torch");
     result["versions"] = {{"torch", py::str(torch.attr("__version__")).cast<std::string>()},
                           {"python", py::str(py::module_::import("sys").attr("version")).cast<std::string>()}};
+    if (on_gpu && req.gpu_lock) {
+      progress.enter("gpu_wait", result);
+      lock_gpu(req.gpu);
+      progress.enter("cuda_init", result);
+    }
     if (on_gpu) {
       guarded(category::kInfrastructure, "initialising CUDA", [&] {
         CA_CHECK(torch.attr("cuda").attr("is_available")().cast<bool>(),

@@ -134,7 +134,7 @@ EvalMode eval_mode_from_string(const std::string& s) {
 nlohmann::json EvalRequest::to_json() const {
   return {{"task_path", task_path}, {"solution_path", solution_path}, {"task_id", task_id},
           {"mode", to_string(mode)}, {"device", device},              {"gpu", gpu},
-          {"options", options.to_json()}};
+          {"gpu_lock", gpu_lock}, {"options", options.to_json()}};
 }
 
 EvalRequest EvalRequest::from_json(const nlohmann::json& j) {
@@ -145,6 +145,7 @@ EvalRequest EvalRequest::from_json(const nlohmann::json& j) {
   r.mode = eval_mode_from_string(j.value("mode", "evaluate"));
   r.device = j.value("device", "cuda");
   r.gpu = j.value("gpu", 0);
+  r.gpu_lock = j.value("gpu_lock", false);
   r.options = SandboxOptions::from_json(j.value("options", nlohmann::json::object()));
   return r;
 }

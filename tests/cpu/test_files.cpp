@@ -1,5 +1,9 @@
 #include "cuda_agent/core/files.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
@@ -185,6 +189,31 @@ TEST(Files, DefaultCacheDirPrecedence) {
     ScopedEnv xdg("XDG_CACHE_HOME", nullptr);
     ScopedEnv home("HOME", nullptr);
     EXPECT_THROW(default_cache_dir(), Error);
+  }
+}
+
+// flock locks belong to open file descriptions: a second open of the same file in this process
+// contends like another process would.
+TEST(FileLock, ExclusiveUntilTheHolderClosesIt) {
+  TempDir dir("ca-lock-");
+  const fs::path path = dir.path() / "gpu0.lock";
+  const int held = lock_file_exclusive(path);
+  ASSERT_GE(held, 0);
+  const int other = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(other, 0);
+  EXPECT_NE(::flock(other, LOCK_EX | LOCK_NB), 0);
+  EXPECT_EQ(errno, EWOULDBLOCK);
+  ::close(held);
+  EXPECT_EQ(::flock(other, LOCK_EX | LOCK_NB), 0);
+  ::close(other);
+}
+
+TEST(FileLock, AnUnopenableFileIsAnErrorNamingIt) {
+  try {
+    lock_file_exclusive("/nonexistent-dir-for-ca/x.lock");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent-dir-for-ca/x.lock"), std::string::npos) << e.what();
   }
 }
 

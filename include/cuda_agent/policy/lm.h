@@ -113,6 +113,10 @@ std::unique_ptr<LanguageModel> random_language_model(const ModelConfig& config, 
 // corresponding parameter gradients (0 means identical).
 double checkpointing_gradient_difference(const ModelConfig& config);
 
+// Runs the module's throughput and memory benchmark (spec and result: src/lm/benchmark.h) and
+// returns its result. For scripts/bench_lm.sh through the ca-lm-bench tool.
+nlohmann::json run_language_model_benchmark(const nlohmann::json& spec);
+
 // The module file load_language_model uses (for messages and `doctor`). Throws Error when it
 // cannot be found.
 std::filesystem::path language_model_module_path();
@@ -138,5 +142,6 @@ struct LmCreateRequest {
 // non-zero with *error set.
 extern "C" cuda_agent::policy::LanguageModel* ca_lm_create(const cuda_agent::policy::LmCreateRequest* request,
                                                            std::string* error);
+extern "C" int ca_lm_benchmark(int abi, const char* spec, std::string* result, std::string* error);
 extern "C" int ca_lm_checkpoint_check(int abi, const cuda_agent::policy::ModelConfig* config, double* difference,
                                       std::string* error);

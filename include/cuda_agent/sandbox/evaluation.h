@@ -81,6 +81,11 @@ struct EvalRequest {
   EvalMode mode = EvalMode::kEvaluate;
   std::string device = "cuda";  // "cpu": verify only, for machines without a GPU
   int gpu = 0;                  // physical GPU index the worker is pinned to
+  // Take the host-wide lock of this GPU (a file lock, held until the worker exits) after
+  // Python and torch are imported and before CUDA is touched. A runner that starts the next
+  // worker while the current one still runs overlaps the slow interpreter start with the other
+  // worker's GPU work, and the lock keeps the GPU phases (and so the timings) one at a time.
+  bool gpu_lock = false;
   SandboxOptions options;
 
   nlohmann::json to_json() const;
