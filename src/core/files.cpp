@@ -204,10 +204,10 @@ std::string file_sha256(const std::filesystem::path& path) noexcept {
   }
 }
 
-int lock_file_exclusive(const std::filesystem::path& path) {
+int lock_file(const std::filesystem::path& path, bool exclusive) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   CA_CHECK(fd >= 0, "cannot open the lock file {}: {}", path.string(), std::generic_category().message(errno));
-  while (::flock(fd, LOCK_EX) != 0) {
+  while (::flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0) {
     const int err = errno;
     if (err == EINTR) continue;
     ::close(fd);

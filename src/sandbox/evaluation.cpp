@@ -5,6 +5,8 @@
 #include "cuda_agent/sandbox/integrity_checks.h"
 #include "cuda_agent/sandbox/kernel_provenance.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -80,17 +82,40 @@ void guarded(const std::string& fallback, const std::string& context, Fn&& fn) {
   }
 }
 
-// Blocks until this process holds the host-wide lock of GPU `gpu` (see EvalRequest::gpu_lock)
-// and keeps it until the process exits (a crashed or killed worker never leaves the GPU locked).
-// A lock file that cannot be used (another user's, say) is skipped with a note in the log: the
-// lock orders this user's evaluations, it is not a security boundary.
-void lock_gpu(int gpu) {
+// The locks of one GPU that workers started with EvalRequest::gpu_lock share (files in the
+// temporary directory, so every run of this user on the host takes part):
+// - the GPU lock, taken before CUDA init and held until the worker exits: GPU phases one at a
+//   time;
+// - the quiet lock, shared while a worker imports torch (seconds of disk and CPU work) and
+//   exclusive while a worker times: a worker starting up never runs beside another's timed runs.
+// A lock that cannot be taken (another user's file, say) is skipped with a note in the log: the
+// locks order this user's evaluations, they are not a security boundary. Returns the held
+// descriptor, or -1.
+int take_gpu_lock(int gpu, const char* which, bool exclusive) {
   try {
-    lock_file_exclusive(fs::temp_directory_path() / fmt::format("cuda-agent-gpu{}.lock", gpu));  // held until exit
+    return lock_file(fs::temp_directory_path() / fmt::format("cuda-agent-gpu{}.{}.lock", gpu, which), exclusive);
   } catch (const Error& e) {
-    std::fprintf(stderr, "cuda-agent worker: %s; running without the GPU lock\n", e.what());
+    std::fprintf(stderr, "cuda-agent worker: %s; running without it\n", e.what());
+    return -1;
   }
 }
+
+// Holds a lock from take_gpu_lock until the end of the scope (or release()).
+class ScopedLock {
+ public:
+  ScopedLock() = default;
+  explicit ScopedLock(int fd) : fd_(fd) {}
+  ScopedLock(const ScopedLock&) = delete;
+  ScopedLock& operator=(const ScopedLock&) = delete;
+  ~ScopedLock() { release(); }
+  void release() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
 
 class Progress {
  public:
@@ -468,17 +493,19 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
 
   try {
     progress.enter("python_start", result);
+    ScopedLock starting(on_gpu && req.gpu_lock ? take_gpu_lock(req.gpu, "quiet", false) : -1);
     guarded(category::kInfrastructure, "starting the embedded Python", [&] {
       register_python_module();
       set_runtime_cache_dir(fs::path(opt.resolved_cache_dir()) / "nvrtc");
       start_python();
     });
     py::module_ torch = py::module_::import("torch");
+    starting.release();
     result["versions"] = {{"torch", py::str(torch.attr("__version__")).cast<std::string>()},
                           {"python", py::str(py::module_::import("sys").attr("version")).cast<std::string>()}};
     if (on_gpu && req.gpu_lock) {
       progress.enter("gpu_wait", result);
-      lock_gpu(req.gpu);
+      take_gpu_lock(req.gpu, "gpu", true);  // held until the worker exits
       progress.enter("cuda_init", result);
     }
     if (on_gpu) {
@@ -540,6 +567,8 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
 
     if (req.mode != EvalMode::kVerify) {
       if (!on_gpu) throw Failure{category::kInfrastructure, "profiling needs a GPU; use --device cuda on a GPU machine"};
+      if (req.gpu_lock) progress.enter("quiet_wait", result);
+      ScopedLock quiet(req.gpu_lock ? take_gpu_lock(req.gpu, "quiet", true) : -1);  // no worker starting beside the timing
       progress.enter("profile", result);
       py::object inputs;
       guarded(category::kTaskError, "drawing the profiling inputs", [&] {

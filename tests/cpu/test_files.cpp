@@ -197,7 +197,7 @@ TEST(Files, DefaultCacheDirPrecedence) {
 TEST(FileLock, ExclusiveUntilTheHolderClosesIt) {
   TempDir dir("ca-lock-");
   const fs::path path = dir.path() / "gpu0.lock";
-  const int held = lock_file_exclusive(path);
+  const int held = lock_file(path, /*exclusive=*/true);
   ASSERT_GE(held, 0);
   const int other = ::open(path.c_str(), O_RDWR);
   ASSERT_GE(other, 0);
@@ -208,9 +208,24 @@ TEST(FileLock, ExclusiveUntilTheHolderClosesIt) {
   ::close(other);
 }
 
+TEST(FileLock, SharedHoldersCoexistAndKeepExclusiveOut) {
+  TempDir dir("ca-lock-");
+  const fs::path path = dir.path() / "gpu0.quiet.lock";
+  const int a = lock_file(path, /*exclusive=*/false);
+  const int b = lock_file(path, /*exclusive=*/false);  // would block if shared locks excluded each other
+  const int other = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(other, 0);
+  EXPECT_NE(::flock(other, LOCK_EX | LOCK_NB), 0);
+  ::close(a);
+  EXPECT_NE(::flock(other, LOCK_EX | LOCK_NB), 0);  // b still holds it
+  ::close(b);
+  EXPECT_EQ(::flock(other, LOCK_EX | LOCK_NB), 0);
+  ::close(other);
+}
+
 TEST(FileLock, AnUnopenableFileIsAnErrorNamingIt) {
   try {
-    lock_file_exclusive("/nonexistent-dir-for-ca/x.lock");
+    lock_file("/nonexistent-dir-for-ca/x.lock", true);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("/nonexistent-dir-for-ca/x.lock"), std::string::npos) << e.what();

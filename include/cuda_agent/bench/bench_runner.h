@@ -18,10 +18,11 @@ struct BenchOptions {
   std::filesystem::path solutions;      // DIR/<task id>/model_new.py or DIR/<task id>.py
   std::filesystem::path output_dir;     // results/<id>.json, summary.json, results.md
   std::vector<int> gpus = {0};
-  // Worker processes in flight per GPU. With 2, the next worker starts Python and imports torch
-  // while the current one uses the GPU; the workers' GPU lock (EvalRequest::gpu_lock) keeps
-  // the GPU phases one at a time, so timings are as with 1.
-  int workers_per_gpu = 2;
+  // Worker processes in flight per GPU. With 2, the next worker imports torch while the current
+  // one compiles and verifies; the workers' GPU locks (EvalRequest::gpu_lock) keep GPU phases one
+  // at a time and keep a starting worker from running beside timed runs. 1 is the measured
+  // default (docs/benchmarks.md, section 5).
+  int workers_per_gpu = 1;
   bool resume = true;                   // skip tasks whose result for the same files exists
   bool interactive_progress = false;    // redraw the progress bar in place (a terminal)
   // kEvaluate scores solutions; kBaselines only times eager and torch.compile per task into

@@ -81,10 +81,11 @@ struct EvalRequest {
   EvalMode mode = EvalMode::kEvaluate;
   std::string device = "cuda";  // "cpu": verify only, for machines without a GPU
   int gpu = 0;                  // physical GPU index the worker is pinned to
-  // Take the host-wide lock of this GPU (a file lock, held until the worker exits) after
-  // Python and torch are imported and before CUDA is touched. A runner that starts the next
-  // worker while the current one still runs overlaps the slow interpreter start with the other
-  // worker's GPU work, and the lock keeps the GPU phases (and so the timings) one at a time.
+  // Take this GPU's locks (files in the temporary directory, shared by every run of this user
+  // on the host): the GPU lock after Python and torch are imported and before CUDA is touched,
+  // held until the worker exits, so GPU phases run one at a time; and the quiet lock, shared
+  // while torch is imported and exclusive while timing, so no worker starts up beside another's
+  // timed runs. Lets a runner start the next worker while the current one runs.
   bool gpu_lock = false;
   SandboxOptions options;
 

@@ -1,0 +1,378 @@
+#include "cuda_agent/rl/train_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "cuda_agent/core/config.h"
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+
+namespace cuda_agent::rl {
+
+using nlohmann::json;
+
+// "paper" marks the CUDA Agent paper's value; "ours" a value the paper does not give.
+json train_config_defaults() {
+  return json{
+      {"run",
+       {
+           {"output_dir", "runs/train"},  // ours: config.resolved.yaml, logs, checkpoints, trajectories
+           {"seed", 42},                  // ours: task order, sampling, initialization of new heads
+           {"steps_per_log", 1},          // ours: log metrics every this many optimizer steps
+       }},
+      {"model",
+       {
+           {"actor", ""},             // required: the policy's weights (.gguf or a Hugging Face folder)
+           {"critic", "from_actor"},  // from_actor: its own weights, copied from the actor (our reading of
+                                      // the paper's critic initialization); shared: a value head on
+                                      // the actor's trunk; anything else: the critic's weights
+           {"dtype", "bfloat16"},     // ours: bfloat16 parameters and activations
+           {"device", "cuda"},        // cuda or cpu (cpu: tests and tiny models only)
+       }},
+      {"data",
+       {
+           {"split", "data/core"},   // ours: the training split (a folder with split.yaml)
+           {"tasks_per_step", 128},  // ours: tasks per PPO step; x episodes_per_task = ppo.batch_size
+       }},
+      {"rollout",
+       {
+           {"episodes_per_task", 8},          // ours: episodes sampled per task (the paper's group size is not given)
+           {"max_turns", 150},                // paper: 150 turns in training (200 at evaluation)
+           {"max_context_tokens", 131072},    // paper: 128k-token context in agentic PPO
+           {"max_new_tokens", 8192},          // ours: tokens of one policy reply
+           {"temperature", 1.0},              // ours: sample the policy as it is (on-policy)
+           {"top_p", 1.0},                    // ours: no nucleus truncation, for the same reason
+           {"sandbox_timeout_s", 600},        // ours: wall time of one sandbox evaluation
+           {"single_turn", false},            // true: no tools, one answer (the no-agent-loop ablation)
+           {"max_invalid_turns", 5},          // as agent::AgentOptions: replies whose calls all failed, in a row
+           {"max_repeated_calls", 6},         // as agent::AgentOptions: the same call this many times: looping
+       }},
+      {"stages",
+       {
+           {"warmup",
+            {
+                {"enabled", true},               // paper: stage 1, single-turn PPO warm-up
+                {"steps", 50},                   // ours: PPO steps of the warm-up
+                {"max_context_tokens", 32768},   // paper: 32k context in the warm-up
+                {"single_turn", true},           // paper: the warm-up is single-turn
+            }},
+           {"rft",
+            {
+                {"enabled", true},           // paper: stage 2, rejection fine-tuning of the actor
+                {"keep_reward_above", 0.0},  // paper: keep trajectories with reward > this (positive reward)
+                {"drop_stop_reasons",
+                 json::array({"looping", "invalid_tool_calls", "policy_error"})},  // paper: drop looping and
+                                                                                   // invalid-tool-call runs
+                {"max_invalid_tool_calls", -1},  // ours: drop runs with more failed tool calls; -1: no limit
+                                                 // (the count includes calls that ran and failed)
+                {"tasks", 0},                    // ours: tasks sampled for RFT rollouts; 0: every task of the split
+                {"epochs", 1},                   // ours: passes over the kept trajectories
+                {"batch_size", 64},              // ours: trajectories per optimizer step
+                {"lr", 1.0e-6},                  // ours: actor learning rate of the fine-tuning
+            }},
+           {"value_pretrain",
+            {
+                {"enabled", true},  // paper: stage 3, the critic learns before the actor moves
+                {"steps", 50},      // ours: critic optimizer steps
+                {"gamma", 1.0},     // paper
+                {"lambda", 0.95},   // paper
+                {"lr", 6.0e-6},     // ours: the agentic stage's critic learning rate
+            }},
+       }},
+      {"ppo",
+       {
+           {"enabled", true},        // paper: stage 4, agentic PPO
+           {"steps", 150},           // paper: 150 training steps
+           {"batch_size", 1024},     // paper: 1024 (trajectories per step here)
+           {"mini_batches", 4},      // ours: optimizer steps per epoch over one batch
+           {"epochs", 1},            // ours: passes over one batch
+           {"actor_lr", 3.0e-6},     // paper
+           {"critic_lr", 6.0e-6},    // paper
+           {"clip_low", 0.2},        // paper: ratio clipped below at 1 - clip_low
+           {"clip_high", 0.28},      // paper: ... and above at 1 + clip_high (clip-higher)
+           {"value_clip", 0.2},      // ours: new values stay within old +- value_clip in the clipped loss
+           {"gamma", 1.0},           // paper's value-pretraining gamma; no discount over a sparse final reward
+           {"lambda", 0.95},         // paper's value-pretraining lambda, kept so the critic's targets do not
+                                     // change between stages 3 and 4 (1.0: Monte-Carlo advantages)
+           {"whiten_advantages", true},  // ours: advantages normalized over the batch's policy tokens
+           {"kl",
+            {
+                {"coef", 0.0},          // ours: no KL to the reference policy (clip-higher PPO)
+                {"estimator", "k1"},    // k1: logp - logp_ref; k2: half its square; k3: Schulman's unbiased
+                {"mode", "reward"},     // reward: a per-token penalty in the rewards; loss: a loss term
+            }},
+           {"entropy_coef", 0.0},             // ours: no entropy bonus
+           {"loss_aggregation", "token_mean"},  // ours: token_mean, seq_mean_token_sum, seq_mean_token_mean
+           {"grad_clip", 1.0},                 // ours: global gradient-norm clip; 0 turns it off
+       }},
+      {"reward",
+       {
+           {"kind", "milestone"},     // paper: milestone (-1/1/2/3); raw_speedup is the ablation
+           {"speedup_margin", 0.05},  // as sandbox.speedup_margin: "faster" means more than 5% faster
+       }},
+      {"checkpoint",
+       {
+           {"every_steps", 10},  // ours: checkpoint every this many steps; 0: only at the end of a stage
+           {"keep_last", 3},     // ours: checkpoints kept; 0 keeps all
+       }},
+      {"distributed",
+       {
+           {"backend", "nccl"},  // nccl (GPUs) or gloo (CPU tests)
+       }},
+  };
+}
+
+namespace {
+
+// The value at a dotted key; a missing key is an error naming it.
+const json& at(const json& config, const std::string& dotted) {
+  const json* node = &config;
+  size_t start = 0;
+  while (true) {
+    const size_t dot = dotted.find('.', start);
+    const std::string part = dotted.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    CA_CHECK(node->is_object() && node->contains(part), "train config: missing key '{}'", dotted);
+    node = &(*node)[part];
+    if (dot == std::string::npos) return *node;
+    start = dot + 1;
+  }
+}
+
+double number(const json& c, const std::string& key) {
+  const json& v = at(c, key);
+  CA_CHECK(v.is_number(), "train config: '{}' must be a number, got {}", key, v.dump());
+  return v.get<double>();
+}
+
+long long integer(const json& c, const std::string& key) {
+  const json& v = at(c, key);
+  CA_CHECK(v.is_number_integer(), "train config: '{}' must be an integer, got {}", key, v.dump());
+  return v.get<long long>();
+}
+
+std::string string(const json& c, const std::string& key) {
+  const json& v = at(c, key);
+  CA_CHECK(v.is_string(), "train config: '{}' must be a string, got {}", key, v.dump());
+  return v.get<std::string>();
+}
+
+bool boolean(const json& c, const std::string& key) {
+  const json& v = at(c, key);
+  CA_CHECK(v.is_boolean(), "train config: '{}' must be true or false, got {}", key, v.dump());
+  return v.get<bool>();
+}
+
+// Interval notation in messages: [lo, hi] closed, (lo, hi) open.
+void check_range(const json& c, const std::string& key, double lo, bool lo_open, double hi, bool hi_open) {
+  const double v = number(c, key);
+  const bool ok = (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  CA_CHECK(ok, "train config: {} = {} is out of range: allowed {}{:g}, {}{}", key, at(c, key).dump(),
+           lo_open ? "(" : "[", lo, std::isinf(hi) ? "inf" : fmt::format("{:g}", hi), hi_open ? ")" : "]");
+}
+
+void check_at_least(const json& c, const std::string& key, long long lo) {
+  const long long v = integer(c, key);
+  CA_CHECK(v >= lo, "train config: {} = {} is out of range: must be an integer >= {}", key, v, lo);
+}
+
+void check_enum_value(const std::string& key, const std::string& value, const std::vector<std::string>& allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) != allowed.end()) return;
+  std::string list;
+  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  CA_FAIL("train config: {} = '{}' is not allowed: use one of {}", key, value, list);
+}
+
+void check_enum(const json& c, const std::string& key, const std::vector<std::string>& allowed) {
+  check_enum_value(key, string(c, key), allowed);
+}
+
+void check_non_empty(const json& c, const std::string& key, const std::string& what) {
+  CA_CHECK(!string(c, key).empty(), "train config: {} is empty: set it to {}", key, what);
+}
+
+constexpr double kInf = INFINITY;
+
+}  // namespace
+
+void validate_train_config(const json& c) {
+  CA_CHECK(c.is_object(), "train config: expected a mapping, got {}", c.dump());
+
+  check_non_empty(c, "run.output_dir", "the run's output folder");
+  check_at_least(c, "run.seed", 0);
+  check_at_least(c, "run.steps_per_log", 1);
+
+  check_non_empty(c, "model.actor",
+                  "the actor's weights (a .gguf file or a Hugging Face folder), e.g. --set model.actor=PATH");
+  check_non_empty(c, "model.critic", "from_actor, shared, or the critic's weights");
+  check_enum(c, "model.dtype", {"bfloat16", "float16", "float32"});
+  check_enum(c, "model.device", {"cuda", "cpu"});
+
+  check_non_empty(c, "data.split", "the training split's folder");
+  check_at_least(c, "data.tasks_per_step", 1);
+
+  check_at_least(c, "rollout.episodes_per_task", 1);
+  check_at_least(c, "rollout.max_turns", 1);
+  check_at_least(c, "rollout.max_context_tokens", 1);
+  check_at_least(c, "rollout.max_new_tokens", 1);
+  CA_CHECK(integer(c, "rollout.max_new_tokens") <= integer(c, "rollout.max_context_tokens"),
+           "train config: rollout.max_new_tokens = {} is out of range: must be <= rollout.max_context_tokens ({})",
+           integer(c, "rollout.max_new_tokens"), integer(c, "rollout.max_context_tokens"));
+  check_range(c, "rollout.temperature", 0, true, 10, false);
+  check_range(c, "rollout.top_p", 0, true, 1, false);
+  check_range(c, "rollout.sandbox_timeout_s", 0, true, kInf, true);
+  boolean(c, "rollout.single_turn");
+  check_at_least(c, "rollout.max_invalid_turns", 1);
+  check_at_least(c, "rollout.max_repeated_calls", 2);
+
+  boolean(c, "stages.warmup.enabled");
+  check_at_least(c, "stages.warmup.steps", 1);
+  check_at_least(c, "stages.warmup.max_context_tokens", 1);
+  boolean(c, "stages.warmup.single_turn");
+  CA_CHECK(!boolean(c, "stages.warmup.enabled") ||
+               integer(c, "rollout.max_new_tokens") <= integer(c, "stages.warmup.max_context_tokens"),
+           "train config: stages.warmup.max_context_tokens = {} is out of range: "
+           "must be >= rollout.max_new_tokens ({})",
+           integer(c, "stages.warmup.max_context_tokens"), integer(c, "rollout.max_new_tokens"));
+
+  boolean(c, "stages.rft.enabled");
+  number(c, "stages.rft.keep_reward_above");
+  const json& drop = at(c, "stages.rft.drop_stop_reasons");
+  CA_CHECK(drop.is_array(), "train config: 'stages.rft.drop_stop_reasons' must be a list, got {}", drop.dump());
+  for (const auto& reason : drop) {
+    CA_CHECK(reason.is_string(), "train config: stages.rft.drop_stop_reasons holds {}, not a stop reason",
+             reason.dump());
+    check_enum_value("stages.rft.drop_stop_reasons", reason.get<std::string>(), kStopReasons);
+  }
+  check_at_least(c, "stages.rft.max_invalid_tool_calls", -1);
+  check_at_least(c, "stages.rft.tasks", 0);
+  check_at_least(c, "stages.rft.epochs", 1);
+  check_at_least(c, "stages.rft.batch_size", 1);
+  check_range(c, "stages.rft.lr", 0, true, 1, false);
+
+  boolean(c, "stages.value_pretrain.enabled");
+  check_at_least(c, "stages.value_pretrain.steps", 1);
+  check_range(c, "stages.value_pretrain.gamma", 0, false, 1, false);
+  check_range(c, "stages.value_pretrain.lambda", 0, false, 1, false);
+  check_range(c, "stages.value_pretrain.lr", 0, true, 1, false);
+
+  boolean(c, "ppo.enabled");
+  check_at_least(c, "ppo.steps", 1);
+  check_at_least(c, "ppo.batch_size", 1);
+  check_at_least(c, "ppo.mini_batches", 1);
+  check_at_least(c, "ppo.epochs", 1);
+  check_range(c, "ppo.actor_lr", 0, true, 1, false);
+  check_range(c, "ppo.critic_lr", 0, true, 1, false);
+  check_range(c, "ppo.clip_low", 0, true, 1, true);
+  check_range(c, "ppo.clip_high", 0, true, 10, false);
+  check_range(c, "ppo.value_clip", 0, true, kInf, true);
+  check_range(c, "ppo.gamma", 0, false, 1, false);
+  check_range(c, "ppo.lambda", 0, false, 1, false);
+  boolean(c, "ppo.whiten_advantages");
+  check_range(c, "ppo.kl.coef", 0, false, kInf, true);
+  check_enum(c, "ppo.kl.estimator", {"k1", "k2", "k3"});
+  check_enum(c, "ppo.kl.mode", {"reward", "loss"});
+  check_range(c, "ppo.entropy_coef", 0, false, kInf, true);
+  check_enum(c, "ppo.loss_aggregation", {"token_mean", "seq_mean_token_sum", "seq_mean_token_mean"});
+  check_range(c, "ppo.grad_clip", 0, false, kInf, true);
+
+  check_enum(c, "reward.kind", {"milestone", "raw_speedup"});
+  check_range(c, "reward.speedup_margin", 0, false, 1, false);
+
+  check_at_least(c, "checkpoint.every_steps", 0);
+  check_at_least(c, "checkpoint.keep_last", 0);
+
+  check_enum(c, "distributed.backend", {"nccl", "gloo"});
+
+  // Keys that must agree with each other.
+  const long long batch = integer(c, "ppo.batch_size");
+  const long long tasks = integer(c, "data.tasks_per_step");
+  const long long episodes = integer(c, "rollout.episodes_per_task");
+  CA_CHECK(batch == tasks * episodes,
+           "train config: ppo.batch_size = {} must equal "
+           "data.tasks_per_step x rollout.episodes_per_task = {} x {} = {}",
+           batch, tasks, episodes, tasks * episodes);
+  const long long minis = integer(c, "ppo.mini_batches");
+  CA_CHECK(minis <= batch && batch % minis == 0,
+           "train config: ppo.mini_batches = {} is out of range: must divide ppo.batch_size ({})", minis, batch);
+  CA_CHECK(boolean(c, "stages.warmup.enabled") || boolean(c, "stages.rft.enabled") ||
+               boolean(c, "stages.value_pretrain.enabled") || boolean(c, "ppo.enabled"),
+           "train config: every stage is disabled (stages.warmup.enabled, stages.rft.enabled, "
+           "stages.value_pretrain.enabled, ppo.enabled): enable at least one");
+}
+
+json load_train_config(const std::filesystem::path& yaml, const std::vector<std::string>& set_overrides) {
+  json config = train_config_defaults();
+  if (!yaml.empty()) merge_checked(config, load_yaml_file(yaml), yaml.string());
+  for (const auto& assignment : set_overrides) apply_override(config, assignment);
+  validate_train_config(config);
+  return config;
+}
+
+namespace {
+
+// Shortest text that reads back as the same double, always with a decimal point ("1.0", not
+// "1"; "3.0e-06", not "3e-06"), so a float key never comes back as an integer and YAML 1.1
+// readers (PyYAML) see a float, not a string.
+std::string float_text(double d) {
+  std::string s = fmt::format("{}", d);
+  if (s.find('.') == std::string::npos) {
+    const size_t e = s.find_first_of("eE");
+    s.insert(e == std::string::npos ? s.size() : e, ".0");
+  }
+  return s;
+}
+
+void emit(YAML::Emitter& out, const json& v) {
+  switch (v.type()) {
+    case json::value_t::object:
+      out << YAML::BeginMap;
+      for (const auto& [key, value] : v.items()) {
+        out << YAML::Key << key << YAML::Value;
+        emit(out, value);
+      }
+      out << YAML::EndMap;
+      break;
+    case json::value_t::array:
+      out << YAML::Flow << YAML::BeginSeq;
+      for (const auto& item : v) emit(out, item);
+      out << YAML::EndSeq;
+      break;
+    case json::value_t::string:
+      out << YAML::DoubleQuoted << v.get<std::string>();
+      break;
+    case json::value_t::boolean:
+      out << YAML::TrueFalseBool << v.get<bool>();
+      break;
+    case json::value_t::number_integer:
+      out << v.get<long long>();
+      break;
+    case json::value_t::number_unsigned:
+      out << v.get<unsigned long long>();
+      break;
+    case json::value_t::number_float:
+      out << float_text(v.get<double>());
+      break;
+    default:
+      out << YAML::Null;
+      break;
+  }
+}
+
+}  // namespace
+
+std::string train_config_to_yaml(const json& config) {
+  YAML::Emitter out;
+  emit(out, config);
+  CA_ASSERT(out.good(), "YAML emitter failed: {}", out.GetLastError());
+  return std::string("# The resolved training config of this run (defaults <- YAML <- --set).\n") + out.c_str() + "\n";
+}
+
+void save_resolved_config(const json& config, const std::filesystem::path& run_dir) {
+  write_file_atomic(run_dir / "config.resolved.yaml", train_config_to_yaml(config));
+}
+
+}  // namespace cuda_agent::rl
