@@ -1,0 +1,144 @@
+// The PPO learner: the update step of the RL trainer, on the policy's language model, behind a
+// torch-free interface (the libtorch side lives in the module libca_lm.so, like the model: see
+// lm.h for how it is found and loaded).
+//
+// What it does with one batch of scored trajectories: epochs x mini_batches optimizer steps, each
+// on a shuffled mini-batch (right-padded into one [B, T] forward), minimizing
+//
+//   policy_loss - entropy_coef * entropy + kl_coef * kl (kl_mode "loss" only) + value_loss
+//
+// with the per-token terms of src/rl/advantages.cpp (the reference the tests compare against):
+//   policy  max(-A * ratio, -A * clamp(ratio, 1 - clip_low, 1 + clip_high)), ratio = exp(logp - old_logp)
+//   value   0.5 * max((v - R)^2, (old_v + clamp(v - old_v, +-value_clip) - R)^2)
+//   entropy the entropy of the full predictive distribution at the token
+//   kl      rl::kl_estimate(logp, ref_logp, kl_estimator)
+// each aggregated over the mini-batch's policy tokens (loss_mask 1) with loss_aggregation
+// (rl::aggregate_loss: token_mean, seq_mean_token_sum, seq_mean_token_mean).
+//
+// v1 scope, the shared critic: the critic is the value head (Linear(hidden, 1)) on the actor's
+// own trunk. The value loss back-propagates into the shared trunk too. One AdamW optimizer with
+// two parameter groups: the actor's parameters (trunk, lm_head) at actor_lr, the value head at
+// critic_lr; weight_decay applies to both. Gradients are clipped per group to a norm of
+// grad_clip (grad_norm_actor is the trunk's and lm_head's norm, which holds the value loss's
+// share of the trunk gradient; grad_norm_critic is the value head's). A separate critic model
+// (the paper's) is not supported yet. The optimizer state lives only in memory: it is not saved
+// with the model.
+//
+// Errors: every function and method throws cuda_agent::Error naming the bad value (a sample, a
+// length, an option); failures inside libtorch become Error with their text.
+//
+// Thread safety: a PpoLearner is not thread-safe; use it (and its policy()) from one thread.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/policy/lm.h"
+
+namespace cuda_agent::policy {
+
+struct PpoOptions {
+  double actor_lr = 3e-6;   // AdamW lr of the trunk and lm_head
+  double critic_lr = 6e-6;  // AdamW lr of the value head
+  double clip_low = 0.2;    // ratio clipped below at 1 - clip_low, in (0, 1)
+  double clip_high = 0.28;  // ... and above at 1 + clip_high, > 0
+  double value_clip = 0.2;  // new values within old +- value_clip in the clipped value loss, > 0
+  double entropy_coef = 0;  // entropy bonus (subtracted from the loss)
+  double kl_coef = 0;       // weight of the KL term when kl_mode is "loss"
+  std::string kl_estimator = "k1";  // k1 | k2 | k3 (rl::kl_estimate)
+  // reward | loss. "reward": the caller put the KL penalty into the rewards (rl::apply_kl_penalty)
+  // and the learner adds no term; "loss": the learner adds kl_coef * kl. The kl statistic is
+  // reported in both modes whenever the samples carry ref_logprobs.
+  std::string kl_mode = "reward";
+  std::string loss_aggregation = "token_mean";  // token_mean | seq_mean_token_sum | seq_mean_token_mean
+  double grad_clip = 1.0;  // per-group gradient-norm clip; 0 turns it off
+  int mini_batches = 1;    // optimizer steps per epoch; the batch must hold at least this many samples
+  int epochs = 1;          // passes over one batch
+  double weight_decay = 0;  // AdamW's decoupled weight decay, both groups
+  uint64_t seed = 0;        // the mini-batch shuffle (one generator per learner, advanced by each update)
+
+  // From the "ppo" section of the training config (rl::train_config_defaults()["ppo"]): actor_lr,
+  // critic_lr, clip_low, clip_high, value_clip, entropy_coef, kl.coef, kl.estimator, kl.mode,
+  // loss_aggregation, grad_clip, mini_batches, epochs. Keys it does not know (steps, gamma, ...)
+  // are ignored; a missing key keeps its default; a wrong type is an Error naming "ppo.<key>".
+  // weight_decay and seed are not in that section and keep their defaults.
+  static PpoOptions from_config(const nlohmann::json& ppo_section);
+};
+
+// One trajectory. Every vector is per position and has tokens.size() entries (ref_logprobs may
+// be empty). Position t's log-prob is log p(tokens[t] | tokens[<t]) as in TrainForward, so
+// loss_mask[0] must be 0 (no prediction). Values at positions with loss_mask 0 are ignored.
+struct PpoSample {
+  std::vector<int64_t> tokens;
+  std::vector<uint8_t> loss_mask;  // 1 = a policy token with a target (0 or 1 only)
+  std::vector<float> old_logprobs;  // from the policy that sampled (Generation::logprobs or forward_for_training)
+  std::vector<float> advantages;
+  std::vector<float> returns;       // the critic's targets
+  std::vector<float> old_values;    // the value head before the update (forward_for_training)
+  std::vector<float> ref_logprobs;  // the reference policy's; empty: no KL (all samples of a batch alike)
+};
+
+// Per optimizer step, then averaged over the steps of update(). The losses are those of the
+// mini-batch under the weights before its step (what its gradient was taken of).
+struct PpoStats {
+  double loss = 0;           // the total objective minimized (see the top of this file)
+  double policy_loss = 0;    // clipped surrogate, aggregated per loss_aggregation
+  double value_loss = 0;     // clipped value loss, aggregated per loss_aggregation
+  double entropy = 0;        // token mean over policy tokens
+  double kl = 0;             // token mean of the kl_estimator over policy tokens; 0 without ref_logprobs
+  double clip_fraction = 0;  // share of policy tokens whose surrogate is clipped (token mean)
+  double value_clip_fraction = 0;  // share whose clipped value error is the larger one
+  double grad_norm_actor = 0;      // before clipping; 0 from evaluate()
+  double grad_norm_critic = 0;
+  int64_t tokens = 0;  // policy tokens (loss_mask 1) of the batch, counted once
+  double seconds = 0;  // wall time of the call
+};
+
+class PpoLearner {
+ public:
+  virtual ~PpoLearner() = default;
+
+  // epochs x mini_batches optimizer steps over `batch` (shuffled per epoch with the seeded
+  // generator, split into mini_batches parts of near-equal sample counts); returns the mean of
+  // the steps' statistics. Deterministic given the seed, the model and the sequence of calls.
+  // Error (and no step) for a malformed sample, a mini-batch without policy tokens, or fewer
+  // samples than mini_batches.
+  virtual PpoStats update(const std::vector<PpoSample>& batch) = 0;
+
+  // The statistics of `batch` as one mini-batch under the current weights, without gradient or
+  // step (grad norms 0). With mini_batches = 1 this is what the first step of update() reports.
+  virtual PpoStats evaluate(const std::vector<PpoSample>& batch) = 0;
+
+  // The actor, owned by the learner and valid while it lives: for generation and for
+  // forward_for_training (its values come from the value head, the critic). update() changes it.
+  virtual LanguageModel& policy() = 0;
+
+  virtual const PpoOptions& options() const = 0;
+};
+
+// A learner on a model loaded like load_language_model (Hugging Face folder or .gguf), or on a
+// random model like random_language_model. options.value_head must be true (the critic).
+std::unique_ptr<PpoLearner> create_ppo_learner(const std::filesystem::path& model, const LmOptions& options,
+                                               const PpoOptions& ppo);
+std::unique_ptr<PpoLearner> create_random_ppo_learner(const ModelConfig& config, const LmOptions& options,
+                                                      const PpoOptions& ppo);
+
+// --- the module boundary (src/policy/lm_loader.cpp and src/lm/module_entry.cpp) ---------------
+
+struct PpoCreateRequest {
+  int abi = kLmModuleAbi;
+  LmCreateRequest model;  // what ca_lm_create would build (path or config, options)
+  const PpoOptions* ppo = nullptr;
+};
+
+}  // namespace cuda_agent::policy
+
+// Returns the new learner (owned by the caller, delete through the virtual destructor) or nullptr
+// with *error set. Optional: a module built before the learner lacks it.
+extern "C" cuda_agent::policy::PpoLearner* ca_lm_create_ppo_learner(
+    const cuda_agent::policy::PpoCreateRequest* request, std::string* error);
