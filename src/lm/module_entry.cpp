@@ -5,6 +5,7 @@
 
 #include "benchmark.h"
 #include "checkpoint.h"
+#include "ppo_learner.h"
 #include "torch_language_model.h"
 #include "training.h"
 
@@ -12,6 +13,8 @@ using cuda_agent::policy::kLmModuleAbi;
 using cuda_agent::policy::LanguageModel;
 using cuda_agent::policy::LmCreateRequest;
 using cuda_agent::policy::ModelConfig;
+using cuda_agent::policy::PpoCreateRequest;
+using cuda_agent::policy::PpoLearner;
 
 namespace {
 
@@ -30,6 +33,13 @@ bool reporting(std::string* error, Fn&& fn) {
     if (error) *error = "libca_lm.so: an unknown exception";
   }
   return false;
+}
+
+std::unique_ptr<cuda_agent::lm::TorchLanguageModel> create_model(const LmCreateRequest& request) {
+  CA_CHECK(request.options != nullptr, "ca_lm_create: no options given");
+  if (request.path != nullptr) return cuda_agent::lm::TorchLanguageModel::load(request.path, *request.options);
+  CA_CHECK(request.config != nullptr, "ca_lm_create: give a model path or a config");
+  return cuda_agent::lm::TorchLanguageModel::random(*request.config, *request.options);
 }
 
 // Gradients of one loss over every parameter, with and without checkpointing.
@@ -69,15 +79,20 @@ extern "C" LanguageModel* ca_lm_create(const LmCreateRequest* request, std::stri
   reporting(error, [&] {
     CA_CHECK(request != nullptr && request->abi == kLmModuleAbi, kStale, kLmModuleAbi,
              request ? request->abi : -1);
-    CA_CHECK(request->options != nullptr, "ca_lm_create: no options given");
-    if (request->path != nullptr)
-      model = cuda_agent::lm::TorchLanguageModel::load(request->path, *request->options).release();
-    else if (request->config != nullptr)
-      model = cuda_agent::lm::TorchLanguageModel::random(*request->config, *request->options).release();
-    else
-      CA_FAIL("ca_lm_create: give a model path or a config");
+    model = create_model(*request).release();
   });
   return model;
+}
+
+extern "C" PpoLearner* ca_lm_create_ppo_learner(const PpoCreateRequest* request, std::string* error) {
+  PpoLearner* learner = nullptr;
+  reporting(error, [&] {
+    CA_CHECK(request != nullptr && request->abi == kLmModuleAbi && request->model.abi == kLmModuleAbi, kStale,
+             kLmModuleAbi, request ? request->abi : -1);
+    CA_CHECK(request->ppo != nullptr, "ca_lm_create_ppo_learner: no PPO options given");
+    learner = cuda_agent::lm::make_ppo_learner(create_model(request->model), *request->ppo).release();
+  });
+  return learner;
 }
 
 extern "C" int ca_lm_checkpoint_check(int abi, const ModelConfig* config, double* difference, std::string* error) {

@@ -8,6 +8,7 @@
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/policy/lm.h"
+#include "cuda_agent/policy/ppo_learner.h"
 
 namespace cuda_agent::policy {
 namespace {
@@ -17,12 +18,14 @@ constexpr const char* kModuleName = "libca_lm.so";
 using CreateFn = LanguageModel* (*)(const LmCreateRequest*, std::string*);
 using CheckFn = int (*)(int, const ModelConfig*, double*, std::string*);
 using BenchFn = int (*)(int, const char*, std::string*, std::string*);
+using PpoCreateFn = PpoLearner* (*)(const PpoCreateRequest*, std::string*);
 
 struct Module {
   std::filesystem::path path;
   CreateFn create = nullptr;
   CheckFn checkpoint_check = nullptr;
   BenchFn benchmark = nullptr;  // optional: only ca-lm-bench needs it
+  PpoCreateFn create_ppo = nullptr;  // optional: only training needs it
 };
 
 std::filesystem::path find_module() {
@@ -54,6 +57,7 @@ const Module& module() {
       m.create = reinterpret_cast<CreateFn>(dlsym(handle, "ca_lm_create"));
       m.checkpoint_check = reinterpret_cast<CheckFn>(dlsym(handle, "ca_lm_checkpoint_check"));
       m.benchmark = reinterpret_cast<BenchFn>(dlsym(handle, "ca_lm_benchmark"));
+      m.create_ppo = reinterpret_cast<PpoCreateFn>(dlsym(handle, "ca_lm_create_ppo_learner"));
       CA_CHECK(m.create != nullptr && m.checkpoint_check != nullptr,
                "{} lacks the entry points ca_lm_create / ca_lm_checkpoint_check; rebuild it with scripts/setup.sh",
                m.path.string());
@@ -77,9 +81,11 @@ auto guarded(const char* what, Fn&& fn) -> decltype(fn()) {
   }
 }
 
+// Owns the module's model, or (a learner's policy) only refers to it.
 class ModuleLanguageModel final : public LanguageModel {
  public:
-  explicit ModuleLanguageModel(std::unique_ptr<LanguageModel> impl) : impl_(std::move(impl)) {}
+  explicit ModuleLanguageModel(std::unique_ptr<LanguageModel> impl) : owned_(std::move(impl)), impl_(owned_.get()) {}
+  explicit ModuleLanguageModel(LanguageModel* impl) : impl_(impl) {}
 
   const ModelConfig& config() const override { return impl_->config(); }
   const LmOptions& options() const override { return impl_->options(); }
@@ -102,7 +108,26 @@ class ModuleLanguageModel final : public LanguageModel {
   }
 
  private:
-  std::unique_ptr<LanguageModel> impl_;
+  std::unique_ptr<LanguageModel> owned_;
+  LanguageModel* impl_;
+};
+
+class ModulePpoLearner final : public PpoLearner {
+ public:
+  explicit ModulePpoLearner(std::unique_ptr<PpoLearner> impl) : impl_(std::move(impl)), policy_(&impl_->policy()) {}
+
+  PpoStats update(const std::vector<PpoSample>& batch) override {
+    return guarded("PPO update", [&] { return impl_->update(batch); });
+  }
+  PpoStats evaluate(const std::vector<PpoSample>& batch) override {
+    return guarded("PPO evaluate", [&] { return impl_->evaluate(batch); });
+  }
+  LanguageModel& policy() override { return policy_; }
+  const PpoOptions& options() const override { return impl_->options(); }
+
+ private:
+  std::unique_ptr<PpoLearner> impl_;
+  ModuleLanguageModel policy_;  // declared after impl_: refers to the model impl_ owns
 };
 
 std::unique_ptr<LanguageModel> create(const LmCreateRequest& request) {
@@ -111,6 +136,20 @@ std::unique_ptr<LanguageModel> create(const LmCreateRequest& request) {
   LanguageModel* raw = m.create(&request, &error);
   CA_CHECK(raw != nullptr, "{}", error.empty() ? "the language-model module failed without a message" : error);
   return std::make_unique<ModuleLanguageModel>(std::unique_ptr<LanguageModel>(raw));
+}
+
+std::unique_ptr<PpoLearner> create_learner(const PpoCreateRequest& request) {
+  const Module& m = module();
+  CA_CHECK(m.create_ppo != nullptr,
+           "{} lacks the entry point ca_lm_create_ppo_learner (built before the PPO learner); rebuild it with "
+           "scripts/setup.sh",
+           m.path.string());
+  CA_CHECK(request.model.options->value_head,
+           "the PPO learner needs the value head (its critic): set LmOptions::value_head = true");
+  std::string error;
+  PpoLearner* raw = m.create_ppo(&request, &error);
+  CA_CHECK(raw != nullptr, "{}", error.empty() ? "the language-model module failed without a message" : error);
+  return std::make_unique<ModulePpoLearner>(std::unique_ptr<PpoLearner>(raw));
 }
 
 }  // namespace
@@ -130,6 +169,25 @@ std::unique_ptr<LanguageModel> random_language_model(const ModelConfig& config, 
   request.config = &config;
   request.options = &options;
   return create(request);
+}
+
+std::unique_ptr<PpoLearner> create_ppo_learner(const std::filesystem::path& model, const LmOptions& options,
+                                               const PpoOptions& ppo) {
+  const std::string path = model.string();
+  PpoCreateRequest request;
+  request.model.path = path.c_str();
+  request.model.options = &options;
+  request.ppo = &ppo;
+  return create_learner(request);
+}
+
+std::unique_ptr<PpoLearner> create_random_ppo_learner(const ModelConfig& config, const LmOptions& options,
+                                                      const PpoOptions& ppo) {
+  PpoCreateRequest request;
+  request.model.config = &config;
+  request.model.options = &options;
+  request.ppo = &ppo;
+  return create_learner(request);
 }
 
 nlohmann::json run_language_model_benchmark(const nlohmann::json& spec) {
