@@ -128,10 +128,17 @@ EpisodeResult run_episode(Policy& policy, Workspace& workspace, ToolRegistry& to
       parsed.content = reply.text;
     }
     next_id += static_cast<int>(parsed.calls.size());
-    emit({{"type", "assistant"}, {"turn", turn}, {"content", reply.text}, {"generation_s", gen_s},
-          {"finish_reason", reply.finish_reason}, {"prompt_tokens", reply.prompt_tokens},
-          {"completion_tokens", reply.completion_tokens}, {"parse_errors", parsed.errors},
-          {"unterminated_call", parsed.unterminated_call}});
+    nlohmann::json assistant_event = {{"type", "assistant"}, {"turn", turn}, {"content", reply.text},
+                                      {"generation_s", gen_s}, {"finish_reason", reply.finish_reason},
+                                      {"prompt_tokens", reply.prompt_tokens}, {"completion_tokens", reply.completion_tokens},
+                                      {"parse_errors", parsed.errors}, {"unterminated_call", parsed.unterminated_call}};
+    // An in-process model's token records, so the trainer can rebuild the episode's sequence.
+    if (!reply.prompt_token_ids.empty() || !reply.completion_token_ids.empty()) {
+      assistant_event["prompt_token_ids"] = reply.prompt_token_ids;
+      assistant_event["completion_token_ids"] = reply.completion_token_ids;
+      assistant_event["completion_logprobs"] = reply.completion_logprobs;
+    }
+    emit(std::move(assistant_event));
     ChatMessage assistant{"assistant", reply.tool_calls.empty() ? parsed.content : reply.text, parsed.calls, "", ""};
     request.messages.push_back(assistant);
 

@@ -1,6 +1,9 @@
 #include "cuda_agent/agent/policy.h"
 
+#include <mutex>
 #include <sstream>
+
+#include <fmt/ranges.h>
 
 #include "cuda_agent/agent/openai_policy.h"
 #include "cuda_agent/core/error.h"
@@ -63,12 +66,55 @@ PolicyReply ReplayPolicy::complete(const PolicyRequest&) {
   return replies_[next_++];
 }
 
+namespace {
+
+struct RegisteredPolicy {
+  std::string prefix, usage;
+  PolicyFactory factory;
+};
+
+struct PolicyRegistry {
+  std::mutex mutex;
+  std::vector<RegisteredPolicy> entries;
+};
+
+PolicyRegistry& registry() {
+  static PolicyRegistry r;
+  return r;
+}
+
+}  // namespace
+
+void register_policy_factory(const std::string& prefix, PolicyFactory factory, const std::string& usage) {
+  CA_CHECK(!prefix.empty() && factory, "register_policy_factory needs a prefix and a factory");
+  PolicyRegistry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::erase_if(r.entries, [&](const RegisteredPolicy& e) { return e.prefix == prefix; });
+  r.entries.push_back({prefix, usage, std::move(factory)});
+}
+
 std::unique_ptr<Policy> make_policy(const std::string& spec) {
   if (spec.rfind("replay:", 0) == 0) return std::make_unique<ReplayPolicy>(spec.substr(7));
   if (spec.rfind("openai:", 0) == 0) return std::make_unique<OpenAiPolicy>(parse_openai_spec(spec));
-  CA_FAIL("unknown policy '{}': use replay:PATH.jsonl (scripted tool calls) or openai:MODEL@BASE_URL "
-          "(an OpenAI-compatible server)",
-          spec);
+  PolicyFactory factory;
+  std::string rest;
+  std::vector<std::string> forms = {"replay:PATH.jsonl (scripted tool calls)",
+                                    "openai:MODEL@BASE_URL (an OpenAI-compatible server)"};
+  {
+    PolicyRegistry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    for (const auto& e : r.entries) {
+      if (spec.rfind(e.prefix, 0) == 0) {
+        factory = e.factory;
+        rest = spec.substr(e.prefix.size());
+        break;
+      }
+      forms.push_back(e.usage.empty() ? e.prefix + "..." : e.usage);
+    }
+  }
+  // Outside the lock: loading a model takes a while and other threads may want other policies.
+  if (factory) return factory(rest);
+  CA_FAIL("unknown policy '{}': use {}", spec, fmt::join(forms, ", or "));
 }
 
 }  // namespace cuda_agent::agent

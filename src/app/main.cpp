@@ -20,6 +20,7 @@
 #include "cuda_agent/core/log.h"
 #include "cuda_agent/core/progress.h"
 #include "cuda_agent/policy/chat_session.h"
+#include "cuda_agent/policy/local_policy.h"
 #include "cuda_agent/policy/openai_server.h"
 #include "cuda_agent/sandbox/cuda_libs.h"
 #include "cuda_agent/sandbox/doctor.h"
@@ -216,6 +217,7 @@ int run_generate(const GenerateFlags& g) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  policy::register_local_policy();  // --policy local:MODEL (make_policy lives in ca_agent, below ca_serve)
   CLI::App app{"cuda-agent: train and evaluate language models that write fast CUDA kernels"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "cuda-agent 0.1.0");
@@ -272,7 +274,10 @@ int main(int argc, char** argv) {
   int max_turns = 150;
   bool single_turn = false;
   solve->add_option("--task", task, "the task's model.py")->required();
-  solve->add_option("--policy", policy_spec, "replay:FILE.jsonl (scripted tool calls) or openai:MODEL@BASE_URL")->required();
+  solve->add_option("--policy", policy_spec,
+                    "replay:FILE.jsonl (scripted tool calls), openai:MODEL@BASE_URL or local:MODEL[?temperature=T&...] "
+                    "(the in-process model; docs/agent.md)")
+      ->required();
   solve->add_option("--output", output, "episode folder (default runs/solve-<task>-<time>)");
   solve->add_option("--skill", skill_file, "SKILL.md loaded into the system prompt");
   solve->add_option("--max-turns", max_turns, "most policy replies (default 150)");
@@ -283,7 +288,7 @@ int main(int argc, char** argv) {
 
   CLI::App* eval = app.add_subcommand("eval", "agent episodes over a split, scored, with the bench report");
   eval->add_option("--split", split, "split: own folder, KernelBench folder, or rows (.jsonl/.parquet)")->required();
-  eval->add_option("--policy", policy_spec, "replay:FILE.jsonl or openai:MODEL@BASE_URL")->required();
+  eval->add_option("--policy", policy_spec, "replay:FILE.jsonl, openai:MODEL@BASE_URL or local:MODEL[?key=value&...]")->required();
   eval->add_option("--gpus", gpus, "comma-separated GPU indices to spread episodes over");
   eval->add_option("--output", bench_out, "run folder (default runs/eval-<split>-<time>)");
   eval->add_option("--skill", skill_file, "SKILL.md loaded into the system prompt");

@@ -232,6 +232,11 @@ ChatReply ChatSession::generate(std::vector<int64_t> prompt, const ChatRequestOp
   reply.prompt_tokens = static_cast<int64_t>(prompt.size());
   reply.completion_tokens = static_cast<int64_t>(g.tokens.size());
   reply.finish_reason = g.finish_reason == "length" && !decoder.stopped() ? "length" : "stop";
+  CA_ASSERT(g.logprobs.size() == g.tokens.size(), "generation returned {} log-probs for {} tokens", g.logprobs.size(),
+            g.tokens.size());
+  reply.prompt_token_ids = std::move(prompt);
+  reply.completion_token_ids = std::move(g.tokens);
+  reply.completion_logprobs = std::move(g.logprobs);
   return reply;
 }
 

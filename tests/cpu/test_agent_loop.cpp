@@ -44,7 +44,12 @@ class RepeatPolicy : public Policy {
  public:
   explicit RepeatPolicy(std::string reply) : reply_(std::move(reply)) {}
   std::string name() const override { return "repeat"; }
-  PolicyReply complete(const PolicyRequest&) override { return PolicyReply{reply_, {}, "stop", 0, 0}; }
+  PolicyReply complete(const PolicyRequest&) override {
+    PolicyReply r;
+    r.text = reply_;
+    r.finish_reason = "stop";
+    return r;
+  }
 
  private:
   std::string reply_;
@@ -189,6 +194,45 @@ TEST(AgentLoop, MaxTurnsAndPolicyErrors) {
       found = found || e.value("message", "").find("connection refused") != std::string::npos;
     EXPECT_TRUE(found);
   }
+}
+
+// A policy that sees tokens (LocalPolicy) puts its records into the assistant events; others do not.
+class TokenPolicy : public Policy {
+ public:
+  std::string name() const override { return "tokens"; }
+  PolicyReply complete(const PolicyRequest&) override {
+    PolicyReply r;
+    r.text = "Done.";
+    r.finish_reason = "stop";
+    r.prompt_tokens = 3;
+    r.completion_tokens = 2;
+    r.prompt_token_ids = {1, 2, 3};
+    r.completion_token_ids = {7, 0};
+    r.completion_logprobs = {-0.25f, -1.5f};
+    return r;
+  }
+};
+
+TEST(AgentLoop, AssistantEventsCarryTokenRecordsWhenThePolicyHasThem) {
+  auto assistant_event = [](Policy& policy) {
+    Fixture fx;
+    EpisodeResult r = run_episode(policy, fx.workspace, fx.tools, AgentOptions{}, file_scorer_result);
+    for (const auto& e : r.trajectory)
+      if (e.value("type", "") == "assistant") return e;
+    return nlohmann::json();
+  };
+  TokenPolicy with;
+  const nlohmann::json e = assistant_event(with);
+  EXPECT_EQ(e["prompt_token_ids"], nlohmann::json({1, 2, 3}));
+  EXPECT_EQ(e["completion_token_ids"], nlohmann::json({7, 0}));
+  EXPECT_EQ(e["completion_logprobs"], nlohmann::json({-0.25, -1.5}));
+  EXPECT_EQ(e["content"], "Done.");
+  RepeatPolicy without("Done.");
+  const nlohmann::json plain = assistant_event(without);
+  EXPECT_FALSE(plain.contains("prompt_token_ids") || plain.contains("completion_token_ids") ||
+               plain.contains("completion_logprobs"))
+      << plain.dump();
+  EXPECT_EQ(plain["content"], "Done.");
 }
 
 TEST(AgentLoop, OldObservationsAreShortenedToFitTheBudget) {

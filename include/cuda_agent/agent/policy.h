@@ -1,9 +1,12 @@
 // The policy interface the agent loop drives: chat messages and tool schemas in, one assistant
-// reply out. Implementations: ReplayPolicy (scripted replies from JSONL, for tests and demos);
-// an OpenAI-compatible HTTP client and the libtorch policy plug in through the same interface.
+// reply out. Implementations: ReplayPolicy (scripted replies from JSONL, for tests and demos),
+// OpenAiPolicy (an OpenAI-compatible HTTP server, openai_policy.h) and, registered from ca_serve,
+// LocalPolicy (the in-process libtorch model, cuda_agent/policy/local_policy.h).
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +37,15 @@ struct PolicyReply {
   std::string finish_reason;         // "stop", "length", "tool_calls", ...
   int prompt_tokens = 0;
   int completion_tokens = 0;
+  // Token records of an in-process model (LocalPolicy), for the RL trainer; empty for policies
+  // that do not see tokens (HTTP, replay). prompt_token_ids: the rendered prompt as fed to the
+  // model. completion_token_ids: every sampled token, the end-of-turn token included (`text` is
+  // their decode without special tokens). completion_logprobs: log p of each completion token
+  // under the model's unmodified distribution (temperature 1, no top-k/top-p), as
+  // policy::Generation::logprobs; same length as completion_token_ids.
+  std::vector<int64_t> prompt_token_ids;
+  std::vector<int64_t> completion_token_ids;
+  std::vector<float> completion_logprobs;
 };
 
 class Policy {
@@ -63,7 +75,19 @@ class ReplayPolicy : public Policy {
   size_t next_ = 0;
 };
 
-// "replay:PATH.jsonl" -> ReplayPolicy. Throws Error for an unknown spec, listing the forms.
+// Builds the policy for the text after a registered prefix (for "local:m.gguf?seed=1", the
+// factory registered for "local:" gets "m.gguf?seed=1"). Throws Error for a bad spec.
+using PolicyFactory = std::function<std::unique_ptr<Policy>(const std::string& rest)>;
+
+// Adds a policy form to make_policy: specs starting with `prefix` go to `factory`; `usage` (e.g.
+// "local:MODEL[?key=value&...] (an in-process libtorch model)") is listed in make_policy's
+// unknown-spec error. Lets libraries that depend on ca_agent (ca_serve's LocalPolicy) plug in
+// without ca_agent depending on them; call it explicitly (main() does, before parsing verbs).
+// Registering a prefix again replaces the earlier factory. Thread-safe.
+void register_policy_factory(const std::string& prefix, PolicyFactory factory, const std::string& usage);
+
+// "replay:PATH.jsonl" -> ReplayPolicy, "openai:MODEL@BASE_URL" -> OpenAiPolicy, then the
+// registered prefixes. Throws Error for an unknown spec, listing every form. Thread-safe.
 std::unique_ptr<Policy> make_policy(const std::string& spec);
 
 }  // namespace cuda_agent::agent

@@ -1,6 +1,6 @@
 // A chat model ready to answer: the language model (lm.h), its tokenizer and its chat template,
-// loaded together from one Hugging Face folder or one .gguf file. Used by `cuda-agent generate`
-// and `cuda-agent serve`; lives in the static library ca_serve (it parses tool calls with the
+// loaded together from one Hugging Face folder or one .gguf file. Used by `cuda-agent generate`,
+// `cuda-agent serve` and the agent's local: policy (local_policy.h); lives in the static library ca_serve (it parses tool calls with the
 // agent's parser, and ca_policy must stay free of ca_agent, which the libtorch module links).
 //
 // Streaming: text deltas are whole UTF-8 characters (a character split across tokens is held
@@ -50,6 +50,13 @@ struct ChatReply {
   int64_t completion_tokens = 0;  // tokens sampled, the end-of-turn token included
   std::string finish_reason;      // "stop", "length" or "tool_calls"
   double seconds = 0;             // generation wall time (prefill included)
+  // What the model saw and sampled, for the RL trainer: the prompt's ids; every sampled token
+  // (Generation::tokens: the end-of-turn token included, special tokens and a stop string's
+  // tokens too, so `text` is the decode of these minus special tokens and anything from a stop
+  // string on); and log p of each under the unmodified distribution (Generation::logprobs).
+  std::vector<int64_t> prompt_token_ids;
+  std::vector<int64_t> completion_token_ids;
+  std::vector<float> completion_logprobs;
 };
 
 // Turns token bytes into streamable text; see the header comment for the rules.

@@ -1,0 +1,97 @@
+// The agent driven by the in-process libtorch model: an agent::Policy over a ChatSession, so
+// `cuda-agent solve --policy local:MODEL` and `eval` run without a model server, and every reply
+// carries the token ids and log-probabilities the RL trainer needs (PolicyReply's token records).
+//
+//   spec: local:PATH[?key=value&key=value...]   (PATH: a Hugging Face folder or a .gguf file; it
+//         may not contain '?')
+//   keys: temperature (default 1; 0 is greedy), top_p (1), top_k (0: off), max_new_tokens (2048,
+//         cut to what the context leaves), seed (0), device (cpu | cuda | cuda:N), dtype (float32 |
+//         bfloat16), thinking (1/0, true/false: Qwen3's enable_thinking; unset leaves the template's
+//         default)
+//   e.g.  local:models/SmolLM2-135M-Instruct.Q4_1.gguf?temperature=0&max_new_tokens=512
+//
+// The defaults sample from the model's own distribution (temperature 1, no top-p/top-k), the
+// one completion_logprobs are measured under, so the records are on-policy for PPO.
+// Call k of a policy (k = 0, 1, ...) samples with seed + k: the turns of an episode differ, and
+// the same spec replays the same episode.
+//
+// Tool calls stay in PolicyReply::text as the <tool_call> blocks the model wrote (the text the
+// completion tokens decode to); PolicyReply::tool_calls stays empty, so the agent loop parses
+// them as it parses any text reply (its own call ids, parse errors fed back to the model).
+//
+// This lives in ca_serve (it needs ca_policy and ca_agent); register_local_policy() makes
+// agent::make_policy accept "local:" specs.
+//
+// Thread safety: a LocalPolicy is not thread-safe (neither is its model); eval gives each
+// episode its own.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/agent/policy.h"
+#include "cuda_agent/policy/chat_session.h"
+
+namespace cuda_agent::policy {
+
+struct LocalPolicyOptions {
+  std::filesystem::path model;  // Hugging Face folder or .gguf file
+  std::string device = "cpu";   // cpu, cuda, cuda:N
+  std::string dtype = "float32";
+  double temperature = 1.0;     // 0: greedy
+  double top_p = 1.0;
+  int64_t top_k = 0;            // 0: no top-k filter
+  int64_t max_new_tokens = 2048;
+  uint64_t seed = 0;            // call k samples with seed + k
+  std::optional<bool> enable_thinking;
+
+  // The spec that gives these options back ("local:PATH?temperature=...&..."; every key written).
+  std::string to_spec() const;
+};
+
+// "local:PATH[?key=value&...]" -> options. Throws Error naming the spec and the bad key or value
+// (an unknown key lists the known ones; an empty path says what to pass).
+LocalPolicyOptions parse_local_policy_spec(const std::string& spec);
+
+// The agent's messages as ChatSession::chat / ChatTemplate::render take them: roles as given;
+// assistant tool calls as {"id", "type": "function", "function": {"name", "arguments": object}};
+// tool turns with "tool_call_id" and "name".
+nlohmann::ordered_json template_messages(const std::vector<agent::ChatMessage>& messages);
+// OpenAI function-tool schemas as the template takes them (null or [] -> []). Throws Error when
+// `tools` is neither null nor an array.
+nlohmann::ordered_json template_tools(const nlohmann::json& tools);
+
+class LocalPolicy : public agent::Policy {
+ public:
+  // Opens options.model (ChatSession::open). Throws Error naming the file and what is wrong.
+  explicit LocalPolicy(LocalPolicyOptions options);
+
+  std::string name() const override { return options_.to_spec(); }
+  // One reply: text (raw, <tool_call> blocks included), finish_reason ("stop", "length" or
+  // "tool_calls"), token counts and token records. Throws Error naming the model file when the
+  // conversation cannot be rendered (bad role, malformed call) or does not fit the context.
+  agent::PolicyReply complete(const agent::PolicyRequest& request) override;
+
+  // The sampling and template options of call number `call`.
+  ChatRequestOptions request_options(uint64_t call) const;
+  const LocalPolicyOptions& options() const { return options_; }
+  ChatSession& session() { return *session_; }
+  uint64_t calls() const { return calls_; }
+
+ private:
+  LocalPolicyOptions options_;
+  std::unique_ptr<ChatSession> session_;
+  uint64_t calls_ = 0;
+};
+
+// Registers "local:" with agent::register_policy_factory. Call once before make_policy sees a
+// local spec (main() does, before parsing verbs); calling it again is harmless.
+void register_local_policy();
+
+}  // namespace cuda_agent::policy

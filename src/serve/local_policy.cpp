@@ -1,0 +1,168 @@
+#include "cuda_agent/policy/local_policy.h"
+
+#include <charconv>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "cuda_agent/core/error.h"
+
+namespace cuda_agent::policy {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+constexpr const char* kKeys = "temperature, top_p, top_k, max_new_tokens, seed, device, dtype, thinking";
+
+double parse_double(const std::string& spec, const std::string& key, const std::string& value) {
+  double x = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), x);
+  CA_CHECK(ec == std::errc() && end == value.data() + value.size() && std::isfinite(x),
+           "policy '{}': {}={} is not a number", spec, key, value);
+  return x;
+}
+
+template <typename Int>
+Int parse_int(const std::string& spec, const std::string& key, const std::string& value) {
+  Int x = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), x);
+  CA_CHECK(ec == std::errc() && end == value.data() + value.size() && !value.empty(),
+           "policy '{}': {}={} is not a whole number", spec, key, value);
+  return x;
+}
+
+}  // namespace
+
+std::string LocalPolicyOptions::to_spec() const {
+  std::string s = fmt::format("local:{}?temperature={}&top_p={}&top_k={}&max_new_tokens={}&seed={}&device={}&dtype={}",
+                              model.string(), temperature, top_p, top_k, max_new_tokens, seed, device, dtype);
+  if (enable_thinking) s += *enable_thinking ? "&thinking=1" : "&thinking=0";
+  return s;
+}
+
+LocalPolicyOptions parse_local_policy_spec(const std::string& spec) {
+  CA_CHECK(spec.rfind("local:", 0) == 0, "not a local policy spec: '{}'; expected local:PATH[?key=value&...]", spec);
+  const std::string rest = spec.substr(6);
+  const size_t q = rest.find('?');
+  LocalPolicyOptions o;
+  o.model = rest.substr(0, q);
+  CA_CHECK(!o.model.empty(), "policy '{}': no model; expected local:PATH[?key=value&...] with PATH a Hugging Face "
+           "folder or a .gguf file, e.g. local:models/SmolLM2-135M-Instruct.Q4_1.gguf?temperature=0", spec);
+  if (q == std::string::npos) return o;
+  const std::string query = rest.substr(q + 1);
+  size_t pos = 0;
+  while (pos <= query.size()) {
+    size_t amp = query.find('&', pos);
+    if (amp == std::string::npos) amp = query.size();
+    const std::string item = query.substr(pos, amp - pos);
+    pos = amp + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    CA_CHECK(eq != std::string::npos && eq > 0, "policy '{}': '{}' is not key=value (keys: {})", spec, item, kKeys);
+    const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "temperature") {
+      o.temperature = parse_double(spec, key, value);
+      CA_CHECK(o.temperature >= 0, "policy '{}': temperature={} must not be negative (0 is greedy)", spec, value);
+    } else if (key == "top_p") {
+      o.top_p = parse_double(spec, key, value);
+      CA_CHECK(o.top_p > 0 && o.top_p <= 1, "policy '{}': top_p={} must be in (0, 1]", spec, value);
+    } else if (key == "top_k") {
+      o.top_k = parse_int<int64_t>(spec, key, value);
+      CA_CHECK(o.top_k >= 0, "policy '{}': top_k={} must not be negative (0 turns it off)", spec, value);
+    } else if (key == "max_new_tokens") {
+      o.max_new_tokens = parse_int<int64_t>(spec, key, value);
+      CA_CHECK(o.max_new_tokens >= 1, "policy '{}': max_new_tokens={} must be at least 1", spec, value);
+    } else if (key == "seed") {
+      o.seed = parse_int<uint64_t>(spec, key, value);
+    } else if (key == "device") {
+      CA_CHECK(!value.empty(), "policy '{}': device is empty; use cpu, cuda or cuda:N", spec);
+      o.device = value;
+    } else if (key == "dtype") {
+      CA_CHECK(value == "float32" || value == "bfloat16", "policy '{}': dtype={}; use float32 or bfloat16", spec, value);
+      o.dtype = value;
+    } else if (key == "thinking") {
+      CA_CHECK(value == "1" || value == "0" || value == "true" || value == "false",
+               "policy '{}': thinking={}; use 1, 0, true or false", spec, value);
+      o.enable_thinking = value == "1" || value == "true";
+    } else {
+      CA_FAIL("policy '{}': unknown key '{}' (keys: {})", spec, key, kKeys);
+    }
+  }
+  return o;
+}
+
+ojson template_messages(const std::vector<agent::ChatMessage>& messages) {
+  ojson out = ojson::array();
+  for (const auto& m : messages) {
+    ojson j = {{"role", m.role}, {"content", m.content}};
+    if (!m.tool_calls.empty()) {
+      ojson calls = ojson::array();
+      for (const auto& c : m.tool_calls) {
+        // Arguments as an object: the form the model writes them in, which every template renders
+        // the same (Qwen3's would write a JSON string verbatim, quoted).
+        ojson args = ojson::parse(c.arguments.dump());
+        calls.push_back({{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", std::move(args)}}}});
+      }
+      j["tool_calls"] = std::move(calls);
+    }
+    if (!m.tool_call_id.empty()) j["tool_call_id"] = m.tool_call_id;
+    if (!m.name.empty()) j["name"] = m.name;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+ojson template_tools(const nlohmann::json& tools) {
+  if (tools.is_null()) return ojson::array();
+  CA_CHECK(tools.is_array(), "the tool schemas must be an array of OpenAI function tools, got {}", tools.dump().substr(0, 200));
+  return ojson::parse(tools.dump());
+}
+
+LocalPolicy::LocalPolicy(LocalPolicyOptions options) : options_(std::move(options)) {
+  LmOptions lm;
+  lm.device = options_.device;
+  lm.dtype = options_.dtype;
+  session_ = ChatSession::open(options_.model, lm);
+}
+
+ChatRequestOptions LocalPolicy::request_options(uint64_t call) const {
+  ChatRequestOptions r;
+  r.sampling.temperature = options_.temperature;
+  r.sampling.top_p = options_.top_p;
+  r.sampling.top_k = options_.top_k;
+  r.sampling.max_new_tokens = options_.max_new_tokens;
+  r.sampling.seed = options_.seed + call;
+  r.chat.enable_thinking = options_.enable_thinking;
+  return r;
+}
+
+agent::PolicyReply LocalPolicy::complete(const agent::PolicyRequest& request) {
+  const ChatRequestOptions opts = request_options(calls_++);
+  ChatReply chat;
+  try {
+    chat = session_->chat(template_messages(request.messages), template_tools(request.tools), opts);
+  } catch (const Error& e) {
+    CA_FAIL("local policy {}: {}", options_.model.string(), e.what());
+  }
+  agent::PolicyReply reply;
+  reply.text = std::move(chat.text);
+  reply.finish_reason = chat.finish_reason;
+  reply.prompt_tokens = static_cast<int>(chat.prompt_tokens);
+  reply.completion_tokens = static_cast<int>(chat.completion_tokens);
+  reply.prompt_token_ids = std::move(chat.prompt_token_ids);
+  reply.completion_token_ids = std::move(chat.completion_token_ids);
+  reply.completion_logprobs = std::move(chat.completion_logprobs);
+  return reply;
+}
+
+void register_local_policy() {
+  agent::register_policy_factory(
+      "local:",
+      [](const std::string& rest) -> std::unique_ptr<agent::Policy> {
+        return std::make_unique<LocalPolicy>(parse_local_policy_spec("local:" + rest));
+      },
+      "local:MODEL[?temperature=T&top_p=P&top_k=K&max_new_tokens=N&seed=S&device=D&dtype=DT&thinking=0|1] "
+      "(the in-process libtorch model: a Hugging Face folder or a .gguf file)");
+}
+
+}  // namespace cuda_agent::policy

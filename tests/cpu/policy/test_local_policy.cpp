@@ -1,0 +1,296 @@
+// LocalPolicy: the agent driven by the in-process model. With a tiny random-weight Qwen2 model
+// and a byte-level tokenizer (written to a folder, loaded as any Hugging Face model is): the
+// token records against the reply, the template and an independent forward; greedy determinism;
+// the "local:" spec through make_policy. With the real SmolLM2-135M-Instruct (skipped without
+// it): a short agent episode whose trajectory carries the records.
+#include <cmath>
+#include <cstdlib>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/agent/agent_loop.h"
+#include "cuda_agent/agent/policy.h"
+#include "cuda_agent/agent/tool_registry.h"
+#include "cuda_agent/agent/workspace.h"
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/policy/local_policy.h"
+#include "lm_test_util.h"
+
+using namespace cuda_agent;
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+namespace {
+
+// A byte-level tokenizer.json: the 256 GPT-2 byte symbols (ids = byte values) and the two ChatML
+// special tokens (256, 257).
+json tiny_chatml_tokenizer() {
+  json vocab = json::object();
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    const int cp = printable ? b : next++;
+    std::string s;
+    if (cp < 0x80) {
+      s.push_back(static_cast<char>(cp));
+    } else {
+      s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+    vocab[s] = b;
+  }
+  json added = json::array();
+  for (auto [id, text] : {std::pair{256, "<|im_start|>"}, std::pair{257, "<|im_end|>"}})
+    added.push_back({{"id", id}, {"content", text}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                     {"normalized", false}, {"special", true}});
+  return {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}},
+          {"added_tokens", added},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+          {"decoder", {{"type", "ByteLevel"}}}};
+}
+
+// One tiny model folder for the suite: Qwen2 (so the qwen2.5 template renders tools and calls).
+class LocalPolicyTiny : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cuda_agent::testing::use_built_lm_module();
+    dir_ = new TempDir("ca-local-policy-");
+    policy::ModelConfig config = cuda_agent::testing::tiny_config(policy::Family::kQwen2);
+    config.vocab_size = 258;  // the tokenizer's: a sampled id must be a token
+    config.max_position_embeddings = 2048;
+    config.attention_bias = true;
+    policy::random_language_model(config, cuda_agent::testing::test_options())->save_hf(model_dir());
+    write_file_atomic(model_dir() / "tokenizer.json", tiny_chatml_tokenizer().dump());
+    write_file_atomic(model_dir() / "tokenizer_config.json", json{{"eos_token", "<|im_end|>"}}.dump());
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static fs::path model_dir() { return dir_->path() / "m"; }
+  static std::string spec(const std::string& query) { return "local:" + model_dir().string() + "?" + query; }
+
+  // A conversation with every role: a call and its result, and one tool schema.
+  static agent::PolicyRequest request() {
+    agent::PolicyRequest r;
+    r.messages.push_back({"system", "You write kernels.", {}, "", ""});
+    r.messages.push_back({"user", "Make it fast.", {}, "", ""});
+    agent::ToolCall call{"call_0", "Read", json{{"file_path", "model.py"}}};
+    r.messages.push_back({"assistant", "Reading.", {call}, "", ""});
+    r.messages.push_back({"tool", "import torch", {}, "call_0", "Read"});
+    r.tools = json::array({{{"type", "function"},
+                            {"function", {{"name", "Read"}, {"description", "read a file"},
+                                          {"parameters", {{"type", "object"}, {"properties", {{"file_path", {{"type", "string"}}}}}}}}}}});
+    return r;
+  }
+
+  static TempDir* dir_;
+};
+TempDir* LocalPolicyTiny::dir_ = nullptr;
+
+// The text the loop sees for these completion tokens: their bytes, special tokens dropped, with
+// invalid UTF-8 repaired as the streaming decoder repairs it (random weights write invalid bytes).
+std::string decoded_text(const policy::Tokenizer& tok, const std::vector<int64_t>& ids) {
+  std::vector<int32_t> ids32(ids.begin(), ids.end());
+  policy::StreamDecoder d({}, {});
+  d.push(tok.decode_bytes(ids32, /*skip_special=*/true));
+  d.finish();
+  return d.text();
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_F(LocalPolicyTiny, TokenRecordsMatchTheReplyTheTemplateAndAForward) {
+  policy::LocalPolicy local(policy::parse_local_policy_spec(spec("temperature=1&seed=3&max_new_tokens=24")));
+  const agent::PolicyRequest req = request();
+  const agent::PolicyReply reply = local.complete(req);
+
+  ASSERT_FALSE(reply.completion_token_ids.empty());
+  EXPECT_EQ(reply.completion_token_ids.size(), reply.completion_logprobs.size());
+  EXPECT_EQ(static_cast<int>(reply.completion_token_ids.size()), reply.completion_tokens);
+  EXPECT_EQ(static_cast<int>(reply.prompt_token_ids.size()), reply.prompt_tokens);
+  EXPECT_LE(reply.completion_tokens, 24);
+  EXPECT_TRUE(reply.finish_reason == "stop" || reply.finish_reason == "length" || reply.finish_reason == "tool_calls")
+      << reply.finish_reason;
+  EXPECT_TRUE(reply.tool_calls.empty());  // calls stay in the text, for the loop to parse
+  for (float lp : reply.completion_logprobs) {
+    EXPECT_TRUE(std::isfinite(lp)) << lp;
+    EXPECT_LE(lp, 0.0f);
+  }
+  EXPECT_EQ(decoded_text(local.session().tokenizer(), reply.completion_token_ids), reply.text);
+
+  // The prompt: the conversation written out by hand in the template's input form.
+  ojson messages = ojson::array();
+  messages.push_back({{"role", "system"}, {"content", "You write kernels."}});
+  messages.push_back({{"role", "user"}, {"content", "Make it fast."}});
+  messages.push_back({{"role", "assistant"}, {"content", "Reading."},
+                      {"tool_calls", {{{"type", "function"},
+                                       {"function", {{"name", "Read"}, {"arguments", {{"file_path", "model.py"}}}}}}}}});
+  messages.push_back({{"role", "tool"}, {"content", "import torch"}, {"tool_call_id", "call_0"}});
+  const std::string prompt = local.session().render(messages, ojson::parse(req.tools.dump()));
+  EXPECT_NE(prompt.find("<tool_call>\n{\"name\": \"Read\", \"arguments\": {\"file_path\": \"model.py\"}}\n</tool_call>"),
+            std::string::npos)
+      << prompt;
+  EXPECT_NE(prompt.find("<tool_response>\nimport torch\n</tool_response>"), std::string::npos) << prompt;
+  // PolicyRequest::tools is a plain nlohmann::json: its keys arrive sorted.
+  EXPECT_NE(prompt.find("<tools>\n{\"function\": {\"description\": \"read a file\", \"name\": \"Read\""),
+            std::string::npos)
+      << prompt;
+  EXPECT_EQ(reply.prompt_token_ids, local.session().encode_prompt(prompt));
+
+  // The log-probs against a full forward of prompt + completion without a cache.
+  std::vector<int64_t> sequence = reply.prompt_token_ids;
+  sequence.insert(sequence.end(), reply.completion_token_ids.begin(), reply.completion_token_ids.end());
+  const policy::TrainForward f = local.session().model().forward_for_training({sequence}, {}).at(0);
+  ASSERT_EQ(f.logprobs.size(), sequence.size());
+  for (size_t i = 0; i < reply.completion_logprobs.size(); ++i)
+    EXPECT_NEAR(reply.completion_logprobs[i], f.logprobs[reply.prompt_token_ids.size() + i], 1e-3) << "token " << i;
+}
+
+TEST_F(LocalPolicyTiny, GreedyRepliesAreDeterministicAndSeedsDiffer) {
+  policy::LocalPolicy greedy(policy::parse_local_policy_spec(spec("temperature=0&max_new_tokens=16&seed=5")));
+  const agent::PolicyReply a = greedy.complete(request()), b = greedy.complete(request());
+  EXPECT_EQ(a.completion_token_ids, b.completion_token_ids);
+  EXPECT_EQ(a.text, b.text);
+  EXPECT_EQ(a.completion_logprobs, b.completion_logprobs);
+  EXPECT_EQ(greedy.calls(), 2u);
+
+  // Sampling: call k uses seed + k, so a fresh policy with the same spec replays the same calls.
+  policy::LocalPolicy s1(policy::parse_local_policy_spec(spec("max_new_tokens=16&seed=9")));
+  policy::LocalPolicy s2(policy::parse_local_policy_spec(spec("max_new_tokens=16&seed=9")));
+  const agent::PolicyReply first = s1.complete(request()), second = s1.complete(request());
+  EXPECT_EQ(s2.complete(request()).completion_token_ids, first.completion_token_ids);
+  EXPECT_EQ(s2.complete(request()).completion_token_ids, second.completion_token_ids);
+  EXPECT_NE(first.completion_token_ids, second.completion_token_ids);
+}
+
+TEST_F(LocalPolicyTiny, MakePolicyTakesLocalSpecsOnceRegistered) {
+  policy::register_local_policy();
+  policy::register_local_policy();  // harmless twice
+  std::unique_ptr<agent::Policy> p = agent::make_policy(spec("temperature=0&max_new_tokens=4"));
+  EXPECT_EQ(p->name().rfind("local:" + model_dir().string() + "?temperature=0&", 0), 0u) << p->name();
+  const agent::PolicyReply reply = p->complete(request());
+  EXPECT_EQ(reply.completion_token_ids.size(), reply.completion_logprobs.size());
+  EXPECT_LE(reply.completion_tokens, 4);
+
+  const std::string unknown = error_of([] { agent::make_policy("gemini:pro"); });
+  EXPECT_NE(unknown.find("unknown policy 'gemini:pro'"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("local:MODEL"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("replay:"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("openai:"), std::string::npos) << unknown;
+
+  const std::string missing = error_of([] { agent::make_policy("local:/no/such/dir/model.gguf?temperature=0"); });
+  EXPECT_NE(missing.find("/no/such/dir/model.gguf"), std::string::npos) << missing;
+  EXPECT_EQ(missing.find("temperature"), std::string::npos) << missing;  // the path stops at '?'
+}
+
+TEST(LocalPolicySpec, ParsesRoundTripsAndRefusesBadValues) {
+  const policy::LocalPolicyOptions o = policy::parse_local_policy_spec(
+      "local:models/m.gguf?temperature=0.7&top_p=0.95&top_k=40&max_new_tokens=512&seed=7&device=cuda:1&dtype=bfloat16&thinking=0");
+  EXPECT_EQ(o.model, fs::path("models/m.gguf"));
+  EXPECT_DOUBLE_EQ(o.temperature, 0.7);
+  EXPECT_DOUBLE_EQ(o.top_p, 0.95);
+  EXPECT_EQ(o.top_k, 40);
+  EXPECT_EQ(o.max_new_tokens, 512);
+  EXPECT_EQ(o.seed, 7u);
+  EXPECT_EQ(o.device, "cuda:1");
+  EXPECT_EQ(o.dtype, "bfloat16");
+  ASSERT_TRUE(o.enable_thinking.has_value());
+  EXPECT_FALSE(*o.enable_thinking);
+  const policy::LocalPolicyOptions back = policy::parse_local_policy_spec(o.to_spec());
+  EXPECT_EQ(back.to_spec(), o.to_spec());
+  EXPECT_DOUBLE_EQ(back.top_p, 0.95);
+
+  const policy::LocalPolicyOptions d = policy::parse_local_policy_spec("local:m");
+  EXPECT_EQ(d.model, fs::path("m"));
+  EXPECT_DOUBLE_EQ(d.temperature, 1.0);
+  EXPECT_EQ(d.max_new_tokens, 2048);
+  EXPECT_EQ(d.device, "cpu");
+  EXPECT_FALSE(d.enable_thinking.has_value());
+
+  auto err = [](const std::string& s) { return error_of([&] { policy::parse_local_policy_spec(s); }); };
+  EXPECT_NE(err("local:").find("no model"), std::string::npos);
+  EXPECT_NE(err("local:m?temp=1").find("unknown key 'temp'"), std::string::npos);
+  EXPECT_NE(err("local:m?temperature=hot").find("temperature=hot is not a number"), std::string::npos);
+  EXPECT_NE(err("local:m?temperature=-1").find("must not be negative"), std::string::npos);
+  EXPECT_NE(err("local:m?top_p=0").find("top_p=0"), std::string::npos);
+  EXPECT_NE(err("local:m?max_new_tokens=1.5").find("not a whole number"), std::string::npos);
+  EXPECT_NE(err("local:m?dtype=float16").find("use float32 or bfloat16"), std::string::npos);
+  EXPECT_NE(err("local:m?seed").find("not key=value"), std::string::npos);
+}
+
+TEST(LocalPolicyMessages, AgentMessagesBecomeTemplateMessages) {
+  std::vector<agent::ChatMessage> msgs = {
+      {"user", "hi", {}, "", ""},
+      {"assistant", "", {agent::ToolCall{"call_3", "Bash", json{{"command", "ls"}}}}, "", ""},
+      {"tool", "a b", {}, "call_3", "Bash"}};
+  const ojson t = policy::template_messages(msgs);
+  const ojson expected = ojson::parse(R"([
+    {"role": "user", "content": "hi"},
+    {"role": "assistant", "content": "", "tool_calls": [{"id": "call_3", "type": "function",
+        "function": {"name": "Bash", "arguments": {"command": "ls"}}}]},
+    {"role": "tool", "content": "a b", "tool_call_id": "call_3", "name": "Bash"}])");
+  EXPECT_EQ(t, expected);
+  EXPECT_EQ(policy::template_tools(json()), ojson::array());
+  EXPECT_THROW(policy::template_tools(json{{"not", "a list"}}), Error);
+}
+
+// --- the real SmolLM2-135M-Instruct --------------------------------------------------------------
+
+TEST(LocalPolicySmolLM2, AgentEpisodeRecordsTheTokens) {
+  const char* env = std::getenv("CUDA_AGENT_SMOLLM2_GGUF");
+  if (!env || !*env || !fs::exists(env))
+    GTEST_SKIP() << "CUDA_AGENT_SMOLLM2_GGUF does not name SmolLM2-135M-Instruct.Q4_1.gguf (scripts/test.sh sets it)";
+  cuda_agent::testing::use_built_lm_module();
+  policy::register_local_policy();
+  std::unique_ptr<agent::Policy> policy =
+      agent::make_policy("local:" + std::string(env) + "?temperature=0&max_new_tokens=40&device=cpu");
+  auto* local = dynamic_cast<policy::LocalPolicy*>(policy.get());
+  ASSERT_NE(local, nullptr);
+
+  TempDir dir("ca-local-episode-");
+  const std::string task = std::string(CUDA_AGENT_SOURCE_DIR) + "/tests/data/tasks/add/model.py";
+  agent::Workspace workspace = agent::Workspace::create({dir.path() / "ws", task, {}, "", "", false, ""});
+  agent::ToolRegistry tools(workspace);
+  agent::AgentOptions o;
+  o.max_turns = 2;
+  o.task_text = read_file(task);
+  const agent::Scorer scorer = [](const std::string&) { return json{{"ok", false}, {"reward", -1.0}}; };
+  const agent::EpisodeResult r = agent::run_episode(*policy, workspace, tools, o, scorer);
+
+  int assistants = 0;
+  for (const json& e : r.trajectory) {
+    if (e.value("type", "") != "assistant") continue;
+    ++assistants;
+    SCOPED_TRACE("turn " + std::to_string(e.value("turn", 0)));
+    ASSERT_TRUE(e.contains("prompt_token_ids") && e.contains("completion_token_ids") && e.contains("completion_logprobs"))
+        << e.dump().substr(0, 500);
+    const auto prompt = e["prompt_token_ids"].get<std::vector<int64_t>>();
+    const auto completion = e["completion_token_ids"].get<std::vector<int64_t>>();
+    const auto logprobs = e["completion_logprobs"].get<std::vector<float>>();
+    EXPECT_EQ(prompt.size(), e["prompt_tokens"].get<size_t>());
+    EXPECT_EQ(completion.size(), e["completion_tokens"].get<size_t>());
+    EXPECT_EQ(completion.size(), logprobs.size());
+    EXPECT_LE(completion.size(), 40u);
+    for (float lp : logprobs) EXPECT_TRUE(std::isfinite(lp) && lp <= 0) << lp;
+    EXPECT_EQ(decoded_text(local->session().tokenizer(), completion), e["content"].get<std::string>());
+    // The JSONL form keeps the log-probs exactly (float -> double -> text -> float).
+    const json reread = json::parse(e.dump());
+    EXPECT_EQ(reread["completion_logprobs"].get<std::vector<float>>(), logprobs);
+  }
+  EXPECT_GE(assistants, 1);
+  std::cout << "[ SmolLM2  ] " << assistants << " assistant turns, stop " << r.stop_reason << "\n";
+}
