@@ -163,22 +163,34 @@ std::string speedup_strip_svg(const std::vector<SpeedupGroup>& groups, const std
   return s;
 }
 
-std::string fraction_curves_svg(const std::vector<Curve>& curves, const std::string& title, const std::string& x_label,
-                                const std::string& y_label) {
+namespace {
+
+// The y axis of a line chart: fractions (0%..100%, values clamped) or a linear range fitted to
+// the data.
+struct YAxis {
+  bool fraction = true;
+  double lo = 0, hi = 1;
+};
+
+std::string curves_svg(const std::vector<Curve>& curves, const std::string& title, const std::string& x_label,
+                       const std::string& y_label, const YAxis& axis) {
   double x_max = 0;
   for (const Curve& c : curves)
     for (const auto& [x, y] : c.points)
       if (std::isfinite(x) && std::isfinite(y)) x_max = std::max(x_max, x);
   if (x_max <= 0) x_max = 1;
   auto xmap = [&](double x) { return kLeft + x / x_max * (kRight - kLeft); };
-  auto ymap = [&](double y) { return kBottom - std::clamp(y, 0.0, 1.0) * (kBottom - kTop); };
+  auto ymap = [&](double y) {
+    return kBottom - std::clamp((y - axis.lo) / (axis.hi - axis.lo), 0.0, 1.0) * (kBottom - kTop);
+  };
 
   std::string s = open_svg(title);
   for (int i = 0; i <= 5; ++i) {
-    const double y = ymap(i / 5.0);
+    const double v = axis.lo + (axis.hi - axis.lo) * i / 5.0;
+    const double y = ymap(v);
     s += line(kLeft, y, kRight, y, "#e5e5e5");
     s += line(kLeft - 5, y, kLeft, y, "#333333");
-    s += text(kLeft - 8, y + 4, fmt::format("{}%", i * 20), "end");
+    s += text(kLeft - 8, y + 4, axis.fraction ? fmt::format("{}%", i * 20) : fmt::format("{:.3g}", v), "end");
   }
   const double step = nice_step(x_max, 10);
   for (int i = 0; i * step <= x_max * (1 + 1e-9); ++i) {
@@ -188,7 +200,7 @@ std::string fraction_curves_svg(const std::vector<Curve>& curves, const std::str
   }
   s += line(kLeft, kTop, kLeft, kBottom, "#333333");
   s += line(kLeft, kBottom, kRight, kBottom, "#333333");
-  if (x_max > 1) {
+  if (axis.fraction && x_max > 1) {
     s += line(xmap(1), kTop, xmap(1), kBottom, "#888888", " stroke-dasharray=\"2 3\"");
     s += text(xmap(1) + 4, kTop + 12, "p = 1", "start", " fill=\"#666666\"");
   }
@@ -202,9 +214,10 @@ std::string fraction_curves_svg(const std::vector<Curve>& curves, const std::str
     for (const auto& [x, y] : curves[c].points) {
       if (!std::isfinite(x) || !std::isfinite(y)) continue;
       pts += fmt::format("{}{},{}", pts.empty() ? "" : " ", n2(xmap(x)), n2(ymap(y)));
+      const std::string tip = axis.fraction ? fmt::format("{}: p = {:g}, {:.1f}%", curves[c].label, x, 100 * y)
+                                            : fmt::format("{}: {:g}, {:g}", curves[c].label, x, y);
       markers += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3.5\" fill=\"{}\"><title>{}</title></circle>\n",
-                             n2(xmap(x)), n2(ymap(y)), color,
-                             xml_escape(fmt::format("{}: p = {:g}, {:.1f}%", curves[c].label, x, 100 * y)));
+                             n2(xmap(x)), n2(ymap(y)), color, xml_escape(tip));
     }
     if (!pts.empty())
       s += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", pts, color);
@@ -223,6 +236,37 @@ std::string fraction_curves_svg(const std::vector<Curve>& curves, const std::str
   if (curves.empty()) s += text(lx + 95, ly + 18, "no data");
   s += "</svg>\n";
   return s;
+}
+
+}  // namespace
+
+std::string fraction_curves_svg(const std::vector<Curve>& curves, const std::string& title, const std::string& x_label,
+                                const std::string& y_label) {
+  return curves_svg(curves, title, x_label, y_label, YAxis{});
+}
+
+std::string line_chart_svg(const std::vector<Curve>& curves, const std::string& title, const std::string& x_label,
+                           const std::string& y_label) {
+  YAxis axis{false, 0, 0};
+  bool any = false;
+  for (const Curve& c : curves)
+    for (const auto& [x, y] : c.points)
+      if (std::isfinite(x) && std::isfinite(y)) {
+        axis.lo = any ? std::min(axis.lo, y) : y;
+        axis.hi = any ? std::max(axis.hi, y) : y;
+        any = true;
+      }
+  if (!any) axis = YAxis{false, 0, 1};
+  if (axis.hi - axis.lo < 1e-12) {  // a flat line: a band around it
+    const double pad = std::max(std::fabs(axis.lo) * 0.1, 1e-3);
+    axis.lo -= pad;
+    axis.hi += pad;
+  } else {
+    const double pad = (axis.hi - axis.lo) * 0.05;
+    axis.lo -= pad;
+    axis.hi += pad;
+  }
+  return curves_svg(curves, title, x_label, y_label, axis);
 }
 
 }  // namespace cuda_agent::bench

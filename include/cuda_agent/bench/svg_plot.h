@@ -41,6 +41,11 @@ struct Curve {
 std::string fraction_curves_svg(const std::vector<Curve>& curves, const std::string& title,
                                 const std::string& x_label, const std::string& y_label);
 
+// A line chart of curves over linear axes, the y range fitted to the data (training curves:
+// reward, KL, losses). Same conventions as fraction_curves_svg otherwise.
+std::string line_chart_svg(const std::vector<Curve>& curves, const std::string& title, const std::string& x_label,
+                           const std::string& y_label);
+
 // `text` with &, <, >, " and ' replaced by entities and characters that XML 1.0 forbids
 // (control characters other than tab, newline and carriage return) dropped.
 std::string xml_escape(std::string_view text);
