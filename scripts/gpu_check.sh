@@ -6,10 +6,11 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # "core" scores the bundled split's reference solutions (data/core) with baselines cached first.
-# Logs collect here; one archive of them goes to $OUT (the device tool returns few files).
+# Logs collect here; one archive of them goes to $OUT (the device tool returns few files; model
+# folders written by the benchmarks, *-hf, stay out of it: it must stay under the 64 MiB limit).
 out=/tmp/gpu-check-out
 mkdir -p "$out"
-trap '[ -n "${OUT:-}" ] && tar czf "$OUT/gpu-check-$what.tgz" -C "$out" . 2>/dev/null' EXIT
+trap '[ -n "${OUT:-}" ] && tar czf "$OUT/gpu-check-$what.tgz" --exclude="*-hf" -C "$out" . 2>/dev/null' EXIT
 what=${1:-all}
 build=build-gpu
 export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_CACHE_DIR:-/tmp/cuda-agent-cache}
