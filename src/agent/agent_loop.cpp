@@ -137,6 +137,7 @@ EpisodeResult run_episode(Policy& policy, Workspace& workspace, ToolRegistry& to
       assistant_event["prompt_token_ids"] = reply.prompt_token_ids;
       assistant_event["completion_token_ids"] = reply.completion_token_ids;
       assistant_event["completion_logprobs"] = reply.completion_logprobs;
+      assistant_event["prompt_extends_previous"] = reply.prompt_extends_previous;
     }
     emit(std::move(assistant_event));
     ChatMessage assistant{"assistant", reply.tool_calls.empty() ? parsed.content : reply.text, parsed.calls, "", ""};

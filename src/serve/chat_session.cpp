@@ -113,6 +113,25 @@ std::string StreamDecoder::release(bool final) {
   return out;
 }
 
+std::string decode_with_specials(const Tokenizer& tokenizer, const std::vector<int64_t>& ids) {
+  std::string out;
+  StreamDecoder decoder({}, {});
+  for (int64_t id : ids) {
+    const auto id32 = static_cast<int32_t>(id);
+    if (!tokenizer.is_special(id32)) {
+      decoder.push(tokenizer.token_to_piece(id32));
+      continue;
+    }
+    // ChatSession::generate never feeds a special token to its decoder: close the text before it.
+    decoder.finish();
+    out += decoder.text();
+    out += tokenizer.token_to_piece(id32);
+    decoder = StreamDecoder({}, {});
+  }
+  decoder.finish();
+  return out + decoder.text();
+}
+
 void extract_tool_calls(ChatReply& reply) {
   agent::ParsedReply parsed = agent::parse_hermes_tool_calls(reply.text);
   reply.tool_call_errors = parsed.errors;
@@ -185,6 +204,13 @@ std::vector<int64_t> ChatSession::encode_prompt(const std::string& text) const {
 ChatReply ChatSession::chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                             const ChatRequestOptions& options, const TextDeltaFn& on_text_delta) {
   ChatReply reply = generate(encode_prompt(render(messages, tools, options.chat)), options, on_text_delta);
+  extract_tool_calls(reply);
+  return reply;
+}
+
+ChatReply ChatSession::chat_from_ids(std::vector<int64_t> prompt_ids, const ChatRequestOptions& options,
+                                     const TextDeltaFn& on_text_delta) {
+  ChatReply reply = generate(std::move(prompt_ids), options, on_text_delta);
   extract_tool_calls(reply);
   return reply;
 }

@@ -136,15 +136,50 @@ ChatRequestOptions LocalPolicy::request_options(uint64_t call) const {
   return r;
 }
 
+void LocalPolicy::reset_chain() {
+  chain_ids_.clear();
+  chain_text_.clear();
+  chain_first_message_.clear();
+  chain_messages_ = 0;
+}
+
+std::vector<int64_t> LocalPolicy::prompt_ids(const agent::PolicyRequest& request, const std::string& text,
+                                             bool* extends) const {
+  *extends = false;
+  const bool same_conversation = !chain_ids_.empty() && request.messages.size() > chain_messages_ &&
+                                 request.messages.front().to_json().dump() == chain_first_message_;
+  if (!same_conversation || text.size() < chain_text_.size() || text.compare(0, chain_text_.size(), chain_text_) != 0)
+    return session_->encode_prompt(text);
+  // Specials in the suffix (the template's "<|im_start|>") become their ids, as in encode_prompt;
+  // no BOS: the sequence already has its start.
+  const std::vector<int32_t> suffix = session_->tokenizer().encode(std::string_view(text).substr(chain_text_.size()));
+  std::vector<int64_t> ids = chain_ids_;
+  ids.insert(ids.end(), suffix.begin(), suffix.end());
+  *extends = true;
+  return ids;
+}
+
 agent::PolicyReply LocalPolicy::complete(const agent::PolicyRequest& request) {
   const ChatRequestOptions opts = request_options(calls_++);
   ChatReply chat;
+  std::string text;
+  bool extends = false;
   try {
-    chat = session_->chat(template_messages(request.messages), template_tools(request.tools), opts);
+    text = session_->render(template_messages(request.messages), template_tools(request.tools), opts.chat);
+    chat = session_->chat_from_ids(prompt_ids(request, text, &extends), opts);
   } catch (const Error& e) {
+    reset_chain();
     CA_FAIL("local policy {}: {}", options_.model.string(), e.what());
   }
+  // Keep what the model saw and sampled, and the text it stands for, for the next turn.
+  chain_ids_ = chat.prompt_token_ids;
+  chain_ids_.insert(chain_ids_.end(), chat.completion_token_ids.begin(), chat.completion_token_ids.end());
+  chain_text_ = std::move(text) + decode_with_specials(session_->tokenizer(), chat.completion_token_ids);
+  chain_first_message_ = request.messages.empty() ? "" : request.messages.front().to_json().dump();
+  chain_messages_ = request.messages.size();
+
   agent::PolicyReply reply;
+  reply.prompt_extends_previous = extends;
   reply.text = std::move(chat.text);
   reply.finish_reason = chat.finish_reason;
   reply.prompt_tokens = static_cast<int>(chat.prompt_tokens);

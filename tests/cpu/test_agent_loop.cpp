@@ -226,11 +226,12 @@ TEST(AgentLoop, AssistantEventsCarryTokenRecordsWhenThePolicyHasThem) {
   EXPECT_EQ(e["prompt_token_ids"], nlohmann::json({1, 2, 3}));
   EXPECT_EQ(e["completion_token_ids"], nlohmann::json({7, 0}));
   EXPECT_EQ(e["completion_logprobs"], nlohmann::json({-0.25, -1.5}));
+  EXPECT_EQ(e["prompt_extends_previous"], false);
   EXPECT_EQ(e["content"], "Done.");
   RepeatPolicy without("Done.");
   const nlohmann::json plain = assistant_event(without);
   EXPECT_FALSE(plain.contains("prompt_token_ids") || plain.contains("completion_token_ids") ||
-               plain.contains("completion_logprobs"))
+               plain.contains("completion_logprobs") || plain.contains("prompt_extends_previous"))
       << plain.dump();
   EXPECT_EQ(plain["content"], "Done.");
 }

@@ -46,6 +46,11 @@ struct PolicyReply {
   std::vector<int64_t> prompt_token_ids;
   std::vector<int64_t> completion_token_ids;
   std::vector<float> completion_logprobs;
+  // LocalPolicy only: prompt_token_ids start with the previous reply's prompt_token_ids followed
+  // by its completion_token_ids, exactly (the conversation went on and the template rendered the
+  // earlier turns unchanged, so only the new text was encoded). false: the whole prompt was
+  // encoded afresh (first turn, a new conversation, or the template rewrote earlier text).
+  bool prompt_extends_previous = false;
 };
 
 class Policy {

@@ -84,6 +84,12 @@ class StreamDecoder {
   bool holding_ = false;
 };
 
+// The text `ids` stand for in a rendered conversation: the bytes repaired as ChatReply::text
+// repairs them (StreamDecoder: each invalid byte -> U+FFFD), with special tokens kept as their
+// text ("<|im_end|>") where ChatReply::text drops them. For valid UTF-8 it equals
+// Tokenizer::decode(ids) (specials kept). LocalPolicy chains turns on it.
+std::string decode_with_specials(const Tokenizer& tokenizer, const std::vector<int64_t>& ids);
+
 // Fills content, tool_calls, tool_call_errors and (when there are calls) finish_reason of a
 // reply whose text is set, with the agent's Hermes parser.
 void extract_tool_calls(ChatReply& reply);
@@ -100,6 +106,10 @@ class ChatSession {
   // (unknown role, bad content) throw Error naming the message.
   ChatReply chat(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                  const ChatRequestOptions& options, const TextDeltaFn& on_text_delta = {});
+  // chat() on prompt ids the caller encoded (LocalPolicy's chained ids, which keep the tokens the
+  // model sampled in earlier turns); parses tool calls as chat() does.
+  ChatReply chat_from_ids(std::vector<int64_t> prompt_ids, const ChatRequestOptions& options,
+                          const TextDeltaFn& on_text_delta = {});
   // Continues `prompt` verbatim (BOS added when the tokenizer asks for it); no tool parsing.
   ChatReply complete(const std::string& prompt, const ChatRequestOptions& options,
                      const TextDeltaFn& on_text_delta = {});

@@ -19,6 +19,21 @@
 // completion tokens decode to); PolicyReply::tool_calls stays empty, so the agent loop parses
 // them as it parses any text reply (its own call ids, parse errors fed back to the model).
 //
+// Token chaining (multi-turn PPO needs one token sequence per episode, with the sampled ids kept
+// exactly): the policy keeps the ids of its last call (prompt + completion) and the text they stand
+// for (the rendered prompt + the completion decoded with special tokens, "<|im_end|>" included,
+// invalid bytes repaired as in PolicyReply::text: decode_with_specials). When the next request
+// continues that conversation (same first message, more messages) and its rendered prompt starts
+// with the kept text, only the new suffix is encoded (no BOS; special tokens parsed as in a full
+// encode) and appended to the kept ids, so prompt_token_ids(k+1) = prompt_token_ids(k) +
+// completion_token_ids(k) + the suffix's ids, and PolicyReply::prompt_extends_previous is true.
+// Otherwise (first call, a new conversation, or the template rendered earlier text differently:
+// e.g. tool calls re-rendered from the parsed calls in the template's own layout, a special token
+// sampled mid-reply and dropped from the text) the whole prompt is encoded afresh and the flag is
+// false. The ids at the join may differ from what a full encode of the same text gives (BPE merges
+// do not cross it, and a sampled invalid byte stays the byte, where the text holds U+FFFD);
+// decode_with_specials of either gives the same text.
+//
 // This lives in ca_serve (it needs ca_policy and ca_agent); register_local_policy() makes
 // agent::make_policy accept "local:" specs.
 //
@@ -83,11 +98,23 @@ class LocalPolicy : public agent::Policy {
   const LocalPolicyOptions& options() const { return options_; }
   ChatSession& session() { return *session_; }
   uint64_t calls() const { return calls_; }
+  // Forgets the kept conversation: the next call encodes its whole prompt.
+  void reset_chain();
 
  private:
+  // The prompt ids for `text`, the rendering of `request`: the kept ids + the suffix's ids when
+  // the request continues the kept conversation, else a full encode. Sets *extends.
+  std::vector<int64_t> prompt_ids(const agent::PolicyRequest& request, const std::string& text, bool* extends) const;
+
   LocalPolicyOptions options_;
   std::unique_ptr<ChatSession> session_;
   uint64_t calls_ = 0;
+  // The chain: ids of the last prompt + completion, the text they stand for, and what identifies
+  // the conversation (its first message, its message count).
+  std::vector<int64_t> chain_ids_;
+  std::string chain_text_;
+  std::string chain_first_message_;
+  size_t chain_messages_ = 0;
 };
 
 // Registers "local:" with agent::register_policy_factory. Call once before make_policy sees a

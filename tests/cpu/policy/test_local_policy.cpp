@@ -3,8 +3,11 @@
 // token records against the reply, the template and an independent forward; greedy determinism;
 // the "local:" spec through make_policy. With the real SmolLM2-135M-Instruct (skipped without
 // it): a short agent episode whose trajectory carries the records.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <iostream>
+#include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -15,7 +18,9 @@
 #include "cuda_agent/agent/workspace.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/policy/chat_session.h"
 #include "cuda_agent/policy/local_policy.h"
+#include "chatml_test_util.h"
 #include "lm_test_util.h"
 
 using namespace cuda_agent;
@@ -25,47 +30,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A byte-level tokenizer.json: the 256 GPT-2 byte symbols (ids = byte values) and the two ChatML
-// special tokens (256, 257).
-json tiny_chatml_tokenizer() {
-  json vocab = json::object();
-  int next = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-    const int cp = printable ? b : next++;
-    std::string s;
-    if (cp < 0x80) {
-      s.push_back(static_cast<char>(cp));
-    } else {
-      s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-    vocab[s] = b;
-  }
-  json added = json::array();
-  for (auto [id, text] : {std::pair{256, "<|im_start|>"}, std::pair{257, "<|im_end|>"}})
-    added.push_back({{"id", id}, {"content", text}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                     {"normalized", false}, {"special", true}});
-  return {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}},
-          {"added_tokens", added},
-          {"normalizer", nullptr},
-          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-          {"decoder", {{"type", "ByteLevel"}}}};
-}
-
 // One tiny model folder for the suite: Qwen2 (so the qwen2.5 template renders tools and calls).
 class LocalPolicyTiny : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     cuda_agent::testing::use_built_lm_module();
     dir_ = new TempDir("ca-local-policy-");
-    policy::ModelConfig config = cuda_agent::testing::tiny_config(policy::Family::kQwen2);
-    config.vocab_size = 258;  // the tokenizer's: a sampled id must be a token
-    config.max_position_embeddings = 2048;
-    config.attention_bias = true;
-    policy::random_language_model(config, cuda_agent::testing::test_options())->save_hf(model_dir());
-    write_file_atomic(model_dir() / "tokenizer.json", tiny_chatml_tokenizer().dump());
-    write_file_atomic(model_dir() / "tokenizer_config.json", json{{"eos_token", "<|im_end|>"}}.dump());
+    cuda_agent::testing::write_tiny_chatml_model(model_dir());
   }
   static void TearDownTestSuite() {
     delete dir_;
@@ -177,6 +148,72 @@ TEST_F(LocalPolicyTiny, GreedyRepliesAreDeterministicAndSeedsDiffer) {
   EXPECT_NE(first.completion_token_ids, second.completion_token_ids);
 }
 
+// Three turns of one conversation: turns 2 and 3 encode only the new text and append it to the
+// previous prompt + completion ids, which stay the sampled ids exactly. The sampled text is random
+// bytes (invalid UTF-8 included); seed 4 samples no special token mid-reply, which would make the
+// template's text differ from the kept text and end the chain (the edited-reply case below).
+TEST_F(LocalPolicyTiny, TurnsOfOneConversationChainTheirTokenIds) {
+  policy::LocalPolicy local(policy::parse_local_policy_spec(spec("temperature=1&seed=4&max_new_tokens=12")));
+  const policy::Tokenizer& tok = local.session().tokenizer();
+  agent::PolicyRequest req;
+  req.messages.push_back({"system", "You write kernels.", {}, "", ""});
+  req.messages.push_back({"user", "Make it fast.", {}, "", ""});
+  std::vector<agent::PolicyReply> replies;
+  std::string last_prompt;
+  for (int turn = 1; turn <= 3; ++turn) {
+    last_prompt = local.session().render(policy::template_messages(req.messages), ojson::array(),
+                                         local.request_options(local.calls()).chat);
+    replies.push_back(local.complete(req));
+    req.messages.push_back({"assistant", replies.back().text, {}, "", ""});
+    req.messages.push_back({"user", "Turn " + std::to_string(turn) + " done. Go on.", {}, "", ""});
+  }
+  EXPECT_FALSE(replies[0].prompt_extends_previous);
+  EXPECT_EQ(replies[0].prompt_token_ids, local.session().encode_prompt(
+                                             local.session().render(policy::template_messages({req.messages[0], req.messages[1]}),
+                                                                    ojson::array())));
+  for (size_t k = 1; k < replies.size(); ++k) {
+    SCOPED_TRACE("turn " + std::to_string(k + 1));
+    EXPECT_TRUE(replies[k].prompt_extends_previous);
+    std::vector<int64_t> prefix = replies[k - 1].prompt_token_ids;
+    prefix.insert(prefix.end(), replies[k - 1].completion_token_ids.begin(), replies[k - 1].completion_token_ids.end());
+    ASSERT_GT(replies[k].prompt_token_ids.size(), prefix.size());
+    EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), replies[k].prompt_token_ids.begin()));
+    EXPECT_EQ(static_cast<int>(replies[k].prompt_token_ids.size()), replies[k].prompt_tokens);
+  }
+  // The chained ids and a full encode of the last prompt stand for the same text; the full encode
+  // decodes to it exactly (the text is valid UTF-8; the sampled invalid bytes are repaired in it).
+  const std::vector<int64_t> full = local.session().encode_prompt(last_prompt);
+  std::vector<int32_t> full32(full.begin(), full.end());
+  EXPECT_EQ(tok.decode(full32), last_prompt);
+  EXPECT_EQ(policy::decode_with_specials(tok, full), last_prompt);
+  EXPECT_EQ(policy::decode_with_specials(tok, replies[2].prompt_token_ids), last_prompt);
+  std::cout << "[ chained  ] final prompt " << replies[2].prompt_token_ids.size() << " ids, full encode " << full.size()
+            << " ids, " << (replies[2].prompt_token_ids == full ? "identical" : "different") << " ids\n";
+
+  // A new conversation (fewer messages) starts over; so does the same request again.
+  agent::PolicyRequest fresh;
+  fresh.messages = {req.messages[0], req.messages[1]};
+  const agent::PolicyReply again = local.complete(fresh);
+  EXPECT_FALSE(again.prompt_extends_previous);
+  EXPECT_EQ(again.prompt_token_ids, replies[0].prompt_token_ids);
+  EXPECT_FALSE(local.complete(fresh).prompt_extends_previous);
+  // A different first message with more messages does not extend either.
+  agent::PolicyRequest other = req;
+  other.messages[0].content = "You write other kernels.";
+  EXPECT_FALSE(local.complete(other).prompt_extends_previous);
+
+  // The template writes an earlier turn differently from what was sampled (here: the caller
+  // edited the reply): the whole prompt is encoded afresh.
+  const agent::PolicyReply first = local.complete(fresh);
+  agent::PolicyRequest edited = fresh;
+  edited.messages.push_back({"assistant", "(edited) " + first.text, {}, "", ""});
+  edited.messages.push_back({"user", "Go on.", {}, "", ""});
+  const agent::PolicyReply after_edit = local.complete(edited);
+  EXPECT_FALSE(after_edit.prompt_extends_previous);
+  EXPECT_EQ(after_edit.prompt_token_ids,
+            local.session().encode_prompt(local.session().render(policy::template_messages(edited.messages), ojson::array())));
+}
+
 TEST_F(LocalPolicyTiny, MakePolicyTakesLocalSpecsOnceRegistered) {
   policy::register_local_policy();
   policy::register_local_policy();  // harmless twice
@@ -271,7 +308,8 @@ TEST(LocalPolicySmolLM2, AgentEpisodeRecordsTheTokens) {
   const agent::Scorer scorer = [](const std::string&) { return json{{"ok", false}, {"reward", -1.0}}; };
   const agent::EpisodeResult r = agent::run_episode(*policy, workspace, tools, o, scorer);
 
-  int assistants = 0;
+  int assistants = 0, extended = 0;
+  std::vector<int64_t> previous;  // the previous turn's prompt + completion
   for (const json& e : r.trajectory) {
     if (e.value("type", "") != "assistant") continue;
     ++assistants;
@@ -290,7 +328,17 @@ TEST(LocalPolicySmolLM2, AgentEpisodeRecordsTheTokens) {
     // The JSONL form keeps the log-probs exactly (float -> double -> text -> float).
     const json reread = json::parse(e.dump());
     EXPECT_EQ(reread["completion_logprobs"].get<std::vector<float>>(), logprobs);
+    // A chained prompt starts with the previous turn's ids exactly.
+    ASSERT_TRUE(e.contains("prompt_extends_previous"));
+    if (e["prompt_extends_previous"].get<bool>()) {
+      ++extended;
+      ASSERT_GE(prompt.size(), previous.size());
+      EXPECT_TRUE(std::equal(previous.begin(), previous.end(), prompt.begin()));
+    }
+    previous = prompt;
+    previous.insert(previous.end(), completion.begin(), completion.end());
   }
   EXPECT_GE(assistants, 1);
-  std::cout << "[ SmolLM2  ] " << assistants << " assistant turns, stop " << r.stop_reason << "\n";
+  std::cout << "[ SmolLM2  ] " << assistants << " assistant turns (" << extended << " chained), stop " << r.stop_reason
+            << "\n";
 }
