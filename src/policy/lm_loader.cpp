@@ -122,6 +122,12 @@ class ModulePpoLearner final : public PpoLearner {
   PpoStats evaluate(const std::vector<PpoSample>& batch) override {
     return guarded("PPO evaluate", [&] { return impl_->evaluate(batch); });
   }
+  PpoStats sft_update(const std::vector<PpoSample>& batch, const StageUpdateOptions& stage) override {
+    return guarded("SFT update", [&] { return impl_->sft_update(batch, stage); });
+  }
+  PpoStats value_update(const std::vector<PpoSample>& batch, const StageUpdateOptions& stage) override {
+    return guarded("value update", [&] { return impl_->value_update(batch, stage); });
+  }
   LanguageModel& policy() override { return policy_; }
   const PpoOptions& options() const override { return impl_->options(); }
 

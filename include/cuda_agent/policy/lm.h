@@ -125,7 +125,7 @@ std::filesystem::path language_model_module_path();
 
 // Raised whenever the layout of these types or the entry points change, so a stale module is
 // refused with a clear message instead of crashing.
-inline constexpr int kLmModuleAbi = 1;
+inline constexpr int kLmModuleAbi = 2;
 
 struct LmCreateRequest {
   int abi = kLmModuleAbi;

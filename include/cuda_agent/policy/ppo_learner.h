@@ -24,6 +24,13 @@
 // (the paper's) is not supported yet. The optimizer state lives only in memory: it is not saved
 // with the model.
 //
+// The two earlier training stages step the same model through the same learner (issue 7):
+// sft_update (stage 2, RFT: supervised fine-tuning of the actor on kept trajectories) and
+// value_update (stage 3, value pretraining: the critic learns while the actor is frozen). All
+// three share the one AdamW: a call gives gradients only to the parameters it trains, so the
+// others keep their weights bit for bit (no weight decay either) and their optimizer moments;
+// the moments of the trained group carry over from stage to stage.
+//
 // Errors: every function and method throws cuda_agent::Error naming the bad value (a sample, a
 // length, an option); failures inside libtorch become Error with their text.
 //
@@ -83,6 +90,15 @@ struct PpoSample {
   std::vector<float> ref_logprobs;  // the reference policy's; empty: no KL (all samples of a batch alike)
 };
 
+// The plan of one sft_update or value_update call: the stage's own learning rate and number of
+// steps (stages.rft.* and stages.value_pretrain.* of the training config, not ppo.*). The
+// learner's grad_clip and weight_decay apply.
+struct StageUpdateOptions {
+  double lr = 0;         // AdamW lr of the parameters the stage trains, >= 0
+  int epochs = 1;        // passes over the batch
+  int mini_batches = 1;  // optimizer steps per epoch; the batch must hold at least this many samples
+};
+
 // Per optimizer step, then averaged over the steps of update(). The losses are those of the
 // mini-batch under the weights before its step (what its gradient was taken of).
 struct PpoStats {
@@ -114,8 +130,26 @@ class PpoLearner {
   // step (grad norms 0). With mini_batches = 1 this is what the first step of update() reports.
   virtual PpoStats evaluate(const std::vector<PpoSample>& batch) = 0;
 
+  // Stage 2, RFT: stage.epochs x stage.mini_batches steps (seeded shuffle, as update()) on the
+  // actor's parameters only (trunk and lm_head, at stage.lr); the value head does not move. The
+  // loss of a mini-batch is the mean negative log-likelihood of its loss_mask-1 tokens, always
+  // token_mean over the mini-batch (every assistant token weighs the same; loss_aggregation is
+  // not used). Only tokens and loss_mask are read: the other vectors may be empty (ignored).
+  // Returns loss = that NLL (before each step, averaged over the steps), entropy,
+  // grad_norm_actor, tokens and seconds; the other fields are 0. Error (and no step) as update().
+  virtual PpoStats sft_update(const std::vector<PpoSample>& batch, const StageUpdateOptions& stage) = 0;
+
+  // Stage 3, value pretraining: stage.epochs x stage.mini_batches steps of the clipped value loss
+  // alone (aggregated per loss_aggregation) with the actor frozen. With the shared critic only the
+  // value head moves (at stage.lr): the trunk is the actor's, so it stays frozen too and the
+  // policy's logits are unchanged bit for bit. (A separate critic model would train its own trunk
+  // here as well.) Reads tokens, loss_mask, returns and old_values; old_logprobs, advantages and
+  // ref_logprobs may be empty (ignored). Returns loss = value_loss, value_clip_fraction,
+  // grad_norm_critic, tokens and seconds; the other fields are 0. Error (and no step) as update().
+  virtual PpoStats value_update(const std::vector<PpoSample>& batch, const StageUpdateOptions& stage) = 0;
+
   // The actor, owned by the learner and valid while it lives: for generation and for
-  // forward_for_training (its values come from the value head, the critic). update() changes it.
+  // forward_for_training (its values come from the value head, the critic). The updates change it.
   virtual LanguageModel& policy() = 0;
 
   virtual const PpoOptions& options() const = 0;

@@ -1,7 +1,8 @@
 // The PPO learner (libtorch, through the module) on the CPU with tiny random models: its losses
 // against the torch-free reference (src/rl/advantages.cpp) in every aggregation mode, what one
-// optimizer step does (lr 0: nothing; lr > 0: a lower surrogate), determinism, bad input, and a
-// toy environment in which PPO must raise the reward.
+// optimizer step does (lr 0: nothing; lr > 0: a lower surrogate), determinism, bad input, a toy
+// environment in which PPO must raise the reward, and the two earlier stages' updates on the same
+// learner (SFT of the actor, value pretraining with the actor frozen).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
 #include "cuda_agent/policy/ppo_learner.h"
 #include "cuda_agent/rl/advantages.h"
 #include "cuda_agent/rl/train_config.h"
@@ -273,6 +275,168 @@ TEST(PpoLearner, OptionsFromTheTrainConfig) {
   EXPECT_EQ(PpoOptions::from_config(changed).clip_high, 0.3);
   changed["epochs"] = "two";
   EXPECT_THROW(PpoOptions::from_config(changed), Error);
+}
+
+// --- stages 2 and 3: sft_update and value_update ------------------------------------------------
+
+// Token-mean NLL of the masked-in tokens under the model now (the reference for sft_update).
+double assistant_nll(policy::LanguageModel& model, const Batch& b) {
+  const auto now = model.forward_for_training(b.tokens, b.masks);
+  double sum = 0;
+  int64_t count = 0;
+  for (size_t i = 0; i < b.tokens.size(); ++i)
+    for (size_t t = 0; t < b.tokens[i].size(); ++t)
+      if (b.masks[i][t]) {
+        sum -= now[i].logprobs[t];
+        ++count;
+      }
+  return sum / static_cast<double>(count);
+}
+
+// The saved weights, split as save_hf writes them: the trunk and lm_head (model.safetensors) and
+// the value head (value_head.safetensors), as bytes.
+struct SavedWeights {
+  std::string actor, value_head;
+};
+
+SavedWeights saved_weights(policy::LanguageModel& model) {
+  TempDir dir("ca-ppo-stages-");
+  model.save_hf(dir.path());
+  return {read_file(dir.path() / "model.safetensors"), read_file(dir.path() / "value_head.safetensors")};
+}
+
+// Only tokens and loss_mask: what an RFT batch carries.
+std::vector<PpoSample> sft_samples(const Batch& b) {
+  std::vector<PpoSample> out;
+  for (size_t i = 0; i < b.tokens.size(); ++i) out.push_back({b.tokens[i], b.masks[i], {}, {}, {}, {}, {}});
+  return out;
+}
+
+TEST(PpoStages, SftLowersTheAssistantNllAndLeavesTheValueHead) {
+  PpoOptions ppo;
+  ppo.weight_decay = 0.1;  // a step of the value head would show even with a zero gradient
+  ppo.actor_lr = ppo.critic_lr = 1e-2;
+  auto learner = make_learner(ppo);
+  const Batch b = fixed_batch(64);
+  // A PPO step first, so the value head has AdamW moments that would move it if it were stepped.
+  learner->update(samples_around(learner->policy(), b, 10));
+  const auto batch = sft_samples(b);
+  const auto probe = test_tokens(16, 64, 97);
+  const auto logits_before = learner->policy().logits(probe);
+  const SavedWeights before = saved_weights(learner->policy());
+  const double nll_before = assistant_nll(learner->policy(), b);
+
+  // lr 0: the reported loss is the reference NLL of the assistant tokens only, and nothing moves.
+  const PpoStats zero = learner->sft_update(batch, {.lr = 0, .epochs = 1, .mini_batches = 1});
+  EXPECT_NEAR(zero.loss, nll_before, tolerance(nll_before));
+  EXPECT_GT(zero.grad_norm_actor, 0);
+  EXPECT_EQ(zero.grad_norm_critic, 0);
+  int64_t tokens = 0;
+  for (const auto& m : b.masks)
+    for (uint8_t x : m) tokens += x;
+  EXPECT_EQ(zero.tokens, tokens);
+  EXPECT_EQ(learner->policy().logits(probe), logits_before);
+
+  const PpoStats s = learner->sft_update(batch, {.lr = 1e-2, .epochs = 10, .mini_batches = 2});
+  const double nll_after = assistant_nll(learner->policy(), b);
+  std::printf("  assistant-token NLL %.4f -> %.4f over 20 steps (mean step loss %.4f)\n", nll_before, nll_after,
+              s.loss);
+  EXPECT_LT(nll_after, 0.5 * nll_before);
+  EXPECT_NE(learner->policy().logits(probe), logits_before);
+  // The value head's parameters are untouched (its outputs move with the shared trunk).
+  const SavedWeights after_sft = saved_weights(learner->policy());
+  EXPECT_NE(after_sft.actor, before.actor);
+  EXPECT_EQ(after_sft.value_head, before.value_head);
+  EXPECT_EQ(s.value_loss, 0);
+  EXPECT_EQ(s.grad_norm_critic, 0);
+
+  // The PPO update still trains both groups afterwards (the freeze is undone).
+  const PpoStats after = learner->update(samples_around(learner->policy(), b, 11));
+  EXPECT_GT(after.grad_norm_actor, 0);
+  EXPECT_GT(after.grad_norm_critic, 0);
+}
+
+TEST(PpoStages, ValueUpdateMovesOnlyTheValueHead) {
+  PpoOptions ppo;
+  ppo.weight_decay = 0.1;
+  ppo.actor_lr = ppo.critic_lr = 1e-2;
+  ppo.value_clip = 100;  // the plain squared error, so the loss can fall all the way
+  auto learner = make_learner(ppo);
+  const Batch b = fixed_batch(64);
+  learner->update(samples_around(learner->policy(), b, 12));  // the actor has AdamW moments now
+  // Value-pretraining samples: returns and old values, no log-probs or advantages.
+  std::vector<PpoSample> batch;
+  for (auto& s : samples_around(learner->policy(), b, 13)) {
+    s.old_logprobs.clear();
+    s.advantages.clear();
+    s.ref_logprobs.clear();
+    batch.push_back(std::move(s));
+  }
+  rl::TokenBatch old_values, returns, masks = as_float(b.masks);
+  for (const auto& s : batch) {
+    old_values.push_back(s.old_values);
+    returns.push_back(s.returns);
+  }
+  auto reference = [&] {
+    rl::TokenBatch values;
+    for (const auto& f : learner->policy().forward_for_training(b.tokens, b.masks)) values.push_back(f.values);
+    return rl::ppo_value_loss(values, old_values, returns, masks, ppo.value_clip, rl::LossAggregation::kTokenMean).loss;
+  };
+  const auto probe = test_tokens(16, 64, 96);
+  const auto logits_before = learner->policy().logits(probe);
+  const auto values_before = learner->policy().forward_for_training({probe}, {})[0].values;
+  const SavedWeights before = saved_weights(learner->policy());
+  const double loss_before = reference();
+
+  const PpoStats first = learner->value_update(batch, {.lr = 0, .epochs = 1, .mini_batches = 1});
+  EXPECT_NEAR(first.loss, loss_before, tolerance(loss_before));
+  EXPECT_EQ(first.value_loss, first.loss);
+  EXPECT_GT(first.grad_norm_critic, 0);
+  EXPECT_EQ(first.grad_norm_actor, 0);
+
+  const PpoStats s = learner->value_update(batch, {.lr = 1e-2, .epochs = 10, .mini_batches = 2});
+  const double loss_after = reference();
+  std::printf("  value loss %.4f -> %.4f over 20 steps\n", loss_before, loss_after);
+  EXPECT_LT(loss_after, 0.7 * loss_before);
+  EXPECT_EQ(learner->policy().logits(probe), logits_before);  // bit for bit: the actor is frozen
+  EXPECT_NE(learner->policy().forward_for_training({probe}, {})[0].values, values_before);
+  const SavedWeights after = saved_weights(learner->policy());
+  EXPECT_EQ(after.actor, before.actor);  // trunk and lm_head (the shared critic's trunk too)
+  EXPECT_NE(after.value_head, before.value_head);
+  EXPECT_EQ(s.policy_loss, 0);
+  EXPECT_EQ(s.grad_norm_actor, 0);
+}
+
+TEST(PpoStages, BadInputSaysWhatIsWrong) {
+  auto learner = make_learner(PpoOptions{});
+  const Batch b = fixed_batch(64);
+  const auto sft = sft_samples(b);
+  const policy::StageUpdateOptions stage{.lr = 1e-3};
+  auto expect_error = [&](auto&& call, const std::string& needle) {
+    try {
+      call();
+      ADD_FAILURE() << "no error; expected one mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error([&] { learner->sft_update({}, stage); }, "SFT: the batch is empty");
+  expect_error([&] { learner->value_update({}, stage); }, "value: the batch is empty");
+  auto prompts_only = sft;
+  for (auto& s : prompts_only) std::fill(s.loss_mask.begin(), s.loss_mask.end(), 0);
+  expect_error([&] { learner->sft_update(prompts_only, stage); }, "holds no policy tokens");
+  auto first_masked = sft;
+  first_masked[1].loss_mask[0] = 1;
+  expect_error([&] { learner->sft_update(first_masked, stage); }, "SFT sample 1: loss_mask[0] is 1");
+  auto short_mask = sft;
+  short_mask[2].loss_mask.pop_back();
+  expect_error([&] { learner->sft_update(short_mask, stage); }, "loss_mask has 11 entries for 12 tokens");
+  // SFT samples lack the critic's targets.
+  expect_error([&] { learner->value_update(sft, stage); }, "value sample 0: returns has 0 entries for 9 tokens");
+  expect_error([&] { learner->sft_update(sft, {.lr = -1}); }, "lr = -1");
+  expect_error([&] { learner->sft_update(sft, {.lr = 1e-3, .epochs = 0}); }, "epochs = 0");
+  expect_error([&] { learner->sft_update(sft, {.lr = 1e-3, .epochs = 1, .mini_batches = 6}); },
+               "5 samples cannot fill mini_batches = 6");
 }
 
 // A bandit over token sequences: after a fixed prompt the policy samples 8 tokens; the reward
