@@ -146,45 +146,69 @@ void extract_tool_calls(ChatReply& reply) {
 }
 
 std::unique_ptr<ChatSession> ChatSession::open(const fs::path& model, const LmOptions& options) {
-  CA_CHECK(fs::exists(model), "model '{}' does not exist: pass a Hugging Face folder or a .gguf file", model.string());
   std::unique_ptr<ChatSession> s(new ChatSession());
   s->path_ = model;
-  if (fs::is_directory(model)) {
-    const fs::path tj = model / "tokenizer.json";
-    CA_CHECK(fs::exists(tj), "model folder '{}' has no tokenizer.json: copy the model's tokenizer files there",
-             model.string());
-    s->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_tokenizer_json(tj));
-  } else {
-    auto file = open_gguf(model);
-    s->tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf_metadata(file->metadata(), model.string()));
-  }
-  s->model_ = load_language_model(model, options);
+  s->load_tokenizer();
+  s->owned_model_ = load_language_model(model, options);
+  s->model_ = s->owned_model_.get();
+  s->attach_model();
+  return s;
+}
 
-  const std::string& jinja = s->tokenizer_->chat_template();
+std::unique_ptr<ChatSession> ChatSession::open_with_model(const fs::path& model_path, LanguageModel& model) {
+  std::unique_ptr<ChatSession> s(new ChatSession());
+  s->path_ = model_path;
+  s->load_tokenizer();
+  s->model_ = &model;
+  s->attach_model();
+  return s;
+}
+
+void ChatSession::load_tokenizer() {
+  CA_CHECK(fs::exists(path_), "model '{}' does not exist: pass a Hugging Face folder or a .gguf file", path_.string());
+  if (fs::is_directory(path_)) {
+    const fs::path tj = path_ / "tokenizer.json";
+    CA_CHECK(fs::exists(tj), "model folder '{}' has no tokenizer.json: copy the model's tokenizer files there",
+             path_.string());
+    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_tokenizer_json(tj));
+  } else {
+    auto file = open_gguf(path_);
+    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf_metadata(file->metadata(), path_.string()));
+  }
+}
+
+void ChatSession::attach_model() {
+  CA_ASSERT(model_ != nullptr && tokenizer_ != nullptr, "attach_model() before the tokenizer and the model are set");
+  const ModelConfig& config = model_->config();
+  // A larger model vocabulary is fine (padded embeddings); a smaller one would sample ids the
+  // tokenizer cannot decode, or miss ids the template encodes.
+  CA_CHECK(tokenizer_->vocab_size() <= config.vocab_size,
+           "model '{}': the tokenizer has {} ids but the model's vocabulary has {}: the tokenizer and the weights "
+           "must come from the same model", path_.string(), tokenizer_->vocab_size(), config.vocab_size);
+
+  const std::string& jinja = tokenizer_->chat_template();
   if (!jinja.empty()) {
     try {
-      s->template_ = std::make_unique<ChatTemplate>(ChatTemplate::from_template(jinja));
+      template_ = std::make_unique<ChatTemplate>(ChatTemplate::from_template(jinja));
     } catch (const Error& e) {
-      CA_LOG_WARN("serve", "{}: chat template not recognized ({}); using the {} family's", model.string(), e.what(),
-                  family_name(s->model_->config().family));
+      CA_LOG_WARN("serve", "{}: chat template not recognized ({}); using the {} family's", path_.string(), e.what(),
+                  family_name(config.family));
     }
   }
-  if (!s->template_) {
-    const Family f = s->model_->config().family;
-    s->template_ = std::make_unique<ChatTemplate>(
+  if (!template_) {
+    const Family f = config.family;
+    template_ = std::make_unique<ChatTemplate>(
         ChatTemplate::for_family(f == Family::kQwen3 ? "qwen3" : f == Family::kQwen2 ? "qwen2.5" : "chatml"));
   }
 
   auto add_stop = [&](int64_t id) {
-    if (id >= 0 && std::find(s->stop_ids_.begin(), s->stop_ids_.end(), id) == s->stop_ids_.end())
-      s->stop_ids_.push_back(id);
+    if (id >= 0 && std::find(stop_ids_.begin(), stop_ids_.end(), id) == stop_ids_.end()) stop_ids_.push_back(id);
   };
-  for (int64_t id : s->model_->config().eos_token_ids) add_stop(id);
-  add_stop(s->tokenizer_->eos_id());
-  add_stop(s->tokenizer_->token_id(s->template_->end_of_turn()));
-  CA_CHECK(!s->stop_ids_.empty(), "model '{}' names no end-of-sequence token and its vocabulary has no '{}'",
-           model.string(), s->template_->end_of_turn());
-  return s;
+  for (int64_t id : config.eos_token_ids) add_stop(id);
+  add_stop(tokenizer_->eos_id());
+  add_stop(tokenizer_->token_id(template_->end_of_turn()));
+  CA_CHECK(!stop_ids_.empty(), "model '{}' names no end-of-sequence token and its vocabulary has no '{}'",
+           path_.string(), template_->end_of_turn());
 }
 
 std::string ChatSession::render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,

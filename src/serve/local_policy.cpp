@@ -125,6 +125,14 @@ LocalPolicy::LocalPolicy(LocalPolicyOptions options) : options_(std::move(option
   session_ = ChatSession::open(options_.model, lm);
 }
 
+LocalPolicy::LocalPolicy(std::unique_ptr<ChatSession> session, LocalPolicyOptions options)
+    : options_(std::move(options)), session_(std::move(session)) {
+  CA_CHECK(session_ != nullptr, "local policy: no chat session given");
+  options_.model = session_->path();
+  options_.device = session_->model().options().device;
+  options_.dtype = session_->model().options().dtype;
+}
+
 ChatRequestOptions LocalPolicy::request_options(uint64_t call) const {
   ChatRequestOptions r;
   r.sampling.temperature = options_.temperature;

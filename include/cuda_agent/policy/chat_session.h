@@ -99,7 +99,16 @@ class ChatSession {
   // Loads the model (load_language_model), the tokenizer (tokenizer.json beside a folder, or the
   // GGUF's tokenizer.* metadata) and the chat template (the tokenizer's / GGUF's
   // tokenizer.chat_template, else the family's). Throws Error naming the file and what is missing.
+  // Also checks that the model's vocabulary holds every tokenizer id (it may be larger: padded
+  // embeddings, as Qwen's are); a mismatch throws Error naming both sizes. The session owns the model.
   static std::unique_ptr<ChatSession> open(const std::filesystem::path& model, const LmOptions& options);
+  // The same session over a model it does not own (the RL trainer's PpoLearner::policy(), so
+  // rollouts are sampled from the weights being trained): the tokenizer and chat template are read
+  // from `model_path` as open() reads them, the weights are not loaded, and the same checks apply
+  // (the vocabulary sizes, an end-of-sequence token). `model` is borrowed: it must outlive the
+  // session, and whoever changes its weights (an optimizer step) changes what the session samples.
+  // Not thread-safe together with the model's owner: do not generate while it trains.
+  static std::unique_ptr<ChatSession> open_with_model(const std::filesystem::path& model_path, LanguageModel& model);
 
   // Renders `messages` (OpenAI chat messages) and `tools` (OpenAI function tools; null or [] for
   // none) with the template, generates, and parses tool calls from the text. Template errors
@@ -120,7 +129,9 @@ class ChatSession {
   // Prompt token ids of `text` (BOS when asked for).
   std::vector<int64_t> encode_prompt(const std::string& text) const;
 
+  // The model (owned, or borrowed through open_with_model).
   LanguageModel& model() { return *model_; }
+  bool owns_model() const { return owned_model_ != nullptr; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ChatTemplate& chat_template() const { return *template_; }
   // eos ids of the config and tokenizer plus the template's end-of-turn token.
@@ -129,10 +140,16 @@ class ChatSession {
 
  private:
   ChatSession() = default;
+  // What open() and open_with_model() share: reads the tokenizer from path_ (before any weights
+  // are loaded, so a bad tokenizer fails fast).
+  void load_tokenizer();
+  // Once model_ is set: checks the vocabulary sizes, picks the template, collects the stop ids.
+  void attach_model();
   ChatReply generate(std::vector<int64_t> prompt, const ChatRequestOptions& options, const TextDeltaFn& on_text_delta);
 
   std::filesystem::path path_;
-  std::unique_ptr<LanguageModel> model_;
+  std::unique_ptr<LanguageModel> owned_model_;  // null when the model is borrowed
+  LanguageModel* model_ = nullptr;               // owned_model_ or the borrowed one
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> template_;
   std::vector<int64_t> stop_ids_;

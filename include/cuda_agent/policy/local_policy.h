@@ -86,6 +86,13 @@ class LocalPolicy : public agent::Policy {
  public:
   // Opens options.model (ChatSession::open). Throws Error naming the file and what is wrong.
   explicit LocalPolicy(LocalPolicyOptions options);
+  // Over a session the caller opened: the RL trainer's, ChatSession::open_with_model on
+  // PpoLearner::policy(), so its rollouts come from the weights it trains (each call samples from
+  // the weights as they are then). `options` gives the sampling and template options;
+  // options.model, device and dtype are replaced by the session's path and its model's options
+  // (name() is that spec, though the weights are the session's, not the file's). The policy owns
+  // the session; a borrowed model must outlive both.
+  LocalPolicy(std::unique_ptr<ChatSession> session, LocalPolicyOptions options);
 
   std::string name() const override { return options_.to_spec(); }
   // One reply: text (raw, <tool_call> blocks included), finish_reason ("stop", "length" or
