@@ -61,7 +61,12 @@ std::string format_event(const nlohmann::json& e, size_t max_chars) {
 EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void(const nlohmann::json&)>& on_event) {
   CA_CHECK(fs::is_regular_file(spec.task), "--task {}: no such file", spec.task.string());
   CA_CHECK(spec.device == "cuda" || spec.device == "cpu", "device must be cuda or cpu, got '{}'", spec.device);
-  std::unique_ptr<Policy> policy = make_policy(spec.policy);
+  std::unique_ptr<Policy> owned_policy;
+  Policy* policy = spec.policy_instance;
+  if (policy == nullptr) {
+    owned_policy = make_policy(spec.policy);
+    policy = owned_policy.get();
+  }
   const fs::path task = fs::absolute(spec.task);
   const fs::path ws_root = spec.output_dir / "workspace";
   CA_CHECK(!fs::exists(ws_root), "{} already holds a workspace; choose another --output", spec.output_dir.string());

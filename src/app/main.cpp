@@ -22,6 +22,8 @@
 #include "cuda_agent/policy/chat_session.h"
 #include "cuda_agent/policy/local_policy.h"
 #include "cuda_agent/policy/openai_server.h"
+#include "cuda_agent/rl/train_config.h"
+#include "cuda_agent/rl/trainer.h"
 #include "cuda_agent/sandbox/cuda_libs.h"
 #include "cuda_agent/sandbox/doctor.h"
 #include "cuda_agent/sandbox/evaluation.h"
@@ -297,6 +299,17 @@ int main(int argc, char** argv) {
   eval->add_option("--device", device, "cuda (default) or cpu (verify-only scoring)");
   add_common(eval, flags);
 
+  CLI::App* train = app.add_subcommand(
+      "train", "run (or resume) the RL training recipe of a config: single-turn warm-up and agentic PPO (docs/training.md)");
+  bool train_resume = false;
+  train->add_option("--config", flags.config, "training config YAML (configs/paper.yaml lists every key)")->required();
+  train->add_option("--set", flags.sets, "override one key, e.g. --set ppo.steps=10 (repeatable)");
+  train->add_flag("--resume", train_resume, "continue the run in run.output_dir from its latest checkpoint");
+  train->add_option("--device", device, "cuda (default) or cpu (model on the CPU, verify-only scoring)");
+  train->add_option("--gpu", gpu, "GPU index of the model and the episodes' checks");
+  train->add_option("--skill", skill_file, "SKILL.md loaded into the agent's system prompt");
+  train->add_option("--log-level", flags.log_level, "trace, debug, info, warn, error or off");
+
   CLI::App* doctor = app.add_subcommand("doctor", "show what this machine has for evaluations and what is missing");
   doctor->add_flag("--json", json, "print the report as JSON");
 
@@ -427,6 +440,20 @@ int main(int argc, char** argv) {
       if (device == "cuda") require_gpu("eval");
       nlohmann::json out = agent::run_eval(spec, std::cerr);
       std::cout << read_file(spec.output_dir / "report.md");
+      return 0;
+    }
+    if (train->parsed()) {
+      set_log_level(flags.log_level);
+      const nlohmann::json config = rl::load_train_config(flags.config, flags.sets);
+      rl::TrainRunOptions opts;
+      opts.resume = train_resume;
+      opts.device = device;
+      opts.gpu = gpu;
+      opts.skill_file = skill_file;
+      if (device == "cuda") require_gpu("train");
+      const rl::TrainRunSummary summary = rl::run_training(config, opts, std::cerr);
+      std::cout << fmt::format("run: {} ({} steps run, last step {})\n", summary.run_dir.string(), summary.steps_run,
+                               summary.last_step);
       return 0;
     }
     if (doctor->parsed()) {

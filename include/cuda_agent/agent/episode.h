@@ -18,6 +18,10 @@ namespace cuda_agent::agent {
 struct EpisodeSpec {
   std::filesystem::path task;         // the task's model.py
   std::string policy;                 // a make_policy() spec, e.g. replay:episode.jsonl
+  // A policy the caller owns, used instead of `policy` when set (the RL trainer's LocalPolicy over
+  // the weights it trains). Borrowed: it must outlive the call; the episode calls it from this
+  // thread only.
+  Policy* policy_instance = nullptr;
   std::filesystem::path output_dir;   // gets workspace/, trajectory.jsonl, result.json; must not hold a workspace yet
   std::filesystem::path skill_file;   // SKILL.md for the system prompt (empty: none)
   std::string device = "cuda";        // "cpu": verify-only scoring, for machines without a GPU
@@ -28,7 +32,7 @@ struct EpisodeSpec {
 };
 
 // Runs the episode; on_event sees every trajectory event as it happens (for a live
-// transcript). Throws Error for bad specs (missing task, unknown policy, occupied output
+// transcript). Uses spec.policy_instance when set, else make_policy(spec.policy). Throws Error for bad specs (missing task, unknown policy, occupied output
 // folder); everything the policy, the tools and the solution do ends up in the result.
 EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void(const nlohmann::json&)>& on_event = {});
 
