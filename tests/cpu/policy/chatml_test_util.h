@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "cuda_agent/core/files.h"
@@ -53,5 +54,21 @@ inline void write_tiny_chatml_model(const std::filesystem::path& dir) {
   write_file_atomic(dir / "tokenizer.json", tiny_chatml_tokenizer().dump());
   write_file_atomic(dir / "tokenizer_config.json", nlohmann::json{{"eos_token", "<|im_end|>"}}.dump());
 }
+
+// A suite that writes the tiny model folder once (model_dir()) and removes it after its tests.
+class TinyChatmlModelSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    use_built_lm_module();
+    dir_ = new TempDir("ca-tiny-chatml-");
+    write_tiny_chatml_model(model_dir());
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::filesystem::path model_dir() { return dir_->path() / "m"; }
+  static inline TempDir* dir_ = nullptr;  // one suite at a time: gtest runs suites one after another
+};
 
 }  // namespace cuda_agent::testing

@@ -31,18 +31,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // One tiny model folder for the suite: Qwen2 (so the qwen2.5 template renders tools and calls).
-class LocalPolicyTiny : public ::testing::Test {
+class LocalPolicyTiny : public cuda_agent::testing::TinyChatmlModelSuite {
  protected:
-  static void SetUpTestSuite() {
-    cuda_agent::testing::use_built_lm_module();
-    dir_ = new TempDir("ca-local-policy-");
-    cuda_agent::testing::write_tiny_chatml_model(model_dir());
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static fs::path model_dir() { return dir_->path() / "m"; }
   static std::string spec(const std::string& query) { return "local:" + model_dir().string() + "?" + query; }
 
   // A conversation with every role: a call and its result, and one tool schema.
@@ -59,9 +49,7 @@ class LocalPolicyTiny : public ::testing::Test {
     return r;
   }
 
-  static TempDir* dir_;
 };
-TempDir* LocalPolicyTiny::dir_ = nullptr;
 
 // The text the loop sees for these completion tokens: their bytes, special tokens dropped, with
 // invalid UTF-8 repaired as the streaming decoder repairs it (random weights write invalid bytes).

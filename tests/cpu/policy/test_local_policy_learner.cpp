@@ -24,18 +24,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class LocalPolicyOnLearner : public ::testing::Test {
+class LocalPolicyOnLearner : public cuda_agent::testing::TinyChatmlModelSuite {
  protected:
-  static void SetUpTestSuite() {
-    cuda_agent::testing::use_built_lm_module();
-    dir_ = new TempDir("ca-local-learner-");
-    cuda_agent::testing::write_tiny_chatml_model(model_dir());
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static fs::path model_dir() { return dir_->path() / "m"; }
 
   static agent::PolicyRequest request() {
     agent::PolicyRequest r;
@@ -50,9 +40,7 @@ class LocalPolicyOnLearner : public ::testing::Test {
     return o;
   }
 
-  static TempDir* dir_;
 };
-TempDir* LocalPolicyOnLearner::dir_ = nullptr;
 
 std::string error_of(const std::function<void()>& f) {
   try {

@@ -20,25 +20,12 @@ using nlohmann::json;
 
 namespace {
 
-class RolloutLocal : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    cuda_agent::testing::use_built_lm_module();
-    dir_ = new TempDir("ca-rollout-local-");
-    cuda_agent::testing::write_tiny_chatml_model(dir_->path() / "m");
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static TempDir* dir_;
-};
-TempDir* RolloutLocal::dir_ = nullptr;
+class RolloutLocal : public cuda_agent::testing::TinyChatmlModelSuite {};
 
 }  // namespace
 
 TEST_F(RolloutLocal, TwoTurnEpisodeBecomesOneSequenceAndTrainsFromRatioOne) {
-  const std::filesystem::path model = dir_->path() / "m";
+  const std::filesystem::path model = model_dir();
   policy::LocalPolicy local(
       policy::parse_local_policy_spec("local:" + model.string() + "?temperature=1&seed=4&max_new_tokens=12"));
 
