@@ -31,24 +31,8 @@ const char* label(Use use) {
   return "?";
 }
 
-// The same names and meanings as rl::LossAggregation and rl::KlEstimator (src/rl/advantages.cpp,
-// the reference); the module does not link ca_rl.
-enum class Aggregation { kTokenMean, kSeqMeanTokenSum, kSeqMeanTokenMean };
-enum class KlEstimator { kK1, kK2, kK3 };
-
-Aggregation parse_aggregation(const std::string& name) {
-  if (name == "token_mean") return Aggregation::kTokenMean;
-  if (name == "seq_mean_token_sum") return Aggregation::kSeqMeanTokenSum;
-  if (name == "seq_mean_token_mean") return Aggregation::kSeqMeanTokenMean;
-  CA_FAIL("ppo.loss_aggregation = '{}': use token_mean, seq_mean_token_sum or seq_mean_token_mean", name);
-}
-
-KlEstimator parse_kl(const std::string& name) {
-  if (name == "k1") return KlEstimator::kK1;
-  if (name == "k2") return KlEstimator::kK2;
-  if (name == "k3") return KlEstimator::kK3;
-  CA_FAIL("ppo.kl.estimator = '{}': use k1, k2 or k3", name);
-}
+using Aggregation = policy::LossAggregation;
+using policy::KlEstimator;
 
 void check_options(const PpoOptions& o) {
   CA_CHECK(std::isfinite(o.actor_lr) && o.actor_lr >= 0, "ppo.actor_lr = {}: must be >= 0", o.actor_lr);
@@ -63,8 +47,8 @@ void check_options(const PpoOptions& o) {
   CA_CHECK(o.mini_batches >= 1, "ppo.mini_batches = {}: must be >= 1", o.mini_batches);
   CA_CHECK(o.epochs >= 1, "ppo.epochs = {}: must be >= 1", o.epochs);
   CA_CHECK(o.weight_decay >= 0, "ppo weight_decay = {}: must be >= 0", o.weight_decay);
-  parse_aggregation(o.loss_aggregation);
-  parse_kl(o.kl_estimator);
+  policy::parse_loss_aggregation(o.loss_aggregation);
+  policy::parse_kl_estimator(o.kl_estimator);
 }
 
 void check_stage(const StageUpdateOptions& o, Use use) {
@@ -205,8 +189,8 @@ class TorchPpoLearner final : public policy::PpoLearner {
   TorchPpoLearner(std::unique_ptr<TorchLanguageModel> model, const PpoOptions& options)
       : model_(std::move(model)),
         options_(options),
-        aggregation_(parse_aggregation(options.loss_aggregation)),
-        kl_(parse_kl(options.kl_estimator)),
+        aggregation_(policy::parse_loss_aggregation(options.loss_aggregation)),
+        kl_(policy::parse_kl_estimator(options.kl_estimator)),
         rng_(options.seed) {
     CausalLM& m = model_->model();
     CA_CHECK(m->has_value_head(), "the PPO learner needs a model with a value head (LmOptions::value_head = true)");

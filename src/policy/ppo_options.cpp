@@ -41,4 +41,20 @@ PpoOptions PpoOptions::from_config(const nlohmann::json& ppo) {
   return o;
 }
 
+LossAggregation parse_loss_aggregation(const std::string& name) {
+  if (name == "token_mean") return LossAggregation::kTokenMean;
+  if (name == "seq_mean_token_sum") return LossAggregation::kSeqMeanTokenSum;
+  if (name == "seq_mean_token_mean") return LossAggregation::kSeqMeanTokenMean;
+  CA_FAIL("unknown loss aggregation '{}' (ppo.loss_aggregation): use token_mean, seq_mean_token_sum or "
+          "seq_mean_token_mean",
+          name);
+}
+
+KlEstimator parse_kl_estimator(const std::string& name) {
+  if (name == "k1") return KlEstimator::kK1;
+  if (name == "k2") return KlEstimator::kK2;
+  if (name == "k3") return KlEstimator::kK3;
+  CA_FAIL("unknown KL estimator '{}' (ppo.kl.estimator): use k1, k2 or k3", name);
+}
+
 }  // namespace cuda_agent::policy

@@ -90,13 +90,6 @@ void whiten_masked(TokenBatch& values, const TokenBatch& masks, bool keep_mean, 
     }
 }
 
-KlEstimator parse_kl_estimator(const std::string& name) {
-  if (name == "k1") return KlEstimator::kK1;
-  if (name == "k2") return KlEstimator::kK2;
-  if (name == "k3") return KlEstimator::kK3;
-  CA_FAIL("unknown KL estimator '{}': use k1, k2 or k3", name);
-}
-
 double kl_estimate(double logp, double logp_ref, KlEstimator estimator) {
   const double diff = logp - logp_ref;
   switch (estimator) {
@@ -135,13 +128,6 @@ TokenLoss ppo_value_token_loss(double value, double old_value, double ret, doubl
   const double unclipped = (value - ret) * (value - ret);
   const double clipped = (v_clipped - ret) * (v_clipped - ret);
   return {0.5 * std::max(unclipped, clipped), clipped > unclipped};
-}
-
-LossAggregation parse_loss_aggregation(const std::string& name) {
-  if (name == "token_mean") return LossAggregation::kTokenMean;
-  if (name == "seq_mean_token_sum") return LossAggregation::kSeqMeanTokenSum;
-  if (name == "seq_mean_token_mean") return LossAggregation::kSeqMeanTokenMean;
-  CA_FAIL("unknown loss aggregation '{}': use token_mean, seq_mean_token_sum or seq_mean_token_mean", name);
 }
 
 double aggregate_loss(const TokenBatch& per_token, const TokenBatch& masks, LossAggregation mode) {

@@ -49,6 +49,14 @@
 
 namespace cuda_agent::policy {
 
+// The loss aggregations and KL estimators by name (ppo.loss_aggregation, ppo.kl.estimator), shared
+// by the learner and the torch-free reference (rl/advantages.h, which defines them). The parsers
+// throw Error naming the value and the allowed names.
+enum class LossAggregation { kTokenMean, kSeqMeanTokenSum, kSeqMeanTokenMean };
+LossAggregation parse_loss_aggregation(const std::string& name);  // token_mean | seq_mean_token_sum | seq_mean_token_mean
+enum class KlEstimator { kK1, kK2, kK3 };
+KlEstimator parse_kl_estimator(const std::string& name);  // k1 | k2 | k3
+
 struct PpoOptions {
   double actor_lr = 3e-6;   // AdamW lr of the trunk and lm_head
   double critic_lr = 6e-6;  // AdamW lr of the value head

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda_agent/policy/ppo_learner.h"
+
 namespace cuda_agent::rl {
 
 using TokenBatch = std::vector<std::vector<float>>;  // one row per sequence, ragged
@@ -59,8 +61,8 @@ void whiten_masked(TokenBatch& values, const TokenBatch& masks, bool keep_mean =
 //   k1 = logp - logp_ref
 //   k2 = 0.5 * (logp - logp_ref)^2
 //   k3 = exp(logp_ref - logp) - (logp_ref - logp) - 1      (unbiased, never negative)
-enum class KlEstimator { kK1, kK2, kK3 };
-KlEstimator parse_kl_estimator(const std::string& name);  // "k1", "k2", "k3"; Error otherwise
+using policy::KlEstimator;         // defined with the learner (policy/ppo_learner.h)
+using policy::parse_kl_estimator;  // "k1", "k2", "k3"; Error otherwise
 double kl_estimate(double logp, double logp_ref, KlEstimator estimator);
 
 // KL in "reward" mode: rewards[t] -= coef * kl_estimate(logp[t], logp_ref[t]) at every
@@ -95,8 +97,8 @@ TokenLoss ppo_value_token_loss(double value, double old_value, double ret, doubl
 //   seq_mean_token_mean mean over sequences of (sum_t l m / sum_t m)
 // The two seq_ modes average over the sequences that hold at least one mask-1 token; a batch
 // with no mask-1 token at all is an Error.
-enum class LossAggregation { kTokenMean, kSeqMeanTokenSum, kSeqMeanTokenMean };
-LossAggregation parse_loss_aggregation(const std::string& name);  // the names above; Error otherwise
+using policy::LossAggregation;         // defined with the learner (policy/ppo_learner.h)
+using policy::parse_loss_aggregation;  // the names above; Error otherwise
 double aggregate_loss(const TokenBatch& per_token, const TokenBatch& masks, LossAggregation mode);
 
 // ---- batch losses ------------------------------------------------------------------------------
