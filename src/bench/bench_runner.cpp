@@ -27,12 +27,6 @@ std::string fmt_ms(const nlohmann::json& timing) {
   return fmt::format("{:.3f}", timing["median_ms"].get<double>());
 }
 
-// The result's reward, or `fallback` where it is missing or null (a baselines-only result).
-double reward_or(const nlohmann::json& r, double fallback) {
-  const nlohmann::json v = r.value("reward", nlohmann::json());
-  return v.is_number() ? v.get<double>() : fallback;
-}
-
 std::string category_name(const nlohmann::json& r) {
   const nlohmann::json c = r.value("category", nlohmann::json());
   return c.is_string() ? c.get<std::string>() : "unknown";
@@ -121,8 +115,9 @@ std::string format_table(const nlohmann::json& results, const nlohmann::json& su
   for (const auto& r : results) {
     const nlohmann::json timings = r.value("timings", nlohmann::json::object());
     std::string status = r.value("ok", false) ? "pass" : category_name(r);
+    const double reward = number_field(r, "reward").value_or(-1.0);  // null in baselines-only results
     out << fmt::format("| {} | {} | {} | {:g} | {} | {} | {} | {} | {} | {} |\n", r.value("task_id", "?"),
-                       r.value("level", 0), status, reward_or(r, -1.0), fmt_ms(timings.value("eager", nlohmann::json())),
+                       r.value("level", 0), status, reward, fmt_ms(timings.value("eager", nlohmann::json())),
                        fmt_ms(timings.value("compile", nlohmann::json())), fmt_ms(timings.value("candidate", nlohmann::json())),
                        fmt_x(r.value("speedup_vs_eager", nlohmann::json())),
                        fmt_x(r.value("speedup_vs_compile", nlohmann::json())), r.value("build_path", "-"));
