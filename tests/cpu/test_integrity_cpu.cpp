@@ -203,7 +203,13 @@ TEST_F(Integrity, BackgroundThreadsLeftRunningAreTampering) {
 
 TEST_F(Integrity, RandomOutputIsNondeterministic) {
   const std::string task = kSource + "/tests/data/tasks/add/model.py";
-  auto r = verify(task, write("noisy.py", add_solution("        return a + b + (torch.rand(()) * 0.5 > 0.25).float() * 0.1\n")));
+  // Every second call adds 0.1. Not torch.rand: the harness reseeds torch before each run, so
+  // a torch.rand draw repeats between the two runs (and, with secret seeds, passed every trial
+  // one time in eight). A call counter differs between runs whatever the seeds are.
+  const std::string prelude = "_calls = [0]\n\n";
+  auto r = verify(task, write("noisy.py", add_solution("        _calls[0] += 1\n"
+                                                       "        return a + b + 0.1 * float(_calls[0] % 2 == 0)\n",
+                                                       prelude)));
   // The first run may pass its comparison and the second differ, or the first fail outright.
   EXPECT_TRUE(r["category"] == "nondeterministic" || r["category"] == "mismatch") << r.dump(2);
 }
