@@ -16,6 +16,23 @@ namespace fs = std::filesystem;
 
 namespace cuda_agent::agent {
 
+std::string place_policy_on_gpu(const std::string& policy, int gpu) {
+  if (policy.rfind("local:", 0) != 0) return policy;
+  const size_t q = policy.find('?');
+  if (q == std::string::npos) return policy;
+  std::string out = policy.substr(0, q + 1);
+  size_t pos = q + 1;
+  while (pos <= policy.size()) {
+    size_t amp = policy.find('&', pos);
+    if (amp == std::string::npos) amp = policy.size();
+    const std::string item = policy.substr(pos, amp - pos);
+    if (pos > q + 1) out += "&";
+    out += item == "device=cuda" ? fmt::format("device=cuda:{}", gpu) : item;
+    pos = amp + 1;
+  }
+  return out;
+}
+
 nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
   bench::Split split = bench::load_any_split(spec.split, spec.output_dir / "imported");
   CA_CHECK(!spec.gpus.empty(), "no GPUs to run on: pass --gpus 0,1,...");
@@ -30,6 +47,7 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
       EpisodeSpec episode = spec.episode;
       episode.task = task.path;
       episode.gpu = gpu;
+      episode.policy = place_policy_on_gpu(spec.episode.policy, gpu);
       episode.output_dir = spec.output_dir / "episodes" / task.id;
       if (task.atol) episode.sandbox.atol = *task.atol;
       if (task.rtol) episode.sandbox.rtol = *task.rtol;

@@ -22,6 +22,7 @@
 #include "cuda_agent/policy/chat_session.h"
 #include "cuda_agent/policy/local_policy.h"
 #include "cuda_agent/policy/openai_server.h"
+#include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
 #include "cuda_agent/rl/trainer.h"
 #include "cuda_agent/sandbox/cuda_libs.h"
@@ -290,7 +291,13 @@ int main(int argc, char** argv) {
 
   CLI::App* eval = app.add_subcommand("eval", "agent episodes over a split, scored, with the bench report");
   eval->add_option("--split", split, "split: own folder, KernelBench folder, or rows (.jsonl/.parquet)")->required();
-  eval->add_option("--policy", policy_spec, "replay:FILE.jsonl, openai:MODEL@BASE_URL or local:MODEL[?key=value&...]")->required();
+  std::string eval_checkpoint;
+  CLI::Option* eval_policy = eval->add_option("--policy", policy_spec,
+                                              "replay:FILE.jsonl, openai:MODEL@BASE_URL or local:MODEL[?key=value&...]");
+  eval->add_option("--checkpoint", eval_checkpoint,
+                   "a training run folder (its latest checkpoint) or a checkpoints/step-N folder, optionally "
+                   "?key=value&... as local: takes (e.g. ?temperature=0): its actor is the policy")
+      ->excludes(eval_policy);
   eval->add_option("--gpus", gpus, "comma-separated GPU indices to spread episodes over");
   eval->add_option("--output", bench_out, "run folder (default runs/eval-<split>-<time>)");
   eval->add_option("--skill", skill_file, "SKILL.md loaded into the system prompt");
@@ -432,6 +439,13 @@ int main(int argc, char** argv) {
                             : fs::path(bench_out);
       spec.interactive_progress = stderr_is_terminal();
       spec.episode.sandbox = resolve_options(flags);
+      if (!eval_checkpoint.empty()) {
+        const size_t q = eval_checkpoint.find('?');
+        policy_spec = rl::checkpoint_policy_spec(eval_checkpoint.substr(0, q), device,
+                                                 q == std::string::npos ? "" : eval_checkpoint.substr(q + 1));
+        std::cerr << "[eval] policy " << policy_spec << "\n";
+      }
+      CA_CHECK(!policy_spec.empty(), "eval: pass --policy SPEC or --checkpoint DIR");
       spec.episode.policy = policy_spec;
       spec.episode.skill_file = skill_file;
       spec.episode.device = device;

@@ -237,6 +237,24 @@ CheckpointInfo write_checkpoint(const fs::path& run_dir, int64_t step, const nlo
   return info;
 }
 
+namespace {
+
+// state.json of the checkpoint folder `dir` into `info` (dir, state, step); `name` is the folder's
+// name, the step when state.json has none.
+void read_checkpoint_state(const fs::path& dir, CheckpointInfo& info) {
+  info.dir = dir;
+  const fs::path state = dir / kState;
+  try {
+    info.state = nlohmann::json::parse(read_file(state));
+  } catch (const nlohmann::json::exception& e) {
+    CA_FAIL("{} is not valid JSON: {}", state.string(), e.what());
+  }
+  CA_CHECK(info.state.is_object(), "{} holds {}, not a JSON object", state.string(), info.state.dump());
+  info.step = info.state.value("step", parse_step_name(dir.filename().string()));
+}
+
+}  // namespace
+
 CheckpointInfo latest_checkpoint(const fs::path& run_dir) {
   CheckpointInfo info;
   info.step = -1;
@@ -245,18 +263,48 @@ CheckpointInfo latest_checkpoint(const fs::path& run_dir) {
   std::string name = read_file(pointer);
   while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
   CA_CHECK(parse_step_name(name) >= 0, "{} names '{}', not a checkpoint folder (step-NNNNNN)", pointer.string(), name);
-  info.dir = run_dir / kCheckpoints / name;
-  const fs::path state = info.dir / kState;
-  CA_CHECK(fs::exists(state), "{} names {}, which has no {}; the checkpoint is incomplete: point `latest` at an "
+  const fs::path dir = run_dir / kCheckpoints / name;
+  CA_CHECK(fs::exists(dir / kState), "{} names {}, which has no {}; the checkpoint is incomplete: point `latest` at an "
            "earlier step-* folder or start a new run",
-           pointer.string(), info.dir.string(), kState);
-  try {
-    info.state = nlohmann::json::parse(read_file(state));
-  } catch (const nlohmann::json::exception& e) {
-    CA_FAIL("{} is not valid JSON: {}", state.string(), e.what());
-  }
-  info.step = info.state.value("step", parse_step_name(name));
+           pointer.string(), dir.string(), kState);
+  read_checkpoint_state(dir, info);
   return info;
+}
+
+CheckpointInfo find_checkpoint(const fs::path& path) {
+  CA_CHECK(fs::is_directory(path), "checkpoint '{}': no such folder; pass a run folder (run.output_dir) or one of its "
+           "checkpoints/step-NNNNNN folders", path.string());
+  CheckpointInfo info;
+  if (fs::exists(path / kState)) {
+    read_checkpoint_state(path, info);
+    return info;
+  }
+  info = latest_checkpoint(path);
+  CA_CHECK(info.step >= 0, "checkpoint '{}': neither a checkpoint folder (no {}) nor a run folder with a checkpoint "
+           "(no {}/{}); pass run.output_dir of a training run that wrote one, or a checkpoints/step-NNNNNN folder",
+           path.string(), kState, kCheckpoints, kLatest);
+  return info;
+}
+
+std::string checkpoint_policy_spec(const fs::path& path, const std::string& device, const std::string& overrides) {
+  const CheckpointInfo ckpt = find_checkpoint(path);
+  const fs::path actor = ckpt.dir / "actor";
+  CA_CHECK(fs::is_directory(actor), "checkpoint {} has no actor/ folder (the policy's weights); it is not a "
+           "checkpoint of `cuda-agent train`", ckpt.dir.string());
+  const nlohmann::json config = ckpt.state.value("config", nlohmann::json::object());
+  auto get = [&](const char* section, const char* key, const nlohmann::json& fallback) {
+    const nlohmann::json s = config.value(section, nlohmann::json::object());
+    return s.is_object() ? s.value(key, fallback) : fallback;
+  };
+  // The actor as the run's rollouts sampled it; float16 runs load as bfloat16 (the local policy's
+  // reduced precision).
+  const std::string dtype = get("model", "dtype", "float32").get<std::string>() == "float32" ? "float32" : "bfloat16";
+  std::string spec = fmt::format("local:{}?temperature={}&top_p={}&max_new_tokens={}&dtype={}&device={}",
+                                 actor.string(), get("rollout", "temperature", 1.0).dump(),
+                                 get("rollout", "top_p", 1.0).dump(), get("rollout", "max_new_tokens", 2048).dump(),
+                                 dtype, device);
+  if (!overrides.empty()) spec += "&" + overrides;
+  return spec;
 }
 
 std::vector<std::string> config_differences(const nlohmann::json& saved, const nlohmann::json& now,

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <ostream>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,5 +25,10 @@ struct EvalSpec {
 // Runs every task's episode and writes the report. Returns {"split", "results", "metrics"}.
 // Throws Error only for bad specs; failed episodes are results with reward -1.
 nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress);
+
+// The policy spec a worker on `gpu` uses: a local policy whose query says "device=cuda" (no index)
+// gets "device=cuda:<gpu>", so each worker's model sits on its own GPU beside its episodes'
+// checks; every other spec comes back unchanged.
+std::string place_policy_on_gpu(const std::string& policy, int gpu);
 
 }  // namespace cuda_agent::agent

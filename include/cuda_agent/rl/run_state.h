@@ -87,6 +87,18 @@ CheckpointInfo write_checkpoint(const std::filesystem::path& run_dir, int64_t st
 // `latest` names a folder that is missing or has no readable state.json.
 CheckpointInfo latest_checkpoint(const std::filesystem::path& run_dir);
 
+// A checkpoint folder (one holding state.json) as it is, or a run folder's latest checkpoint.
+// Throws Error naming the path when it is neither.
+CheckpointInfo find_checkpoint(const std::filesystem::path& path);
+
+// `cuda-agent eval --checkpoint`: the local policy spec (policy/local_policy.h) over the actor of
+// the checkpoint find_checkpoint(path) names, sampling as the run's rollouts did (rollout.temperature,
+// rollout.top_p, rollout.max_new_tokens and model.dtype of its saved config; float16 loads as
+// bfloat16) on `device` (cpu, cuda, cuda:N). `overrides` ("key=value&...", the local policy's
+// keys, e.g. "temperature=0") come last and win. Throws Error when the checkpoint has no actor/.
+std::string checkpoint_policy_spec(const std::filesystem::path& path, const std::string& device,
+                                   const std::string& overrides);
+
 // For --resume: the keys whose values differ between the run's saved config and the new one
 // ("ppo.actor_lr: 3e-06 -> 1e-05"), ignoring the keys in `may_change` (dotted, e.g.
 // "run.output_dir", "ppo.steps"). Empty when they agree.
