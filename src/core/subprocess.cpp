@@ -229,6 +229,8 @@ void validate(const SubprocessOptions& options) {
            options.max_rss_bytes);
   CA_CHECK(options.kill_grace_s >= 0, "run_subprocess: kill_grace_s is {}; it must be >= 0",
            options.kill_grace_s);
+  CA_CHECK(options.pass_fd < 0 || ::fcntl(options.pass_fd, F_GETFD) >= 0,
+           "run_subprocess: pass_fd {} is not an open descriptor", options.pass_fd);
   if (!options.cwd.empty()) {
     struct stat st{};
     CA_CHECK(::stat(options.cwd.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
@@ -266,10 +268,16 @@ pid_t spawn_child(const SubprocessOptions& options) {
   };
   bool built = redirect(-1, 0) && redirect(out_fd.get(), 1) &&
                redirect(err_shares_out ? out_fd.get() : err_fd.get(), 2);
+  // A copy above 3, so that dup2 onto 3 really copies (and clears close-on-exec).
+  Fd pass_fd(options.pass_fd < 0 ? -1 : ::fcntl(options.pass_fd, F_DUPFD_CLOEXEC, 4));
+  const int pass_err = errno;
+  CA_CHECK(options.pass_fd < 0 || pass_fd.get() >= 0, "cannot duplicate descriptor {} for the child: {}",
+           options.pass_fd, errno_text(pass_err));
+  if (pass_fd.get() >= 0) built = built && redirect(pass_fd.get(), 3);
   if (!options.cwd.empty()) {
     built = built && posix_spawn_file_actions_addchdir_np(actions.get(), options.cwd.c_str()) == 0;
   }
-  built = built && posix_spawn_file_actions_addclosefrom_np(actions.get(), 3) == 0;
+  built = built && posix_spawn_file_actions_addclosefrom_np(actions.get(), pass_fd.get() >= 0 ? 4 : 3) == 0;
 
   SpawnAttr attr;
   sigset_t no_signals;

@@ -33,6 +33,7 @@
 #include "cuda_agent/sandbox/task_check.h"
 #include "cuda_agent/sandbox/task_runner.h"
 #include "cuda_agent/sandbox/timer.h"
+#include "cuda_agent/sandbox/worker_confinement.h"
 
 namespace py = pybind11;
 namespace fs = std::filesystem;
@@ -93,7 +94,7 @@ void guarded(const std::string& fallback, const std::string& context, Fn&& fn) {
 // descriptor, or -1.
 int take_gpu_lock(int gpu, const char* which, bool exclusive) {
   try {
-    return lock_file(fs::temp_directory_path() / fmt::format("cuda-agent-gpu{}.{}.lock", gpu, which), exclusive);
+    return lock_file(gpu_lock_path(gpu, which), exclusive);
   } catch (const Error& e) {
     std::fprintf(stderr, "cuda-agent worker: %s; running without it\n", e.what());
     return -1;
@@ -490,8 +491,16 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
   Progress progress(result_path.empty() ? "" : result_path + ".phase");
   const bool on_gpu = req.device != "cpu";
   const std::string device = on_gpu ? "cuda" : "cpu";
+  // Written before any task or solution code runs: the parent trusts only this line to tell a
+  // failure of the confinement (or of CUDA inside it) from the solution's doing.
+  StartupReport startup(req.status_fd);
 
   try {
+    if (req.confine_worker) {
+      progress.enter("confine", result);
+      guarded(category::kInfrastructure, "confining the worker (sandbox.confine)",
+              [&] { confine_worker(req, result_path); });
+    }
     progress.enter("python_start", result);
     ScopedLock starting(on_gpu && req.gpu_lock ? take_gpu_lock(req.gpu, "quiet", false) : -1);
     guarded(category::kInfrastructure, "starting the embedded Python", [&] {
@@ -506,9 +515,9 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
     if (on_gpu && req.gpu_lock) {
       progress.enter("gpu_wait", result);
       take_gpu_lock(req.gpu, "gpu", true);  // held until the worker exits
-      progress.enter("cuda_init", result);
     }
     if (on_gpu) {
+      progress.enter("cuda_init", result);
       guarded(category::kInfrastructure, "initialising CUDA", [&] {
         CA_CHECK(torch.attr("cuda").attr("is_available")().cast<bool>(),
                  "torch sees no CUDA GPU (torch {}); evaluations need one", result["versions"]["torch"].get<std::string>());
@@ -523,6 +532,7 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
         result["versions"]["cuda_driver"] = result["device"]["driver_version"];
       });
     }
+    startup.ready();
 
     progress.enter("load_task", result);
     py::module_ task;
@@ -626,6 +636,7 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
     result["ok"] = true;
     if (req.mode != EvalMode::kEvaluate) result["reward"] = nullptr;  // only evaluate scores
   } catch (const Failure& f) {
+    startup.failed(progress.phase(), f.message);
     progress.close(result);
     result["ok"] = false;
     result["category"] = f.category;
@@ -636,6 +647,7 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
       if (f.category == wrong) result["correct"] = false;
     result["reward"] = -1.0;
   } catch (const std::exception& e) {
+    startup.failed(progress.phase(), e.what());
     progress.close(result);
     result["ok"] = false;
     result["category"] = category::kInfrastructure;

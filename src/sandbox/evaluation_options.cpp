@@ -55,7 +55,8 @@ nlohmann::json SandboxOptions::to_json() const {
           {"timeout_s", timeout_s},
           {"host_memory_gb", host_memory_gb},
           {"gpu_memory_fraction", gpu_memory_fraction},
-          {"cache_dir", cache_dir}};
+          {"cache_dir", cache_dir},
+          {"confine", confine}};
 }
 
 nlohmann::json SandboxOptions::defaults() { return SandboxOptions{}.to_json(); }
@@ -90,6 +91,7 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.host_memory_gb = merged["host_memory_gb"];
   o.gpu_memory_fraction = merged["gpu_memory_fraction"];
   o.cache_dir = merged["cache_dir"];
+  o.confine = merged["confine"];
   CA_CHECK(o.trials >= 1, "sandbox.trials must be at least 1, got {}", o.trials);
   CA_CHECK(o.timed_runs >= 1, "sandbox.timed_runs must be at least 1, got {}", o.timed_runs);
   CA_CHECK(o.atol >= 0 && o.rtol >= 0, "sandbox.atol and sandbox.rtol must be >= 0, got {} and {}", o.atol, o.rtol);
@@ -106,6 +108,8 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   CA_CHECK(o.timeout_s > 0, "sandbox.timeout_s must be positive, got {}", o.timeout_s);
   CA_CHECK(o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1,
            "sandbox.gpu_memory_fraction must be in (0, 1], got {}", o.gpu_memory_fraction);
+  CA_CHECK(o.confine == "auto" || o.confine == "namespaces" || o.confine == "off",
+           "sandbox.confine '{}' is unknown: use auto, namespaces or off", o.confine);
   return o;
 }
 
@@ -134,7 +138,8 @@ EvalMode eval_mode_from_string(const std::string& s) {
 nlohmann::json EvalRequest::to_json() const {
   return {{"task_path", task_path}, {"solution_path", solution_path}, {"task_id", task_id},
           {"mode", to_string(mode)}, {"device", device},              {"gpu", gpu},
-          {"gpu_lock", gpu_lock}, {"options", options.to_json()}};
+          {"gpu_lock", gpu_lock}, {"options", options.to_json()}, {"confine_worker", confine_worker},
+          {"status_fd", status_fd}};
 }
 
 EvalRequest EvalRequest::from_json(const nlohmann::json& j) {
@@ -147,6 +152,8 @@ EvalRequest EvalRequest::from_json(const nlohmann::json& j) {
   r.gpu = j.value("gpu", 0);
   r.gpu_lock = j.value("gpu_lock", false);
   r.options = SandboxOptions::from_json(j.value("options", nlohmann::json::object()));
+  r.confine_worker = j.value("confine_worker", false);
+  r.status_fd = j.value("status_fd", -1);
   return r;
 }
 

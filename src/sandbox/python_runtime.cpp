@@ -39,7 +39,10 @@ void start_python() {
     CA_CHECK(!PyStatus_Exception(status), "cannot set the Python executable to {}", exe);
   }
   try {
-    py::initialize_interpreter(&config, 0, nullptr, true);
+    // No '' (the working directory) on sys.path: a torch.py in the folder the worker was started
+    // from (an agent's workspace) would otherwise be imported in place of torch, before the
+    // solution is loaded. Tasks and solutions put their own folders on sys.path when loaded.
+    py::initialize_interpreter(&config, 0, nullptr, false);
   } catch (const std::exception& e) {
     CA_FAIL("cannot start the embedded Python ({}): {}", exe, e.what());
   }

@@ -1,5 +1,6 @@
 #include "cuda_agent/core/subprocess.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -267,6 +268,23 @@ TEST(Subprocess, ConcurrentCallsFromSeveralThreads) {
     }));
   }
   for (int i = 0; i < 6; ++i) EXPECT_EQ(results[i].get().exit_code, i);
+}
+
+TEST(Subprocess, PassFdBecomesDescriptorThree) {
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  SubprocessOptions options;
+  options.pass_fd = fds[1];
+  SubprocessResult passed = run_sh("echo hello >&3 && ! (echo x >&4) 2>/dev/null", options);
+  ::close(fds[1]);
+  EXPECT_TRUE(passed.ok()) << passed.describe();
+  char buffer[64] = {};
+  EXPECT_EQ(::read(fds[0], buffer, sizeof(buffer) - 1), 6);
+  EXPECT_STREQ(buffer, "hello\n");
+  ::close(fds[0]);
+  EXPECT_FALSE(run_sh("(echo hello >&3) 2>/dev/null").ok()) << "without pass_fd, descriptor 3 is closed";
+  options.pass_fd = 1000;
+  EXPECT_THROW(run_sh("true", options), Error);
 }
 
 TEST(Subprocess, DescribeFormats) {

@@ -42,6 +42,9 @@ struct SubprocessOptions {
   int64_t max_rss_bytes = 0;
   // After SIGTERM, wait this long for the group to go, then SIGKILL it.
   double kill_grace_s = 2.0;
+  // A descriptor of the parent's that the child gets as its descriptor 3 (a pipe's write end
+  // for a report, say); -1: none. The caller keeps owning it (close it after the call).
+  int pass_fd = -1;
 };
 
 struct SubprocessResult {
@@ -66,8 +69,8 @@ struct SubprocessResult {
 };
 
 // Runs the child to completion and reports how it ended. The child's stdin is /dev/null;
-// it inherits no file descriptors above 2 and starts with default signal dispositions and an
-// empty signal mask.
+// it inherits no file descriptors above 2 (3 when pass_fd is set) and starts with default
+// signal dispositions and an empty signal mask.
 //
 // Throws Error when the options are unusable (empty argv, negative limits, a missing cwd, an
 // output file that cannot be opened) or the program cannot be started; the message names the

@@ -62,6 +62,13 @@ struct SandboxOptions {
   double host_memory_gb = 32;        // resident memory of one worker's process group
   double gpu_memory_fraction = 0.9;  // torch.cuda.set_per_process_memory_fraction
   std::string cache_dir;             // empty: default_cache_dir() ($CUDA_AGENT_CACHE_DIR, $XDG_CACHE_HOME/cuda-agent or ~/.cache/cuda-agent)
+  // OS confinement of the worker (sandbox/worker_confinement.h): user, mount, network and IPC
+  // namespaces; the file system read-only except the worker's result folder, the cache, the GPU
+  // lock files and a private /tmp; no network. "auto" confines where namespaces work on this
+  // machine and runs unconfined (recording why) where they do not, or where CUDA does not start
+  // inside them; "namespaces" requires it (an infrastructure_error otherwise); "off" never
+  // confines. Every result records the outcome in result["worker"]["confined"].
+  std::string confine = "auto";
 
   static nlohmann::json defaults();  // the fields above as JSON, for config merging
   static SandboxOptions from_json(const nlohmann::json& j);  // j already merged onto defaults()
@@ -88,6 +95,10 @@ struct EvalRequest {
   // timed runs. Lets a runner start the next worker while the current one runs.
   bool gpu_lock = false;
   SandboxOptions options;
+  // Set by evaluate() for its worker, not by other callers: confine the worker process first
+  // thing, and report the end of its start-up on this descriptor (worker_confinement.h).
+  bool confine_worker = false;
+  int status_fd = -1;
 
   nlohmann::json to_json() const;
   static EvalRequest from_json(const nlohmann::json& j);
@@ -120,7 +131,10 @@ inline constexpr const char* kInfrastructure = "infrastructure_error";  // no GP
 std::string solution_fingerprint(const std::string& solution_path);
 
 // Runs the request in a worker process and returns its result. Thread-safe; never throws for
-// anything the solution or task does.
+// anything the solution or task does. Under options.confine "auto", the first worker that cannot
+// be confined for a reason of this machine's (the namespaces cannot be set up, or CUDA, Python
+// or torch fails inside them while it works outside) makes this and every later evaluation of
+// the process run unconfined, with the reason in result["worker"]["unconfined_reason"].
 nlohmann::json evaluate(const EvalRequest& request);
 
 // The worker's body: runs the request in this process, writing progress beside result_path.

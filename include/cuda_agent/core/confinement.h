@@ -1,0 +1,58 @@
+// OS confinement of the calling process with unprivileged Linux namespaces: what the sandbox's
+// evaluation worker does first, before it runs any code it did not write.
+//
+// After confine_this_process() the process (and everything it starts) sees the same file tree,
+// read-only, except the paths it was told to keep writable; it has no network; and it holds no
+// capability, so neither it nor a program it runs can undo any of this. No privilege is needed:
+// only that the kernel lets unprivileged users create user namespaces
+// (`unshare --user --map-current-user --net --mount true` works).
+//
+// Linux only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cuda_agent {
+
+struct ConfinementPlan {
+  // Directories and files that stay writable (each bound onto itself). Each must exist.
+  std::vector<std::string> writable;
+  // Directories that get a private, empty tmpfs, on which every entry the directory held is
+  // bound back read-only ("/tmp": files other programs keep there stay readable, new files
+  // land in memory and vanish with the process). Writable paths inside them are bound writable
+  // on top. Each must exist.
+  std::vector<std::string> private_dirs;
+  // Size limit of each tmpfs (the private directories and /dev/shm); 0: the kernel's default
+  // (half the RAM).
+  uint64_t tmpfs_bytes = 0;
+};
+
+// Moves the calling process into new namespaces and confines it:
+//   user    this uid and gid mapped onto themselves. Afterwards the process holds no
+//           capability, its bounding and ambient sets are empty and no_new_privs is set, so
+//           neither it nor a program it runs (setuid or root) can mount, unmount or remount.
+//           Processes outside are out of reach of ptrace and /proc/<pid>/root (they live in
+//           the parent user namespace); they can still be sent signals (there is no PID
+//           namespace).
+//   network a fresh namespace holding only a loopback interface that is down: no TCP, UDP or
+//           abstract unix socket reaches anything outside.
+//   IPC     private System V IPC objects and POSIX message queues.
+//   mount   every mount read-only (the flags the kernel locks, nosuid, nodev, noexec and the
+//           atime flags, are kept; mounts this process cannot reach are left alone, as they
+//           are unreachable from it too); /dev replaced by a read-only tmpfs holding null,
+//           zero, full, random, urandom, tty, every /dev/nvidia* entry (bound from the host),
+//           a private writable /dev/shm and the fd/stdin/stdout/stderr links; private_dirs and
+//           writable as ConfinementPlan says. The working directory is entered again by its
+//           path.
+// Unix sockets that exist as files (a daemon's socket under /run, say) stay reachable:
+// connecting to one is not a write.
+//
+// Must be called while the process has a single thread (unshare(CLONE_NEWUSER) requires it):
+// first thing in a fresh process. Throws Error naming the step that failed and the system's
+// reason; the process is then partly confined (in new namespaces, perhaps with some mounts
+// changed) and should report and exit rather than go on. Not thread-safe.
+void confine_this_process(const ConfinementPlan& plan);
+
+}  // namespace cuda_agent

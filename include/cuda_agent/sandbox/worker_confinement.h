@@ -1,0 +1,70 @@
+// The evaluation worker's OS confinement (sandbox.confine) and its start-up report.
+//
+// A confined worker (core/confinement.h) sees the file system read-only except:
+//   - the folder of its result file (result.json, the phase file; the worker's log is opened
+//     by the parent),
+//   - the evaluation cache (SandboxOptions::resolved_cache_dir(): NVRTC cubins, baselines,
+//     kernels/ builds, and torch.utils.cpp_extension builds, sent there with
+//     TORCH_EXTENSIONS_DIR),
+//   - this GPU's lock files when EvalRequest::gpu_lock is set,
+//   - a private /tmp (and $TMPDIR when that is elsewhere) in memory, where the host's entries
+//     are visible read-only: Python's tempfile, nvcc, torch.compile's inductor cache, Triton's
+//     cache (TRITON_CACHE_DIR, TRITON_HOME), the CUDA JIT cache (CUDA_CACHE_PATH) and ATen's kernel cache
+//     (PYTORCH_KERNEL_CACHE_PATH) write there and lose it at exit,
+//   - a private /dev/shm.
+// The task, the solution's own folder, the agent's workspace and its verify/profile scripts,
+// $HOME and everything else are read-only; there is no network.
+//
+// The start-up report is how the parent tells a failure of the confinement itself (or of CUDA
+// inside it) from anything the solution did: the worker writes one line on a descriptor only
+// it and the parent hold, after Python, torch and CUDA started and before any task or solution
+// code runs, and then closes it. Whatever the solution writes later can only follow that line.
+#pragma once
+
+#include <string>
+
+#include "cuda_agent/core/confinement.h"
+#include "cuda_agent/sandbox/evaluation.h"
+
+namespace cuda_agent::sandbox {
+
+// The lock file `which` ("gpu" or "quiet") of GPU `gpu`, in the temporary directory.
+std::string gpu_lock_path(int gpu, const char* which);
+
+// What the worker for `request`, writing its result to `result_path`, keeps writable. Creates
+// the cache folder and, when they are used, the lock files (they must exist to be bound).
+ConfinementPlan worker_confinement_plan(const EvalRequest& request, const std::string& result_path);
+
+// Confines this worker process as worker_confinement_plan() says and points the tools' caches
+// (above) at writable places. Call it first thing in the worker, before Python starts. Throws
+// Error when a step fails.
+void confine_worker(const EvalRequest& request, const std::string& result_path);
+
+// The worker's side of the start-up report. Owns the descriptor (-1: none; every call is then a
+// no-op); the first of ready() and failed() writes the line and closes it, later calls do
+// nothing.
+class StartupReport {
+ public:
+  explicit StartupReport(int fd) : fd_(fd) {}
+  ~StartupReport();
+  StartupReport(const StartupReport&) = delete;
+  StartupReport& operator=(const StartupReport&) = delete;
+
+  void ready();
+  void failed(const std::string& phase, const std::string& message);
+
+ private:
+  void send(const std::string& line);
+  int fd_;
+};
+
+// The parent's side: the first line the worker wrote.
+struct StartupStatus {
+  bool reported = false;  // a line arrived
+  bool ready = false;     // the worker reached the solution's part
+  std::string phase;      // failed: the worker's phase (confine, python_start, gpu_wait, cuda_init)
+  std::string message;    // failed: what went wrong
+};
+StartupStatus parse_startup_status(const std::string& text);
+
+}  // namespace cuda_agent::sandbox

@@ -1,0 +1,392 @@
+#include "cuda_agent/core/confinement.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <sched.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <system_error>
+#include <utility>
+
+#include "cuda_agent/core/error.h"
+
+namespace cuda_agent {
+namespace {
+
+std::string errno_text(int err) { return std::generic_category().message(err); }
+
+// Owns a file descriptor; -1 for none. Move-only.
+class Fd {
+ public:
+  explicit Fd(int fd = -1) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    std::swap(fd_, other.fd_);
+    return *this;
+  }
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  // The path through which mount(2) and open(2) reach what the descriptor refers to, even once
+  // its own path is covered by another mount.
+  std::string proc_path(const std::string& child = "") const {
+    return "/proc/self/fd/" + std::to_string(fd_) + (child.empty() ? "" : "/" + child);
+  }
+
+ private:
+  int fd_;
+};
+
+Fd open_path(const std::string& path, const char* what) {
+  const int fd = ::open(path.c_str(), O_PATH | O_CLOEXEC);
+  const int err = errno;
+  CA_CHECK(fd >= 0, "cannot open the {} {}: {}", what, path, errno_text(err));
+  return Fd(fd);
+}
+
+// The id maps want their whole text in one write().
+void write_proc_file(const std::string& path, const std::string& text) {
+  Fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  int err = errno;
+  CA_CHECK(fd.get() >= 0, "cannot open {}: {}", path, errno_text(err));
+  const ssize_t n = ::write(fd.get(), text.data(), text.size());
+  err = errno;
+  CA_CHECK(n == static_cast<ssize_t>(text.size()), "cannot write '{}' to {}: {}", text, path, errno_text(err));
+}
+
+int thread_count() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("Threads:", 0) == 0) return std::atoi(line.c_str() + 8);
+  return -1;
+}
+
+// mountinfo escapes space, tab, newline and backslash as \ooo.
+std::string unescape(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\\' && i + 3 < text.size() && std::isdigit(static_cast<unsigned char>(text[i + 1]))) {
+      out += static_cast<char>(std::stoi(text.substr(i + 1, 3), nullptr, 8));
+      i += 3;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+struct MountPoint {
+  std::string path;
+  std::string fstype;
+};
+
+// This namespace's mounts, parents before children (mountinfo's order).
+std::vector<MountPoint> mount_points() {
+  std::ifstream in("/proc/self/mountinfo");
+  CA_CHECK(in, "cannot read /proc/self/mountinfo: is /proc mounted?");
+  std::vector<MountPoint> mounts;
+  std::string line;
+  while (std::getline(in, line)) {
+    // id parent major:minor root mount-point options [optional...] - fstype source super-options
+    std::istringstream fields(line);
+    std::string id, parent, dev, root, point, word;
+    fields >> id >> parent >> dev >> root >> point;
+    while (fields >> word && word != "-") continue;
+    std::string fstype;
+    fields >> fstype;
+    if (!point.empty()) mounts.push_back({unescape(point), fstype});
+  }
+  return mounts;
+}
+
+// The per-mount flags a bind remount must repeat: the kernel locks them on mounts that came
+// from the parent namespace, and a remount that drops one fails with EPERM.
+unsigned long kept_flags(const struct statvfs& st) {
+  unsigned long flags = 0;
+  if (st.f_flag & ST_NOSUID) flags |= MS_NOSUID;
+  if (st.f_flag & ST_NODEV) flags |= MS_NODEV;
+  if (st.f_flag & ST_NOEXEC) flags |= MS_NOEXEC;
+  if (st.f_flag & ST_NOATIME) flags |= MS_NOATIME;
+  if (st.f_flag & ST_NODIRATIME) flags |= MS_NODIRATIME;
+  if (st.f_flag & ST_RELATIME) flags |= MS_RELATIME;
+  return flags;
+}
+
+bool unreachable(int err) { return err == EACCES || err == ENOENT || err == ENOTDIR || err == ELOOP; }
+
+// Makes the mount at `path` read-only or writable (a bind remount: this mount's flags only,
+// not the file system's). Returns false when `path` cannot be reached.
+bool remount(const std::string& path, bool read_only) {
+  struct statvfs st{};
+  if (::statvfs(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (unreachable(err)) return false;
+    CA_FAIL("cannot inspect the mount {}: {}", path, errno_text(err));
+  }
+  if (read_only == static_cast<bool>(st.f_flag & ST_RDONLY)) return true;
+  const unsigned long flags = MS_REMOUNT | MS_BIND | kept_flags(st) | (read_only ? MS_RDONLY : 0);
+  if (::mount(nullptr, path.c_str(), nullptr, flags, nullptr) != 0) {
+    const int err = errno;
+    if (unreachable(err)) return false;
+    CA_FAIL("cannot remount {} {}: {}", path, read_only ? "read-only" : "writable", errno_text(err));
+  }
+  return true;
+}
+
+// Binds `source` (with the mounts below it) onto `target`.
+void bind(const std::string& source, const std::string& target, const std::string& what) {
+  if (::mount(source.c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
+    const int err = errno;
+    CA_FAIL("cannot bind {} onto {}: {}", what, target, errno_text(err));
+  }
+}
+
+void mount_tmpfs(const std::string& target, mode_t mode, uint64_t bytes, unsigned long flags) {
+  std::string options = fmt::format("mode={:o}", mode & 07777);
+  if (bytes > 0) options += fmt::format(",size={}", bytes);
+  if (::mount("tmpfs", target.c_str(), "tmpfs", flags, options.c_str()) != 0) {
+    const int err = errno;
+    CA_FAIL("cannot mount a private tmpfs on {}: {}", target, errno_text(err));
+  }
+}
+
+// An empty directory or file for a mount to sit on, in a tmpfs of ours.
+void make_mount_point(const std::string& path, bool directory) {
+  if (directory) {
+    if (::mkdir(path.c_str(), 0755) == 0 || errno == EEXIST) return;
+  } else {
+    Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    if (fd.get() >= 0) return;
+  }
+  const int err = errno;
+  CA_FAIL("cannot create the mount point {}: {}", path, errno_text(err));
+}
+
+struct Entry {
+  std::string name;
+  bool directory = false;
+  bool symlink = false;
+  std::string link_target;
+};
+
+// The entries of the directory `path`, by name; those that vanish while it is read are left out.
+std::vector<Entry> list_entries(const std::string& path) {
+  std::vector<Entry> entries;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir(path.c_str()), &::closedir);
+  const int err = errno;
+  CA_CHECK(dir != nullptr, "cannot list {}: {}", path, errno_text(err));
+  while (dirent* d = ::readdir(dir.get())) {
+    const std::string name = d->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st{};
+    if (::fstatat(::dirfd(dir.get()), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    Entry e{name, S_ISDIR(st.st_mode), S_ISLNK(st.st_mode), ""};
+    if (e.symlink) {
+      char target[PATH_MAX];
+      const ssize_t n = ::readlinkat(::dirfd(dir.get()), name.c_str(), target, sizeof(target) - 1);
+      if (n < 0) continue;
+      e.link_target.assign(target, static_cast<size_t>(n));
+    }
+    entries.push_back(std::move(e));
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.name < b.name; });
+  return entries;
+}
+
+// Puts each entry of the original directory (reached through `original`) back under `target`:
+// symlinks recreated, everything else bound read-only.
+void restore_entries(const Fd& original, const std::vector<Entry>& entries, const std::string& target) {
+  for (const Entry& e : entries) {
+    const std::string path = target + "/" + e.name;
+    if (e.symlink) {
+      if (::symlink(e.link_target.c_str(), path.c_str()) != 0 && errno != EEXIST) {
+        const int err = errno;
+        CA_FAIL("cannot recreate the link {}: {}", path, errno_text(err));
+      }
+      continue;
+    }
+    make_mount_point(path, e.directory);
+    if (::mount(original.proc_path(e.name).c_str(), path.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
+      const int err = errno;
+      if (unreachable(err)) continue;  // gone since it was listed, or not ours to see
+      CA_FAIL("cannot bind {} back into the private {}: {}", path, target, errno_text(err));
+    }
+    remount(path, /*read_only=*/true);
+  }
+}
+
+// /dev: a read-only tmpfs with the few devices programs use, the GPU's, and a private /dev/shm.
+void minimal_dev(uint64_t tmpfs_bytes) {
+  Fd host_dev(open_path("/dev", "device directory"));
+  std::vector<Entry> nodes;
+  for (Entry& e : list_entries("/dev"))
+    if (!e.symlink && (e.name.rfind("nvidia", 0) == 0 || e.name == "null" || e.name == "zero" || e.name == "full" ||
+                       e.name == "random" || e.name == "urandom" || e.name == "tty"))
+      nodes.push_back(std::move(e));
+  mount_tmpfs("/dev", 0755, 1 << 20, MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  for (const Entry& e : nodes) {
+    make_mount_point("/dev/" + e.name, e.directory);
+    bind(host_dev.proc_path(e.name), "/dev/" + e.name, "the device /dev/" + e.name);
+  }
+  make_mount_point("/dev/shm", true);
+  mount_tmpfs("/dev/shm", 01777, tmpfs_bytes, MS_NOSUID | MS_NODEV);
+  const std::pair<const char*, const char*> links[] = {{"fd", "/proc/self/fd"},
+                                                       {"stdin", "/proc/self/fd/0"},
+                                                       {"stdout", "/proc/self/fd/1"},
+                                                       {"stderr", "/proc/self/fd/2"}};
+  for (const auto& [name, to] : links) {
+    if (::symlink(to, (std::string("/dev/") + name).c_str()) != 0) {
+      const int err = errno;
+      CA_FAIL("cannot create the link /dev/{}: {}", name, errno_text(err));
+    }
+  }
+  remount("/dev", /*read_only=*/true);
+}
+
+void drop_capabilities() {
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) {
+    const int err = errno;
+    CA_FAIL("cannot clear the ambient capabilities: {}", errno_text(err));
+  }
+  for (int cap = 0; cap < 64; ++cap) {
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == 0) continue;
+    const int err = errno;
+    if (err == EINVAL) break;  // past the kernel's last capability
+    CA_FAIL("cannot drop capability {} from the bounding set: {}", cap, errno_text(err));
+  }
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+    const int err = errno;
+    CA_FAIL("cannot set no_new_privs: {}", errno_text(err));
+  }
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (::syscall(SYS_capset, &header, data) != 0) {
+    const int err = errno;
+    CA_FAIL("cannot drop the capabilities: {}", errno_text(err));
+  }
+}
+
+bool under(const std::string& path, const std::string& dir) {
+  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+                         (dir.back() == '/' || path[dir.size()] == '/'));
+}
+
+}  // namespace
+
+void confine_this_process(const ConfinementPlan& plan) {
+  namespace fs = std::filesystem;
+  auto canonical = [](const std::string& path, const char* what) {
+    std::error_code ec;
+    fs::path p = fs::canonical(path, ec);
+    CA_CHECK(!ec, "cannot confine: the {} {} cannot be resolved: {}", what, path, ec.message());
+    return p.string();
+  };
+  std::vector<std::string> writable, private_dirs;
+  for (const auto& p : plan.writable) writable.push_back(canonical(p, "writable path"));
+  for (const auto& p : plan.private_dirs) private_dirs.push_back(canonical(p, "private directory"));
+  // Parents first, so that a writable path inside another one is bound on top of it.
+  std::sort(writable.begin(), writable.end());
+  std::error_code ec;
+  const fs::path cwd = fs::current_path(ec);
+
+  const int threads = thread_count();
+  CA_CHECK(threads == 1, "cannot confine: the process has {} threads, and a new user namespace needs exactly one; "
+           "confine first thing, before anything starts a thread", threads);
+  const uid_t uid = ::geteuid();
+  const gid_t gid = ::getegid();
+  if (::unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC) != 0) {
+    const int err = errno;
+    CA_FAIL("unshare(user, mount, network, IPC namespaces) failed: {}{}", errno_text(err),
+            err == EPERM || err == ENOSPC || err == EINVAL
+                ? " (this kernel or its settings do not let unprivileged users create user namespaces: see "
+                  "kernel.unprivileged_userns_clone, user.max_user_namespaces, "
+                  "kernel.apparmor_restrict_unprivileged_userns)"
+                : "");
+  }
+  try {
+    write_proc_file("/proc/self/setgroups", "deny");
+    write_proc_file("/proc/self/uid_map", fmt::format("{} {} 1", uid, uid));
+    write_proc_file("/proc/self/gid_map", fmt::format("{} {} 1", gid, gid));
+    // Nothing done below may reach the parent namespace.
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      const int err = errno;
+      CA_FAIL("cannot make the mounts private to the new namespace: {}", errno_text(err));
+    }
+  } catch (const Error& e) {
+    CA_FAIL("{} (the kernel let this process create a user namespace but not act in it; on Ubuntu 23.10 and "
+            "later, kernel.apparmor_restrict_unprivileged_userns=1 does that unless an AppArmor profile grants "
+            "this binary 'userns')",
+            e.what());
+  }
+
+  // 1. Every mount read-only.
+  for (const MountPoint& m : mount_points())
+    if (m.fstype != "autofs") remount(m.path, /*read_only=*/true);
+  struct statvfs root{};
+  CA_ASSERT(::statvfs("/", &root) == 0 && (root.f_flag & ST_RDONLY), "/ is still writable after the remounts");
+
+  // 2. Handles on what gets covered next, so it can be bound back.
+  std::vector<Fd> writable_fds;
+  for (const auto& w : writable) writable_fds.push_back(open_path(w, "writable path"));
+  struct PrivateDir {
+    std::string path;
+    Fd original;
+    std::vector<Entry> entries;
+    mode_t mode = 01777;
+  };
+  std::vector<PrivateDir> privates;
+  for (const auto& d : private_dirs) {
+    PrivateDir p{d, open_path(d, "private directory"), list_entries(d), 01777};
+    struct stat st{};
+    if (::stat(d.c_str(), &st) == 0) p.mode = st.st_mode;
+    privates.push_back(std::move(p));
+  }
+
+  // 3. /dev and the private directories.
+  minimal_dev(plan.tmpfs_bytes);
+  for (PrivateDir& p : privates) {
+    mount_tmpfs(p.path, p.mode, plan.tmpfs_bytes, MS_NOSUID | MS_NODEV);
+    restore_entries(p.original, p.entries, p.path);
+  }
+
+  // 4. The writable paths, on top.
+  for (size_t i = 0; i < writable.size(); ++i) {
+    const std::string& w = writable[i];
+    struct stat st{};
+    CA_CHECK(::fstat(writable_fds[i].get(), &st) == 0, "cannot inspect the writable path {}", w);
+    if (::access(w.c_str(), F_OK) != 0) {
+      // Directly inside a private directory whose entry was not there when it was listed.
+      const bool inside_private = std::any_of(privates.begin(), privates.end(),
+                                              [&](const PrivateDir& p) { return under(w, p.path); });
+      CA_CHECK(inside_private, "cannot confine: the writable path {} is not visible after the mounts", w);
+      fs::create_directories(fs::path(w).parent_path(), ec);
+      make_mount_point(w, S_ISDIR(st.st_mode));
+    }
+    bind(writable_fds[i].proc_path(), w, "the writable path " + w);
+    remount(w, /*read_only=*/false);
+  }
+  writable_fds.clear();
+  privates.clear();
+
+  if (cwd.empty() || ::chdir(cwd.c_str()) != 0) (void)::chdir("/");
+  drop_capabilities();
+}
+
+}  // namespace cuda_agent

@@ -1,0 +1,425 @@
+// OS confinement of the evaluation worker (sandbox.confine): real workers (verify --device
+// cpu) running solutions that try to write outside their sandbox, reach the network, undo the
+// confinement or fake a confinement failure. Each hostile solution also runs with confine: off,
+// where it must succeed, so that a test cannot pass because the hack itself was broken.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/core/subprocess.h"
+#include "cuda_agent/sandbox/evaluation.h"
+#include "cuda_agent/sandbox/worker_confinement.h"
+
+using namespace cuda_agent;
+using namespace cuda_agent::sandbox;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Whether this machine lets an unprivileged process create user, mount and network namespaces
+// (probed once with util-linux's unshare).
+const std::string& userns_unavailable_reason() {
+  static const std::string reason = [] {
+    SubprocessOptions probe;
+    probe.argv = {"unshare", "--user", "--map-root-user", "--net", "--mount", "true"};
+    probe.timeout_s = 20;
+    try {
+      const SubprocessResult r = run_subprocess(probe);
+      return r.ok() ? std::string() : "unprivileged user namespaces are unavailable here (unshare " + r.describe() + ")";
+    } catch (const std::exception& e) {
+      return std::string("cannot probe for user namespaces: ") + e.what();
+    }
+  }();
+  return reason;
+}
+
+std::string unique_name(const std::string& stem) {
+  std::random_device rd;
+  return fmt::format("{}-{:08x}{:08x}", stem, rd(), rd());
+}
+
+const char* kTask =
+    "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, a, b):\n"
+    "        return a + b\n\ndef get_inputs():\n    return [torch.randn(1024), torch.randn(1024)]\n\n"
+    "def get_init_inputs():\n    return []\n";
+
+// A correct solution whose module first runs `prelude` (at import, before ModelNew exists).
+std::string solution_source(const std::string& prelude) {
+  return "import os\nimport torch\nimport torch.nn as nn\n\n" + prelude +
+         "\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n        return torch.add(a, b)\n";
+}
+
+std::string py_string(const std::string& text) { return nlohmann::json(text).dump(); }
+
+class Confine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!userns_unavailable_reason().empty()) GTEST_SKIP() << userns_unavailable_reason();
+    setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
+    setenv("CUDA_AGENT_CACHE_DIR", cache_dir().c_str(), 1);
+    task_ = write("task/model.py", kTask);
+  }
+  std::string cache_dir() const { return (dir_.path() / "cache").string(); }
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_.path() / name;
+    fs::create_directories(p.parent_path());
+    write_file_atomic(p, text);
+    return p.string();
+  }
+  // verify --device cpu of a solution whose import runs `prelude`, under `confine`.
+  nlohmann::json verify(const std::string& prelude, const std::string& confine) {
+    const std::string solution = write(unique_name("solution") + "/model_new.py", solution_source(prelude));
+    EvalRequest req;
+    req.task_path = task_;
+    req.solution_path = solution;
+    req.mode = EvalMode::kVerify;
+    req.device = "cpu";
+    req.options.cache_dir = cache_dir();
+    req.options.trials = 1;
+    req.options.timeout_s = 120;
+    req.options.confine = confine;
+    return evaluate(req);
+  }
+  nlohmann::json verify_cli(const std::string& confine, std::vector<std::string> wrapper,
+                            const std::map<std::string, std::string>& env = {});
+  TempDir dir_{"confine-test-"};
+  std::string task_;
+};
+
+std::string write_prelude(const std::string& path) {
+  return "with open(" + py_string(path) + ", 'w') as f:\n    f.write('written by the solution')\n";
+}
+
+void expect_confined(const nlohmann::json& r) {
+  ASSERT_TRUE(r.contains("worker")) << r.dump(2);
+  EXPECT_EQ(r["worker"]["confine"], "auto");
+  EXPECT_EQ(r["worker"]["confined"], true) << r.dump(2);
+  EXPECT_FALSE(r["worker"].contains("unconfined_reason")) << r.dump(2);
+}
+
+}  // namespace
+
+TEST_F(Confine, ACorrectSolutionPassesConfined) {
+  auto r = verify("", "auto");
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  expect_confined(r);
+  auto required = verify("", "namespaces");
+  EXPECT_TRUE(required["ok"].get<bool>()) << required.dump(2);
+  EXPECT_EQ(required["worker"]["confined"], true);
+  EXPECT_EQ(required["worker"]["confine"], "namespaces");
+}
+
+TEST_F(Confine, WritesOutsideTheSandboxFail) {
+  const char* home = std::getenv("HOME");
+  std::vector<std::pair<std::string, std::string>> targets = {
+      {"the task's folder", (fs::path(task_).parent_path() / unique_name("planted")).string()},
+      {"a folder of the test's outside the workspace", (dir_.path() / unique_name("outside")).string()},
+      {"the solution's own folder (read-only: only the cache and /tmp are for writing)", ""},
+  };
+  if (home && *home && fs::is_directory(home)) targets.push_back({"$HOME", (fs::path(home) / unique_name(".cuda-agent-confine-test")).string()});
+  for (auto& [what, path] : targets) {
+    SCOPED_TRACE(what);
+    std::string prelude;
+    if (path.empty()) {
+      prelude = "with open(os.path.join(os.path.dirname(__file__), 'planted.txt'), 'w') as f:\n    f.write('x')\n";
+    } else {
+      prelude = write_prelude(path);
+    }
+    auto r = verify(prelude, "auto");
+    expect_confined(r);
+    EXPECT_FALSE(r["ok"].get<bool>()) << r.dump(2);
+    EXPECT_EQ(r["category"], category::kLoadError) << r.dump(2);
+    EXPECT_NE(r["message"].get<std::string>().find("Read-only file system"), std::string::npos) << r["message"];
+    if (!path.empty()) {
+      EXPECT_FALSE(fs::exists(path)) << path;
+      std::error_code ec;
+      fs::remove(path, ec);
+    }
+  }
+}
+
+TEST_F(Confine, OffLetsTheSameWriteThrough) {
+  const std::string path = (dir_.path() / unique_name("outside")).string();
+  auto r = verify(write_prelude(path), "off");
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_TRUE(fs::exists(path)) << "the hostile write itself is broken, so the confined tests prove nothing";
+  EXPECT_EQ(r["worker"]["confined"], false);
+  EXPECT_EQ(r["worker"]["confine"], "off");
+  EXPECT_EQ(r["worker"]["unconfined_reason"], "sandbox.confine is off");
+}
+
+TEST_F(Confine, CacheStaysWritableAndTmpIsPrivate) {
+  const std::string cached = (fs::path(cache_dir()) / unique_name("probe")).string();
+  const std::string scratch = "/tmp/" + unique_name("cuda-agent-confine-scratch");
+  const std::string prelude = write_prelude(cached) + write_prelude(scratch) +
+                              "import tempfile\nwith tempfile.TemporaryFile() as f:\n    f.write(b'x')\n"
+                              "with open('/dev/null', 'w') as f:\n    f.write('x')\n"
+                              "with open('/dev/shm/' + " + py_string(unique_name("shm")) + ", 'w') as f:\n    f.write('x')\n"
+                              "assert len(os.urandom(16)) == 16 and len(open('/dev/urandom', 'rb').read(16)) == 16\n"
+                              "assert open(" + py_string(scratch) + ").read() == 'written by the solution'\n";
+  auto r = verify(prelude, "auto");
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  expect_confined(r);
+  EXPECT_TRUE(fs::exists(cached)) << "the evaluation cache must stay writable (NVRTC cubins, baselines, builds)";
+  EXPECT_FALSE(fs::exists(scratch)) << "the worker's /tmp must be private";
+}
+
+TEST_F(Confine, NoNetwork) {
+  // A listener outside the sandbox, on the loopback.
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 8), 0);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const int port = ntohs(addr.sin_port);
+  const std::string prelude = fmt::format(
+      "import socket\ns = socket.create_connection(('127.0.0.1', {}), timeout=10)\ns.sendall(b'escaped')\ns.close()\n",
+      port);
+  auto pending = [&] {
+    pollfd p{listener, POLLIN, 0};
+    return ::poll(&p, 1, 0) > 0;
+  };
+
+  auto r = verify(prelude, "auto");
+  expect_confined(r);
+  EXPECT_EQ(r["category"], category::kLoadError) << r.dump(2);
+  EXPECT_NE(r["message"].get<std::string>().find("Network is unreachable"), std::string::npos) << r["message"];
+  EXPECT_FALSE(pending()) << "a confined solution reached a listener outside";
+
+  auto off = verify(prelude, "off");
+  EXPECT_TRUE(off["ok"].get<bool>()) << off.dump(2);
+  EXPECT_TRUE(pending()) << "the connection itself is broken, so the confined run proves nothing";
+  ::close(listener);
+}
+
+// Root inside its namespace or not, the solution holds no capability: it cannot remount or
+// unmount, and a user namespace of its own sees every mount locked read-only.
+TEST_F(Confine, TheSolutionHoldsNoCapability) {
+  const std::string folder = dir_.path().string();
+  const std::string prelude =
+      "import ctypes\n"
+      "status = open('/proc/self/status').read()\n"
+      "assert 'CapEff:\\t0000000000000000' in status, status\n"
+      "assert 'CapBnd:\\t0000000000000000' in status, status\n"
+      "assert 'NoNewPrivs:\\t1' in status, status\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "MS_REMOUNT, MS_BIND, MNT_DETACH = 32, 4096, 2\n"
+      "assert libc.mount(None, b'/', None, MS_REMOUNT | MS_BIND, None) != 0\n"
+      "assert libc.mount(None, " + py_string(folder) + ".encode(), None, MS_REMOUNT | MS_BIND, None) != 0\n"
+      "assert libc.umount2(b'/tmp', MNT_DETACH) != 0\n"
+      "assert libc.umount2(b'/dev', MNT_DETACH) != 0\n";
+  auto r = verify(prelude, "auto");
+  expect_confined(r);
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+}
+
+// Ways around read-only mounts: a user and mount namespace of the solution's own that remounts
+// the folder writable, and the root of processes outside (the test, init) through /proc.
+TEST_F(Confine, TheSolutionCannotEscapeTheMounts) {
+  const std::string target = (dir_.path() / unique_name("escaped")).string();
+  const std::string prelude =
+      "import subprocess\n"
+      "script = 'mount -o remount,bind,rw ' + " + py_string(dir_.path().string()) + " + ' 2>/dev/null; echo x > ' + " +
+      py_string(target + ".ns") + "\n"
+      "subprocess.run(['unshare', '--user', '--map-root-user', '--mount', 'sh', '-c', script])\n"
+      "for pid in (os.getppid(), 1):\n"
+      "    try:\n"
+      "        with open('/proc/%d/root' % pid + " + py_string(target + ".proc") + ", 'w') as f:\n"
+      "            f.write('x')\n"
+      "    except OSError:\n"
+      "        pass\n";
+  auto r = verify(prelude, "auto");
+  expect_confined(r);
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_FALSE(fs::exists(target + ".ns")) << "a user namespace of the solution's own made a mount writable";
+  EXPECT_FALSE(fs::exists(target + ".proc")) << "the solution wrote through /proc/<pid>/root";
+
+  auto off = verify(prelude, "off");
+  EXPECT_TRUE(off["ok"].get<bool>()) << off.dump(2);
+  EXPECT_TRUE(fs::exists(target + ".ns") && fs::exists(target + ".proc"))
+      << "the escapes themselves are broken, so the confined run proves nothing";
+}
+
+// A confinement failure before the solution ran is retried unconfined; nothing the solution does
+// later may look like one. This solution forges the report line on every descriptor it can
+// reach, rewrites the phase file to cuda_init and crashes.
+TEST_F(Confine, TheSolutionCannotFakeAConfinementFailure) {
+  const std::string prelude =
+      "import glob, signal, sys\n"
+      "line = b'{\"ready\": false, \"phase\": \"cuda_init\", \"message\": \"forged\"}\\n'\n"
+      "for fd in range(3, 256):\n"
+      "    try:\n"
+      "        os.write(fd, line)\n"
+      "    except OSError:\n"
+      "        pass\n"
+      "for p in glob.glob('/proc/%d/fd/*' % os.getppid()):\n"
+      "    try:\n"
+      "        with open(p, 'wb') as f:\n"
+      "            f.write(line)\n"
+      "    except OSError:\n"
+      "        pass\n"
+      "argv = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
+      "result = argv[argv.index(b'--result') + 1].decode()\n"
+      "with open(result + '.phase', 'w') as f:\n"
+      "    f.write('cuda_init')\n"
+      "os.kill(os.getpid(), signal.SIGSEGV)\n";
+  auto r = verify(prelude, "auto");
+  expect_confined(r);
+  EXPECT_EQ(r["category"], category::kCrash) << r.dump(2);
+  auto after = verify("", "auto");
+  EXPECT_TRUE(after["ok"].get<bool>()) << after.dump(2);
+  expect_confined(after);
+}
+
+// `cuda-agent verify --json` of a plain solution in a child process (the "unconfinable" memory
+// of auto is per process), with `wrapper` in front of the binary and `env` added.
+nlohmann::json Confine::verify_cli(const std::string& confine, std::vector<std::string> wrapper,
+                                   const std::map<std::string, std::string>& env) {
+  const std::string solution = write(unique_name("plain") + "/model_new.py", solution_source(""));
+  SubprocessOptions sp;
+  sp.argv = std::move(wrapper);
+  for (const std::string& arg : {std::string(CUDA_AGENT_BINARY), std::string("verify"), std::string("--task"), task_,
+                                 std::string("--solution"), solution, std::string("--device"), std::string("cpu"),
+                                 std::string("--json"), std::string("--set"), std::string("sandbox.trials=1"),
+                                 std::string("--set"), "sandbox.confine=" + confine})
+    sp.argv.push_back(arg);
+  sp.env_set = env;
+  sp.stdout_path = (dir_.path() / "cli.out").string();
+  sp.stderr_path = (dir_.path() / "cli.err").string();
+  sp.timeout_s = 180;
+  const SubprocessResult run = run_subprocess(sp);
+  const std::string out = read_file(sp.stdout_path);
+  EXPECT_FALSE(run.timed_out);
+  try {
+    return nlohmann::json::parse(out);
+  } catch (const std::exception&) {
+    ADD_FAILURE() << "no JSON from the CLI (" << run.describe() << "): " << out << read_file(sp.stderr_path);
+    return {{"worker", nlohmann::json::object()}};
+  }
+}
+
+// A machine without user namespaces, made by running the CLI in a namespace whose
+// user.max_user_namespaces is 0: namespaces is a clear error, auto runs unconfined and says why.
+TEST_F(Confine, WithoutUserNamespacesAutoRunsUnconfinedAndNamespacesIsAnError) {
+  const std::vector<std::string> no_userns = {"unshare", "--user", "--map-root-user", "sh", "-c",
+                                              "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"", "sh"};
+  auto required = verify_cli("namespaces", no_userns);
+  EXPECT_FALSE(required.value("ok", true)) << required.dump(2);
+  EXPECT_EQ(required.value("category", ""), category::kInfrastructure) << required.dump(2);
+  const std::string message = required.value("message", "");
+  EXPECT_NE(message.find("sandbox.confine is 'namespaces'"), std::string::npos) << message;
+  EXPECT_NE(message.find("cannot set up the namespaces"), std::string::npos) << message;
+  EXPECT_NE(message.find("unshare"), std::string::npos) << message;
+  EXPECT_EQ(required["worker"].value("confined", true), false);
+
+  auto fallback = verify_cli("auto", no_userns);
+  EXPECT_TRUE(fallback.value("ok", false)) << fallback.dump(2);
+  EXPECT_EQ(fallback["worker"].value("confined", true), false);
+  EXPECT_NE(fallback["worker"].value("unconfined_reason", "").find("cannot set up the namespaces"), std::string::npos)
+      << fallback.dump(2);
+}
+
+// What a GPU host whose CUDA does not start inside the namespaces looks like, on the CPU: torch
+// that imports only where it can write beside itself (a shim first on PYTHONPATH). The failure
+// comes before the task or the solution is loaded, so auto runs the evaluation again unconfined.
+TEST_F(Confine, AStartUpThatFailsOnlyInsideTheNamespacesIsRetriedUnconfined) {
+  write("shim/torch.py",
+        "import importlib, os, sys\n"
+        "here = os.path.dirname(os.path.abspath(__file__))\n"
+        "try:\n"
+        "    open(os.path.join(here, 'probe'), 'w').close()\n"
+        "except OSError as e:\n"
+        "    raise ImportError('simulated start-up failure: %s' % e)\n"
+        "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != here]\n"
+        "del sys.modules['torch']\n"
+        "sys.modules['torch'] = importlib.import_module('torch')\n");
+  const std::map<std::string, std::string> env = {{"PYTHONPATH", (dir_.path() / "shim").string()}};
+  auto fallback = verify_cli("auto", {}, env);
+  EXPECT_TRUE(fallback.value("ok", false)) << fallback.dump(2);
+  EXPECT_EQ(fallback["worker"].value("confined", true), false);
+  const std::string reason = fallback["worker"].value("unconfined_reason", "");
+  EXPECT_NE(reason.find("the worker failed in phase 'python_start' inside the namespaces"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("simulated start-up failure"), std::string::npos) << reason;
+
+  auto required = verify_cli("namespaces", {}, env);
+  EXPECT_EQ(required.value("category", ""), category::kInfrastructure) << required.dump(2);
+  EXPECT_NE(required.value("message", "").find("simulated start-up failure"), std::string::npos) << required.dump(2);
+}
+
+TEST(ConfinePlan, WritablePathsAreTheResultFolderTheCacheAndTheGpuLocks) {
+  TempDir dir("confine-plan-");
+  // The lock files go to the temporary directory: this test's, not the machine's.
+  const char* old_tmpdir = std::getenv("TMPDIR");
+  const std::string saved = old_tmpdir ? old_tmpdir : "";
+  fs::create_directories(dir.path() / "tmp");
+  setenv("TMPDIR", (dir.path() / "tmp").c_str(), 1);
+  struct Restore {
+    bool had;
+    std::string value;
+    ~Restore() { had ? setenv("TMPDIR", value.c_str(), 1) : unsetenv("TMPDIR"); }
+  } restore{old_tmpdir != nullptr, saved};
+  EvalRequest req;
+  req.device = "cuda";
+  req.gpu = 7;
+  req.gpu_lock = true;
+  req.options.cache_dir = (dir.path() / "cache").string();
+  const ConfinementPlan plan = worker_confinement_plan(req, (dir.path() / "eval" / "result.json").string());
+  EXPECT_NE(std::find(plan.writable.begin(), plan.writable.end(), (dir.path() / "eval").string()), plan.writable.end());
+  EXPECT_NE(std::find(plan.writable.begin(), plan.writable.end(), req.options.cache_dir), plan.writable.end());
+  EXPECT_TRUE(fs::is_directory(req.options.cache_dir)) << "the cache must exist to be bound";
+  for (const char* which : {"gpu", "quiet"}) {
+    const std::string lock = gpu_lock_path(7, which);
+    EXPECT_NE(std::find(plan.writable.begin(), plan.writable.end(), lock), plan.writable.end()) << lock;
+    EXPECT_TRUE(fs::exists(lock));
+    EXPECT_EQ(fs::path(lock).parent_path(), dir.path() / "tmp");
+  }
+  EXPECT_EQ(plan.writable.size(), 4u);
+  const std::vector<std::string> private_dirs = {"/tmp", fs::canonical(dir.path() / "tmp").string()};
+  EXPECT_EQ(plan.private_dirs, private_dirs) << "/tmp and $TMPDIR";
+  req.device = "cpu";
+  EXPECT_EQ(worker_confinement_plan(req, (dir.path() / "eval" / "result.json").string()).writable.size(), 2u);
+}
+
+TEST(ConfineReport, OnlyTheFirstLineCounts) {
+  StartupStatus ready = parse_startup_status("{\"ready\": true}\n{\"ready\": false, \"phase\": \"cuda_init\"}\n");
+  EXPECT_TRUE(ready.reported);
+  EXPECT_TRUE(ready.ready);
+  StartupStatus failed = parse_startup_status("{\"ready\": false, \"phase\": \"cuda_init\", \"message\": \"no GPU\"}\n");
+  EXPECT_TRUE(failed.reported);
+  EXPECT_FALSE(failed.ready);
+  EXPECT_EQ(failed.phase, "cuda_init");
+  EXPECT_EQ(failed.message, "no GPU");
+  EXPECT_FALSE(parse_startup_status("").reported);
+  EXPECT_FALSE(parse_startup_status("{\"ready\": true}").reported) << "an unfinished line is no report";
+  EXPECT_FALSE(parse_startup_status("garbage\n{\"ready\": true}\n").reported);
+}
+
+TEST(ConfineOptions, ConfineIsValidatedAndRoundTrips) {
+  SandboxOptions o;
+  EXPECT_EQ(o.confine, "auto");
+  o.confine = "namespaces";
+  EXPECT_EQ(SandboxOptions::from_json(o.to_json()).confine, "namespaces");
+  const nlohmann::json unknown = {{"confine", "bwrap"}};
+  EXPECT_THROW(SandboxOptions::from_json(unknown), cuda_agent::Error);
+  EvalRequest req;
+  req.confine_worker = true;
+  req.status_fd = 3;
+  const EvalRequest back = EvalRequest::from_json(nlohmann::json::parse(req.to_json().dump()));
+  EXPECT_TRUE(back.confine_worker);
+  EXPECT_EQ(back.status_fd, 3);
+}
