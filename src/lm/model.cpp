@@ -163,10 +163,10 @@ const policy::ModelConfig& checked(const policy::ModelConfig& c) {
 }  // namespace
 
 CausalLMImpl::CausalLMImpl(const policy::ModelConfig& config, bool with_value_head,
-                           const torch::TensorOptions& options)
+                           const torch::TensorOptions& options, bool with_lm_head)
     : config_(checked(config)), rope_(config) {
   model = register_module("model", Trunk(config_, options));
-  if (!config_.tie_word_embeddings)
+  if (with_lm_head && !config_.tie_word_embeddings)
     lm_head = register_module("lm_head", Dense(config_.hidden_size, config_.vocab_size, false, options));
   if (with_value_head) value_head = register_module("value_head", Dense(config_.hidden_size, 1, true, options));
 }
@@ -207,6 +207,7 @@ torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const torch:
 }
 
 torch::Tensor CausalLMImpl::logits(const torch::Tensor& hidden) {
+  CA_ASSERT(has_lm_head(), "logits() on a model built without its lm_head (a separate critic)");
   return lm_head.is_empty() ? torch::linear(hidden, model->embed_tokens->weight) : lm_head(hidden);
 }
 

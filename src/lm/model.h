@@ -120,7 +120,10 @@ class CausalLMImpl : public torch::nn::Module {
  public:
   // Parameters are created uninitialised with `options` (device, dtype) until loaded or
   // init_random() is called. Throws Error for shapes it cannot build (head_dim, divisibility).
-  CausalLMImpl(const policy::ModelConfig& config, bool value_head, const torch::TensorOptions& options);
+  // lm_head false leaves out an untied lm_head (a separate critic needs no logits); logits() is
+  // then an internal error unless the embeddings are tied.
+  CausalLMImpl(const policy::ModelConfig& config, bool value_head, const torch::TensorOptions& options,
+               bool lm_head = true);
 
   // Hidden states after the final norm, [B, T, hidden], for int64 input_ids and positions
   // [B, T] (positions count from 0 at each sequence's first real token). With a cache, the new
@@ -132,11 +135,14 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& positions, KvCache* cache = nullptr,
                         const torch::Tensor& mask = {}, bool checkpoint_layers = false);
   // lm_head (the embedding matrix when tied) on hidden states, in the model's dtype.
+  // Requires has_lm_head().
   torch::Tensor logits(const torch::Tensor& hidden);
   // The value head on hidden states, [..., hidden] -> [...], float32. Requires has_value_head().
   torch::Tensor values(const torch::Tensor& hidden);
 
   bool has_value_head() const { return !value_head.is_empty(); }
+  // False only for a model built with lm_head = false on an untied config.
+  bool has_lm_head() const { return !lm_head.is_empty() || config_.tie_word_embeddings; }
   const policy::ModelConfig& config() const { return config_; }
   // An empty cache for `batch` rows with room for `capacity` positions, on the model's device/dtype.
   KvCache new_cache(int64_t batch, int64_t capacity) const;
@@ -150,7 +156,7 @@ class CausalLMImpl : public torch::nn::Module {
   void init_value_head(uint64_t seed, double std);
 
   Trunk model{nullptr};
-  Dense lm_head{nullptr};     // absent when tie_word_embeddings
+  Dense lm_head{nullptr};     // absent when tie_word_embeddings (or built with lm_head = false)
   Dense value_head{nullptr};  // Linear(hidden, 1) with bias; absent without a value head
 
  private:

@@ -5,6 +5,7 @@
 
 #include "benchmark.h"
 #include "checkpoint.h"
+#include "critic.h"
 #include "ppo_learner.h"
 #include "torch_language_model.h"
 #include "training.h"
@@ -89,8 +90,15 @@ extern "C" PpoLearner* ca_lm_create_ppo_learner(const PpoCreateRequest* request,
   reporting(error, [&] {
     CA_CHECK(request != nullptr && request->abi == kLmModuleAbi && request->model.abi == kLmModuleAbi, kStale,
              kLmModuleAbi, request ? request->abi : -1);
-    CA_CHECK(request->ppo != nullptr, "ca_lm_create_ppo_learner: no PPO options given");
-    learner = cuda_agent::lm::make_ppo_learner(create_model(request->model), *request->ppo).release();
+    CA_CHECK(request->ppo != nullptr && request->model.options != nullptr,
+             "ca_lm_create_ppo_learner: no PPO or model options given");
+    // A separate critic has the value head; the actor then gets none (not even an unused one).
+    cuda_agent::policy::LmOptions actor_options = *request->model.options;
+    if (cuda_agent::lm::critic_kind(request->ppo->critic) != cuda_agent::lm::CriticKind::kShared)
+      actor_options.value_head = false;
+    LmCreateRequest actor = request->model;
+    actor.options = &actor_options;
+    learner = cuda_agent::lm::make_ppo_learner(create_model(actor), *request->ppo).release();
   });
   return learner;
 }

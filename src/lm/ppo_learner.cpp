@@ -7,9 +7,15 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <sstream>
 
+#include "adamw_state.h"
+#include "ppo_batch.h"
+#include "critic.h"
+#include "cuda_agent/core/files.h"
 #include "generation.h"
 #include "training.h"
+#include "weights_io.h"
 
 namespace cuda_agent::lm {
 namespace {
@@ -18,18 +24,6 @@ using policy::PpoOptions;
 using policy::PpoSample;
 using policy::PpoStats;
 using policy::StageUpdateOptions;
-
-// Which update a batch feeds: it decides the per-position vectors a sample must carry.
-enum class Use { kPpo, kSft, kValue };
-
-const char* label(Use use) {
-  switch (use) {
-    case Use::kPpo: return "PPO";
-    case Use::kSft: return "SFT";
-    case Use::kValue: return "value";
-  }
-  return "?";
-}
 
 using Aggregation = policy::LossAggregation;
 using policy::KlEstimator;
@@ -49,6 +43,7 @@ void check_options(const PpoOptions& o) {
   CA_CHECK(o.weight_decay >= 0, "ppo weight_decay = {}: must be >= 0", o.weight_decay);
   policy::parse_loss_aggregation(o.loss_aggregation);
   policy::parse_kl_estimator(o.kl_estimator);
+  critic_kind(o.critic);
 }
 
 void check_stage(const StageUpdateOptions& o, Use use) {
@@ -56,95 +51,6 @@ void check_stage(const StageUpdateOptions& o, Use use) {
   CA_CHECK(o.epochs >= 1, "{} update: epochs = {}: must be >= 1", label(use), o.epochs);
   CA_CHECK(o.mini_batches >= 1, "{} update: mini_batches = {}: must be >= 1", label(use), o.mini_batches);
 }
-
-void check_sample(const PpoSample& s, size_t i, const policy::ModelConfig& config, Use use) {
-  const char* name = label(use);
-  CA_CHECK(!s.tokens.empty(), "{} sample {} has no tokens", name, i);
-  check_tokens(config, s.tokens, fmt::format("{} sample {}", name, i));
-  const size_t n = s.tokens.size();
-  auto same_length = [&](size_t got, const char* what) {
-    CA_CHECK(got == n, "{} sample {}: {} has {} entries for {} tokens (one per position)", name, i, what, got, n);
-  };
-  same_length(s.loss_mask.size(), "loss_mask");
-  if (use == Use::kPpo) {
-    same_length(s.old_logprobs.size(), "old_logprobs");
-    same_length(s.advantages.size(), "advantages");
-    if (!s.ref_logprobs.empty()) same_length(s.ref_logprobs.size(), "ref_logprobs");
-  }
-  if (use != Use::kSft) {
-    same_length(s.returns.size(), "returns");
-    same_length(s.old_values.size(), "old_values");
-  }
-  for (size_t t = 0; t < n; ++t)
-    CA_CHECK(s.loss_mask[t] <= 1, "{} sample {}: loss_mask[{}] = {}: a mask holds only 0 and 1", name, i, t,
-             s.loss_mask[t]);
-  CA_CHECK(s.loss_mask[0] == 0, "{} sample {}: loss_mask[0] is 1, but position 0 has no prediction; mask it out",
-           name, i);
-}
-
-// One mini-batch, right-padded to [B, T] on the model's device; padding has mask false. Only the
-// vectors its Use reads are filled; the others stay undefined.
-struct Padded {
-  torch::Tensor ids, mask, old_logprobs, advantages, returns, old_values, ref_logprobs;  // ref: undefined if absent
-  int64_t tokens = 0;
-};
-
-Padded pad(const std::vector<const PpoSample*>& samples, const torch::Device& device, Use use) {
-  const int64_t batch = static_cast<int64_t>(samples.size());
-  int64_t len = 0;
-  for (const auto* s : samples) len = std::max<int64_t>(len, static_cast<int64_t>(s->tokens.size()));
-  const bool policy = use == Use::kPpo, values = use != Use::kSft;
-  const bool ref = policy && !samples.front()->ref_logprobs.empty();
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
-  Padded p;
-  p.ids = torch::zeros({batch, len}, torch::kInt64);
-  p.mask = torch::zeros({batch, len}, torch::kBool);
-  if (policy) p.old_logprobs = torch::zeros({batch, len}, f32);
-  if (policy) p.advantages = torch::zeros({batch, len}, f32);
-  if (values) p.returns = torch::zeros({batch, len}, f32);
-  if (values) p.old_values = torch::zeros({batch, len}, f32);
-  if (ref) p.ref_logprobs = torch::zeros({batch, len}, f32);
-  for (int64_t i = 0; i < batch; ++i) {
-    const PpoSample& s = *samples[i];
-    const int64_t n = static_cast<int64_t>(s.tokens.size());
-    auto row = [&](torch::Tensor& dst, const auto& src, torch::ScalarType type) {
-      if (!dst.defined()) return;
-      dst[i].narrow(0, 0, n).copy_(torch::from_blob(const_cast<void*>(static_cast<const void*>(src.data())), {n}, type));
-    };
-    row(p.ids, s.tokens, torch::kInt64);
-    row(p.mask, s.loss_mask, torch::kUInt8);
-    row(p.old_logprobs, s.old_logprobs, torch::kFloat32);
-    row(p.advantages, s.advantages, torch::kFloat32);
-    row(p.returns, s.returns, torch::kFloat32);
-    row(p.old_values, s.old_values, torch::kFloat32);
-    row(p.ref_logprobs, s.ref_logprobs, torch::kFloat32);
-  }
-  p.tokens = p.mask.sum().item<int64_t>();
-  for (auto* t : {&p.ids, &p.mask, &p.old_logprobs, &p.advantages, &p.returns, &p.old_values, &p.ref_logprobs})
-    if (t->defined()) *t = t->to(device);
-  return p;
-}
-
-// rl::aggregate_loss on tensors: masked positions are selected away (they may hold inf or NaN),
-// sequences without policy tokens do not count in the seq_ modes.
-torch::Tensor aggregate(const torch::Tensor& per_token, const torch::Tensor& mask, Aggregation mode) {
-  auto sums = torch::where(mask, per_token, torch::zeros_like(per_token)).sum(1);
-  auto counts = mask.sum(1).to(torch::kFloat32);
-  if (mode == Aggregation::kTokenMean) return sums.sum() / counts.sum();
-  auto sequences = (counts > 0).sum().to(torch::kFloat32);
-  if (mode == Aggregation::kSeqMeanTokenSum) return sums.sum() / sequences;
-  return (sums / counts.clamp_min(1)).sum() / sequences;
-}
-
-// The share of policy tokens where `flag` holds (the reference's clip fractions).
-double token_fraction(const torch::Tensor& flag, const torch::Tensor& mask, int64_t tokens) {
-  return (flag & mask).sum().item<double>() / static_cast<double>(tokens);
-}
-
-struct Objective {
-  torch::Tensor loss;  // scalar, with autograd when grad mode is on
-  PpoStats stats;      // losses and fractions; no grad norms
-};
 
 // Takes parameters out of autograd for one update (back in on destruction, also on error): they
 // get no gradient, so AdamW skips them (no step, no decay, moments kept), and backward does not
@@ -184,18 +90,45 @@ class GroupLr {
   double saved_;
 };
 
+// The files save_state writes beside the caller's actor/ folder (ppo_learner.h, "Checkpoints").
+constexpr const char* kStateFile = "learner_state.json";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kCriticFolder = "critic";
+constexpr const char* kStateFormat = "cuda-agent ppo learner state v1";
+
+std::vector<float> row_values(const torch::Tensor& rows, int64_t row, int64_t len) {
+  auto r = rows[row].narrow(0, 0, len).to(torch::kFloat32).contiguous();
+  return {r.data_ptr<float>(), r.data_ptr<float>() + len};
+}
+
 class TorchPpoLearner final : public policy::PpoLearner {
  public:
-  TorchPpoLearner(std::unique_ptr<TorchLanguageModel> model, const PpoOptions& options)
+  // `critic` is null for the shared critic (the actor's value head), else the separate critic.
+  TorchPpoLearner(std::unique_ptr<TorchLanguageModel> model, CausalLM critic, const PpoOptions& options)
       : model_(std::move(model)),
+        critic_(std::move(critic)),
         options_(options),
         aggregation_(policy::parse_loss_aggregation(options.loss_aggregation)),
         kl_(policy::parse_kl_estimator(options.kl_estimator)),
         rng_(options.seed) {
     CausalLM& m = model_->model();
-    CA_CHECK(m->has_value_head(), "the PPO learner needs a model with a value head (LmOptions::value_head = true)");
-    for (const auto& p : m->named_parameters(true))
-      (p.key().starts_with("value_head.") ? critic_params_ : actor_params_).push_back(p.value());
+    groups_ = {{"actor", {}}, {"critic", {}}};
+    if (!separate()) {
+      CA_CHECK(m->has_value_head(),
+               "the PPO learner with the shared critic needs a model with a value head (LmOptions::value_head = true)");
+      for (const auto& p : m->named_parameters(true)) {
+        const size_t g = p.key().starts_with("value_head.") ? kCriticGroup : kActorGroup;
+        groups_[g].params.emplace_back(p.key(), p.value());
+      }
+    } else {
+      CA_CHECK(!m->has_value_head(), "the actor has a value head although the critic is a separate model ({})",
+               options.critic);
+      for (const auto& p : m->named_parameters(true)) groups_[kActorGroup].params.emplace_back(p.key(), p.value());
+      for (const auto& p : critic_->named_parameters(true))
+        groups_[kCriticGroup].params.emplace_back(p.key(), p.value());
+    }
+    for (const auto& [name, p] : groups_[kActorGroup].params) actor_params_.push_back(p);
+    for (const auto& [name, p] : groups_[kCriticGroup].params) critic_params_.push_back(p);
     auto group = [&](std::vector<torch::Tensor> params, double lr) {
       auto o = std::make_unique<torch::optim::AdamWOptions>(lr);
       o->weight_decay(options.weight_decay);
@@ -214,7 +147,7 @@ class TorchPpoLearner final : public policy::PpoLearner {
       const auto start = std::chrono::steady_clock::now();
       const int64_t tokens = check_batch(batch, Use::kPpo);
       const auto plan = draw_plan(batch, options_.epochs, options_.mini_batches, Use::kPpo, "ppo.");
-      PpoStats stats = steps(plan, Use::kPpo, [&](const Padded& b) { return objective(b); });
+      PpoStats stats = steps(plan, Use::kPpo, [&](const Padded& b) { return objective(b, /*backward=*/true); });
       return finish(stats, tokens, start);
     });
   }
@@ -254,7 +187,81 @@ class TorchPpoLearner final : public policy::PpoLearner {
       torch::NoGradGuard no_grad;
       std::vector<const PpoSample*> all;
       for (const auto& s : batch) all.push_back(&s);
-      return finish(objective(pad(all, model_->model()->device(), Use::kPpo)).stats, tokens, start);
+      return finish(objective(pad(all, model_->model()->device(), Use::kPpo), /*backward=*/false), tokens, start);
+    });
+  }
+
+  std::vector<policy::TrainForward> forward(const std::vector<std::vector<int64_t>>& sequences,
+                                            const std::vector<std::vector<uint8_t>>& loss_mask) override {
+    // The actor's pass checks the arguments and gives log-probs and entropies (and the shared
+    // critic's values); a separate critic adds its values in a pass of its own.
+    auto out = model_->forward_for_training(sequences, loss_mask);
+    if (!separate()) return out;
+    return translate_errors("PPO learner forward", [&] {
+      c10::InferenceMode inference;
+      for_each_padded_run(sequences, kTrainingForwardTokens, [&](size_t begin, size_t end, const torch::Tensor& ids) {
+        auto values = critic_values(*critic_, ids.to(critic_->device())).cpu();
+        for (size_t i = begin; i < end; ++i) {
+          auto& r = out[i];
+          r.values = row_values(values, static_cast<int64_t>(i - begin), static_cast<int64_t>(sequences[i].size()));
+          if (loss_mask.empty() || loss_mask[i].empty()) continue;
+          for (size_t t = 0; t < r.values.size(); ++t)
+            if (loss_mask[i][t] == 0) r.values[t] = 0;
+        }
+      });
+      return out;
+    });
+  }
+
+  void save_state(const std::filesystem::path& dir) override {
+    translate_errors("PPO learner save_state", [&] {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      CA_CHECK(!ec, "cannot create the folder {}: {}", dir.string(), ec.message());
+      if (separate()) save_hf_folder(*critic_, dir / kCriticFolder);
+      std::ostringstream generator;
+      generator << rng_;
+      nlohmann::json state = {{"format", kStateFormat},
+                              {"critic", separate() ? "separate" : "shared"},
+                              {"critic_option", options_.critic},
+                              {"shuffle_generator", generator.str()},
+                              {"optimizer_file", kOptimizerFile}};
+      state["optimizer"] = save_adamw_state(*optimizer_, groups_, dir / kOptimizerFile);
+      write_file_atomic(dir / kStateFile, state.dump(1) + "\n");
+    });
+  }
+
+  void load_state(const std::filesystem::path& dir) override {
+    translate_errors("PPO learner load_state", [&] {
+      const std::filesystem::path file = dir / kStateFile;
+      CA_CHECK(std::filesystem::exists(file),
+               "{} is missing: load_state reads a folder written by save_state (learner_state.json, {})", file.string(),
+               kOptimizerFile);
+      nlohmann::json state;
+      std::mt19937_64 generator;
+      std::unique_ptr<policy::WeightFile> moments;
+      try {
+        state = nlohmann::json::parse(read_file(file));
+        const std::string format = state.value("format", "");
+        CA_CHECK(format == kStateFormat, "{}: format '{}', this learner reads '{}'", file.string(), format,
+                 kStateFormat);
+        const std::string mode = state.at("critic").get<std::string>();
+        const std::string mine = separate() ? "separate" : "shared";
+        CA_CHECK(mode == mine,
+                 "{}: saved by a learner with the {} critic, but this one's critic is {} (ppo critic '{}'); create the "
+                 "learner with the critic mode of the checkpoint",
+                 file.string(), mode, mine, options_.critic);
+        std::istringstream in(state.at("shuffle_generator").get<std::string>());
+        in >> generator;
+        CA_CHECK(!in.fail(), "{}: shuffle_generator is not the state of a std::mt19937_64", file.string());
+        moments = policy::open_safetensors(dir / kOptimizerFile);
+        check_adamw_state(groups_, state.at("optimizer"), file, *moments);
+      } catch (const nlohmann::json::exception& e) {
+        CA_FAIL("{}: not a learner state ({})", file.string(), e.what());
+      }
+      if (separate()) load_weights_into(*critic_, dir / kCriticFolder);
+      restore_adamw_state(*optimizer_, groups_, state.at("optimizer"), *moments);
+      rng_ = generator;
     });
   }
 
@@ -263,6 +270,8 @@ class TorchPpoLearner final : public policy::PpoLearner {
 
  private:
   static constexpr size_t kActorGroup = 0, kCriticGroup = 1;  // the optimizer's parameter groups
+
+  bool separate() const { return !critic_.is_empty(); }
 
   // Checks every sample; returns the batch's policy tokens.
   int64_t check_batch(const std::vector<PpoSample>& batch, Use use) const {
@@ -308,7 +317,8 @@ class TorchPpoLearner final : public policy::PpoLearner {
   }
 
   // One optimizer step per mini-batch of `plan` on the parameters that require grad; returns the
-  // mean of the steps' statistics.
+  // mean of the steps' statistics. objective_of computes a mini-batch's loss and back-propagates
+  // it (the separate critic's part after the actor's, see objective()).
   template <class ObjectiveOf>
   PpoStats steps(const std::vector<std::vector<const PpoSample*>>& plan, Use use, ObjectiveOf&& objective_of) {
     torch::AutoGradMode grad(true);
@@ -316,12 +326,11 @@ class TorchPpoLearner final : public policy::PpoLearner {
     PpoStats mean;
     for (const auto& part : plan) {
       optimizer_->zero_grad(/*set_to_none=*/true);
-      Objective o = objective_of(pad(part, model_->model()->device(), use));
-      o.loss.backward();
-      if (use != Use::kValue) o.stats.grad_norm_actor = torch::nn::utils::clip_grad_norm_(actor_params_, max_norm);
-      if (use != Use::kSft) o.stats.grad_norm_critic = torch::nn::utils::clip_grad_norm_(critic_params_, max_norm);
+      PpoStats stats = objective_of(pad(part, model_->model()->device(), use));
+      if (use != Use::kValue) stats.grad_norm_actor = torch::nn::utils::clip_grad_norm_(actor_params_, max_norm);
+      if (use != Use::kSft) stats.grad_norm_critic = torch::nn::utils::clip_grad_norm_(critic_params_, max_norm);
       optimizer_->step();
-      add(mean, o.stats, 1.0 / static_cast<double>(plan.size()));
+      add(mean, stats, 1.0 / static_cast<double>(plan.size()));
     }
     optimizer_->zero_grad(/*set_to_none=*/true);
     return mean;
@@ -334,24 +343,26 @@ class TorchPpoLearner final : public policy::PpoLearner {
   }
 
   // Stage 2: the mean NLL of the policy tokens, token_mean whatever loss_aggregation says.
-  Objective sft_objective(const Padded& b) {
+  PpoStats sft_objective(const Padded& b) {
     TokenStats s = token_stats(*model_->model(), b.ids);
-    Objective o;
-    o.loss = aggregate(-s.logprobs, b.mask, Aggregation::kTokenMean);
-    o.stats.loss = o.loss.item<double>();
-    o.stats.entropy = aggregate(s.entropy.detach(), b.mask, Aggregation::kTokenMean).item<double>();
-    return o;
+    auto loss = aggregate(-s.logprobs, b.mask, Aggregation::kTokenMean);
+    PpoStats stats;
+    stats.loss = loss.item<double>();
+    stats.entropy = aggregate(s.entropy.detach(), b.mask, Aggregation::kTokenMean).item<double>();
+    loss.backward();
+    return stats;
   }
 
-  // Stage 3: the clipped value loss alone.
-  Objective value_objective(const Padded& b) {
-    TokenStats s = token_stats(*model_->model(), b.ids);
+  // Stage 3: the clipped value loss alone. The separate critic runs without the actor.
+  PpoStats value_objective(const Padded& b) {
+    auto values = separate() ? critic_values(*critic_, b.ids) : token_stats(*model_->model(), b.ids).values;
     torch::Tensor error, clipped_error;
-    Objective o;
-    o.loss = value_loss(s.values, b, error, clipped_error);
-    o.stats.loss = o.stats.value_loss = o.loss.item<double>();
-    o.stats.value_clip_fraction = token_fraction(clipped_error > error, b.mask, b.tokens);
-    return o;
+    auto loss = value_loss(values, b, error, clipped_error);
+    PpoStats stats;
+    stats.loss = stats.value_loss = loss.item<double>();
+    stats.value_clip_fraction = token_fraction(clipped_error > error, b.mask, b.tokens);
+    loss.backward();
+    return stats;
   }
 
   // The clipped value loss, aggregated per loss_aggregation; sets the two per-token errors.
@@ -362,7 +373,12 @@ class TorchPpoLearner final : public policy::PpoLearner {
     return aggregate(0.5 * torch::maximum(error, clipped_error), b.mask, aggregation_);
   }
 
-  Objective objective(const Padded& b) {
+  // The PPO objective of a mini-batch; with `backward` its gradient is accumulated as well. The
+  // shared critic's value loss joins the actor's terms in one backward (they share the trunk).
+  // A separate critic's graph is disjoint from the actor's: the actor's terms are back-propagated
+  // (freeing its activations) before the critic's forward, and the gradients are the same as
+  // those of the sum.
+  PpoStats objective(const Padded& b, bool backward) {
     CausalLM& model = model_->model();
     TokenStats s = token_stats(*model, b.ids);
     const auto& m = b.mask;
@@ -374,12 +390,12 @@ class TorchPpoLearner final : public policy::PpoLearner {
     auto clipped = -b.advantages * ratio.clamp(1.0 - options_.clip_low, 1.0 + options_.clip_high);
     auto policy_loss = aggregate(torch::maximum(unclipped, clipped), m, aggregation_);
 
-    torch::Tensor error, clipped_error;
-    auto value = value_loss(s.values, b, error, clipped_error);
+    torch::Tensor value, error, clipped_error;
+    if (!separate()) value = value_loss(s.values, b, error, clipped_error);
 
-    Objective o;
-    o.loss = policy_loss + value;
-    if (options_.entropy_coef != 0) o.loss = o.loss - options_.entropy_coef * aggregate(s.entropy, m, aggregation_);
+    PpoStats stats;
+    torch::Tensor loss = separate() ? policy_loss : policy_loss + value;
+    if (options_.entropy_coef != 0) loss = loss - options_.entropy_coef * aggregate(s.entropy, m, aggregation_);
     if (b.ref_logprobs.defined()) {
       auto d = torch::where(m, s.logprobs - b.ref_logprobs, zeros);
       torch::Tensor kl;
@@ -389,16 +405,22 @@ class TorchPpoLearner final : public policy::PpoLearner {
         case KlEstimator::kK3: kl = torch::expm1(-d) + d; break;
       }
       if (options_.kl_mode == "loss" && options_.kl_coef != 0)
-        o.loss = o.loss + options_.kl_coef * aggregate(kl, m, aggregation_);
-      o.stats.kl = aggregate(kl.detach(), m, Aggregation::kTokenMean).item<double>();
+        loss = loss + options_.kl_coef * aggregate(kl, m, aggregation_);
+      stats.kl = aggregate(kl.detach(), m, Aggregation::kTokenMean).item<double>();
     }
-    o.stats.loss = o.loss.item<double>();
-    o.stats.policy_loss = policy_loss.item<double>();
-    o.stats.value_loss = value.item<double>();
-    o.stats.entropy = aggregate(s.entropy.detach(), m, Aggregation::kTokenMean).item<double>();
-    o.stats.clip_fraction = token_fraction(clipped > unclipped, m, b.tokens);
-    o.stats.value_clip_fraction = token_fraction(clipped_error > error, m, b.tokens);
-    return o;
+    stats.loss = loss.item<double>();
+    stats.policy_loss = policy_loss.item<double>();
+    stats.entropy = aggregate(s.entropy.detach(), m, Aggregation::kTokenMean).item<double>();
+    stats.clip_fraction = token_fraction(clipped > unclipped, m, b.tokens);
+    if (backward) loss.backward();
+    if (separate()) {
+      value = value_loss(critic_values(*critic_, b.ids), b, error, clipped_error);
+      stats.loss += value.item<double>();
+      if (backward) value.backward();
+    }
+    stats.value_loss = value.item<double>();
+    stats.value_clip_fraction = token_fraction(clipped_error > error, m, b.tokens);
+    return stats;
   }
 
   static void add(PpoStats& sum, const PpoStats& s, double weight) {
@@ -414,10 +436,12 @@ class TorchPpoLearner final : public policy::PpoLearner {
   }
 
   std::unique_ptr<TorchLanguageModel> model_;
+  CausalLM critic_{nullptr};  // the separate critic; empty with the shared one
   PpoOptions options_;
   Aggregation aggregation_;
   KlEstimator kl_;
   std::mt19937_64 rng_;
+  std::vector<NamedGroup> groups_;  // [kActorGroup], [kCriticGroup], by parameter name (save_state)
   std::vector<torch::Tensor> actor_params_, critic_params_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
 };
@@ -428,7 +452,13 @@ std::unique_ptr<policy::PpoLearner> make_ppo_learner(std::unique_ptr<TorchLangua
                                                      const PpoOptions& options) {
   return translate_errors("create_ppo_learner", [&]() -> std::unique_ptr<policy::PpoLearner> {
     check_options(options);
-    return std::make_unique<TorchPpoLearner>(std::move(model), options);
+    CausalLM critic{nullptr};
+    switch (critic_kind(options.critic)) {
+      case CriticKind::kShared: break;
+      case CriticKind::kFromActor: critic = critic_from_actor(*model->model(), model->options()); break;
+      case CriticKind::kPath: critic = critic_from_path(options.critic, model->options(), model->config()); break;
+    }
+    return std::make_unique<TorchPpoLearner>(std::move(model), std::move(critic), options);
   });
 }
 

@@ -9,8 +9,10 @@
 
 namespace cuda_agent::lm {
 
-// Takes the model (it must have a value head) and builds the optimizer. Throws Error for options
-// out of range (naming the option and what is allowed).
+// Takes the actor and builds the critic (options.critic: with "shared" the actor must have a value
+// head; otherwise it must have none, and the critic is copied from it or loaded from the path)
+// and the optimizer. Throws Error for options out of range (naming the option and what is
+// allowed) and for a critic that cannot be loaded.
 std::unique_ptr<policy::PpoLearner> make_ppo_learner(std::unique_ptr<TorchLanguageModel> model,
                                                      const policy::PpoOptions& options);
 

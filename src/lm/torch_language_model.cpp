@@ -21,10 +21,30 @@ torch::TensorOptions tensor_options(const policy::LmOptions& options) {
   return torch::TensorOptions().device(parse_device(options.device)).dtype(parse_dtype(options.dtype));
 }
 
-// Sequences per forward of forward_for_training: at most this many (padded) tokens at once.
-constexpr int64_t kTrainingForwardTokens = 16384;
-
 }  // namespace
+
+void for_each_padded_run(const std::vector<std::vector<int64_t>>& sequences, int64_t max_tokens,
+                         const std::function<void(size_t, size_t, const torch::Tensor&)>& fn) {
+  const size_t n = sequences.size();
+  size_t begin = 0;
+  while (begin < n) {
+    size_t end = begin + 1;
+    int64_t longest = static_cast<int64_t>(sequences[begin].size());
+    while (end < n) {
+      const int64_t l = std::max<int64_t>(longest, static_cast<int64_t>(sequences[end].size()));
+      if (l * static_cast<int64_t>(end + 1 - begin) > max_tokens) break;
+      longest = l;
+      ++end;
+    }
+    auto ids = torch::zeros({static_cast<int64_t>(end - begin), longest}, torch::kInt64);
+    for (size_t i = begin; i < end; ++i)
+      ids[static_cast<int64_t>(i - begin)]
+          .narrow(0, 0, static_cast<int64_t>(sequences[i].size()))
+          .copy_(torch::tensor(sequences[i], torch::kInt64));
+    fn(begin, end, ids);
+    begin = end;
+  }
+}
 
 torch::Device parse_device(const std::string& name) {
   const bool cuda = name == "cuda" || name.starts_with("cuda:");
@@ -111,23 +131,7 @@ std::vector<policy::TrainForward> TorchLanguageModel::forward_for_training(
     }
     c10::InferenceMode inference;
     std::vector<policy::TrainForward> out(n);
-    size_t begin = 0;
-    while (begin < n) {
-      // Right-padded batches of consecutive sequences, at most kTrainingForwardTokens padded tokens.
-      size_t end = begin + 1;
-      int64_t longest = static_cast<int64_t>(sequences[begin].size());
-      while (end < n) {
-        const int64_t l = std::max<int64_t>(longest, static_cast<int64_t>(sequences[end].size()));
-        if (l * static_cast<int64_t>(end + 1 - begin) > kTrainingForwardTokens) break;
-        longest = l;
-        ++end;
-      }
-      const int64_t batch = static_cast<int64_t>(end - begin);
-      auto ids = torch::zeros({batch, longest}, torch::kInt64);
-      for (size_t i = begin; i < end; ++i)
-        ids[static_cast<int64_t>(i - begin)]
-            .narrow(0, 0, static_cast<int64_t>(sequences[i].size()))
-            .copy_(torch::tensor(sequences[i], torch::kInt64));
+    for_each_padded_run(sequences, kTrainingForwardTokens, [&](size_t begin, size_t end, const torch::Tensor& ids) {
       TokenStats stats = token_stats(*model_, ids.to(model_->device()));
       auto logprobs = stats.logprobs.cpu(), entropy = stats.entropy.cpu();
       auto values = stats.values.defined() ? stats.values.cpu() : torch::Tensor();
@@ -146,8 +150,7 @@ std::vector<policy::TrainForward> TorchLanguageModel::forward_for_training(
           if (!r.values.empty()) r.values[t] = 0;
         }
       }
-      begin = end;
-    }
+    });
     return out;
   });
 }

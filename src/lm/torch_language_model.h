@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <new>
 
 #include "cuda_agent/core/error.h"
@@ -48,6 +49,15 @@ class TorchLanguageModel final : public policy::LanguageModel {
   CausalLM model_;
   policy::LmOptions options_;
 };
+
+// Sequences per forward of forward_for_training: at most this many (padded) tokens at once.
+inline constexpr int64_t kTrainingForwardTokens = 16384;
+
+// Splits `sequences` into runs of consecutive ones, each right-padded with token 0 into one int64
+// [B, T] CPU tensor of at most max_tokens padded tokens (a longer sequence is a run of its own),
+// and calls fn(begin, end, ids) for each run in order: sequences [begin, end) are ids' rows.
+void for_each_padded_run(const std::vector<std::vector<int64_t>>& sequences, int64_t max_tokens,
+                         const std::function<void(size_t begin, size_t end, const torch::Tensor& ids)>& fn);
 
 // Runs fn, turning any exception but Error into Error with `what` and the original text
 // (c10::Error without its C++ backtrace).

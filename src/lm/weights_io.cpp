@@ -59,53 +59,125 @@ void copy_into(torch::Tensor& param, const torch::Tensor& source, const std::str
   param.copy_(source);
 }
 
-// Names a checkpoint may carry that the model rightly ignores: old RoPE buffers, and a copy of
-// the embedding stored as lm_head although the config ties them.
-bool ignorable(const std::string& name, const policy::ModelConfig& config) {
-  return name.ends_with("rotary_emb.inv_freq") || (config.tie_word_embeddings && name == "lm_head.weight");
+// Names a checkpoint may carry that the model rightly ignores: old RoPE buffers, and an lm_head
+// the model does not have (a copy of the embedding although the config ties them, or the
+// language-model head of a checkpoint loaded as a separate critic).
+bool ignorable(const std::string& name, const CausalLMImpl& model) {
+  return name.ends_with("rotary_emb.inv_freq") || (name == "lm_head.weight" && model.lm_head.is_empty());
 }
 
-void load_value_head(CausalLMImpl& model, const fs::path& file, const policy::LmOptions& options) {
-  if (!fs::exists(file)) {  // a fresh critic on a policy checkpoint (no logging here: see torch_fmt.h)
-    model.init_value_head(options.seed, options.init_std);
-    return;
+// load_model_weights insists on lm_head.weight for an untied config, which a critic folder
+// (save_hf_folder of a model built without its lm_head) lacks; for a model without an lm_head a
+// Hugging Face folder is therefore opened here, and the plan below checks its tensors instead.
+policy::LoadedWeights open_weights(const fs::path& path, bool lm_head) {
+  if (lm_head || !fs::is_directory(path)) return policy::load_model_weights(path);
+  const fs::path config = path / "config.json";
+  CA_CHECK(fs::exists(config),
+           "{}: no config.json: a Hugging Face model folder needs config.json and model.safetensors", path.string());
+  policy::LoadedWeights w;
+  try {
+    w.config = policy::ModelConfig::from_hf_json(nlohmann::json::parse(read_file(config)), config.string());
+  } catch (const nlohmann::json::exception& e) {
+    CA_FAIL("{}: not valid JSON ({})", config.string(), e.what());
   }
+  const fs::path index = path / "model.safetensors.index.json", single = path / "model.safetensors";
+  CA_CHECK(fs::exists(index) || fs::exists(single), "{}: no model.safetensors or model.safetensors.index.json",
+           path.string());
+  w.file = policy::open_safetensors(fs::exists(index) ? index : single);
+  for (const policy::TensorInfo& t : w.file->tensors()) w.hf_to_file_name[t.name] = t.name;
+  return w;
+}
+
+// Every parameter but the value head with the tensor of `w` it is loaded from, checked before
+// anything is read: each parameter has a tensor of its shape, each tensor has a place.
+std::vector<std::pair<std::string, torch::Tensor>> trunk_plan(CausalLMImpl& model, const policy::LoadedWeights& w) {
+  const std::string where = w.file->path().string();
+  std::vector<std::pair<std::string, torch::Tensor>> plan;
+  std::set<std::string> used;
+  for (auto& item : model.named_parameters(true)) {
+    const std::string& name = item.key();
+    if (name.starts_with("value_head.")) continue;
+    auto it = w.hf_to_file_name.find(name);
+    CA_CHECK(it != w.hf_to_file_name.end(), "{}: the model has no tensor '{}', which a {} model with this "
+             "config.json needs", where, name, policy::family_name(w.config.family));
+    const auto& shape = w.file->info(it->second).shape;
+    CA_CHECK(c10::IntArrayRef(shape) == item.value().sizes(), "{}: tensor '{}' has shape [{}], the model needs {}",
+             where, it->second, fmt::join(shape, ", "), shape_of(item.value()));
+    plan.emplace_back(name, item.value());
+    used.insert(name);
+  }
+  for (const auto& [hf_name, file_name] : w.hf_to_file_name)
+    CA_CHECK(used.count(hf_name) != 0 || ignorable(hf_name, model),
+             "{}: tensor '{}' has no place in a {} model of this config (unsupported extras such as MLP biases, or a "
+             "config.json that does not match the weights)",
+             where, file_name, policy::family_name(w.config.family));
+  return plan;
+}
+
+fs::path value_head_file(const fs::path& path) {
+  return (fs::is_directory(path) ? path : path.parent_path()) / "value_head.safetensors";
+}
+
+// value_head.safetensors, checked against the model's value head (every tensor present, shapes).
+std::unique_ptr<policy::WeightFile> open_value_head(CausalLMImpl& model, const fs::path& file) {
   auto weights = policy::open_safetensors(file);
   for (auto& item : model.value_head->named_parameters(true)) {
     const std::string name = "value_head." + item.key();
     CA_CHECK(weights->has(name), "{}: no tensor '{}'; delete the file to start the value head afresh", file.string(),
              name);
-    auto data = weights->read_f32(name);
-    auto source = torch::from_blob(data.data(), weights->info(name).shape, torch::kFloat32);
-    copy_into(item.value(), source, name, file.string());
+    const auto& shape = weights->info(name).shape;
+    CA_CHECK(c10::IntArrayRef(shape) == item.value().sizes(), "{}: tensor '{}' has shape [{}], the model needs {}",
+             file.string(), name, fmt::join(shape, ", "), shape_of(item.value()));
+  }
+  return weights;
+}
+
+void fill(const policy::LoadedWeights& w, std::vector<std::pair<std::string, torch::Tensor>>& plan) {
+  const std::string where = w.file->path().string();
+  for (auto& [name, param] : plan) copy_into(param, read_tensor(w, name), name, where);
+}
+
+void fill_value_head(CausalLMImpl& model, const policy::WeightFile& weights) {
+  for (auto& item : model.value_head->named_parameters(true)) {
+    const std::string name = "value_head." + item.key();
+    auto data = weights.read_f32(name);
+    auto source = torch::from_blob(data.data(), weights.info(name).shape, torch::kFloat32);
+    copy_into(item.value(), source, name, weights.path().string());
   }
 }
 
 }  // namespace
 
 CausalLM load_causal_lm(const fs::path& path, const policy::LmOptions& options,
-                        const torch::TensorOptions& tensor_options) {
-  auto w = policy::load_model_weights(path);
-  const std::string where = w.file->path().string();
-  CausalLM model(w.config, options.value_head, tensor_options);
+                        const torch::TensorOptions& tensor_options, bool lm_head) {
+  auto w = open_weights(path, lm_head);
+  CausalLM model(w.config, options.value_head, tensor_options, lm_head);
   torch::NoGradGuard no_grad;
-  std::set<std::string> used;
-  for (auto& item : model->named_parameters(true)) {
-    const std::string& name = item.key();
-    if (name.starts_with("value_head.")) continue;
-    CA_CHECK(w.hf_to_file_name.count(name) != 0, "{}: the model has no tensor '{}', which a {} model with this "
-             "config.json needs", where, name, policy::family_name(w.config.family));
-    copy_into(item.value(), read_tensor(w, name), name, where);
-    used.insert(name);
+  auto plan = trunk_plan(*model, w);
+  fill(w, plan);
+  if (model->has_value_head()) {
+    const fs::path file = value_head_file(path);
+    if (fs::exists(file))
+      fill_value_head(*model, *open_value_head(*model, file));
+    else  // a fresh critic on a policy checkpoint (no logging here: see torch_fmt.h)
+      model->init_value_head(options.seed, options.init_std);
   }
-  for (const auto& [hf_name, file_name] : w.hf_to_file_name)
-    CA_CHECK(used.count(hf_name) != 0 || ignorable(hf_name, w.config),
-             "{}: tensor '{}' has no place in a {} model of this config (unsupported extras such as MLP biases, or a "
-             "config.json that does not match the weights)",
-             where, file_name, policy::family_name(w.config.family));
-  if (model->has_value_head())
-    load_value_head(*model, (fs::is_directory(path) ? path : path.parent_path()) / "value_head.safetensors", options);
   return model;
+}
+
+void load_weights_into(CausalLMImpl& model, const fs::path& path) {
+  auto w = open_weights(path, model.has_lm_head());
+  auto plan = trunk_plan(model, w);
+  std::unique_ptr<policy::WeightFile> head;
+  if (model.has_value_head()) {
+    const fs::path file = value_head_file(path);
+    CA_CHECK(fs::exists(file), "{}: no value_head.safetensors beside the weights, which this model's value head needs",
+             path.string());
+    head = open_value_head(model, file);
+  }
+  torch::NoGradGuard no_grad;
+  fill(w, plan);
+  if (head) fill_value_head(model, *head);
 }
 
 void write_safetensors_file(const fs::path& path, const std::vector<std::pair<std::string, torch::Tensor>>& tensors,

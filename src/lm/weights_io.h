@@ -15,9 +15,17 @@ namespace cuda_agent::lm {
 // Builds the model of `path` on options' device and dtype and fills every parameter. The value
 // head (options.value_head) comes from value_head.safetensors beside the weights when present,
 // else from init_value_head(options.seed, options.init_std). Throws Error naming the file and the
-// tensor that is missing or has the wrong shape.
+// tensor that is missing or has the wrong shape. lm_head false builds the model without an
+// untied lm_head (a separate critic): the file's lm_head.weight is then ignored, and a folder
+// without one (a critic saved by save_hf_folder) is accepted.
 CausalLM load_causal_lm(const std::filesystem::path& path, const policy::LmOptions& options,
-                        const torch::TensorOptions& tensor_options);
+                        const torch::TensorOptions& tensor_options, bool lm_head = true);
+
+// Overwrites every parameter of `model` with the weights of `path` (a folder or file as for
+// load_causal_lm; the value head, if the model has one, from value_head.safetensors beside them,
+// which must exist). Every name and shape is checked before the first copy, so an Error (naming
+// the file and the tensor) leaves the model as it was.
+void load_weights_into(CausalLMImpl& model, const std::filesystem::path& path);
 
 // Writes config.json (torch_dtype = the model's dtype), model.safetensors (every parameter but
 // the value head, in the model's dtype) and, with a value head, value_head.safetensors. Removes a

@@ -128,6 +128,16 @@ class ModulePpoLearner final : public PpoLearner {
   PpoStats value_update(const std::vector<PpoSample>& batch, const StageUpdateOptions& stage) override {
     return guarded("value update", [&] { return impl_->value_update(batch, stage); });
   }
+  std::vector<TrainForward> forward(const std::vector<std::vector<int64_t>>& sequences,
+                                    const std::vector<std::vector<uint8_t>>& loss_mask) override {
+    return guarded("PPO learner forward", [&] { return impl_->forward(sequences, loss_mask); });
+  }
+  void save_state(const std::filesystem::path& dir) override {
+    guarded("PPO learner save_state", [&] { impl_->save_state(dir); });
+  }
+  void load_state(const std::filesystem::path& dir) override {
+    guarded("PPO learner load_state", [&] { impl_->load_state(dir); });
+  }
   LanguageModel& policy() override { return policy_; }
   const PpoOptions& options() const override { return impl_->options(); }
 
@@ -150,8 +160,8 @@ std::unique_ptr<PpoLearner> create_learner(const PpoCreateRequest& request) {
            "{} lacks the entry point ca_lm_create_ppo_learner (built before the PPO learner); rebuild it with "
            "scripts/setup.sh",
            m.path.string());
-  CA_CHECK(request.model.options->value_head,
-           "the PPO learner needs the value head (its critic): set LmOptions::value_head = true");
+  CA_CHECK(request.model.options->value_head || request.ppo->critic != "shared",
+           "the PPO learner with the shared critic needs the value head: set LmOptions::value_head = true");
   std::string error;
   PpoLearner* raw = m.create_ppo(&request, &error);
   CA_CHECK(raw != nullptr, "{}", error.empty() ? "the language-model module failed without a message" : error);

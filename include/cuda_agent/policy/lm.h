@@ -123,9 +123,10 @@ std::filesystem::path language_model_module_path();
 
 // --- the module boundary (used by src/policy/lm_loader.cpp and src/lm/) ----------------------
 
-// Raised whenever the layout of these types or the entry points change, so a stale module is
-// refused with a clear message instead of crashing.
-inline constexpr int kLmModuleAbi = 2;
+// Raised whenever the layout of these types or the entry points change (ppo_learner.h's
+// PpoOptions and PpoLearner included), so a stale module is refused with a clear message instead
+// of crashing. 3: PpoOptions::critic, PpoLearner::forward / save_state / load_state.
+inline constexpr int kLmModuleAbi = 3;
 
 struct LmCreateRequest {
   int abi = kLmModuleAbi;

@@ -15,21 +15,54 @@
 // each aggregated over the mini-batch's policy tokens (loss_mask 1) with loss_aggregation
 // (rl::aggregate_loss: token_mean, seq_mean_token_sum, seq_mean_token_mean).
 //
-// v1 scope, the shared critic: the critic is the value head (Linear(hidden, 1)) on the actor's
-// own trunk. The value loss back-propagates into the shared trunk too. One AdamW optimizer with
-// two parameter groups: the actor's parameters (trunk, lm_head) at actor_lr, the value head at
-// critic_lr; weight_decay applies to both. Gradients are clipped per group to a norm of
-// grad_clip (grad_norm_actor is the trunk's and lm_head's norm, which holds the value loss's
-// share of the trunk gradient; grad_norm_critic is the value head's). A separate critic model
-// (the paper's) is not supported yet. The optimizer state lives only in memory: it is not saved
-// with the model.
+// The critic (PpoOptions::critic) is one of:
+//   shared      the value head (Linear(hidden, 1)) on the actor's own trunk; the value loss
+//               back-propagates into the shared trunk too. The actor is built with
+//               LmOptions::value_head, which must be true.
+//   from_actor  its own model (the paper's critic): the actor's config, device and dtype, every
+//               weight copied from the actor's at creation, and a value head initialised from
+//               LmOptions::seed (init_std). The actor is built without a value head.
+//   a path      its own model loaded from a Hugging Face folder or .gguf (as load_language_model
+//               reads them; the vocabulary size must equal the actor's), with the value head from
+//               value_head.safetensors beside the weights when present (a critic saved by
+//               save_state), else initialised from the seed. The actor has no value head.
+// A separate critic (from_actor or a path) has no untied lm_head: it never needs logits, which
+// saves vocab x hidden weights. The value loss trains the critic's whole model and nothing of the
+// actor; the policy, entropy and KL terms train the actor only. update() back-propagates the
+// actor's terms before the critic's forward, so only one model's activations are alive at a time.
+// With a separate critic, policy().forward_for_training() yields no values (the actor has no value
+// head): take old values for PPO samples from forward() instead, which works in every mode.
 //
-// The two earlier training stages step the same model through the same learner (issue 7):
+// One AdamW optimizer with two parameter groups, whatever the critic: "actor" (the actor's trunk
+// and lm_head) at actor_lr and "critic" (the shared value head, or the separate critic's every
+// parameter) at critic_lr; weight_decay applies to both. Gradients are clipped per group to a
+// norm of grad_clip: grad_norm_actor is the actor group's norm (with the shared critic it holds
+// the value loss's share of the trunk gradient; with a separate one it does not), grad_norm_critic
+// the critic group's.
+//
+// The two earlier training stages step the same models through the same learner (issue 7):
 // sft_update (stage 2, RFT: supervised fine-tuning of the actor on kept trajectories) and
 // value_update (stage 3, value pretraining: the critic learns while the actor is frozen). All
 // three share the one AdamW: a call gives gradients only to the parameters it trains, so the
 // others keep their weights bit for bit (no weight decay either) and their optimizer moments;
 // the moments of the trained group carry over from stage to stage.
+//
+// Checkpoints. A learner's state is the actor's weights plus what save_state writes; a
+// checkpoint folder holds
+//   actor/                  policy().save_hf(dir / "actor"), written by the caller (with the
+//                           shared critic it carries the value head, value_head.safetensors)
+//   critic/                 the separate critic (save_state): config.json, model.safetensors
+//                           (no lm_head.weight for an untied config, so load_language_model does
+//                           not take it as a language model; the critic path mode does) and
+//                           value_head.safetensors; absent with the shared critic
+//   optimizer.safetensors   (save_state) AdamW's exp_avg and exp_avg_sq per parameter, named
+//                           "<actor|critic>/<parameter>/exp_avg(_sq)", in the model's dtype
+//   learner_state.json      (save_state) format, critic mode, the mini-batch shuffle generator's
+//                           state, and per group the parameters' names, shapes and AdamW steps
+// To resume: create the learner on dir/actor with the same PpoOptions (critic mode included; a
+// separate critic may come from from_actor, dir/critic or anywhere, since load_state overwrites
+// its weights), then load_state(dir). The next update() then does what the saved learner's next
+// update() would have done, bit for bit on the CPU in float32.
 //
 // Errors: every function and method throws cuda_agent::Error naming the bad value (a sample, a
 // length, an option); failures inside libtorch become Error with their text.
@@ -76,12 +109,16 @@ struct PpoOptions {
   int epochs = 1;          // passes over one batch
   double weight_decay = 0;  // AdamW's decoupled weight decay, both groups
   uint64_t seed = 0;        // the mini-batch shuffle (one generator per learner, advanced by each update)
+  // shared | from_actor | the critic's weights (a path), as described at the top of this file.
+  // This is model.critic of the training config (which defaults to from_actor); here the default
+  // stays shared, one model in memory, as before the separate critic existed.
+  std::string critic = "shared";
 
   // From the "ppo" section of the training config (rl::train_config_defaults()["ppo"]): actor_lr,
   // critic_lr, clip_low, clip_high, value_clip, entropy_coef, kl.coef, kl.estimator, kl.mode,
   // loss_aggregation, grad_clip, mini_batches, epochs. Keys it does not know (steps, gamma, ...)
   // are ignored; a missing key keeps its default; a wrong type is an Error naming "ppo.<key>".
-  // weight_decay and seed are not in that section and keep their defaults.
+  // weight_decay, seed and critic (model.critic) are not in that section and keep their defaults.
   static PpoOptions from_config(const nlohmann::json& ppo_section);
 };
 
@@ -94,7 +131,7 @@ struct PpoSample {
   std::vector<float> old_logprobs;  // from the policy that sampled (Generation::logprobs or forward_for_training)
   std::vector<float> advantages;
   std::vector<float> returns;       // the critic's targets
-  std::vector<float> old_values;    // the value head before the update (forward_for_training)
+  std::vector<float> old_values;    // the critic's values before the update (PpoLearner::forward)
   std::vector<float> ref_logprobs;  // the reference policy's; empty: no KL (all samples of a batch alike)
 };
 
@@ -148,23 +185,48 @@ class PpoLearner {
   virtual PpoStats sft_update(const std::vector<PpoSample>& batch, const StageUpdateOptions& stage) = 0;
 
   // Stage 3, value pretraining: stage.epochs x stage.mini_batches steps of the clipped value loss
-  // alone (aggregated per loss_aggregation) with the actor frozen. With the shared critic only the
-  // value head moves (at stage.lr): the trunk is the actor's, so it stays frozen too and the
-  // policy's logits are unchanged bit for bit. (A separate critic model would train its own trunk
-  // here as well.) Reads tokens, loss_mask, returns and old_values; old_logprobs, advantages and
-  // ref_logprobs may be empty (ignored). Returns loss = value_loss, value_clip_fraction,
-  // grad_norm_critic, tokens and seconds; the other fields are 0. Error (and no step) as update().
+  // alone (aggregated per loss_aggregation) with the actor frozen: the policy's logits are
+  // unchanged bit for bit. With the shared critic only the value head moves (at stage.lr): the
+  // trunk is the actor's, so it stays frozen too. A separate critic trains its whole model (trunk
+  // and value head; the actor is not even run). Reads tokens, loss_mask, returns and old_values;
+  // old_logprobs, advantages and ref_logprobs may be empty (ignored). Returns loss = value_loss,
+  // value_clip_fraction, grad_norm_critic, tokens and seconds; the other fields are 0. Error (and
+  // no step) as update().
   virtual PpoStats value_update(const std::vector<PpoSample>& batch, const StageUpdateOptions& stage) = 0;
 
-  // The actor, owned by the learner and valid while it lives: for generation and for
-  // forward_for_training (its values come from the value head, the critic). The updates change it.
+  // The actor's log-probs and entropies and the critic's values of whole sequences, without
+  // gradient, as LanguageModel::forward_for_training (same arguments, positions and masking; Error
+  // naming the bad sequence or mask). Use this, not policy().forward_for_training(), for the old
+  // values of PPO samples and value targets: with a separate critic the actor has no value head.
+  virtual std::vector<TrainForward> forward(const std::vector<std::vector<int64_t>>& sequences,
+                                            const std::vector<std::vector<uint8_t>>& loss_mask) = 0;
+
+  // Writes the learner's state but the actor into `dir` (created if missing; see "Checkpoints" at
+  // the top of this file): critic/ (separate critic only), optimizer.safetensors and
+  // learner_state.json, each file replaced atomically (the folder as a whole is not: the caller
+  // makes the checkpoint atomic). Error naming the file that cannot be written.
+  virtual void save_state(const std::filesystem::path& dir) = 0;
+
+  // Restores what save_state wrote: the separate critic's weights, the AdamW moments and steps of
+  // every parameter, and the shuffle generator. The learner must have the same critic mode and
+  // parameter lists (names, shapes) as the saved one. Everything is checked before anything
+  // changes, so an Error (naming the file and the parameter or tensor: a missing file, another
+  // critic mode, a parameter list or shape that differs) leaves the learner as it was.
+  virtual void load_state(const std::filesystem::path& dir) = 0;
+
+  // The actor, owned by the learner and valid while it lives: for generation, and for
+  // forward_for_training's log-probs (its values exist with the shared critic only; see
+  // forward()). The updates change it.
   virtual LanguageModel& policy() = 0;
 
   virtual const PpoOptions& options() const = 0;
 };
 
 // A learner on a model loaded like load_language_model (Hugging Face folder or .gguf), or on a
-// random model like random_language_model. options.value_head must be true (the critic).
+// random model like random_language_model; the critic per ppo.critic. With the shared critic
+// options.value_head must be true (the value head is the critic); with a separate one it is
+// ignored (the actor gets no value head, the critic one). The actor keeps options' device, dtype
+// and seed; the critic gets the same.
 std::unique_ptr<PpoLearner> create_ppo_learner(const std::filesystem::path& model, const LmOptions& options,
                                                const PpoOptions& ppo);
 std::unique_ptr<PpoLearner> create_random_ppo_learner(const ModelConfig& config, const LmOptions& options,

@@ -18,6 +18,7 @@
 #include "cuda_agent/rl/advantages.h"
 #include "cuda_agent/rl/train_config.h"
 #include "lm_test_util.h"
+#include "ppo_test_util.h"
 
 namespace cuda_agent::testing {
 namespace {
@@ -26,80 +27,6 @@ using policy::PpoLearner;
 using policy::PpoOptions;
 using policy::PpoSample;
 using policy::PpoStats;
-
-policy::ModelConfig small_config(int64_t vocab) {
-  auto c = tiny_config(policy::Family::kLlama);
-  c.vocab_size = vocab;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.head_dim = 8;
-  c.tie_word_embeddings = true;
-  return c;
-}
-
-std::unique_ptr<PpoLearner> make_learner(const PpoOptions& ppo, int64_t vocab = 64, uint64_t seed = 3,
-                                         double init_std = kTestInitStd) {
-  use_built_lm_module();
-  auto o = test_options("cpu", seed);
-  o.value_head = true;
-  o.init_std = init_std;
-  return policy::create_random_ppo_learner(small_config(vocab), o, ppo);
-}
-
-rl::TokenBatch as_float(const std::vector<std::vector<uint8_t>>& masks) {
-  rl::TokenBatch out;
-  for (const auto& m : masks) out.emplace_back(m.begin(), m.end());
-  return out;
-}
-
-// Sequences of several lengths: a 3-token prompt (mask 0), policy tokens, a 2-token "tool
-// output" (mask 0) inside the third, and one sequence without policy tokens (skipped by the
-// seq_ modes).
-struct Batch {
-  std::vector<std::vector<int64_t>> tokens;
-  std::vector<std::vector<uint8_t>> masks;
-};
-
-Batch fixed_batch(int64_t vocab) {
-  Batch b;
-  const std::vector<size_t> lengths = {9, 14, 12, 5, 11};
-  for (size_t i = 0; i < lengths.size(); ++i) {
-    b.tokens.push_back(test_tokens(lengths[i], vocab, 11 + i));
-    std::vector<uint8_t> m(lengths[i], 1);
-    for (size_t t = 0; t < std::min<size_t>(3, lengths[i]); ++t) m[t] = 0;
-    if (i == 2) m[6] = m[7] = 0;
-    if (i == 3) std::fill(m.begin(), m.end(), 0);
-    b.masks.push_back(m);
-  }
-  return b;
-}
-
-// PPO inputs around the model's current outputs: old log-probs new + offsets in [-0.6, 0.6]
-// (ratios from 0.55 to 1.8, so both clip bounds bind), old values within +-0.4 of the new ones
-// (value_clip 0.2 binds for some), reference log-probs near the new ones.
-std::vector<PpoSample> samples_around(policy::LanguageModel& model, const Batch& b, uint64_t seed,
-                                      double logprob_offset = 0.6) {
-  const auto now = model.forward_for_training(b.tokens, b.masks);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<PpoSample> out;
-  for (size_t i = 0; i < b.tokens.size(); ++i) {
-    PpoSample s;
-    s.tokens = b.tokens[i];
-    s.loss_mask = b.masks[i];
-    for (size_t t = 0; t < s.tokens.size(); ++t) {
-      s.old_logprobs.push_back(now[i].logprobs[t] + static_cast<float>(logprob_offset) * u(rng));
-      s.advantages.push_back(u(rng));
-      s.returns.push_back(u(rng));
-      s.old_values.push_back(now[i].values[t] + 0.4f * u(rng));
-      s.ref_logprobs.push_back(now[i].logprobs[t] + 0.3f * u(rng));
-    }
-    out.push_back(std::move(s));
-  }
-  return out;
-}
 
 double tolerance(double x) { return 2e-5 * std::max(1.0, std::fabs(x)); }
 
@@ -115,7 +42,7 @@ TEST_P(PpoLossModes, LossesEqualTheTorchFreeReference) {
   ppo.actor_lr = ppo.critic_lr = 0;
   auto learner = make_learner(ppo);
   const Batch b = fixed_batch(64);
-  const auto batch = samples_around(learner->policy(), b, 5);
+  const auto batch = samples_around(*learner, b, 5);
   const auto now = learner->policy().forward_for_training(b.tokens, b.masks);
 
   rl::TokenBatch logp, old_logp, adv, ret, values, old_values, entropy, kl, masks = as_float(b.masks);
@@ -181,7 +108,7 @@ TEST(PpoLearner, ZeroLearningRateChangesNoWeight) {
   ppo.epochs = 2;
   auto learner = make_learner(ppo);
   const Batch b = fixed_batch(64);
-  const auto batch = samples_around(learner->policy(), b, 6);
+  const auto batch = samples_around(*learner, b, 6);
   const auto probe = test_tokens(16, 64, 99);
   const auto logits_before = learner->policy().logits(probe);
   const auto values_before = learner->policy().forward_for_training({probe}, {})[0].values;
@@ -197,7 +124,7 @@ TEST(PpoLearner, OneStepLowersTheSurrogateAndValueLoss) {
   ppo.critic_lr = 1e-2;
   auto learner = make_learner(ppo);
   const Batch b = fixed_batch(64);
-  auto batch = samples_around(learner->policy(), b, 7, /*logprob_offset=*/0);  // ratio 1: inside the clip range
+  auto batch = samples_around(*learner, b, 7, /*logprob_offset=*/0);  // ratio 1: inside the clip range
   const PpoStats before = learner->evaluate(batch);
   EXPECT_EQ(before.clip_fraction, 0);
   const PpoStats step = learner->update(batch);
@@ -217,7 +144,7 @@ TEST(PpoLearner, SameSeedSameResult) {
   ppo.seed = 17;
   auto a = make_learner(ppo), c = make_learner(ppo);
   const Batch b = fixed_batch(64);
-  const auto batch = samples_around(a->policy(), b, 8);
+  const auto batch = samples_around(*a, b, 8);
   const PpoStats sa = a->update(batch), sc = c->update(batch);
   EXPECT_EQ(sa.loss, sc.loss);
   EXPECT_EQ(sa.grad_norm_actor, sc.grad_norm_actor);
@@ -228,7 +155,7 @@ TEST(PpoLearner, SameSeedSameResult) {
 TEST(PpoLearner, BadInputSaysWhatIsWrong) {
   auto learner = make_learner(PpoOptions{});
   const Batch b = fixed_batch(64);
-  auto batch = samples_around(learner->policy(), b, 9);
+  auto batch = samples_around(*learner, b, 9);
   auto expect_error = [&](std::vector<PpoSample> bad, const std::string& needle) {
     try {
       learner->update(bad);
@@ -319,7 +246,7 @@ TEST(PpoStages, SftLowersTheAssistantNllAndLeavesTheValueHead) {
   auto learner = make_learner(ppo);
   const Batch b = fixed_batch(64);
   // A PPO step first, so the value head has AdamW moments that would move it if it were stepped.
-  learner->update(samples_around(learner->policy(), b, 10));
+  learner->update(samples_around(*learner, b, 10));
   const auto batch = sft_samples(b);
   const auto probe = test_tokens(16, 64, 97);
   const auto logits_before = learner->policy().logits(probe);
@@ -351,7 +278,7 @@ TEST(PpoStages, SftLowersTheAssistantNllAndLeavesTheValueHead) {
   EXPECT_EQ(s.grad_norm_critic, 0);
 
   // The PPO update still trains both groups afterwards (the freeze is undone).
-  const PpoStats after = learner->update(samples_around(learner->policy(), b, 11));
+  const PpoStats after = learner->update(samples_around(*learner, b, 11));
   EXPECT_GT(after.grad_norm_actor, 0);
   EXPECT_GT(after.grad_norm_critic, 0);
 }
@@ -363,10 +290,10 @@ TEST(PpoStages, ValueUpdateMovesOnlyTheValueHead) {
   ppo.value_clip = 100;  // the plain squared error, so the loss can fall all the way
   auto learner = make_learner(ppo);
   const Batch b = fixed_batch(64);
-  learner->update(samples_around(learner->policy(), b, 12));  // the actor has AdamW moments now
+  learner->update(samples_around(*learner, b, 12));  // the actor has AdamW moments now
   // Value-pretraining samples: returns and old values, no log-probs or advantages.
   std::vector<PpoSample> batch;
-  for (auto& s : samples_around(learner->policy(), b, 13)) {
+  for (auto& s : samples_around(*learner, b, 13)) {
     s.old_logprobs.clear();
     s.advantages.clear();
     s.ref_logprobs.clear();
