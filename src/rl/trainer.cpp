@@ -1,9 +1,12 @@
 #include "cuda_agent/rl/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <map>
 #include <memory>
+#include <numeric>
 #include <vector>
 
 #include <fmt/format.h>
@@ -14,6 +17,7 @@
 #include "cuda_agent/policy/chat_session.h"
 #include "cuda_agent/policy/local_policy.h"
 #include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/rl/rft_filter.h"
 #include "cuda_agent/rl/rollout.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
@@ -35,16 +39,28 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+enum class StageKind { kPpo, kRft, kValuePretrain };
+
 struct Stage {
-  std::string name;  // "warmup" or "ppo": the name in state.json and metrics.jsonl
-  int steps = 0;
+  std::string name;  // warmup | rft | value_pretrain | ppo: the name in state.json and metrics.jsonl
+  StageKind kind = StageKind::kPpo;
+  int steps = 0;  // global steps it takes: its PPO steps; rft and value_pretrain take one each
   bool single_turn = false;
   int64_t max_context_tokens = 0;
 };
 
-// The keys a resumed run may change: where it writes and how long each stage runs.
-const std::vector<std::string> kResumeMayChange = {"run.output_dir", "ppo.steps", "stages.warmup.steps",
-                                                   "stages.value_pretrain.steps"};
+// The stages in the recipe's order.
+const std::vector<std::string> kRecipe = {"warmup", "rft", "value_pretrain", "ppo"};
+
+size_t recipe_rank(const std::string& stage) {
+  return static_cast<size_t>(std::find(kRecipe.begin(), kRecipe.end(), stage) - kRecipe.begin());
+}
+
+// The keys a resumed run may change: where it writes, how long each stage runs, and which stages
+// run (a stage before the checkpoint's is not run again; see run_training).
+const std::vector<std::string> kResumeMayChange = {
+    "run.output_dir",        "ppo.steps",         "stages.warmup.steps",           "stages.value_pretrain.steps",
+    "stages.warmup.enabled", "stages.rft.enabled", "stages.value_pretrain.enabled", "ppo.enabled"};
 
 std::string rollout_dir_name(int64_t step) { return fmt::format("step-{:06d}", step); }
 
@@ -69,9 +85,19 @@ struct RunContext {
   MetricsLog metrics;
 };
 
-// One episode; returns false (after logging) when it threw.
+// The critic's values of every sequence of `episodes`, in sequence_tokens() order: the value head
+// on the actor's trunk (shared) or the separate critic model, through PpoLearner::forward.
+std::vector<std::vector<float>> critic_values(RunContext& ctx, const std::vector<EpisodeSequence>& episodes) {
+  const std::vector<policy::TrainForward> forward = ctx.learner->forward(sequence_tokens(episodes), {});
+  std::vector<std::vector<float>> values;
+  values.reserve(forward.size());
+  for (const auto& f : forward) values.push_back(f.values);
+  return values;
+}
+
+// One episode into `output_dir`; returns false (after logging) when it threw.
 bool run_one_episode(RunContext& ctx, const Stage& stage, int64_t step, size_t task_index, int episode,
-                     agent::EpisodeResult* out) {
+                     const fs::path& output_dir, agent::EpisodeResult* out) {
   const json& rollout = ctx.config["rollout"];
   const bench::TaskEntry& task = ctx.split.tasks[task_index];
   try {
@@ -85,7 +111,7 @@ bool run_one_episode(RunContext& ctx, const Stage& stage, int64_t step, size_t t
     agent::EpisodeSpec spec;
     spec.task = task.path;
     spec.policy_instance = &policy;
-    spec.output_dir = ctx.run_dir / "rollouts" / rollout_dir_name(step) / fmt::format("{}-e{}", task.id, episode);
+    spec.output_dir = output_dir;
     spec.skill_file = ctx.options.skill_file;
     spec.device = ctx.options.device;
     spec.gpu = ctx.options.gpu;
@@ -106,72 +132,157 @@ bool run_one_episode(RunContext& ctx, const Stage& stage, int64_t step, size_t t
   }
 }
 
-json run_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
-  const json& c = ctx.config;
-  const auto t_step = Clock::now();
-  const std::vector<size_t> picks = ctx.cursor.next(c["data"]["tasks_per_step"].get<size_t>());
-  const int per_task = c["rollout"]["episodes_per_task"].get<int>();
-  const bool milestone = c["reward"]["kind"].get<std::string>() == "milestone";
-
-  std::vector<EpisodeSequence> episodes;
-  int64_t completed = 0, failed = 0, unusable = 0, passed = 0, faster = 0;
-  double reward_sum = 0, episode_seconds = 0;
+// The episodes of one batch of tasks.
+struct Sampling {
+  std::vector<fs::path> trajectories;         // trajectory.jsonl of each episode that completed, in order
+  std::vector<agent::EpisodeResult> results;  // the same episodes' results
   json task_ids = json::array();
+  int64_t failed = 0, passed = 0, faster = 0;
+  double reward_sum = 0, seconds = 0;
+};
+
+// rollout.episodes_per_task episodes of each task in `picks`, each in folder/<task>-eE/ and seeded
+// with episode_seed(run.seed, step, task index, E). A task drawn twice numbers its episodes on, so
+// no two episodes share a folder or a seed.
+Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, const std::vector<size_t>& picks,
+                         const fs::path& folder) {
+  const int per_task = ctx.config["rollout"]["episodes_per_task"].get<int>();
+  const bool milestone = ctx.config["reward"]["kind"].get<std::string>() == "milestone";
+  Sampling s;
+  std::map<size_t, int> numbered;
   for (size_t index : picks) {
-    task_ids.push_back(ctx.split.tasks[index].id);
-    for (int e = 0; e < per_task; ++e) {
+    const bench::TaskEntry& task = ctx.split.tasks[index];
+    s.task_ids.push_back(task.id);
+    const int first = numbered[index];
+    numbered[index] += per_task;
+    for (int e = first; e < first + per_task; ++e) {
+      const fs::path dir = folder / fmt::format("{}-e{}", task.id, e);
       agent::EpisodeResult result;
       const auto t0 = Clock::now();
-      const bool ok = run_one_episode(ctx, stage, step, index, e, &result);
-      episode_seconds += seconds_since(t0);
+      const bool ok = run_one_episode(ctx, stage, step, index, e, dir, &result);
+      s.seconds += seconds_since(t0);
       if (!ok) {
-        ++failed;
+        ++s.failed;
         continue;
       }
-      ++completed;
-      reward_sum += result.reward;
-      if (result.score.is_object() && result.score.value("correct", json()) == json(true)) ++passed;
-      if (milestone && result.reward >= 3.0) ++faster;
-      try {
-        episodes.push_back(episode_sequence(result.trajectory));
-      } catch (const std::exception& err) {
-        ++unusable;
-        ctx.log << fmt::format("[train] step {}: episode {} of task {} has no usable token records: {}\n", step, e,
-                               ctx.split.tasks[index].id, err.what());
-      }
+      s.reward_sum += result.reward;
+      if (result.score.is_object() && result.score.value("correct", json()) == json(true)) ++s.passed;
+      if (milestone && result.reward >= 3.0) ++s.faster;
+      s.trajectories.push_back(dir / "trajectory.jsonl");
+      s.results.push_back(std::move(result));
     }
   }
+  return s;
+}
 
-  json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", step_in_stage}, {"tasks", task_ids},
-                 {"episodes", completed}, {"episodes_failed", failed}, {"episodes_unusable", unusable},
-                 {"episode_seconds", episode_seconds}};
-  if (completed > 0) {
-    record["reward_mean"] = reward_sum / static_cast<double>(completed);
-    record["pass_rate"] = static_cast<double>(passed) / static_cast<double>(completed);
-    if (milestone) record["faster_than_compile_rate"] = static_cast<double>(faster) / static_cast<double>(completed);
-  }
+void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record) {
+  const auto completed = static_cast<int64_t>(s.results.size());
+  record["tasks"] = s.task_ids;
+  record["episodes"] = completed;
+  record["episodes_failed"] = s.failed;
+  record["episode_seconds"] = s.seconds;
+  if (completed == 0) return;
+  record["reward_mean"] = s.reward_sum / static_cast<double>(completed);
+  record["pass_rate"] = static_cast<double>(s.passed) / static_cast<double>(completed);
+  if (ctx.config["reward"]["kind"].get<std::string>() == "milestone")
+    record["faster_than_compile_rate"] = static_cast<double>(s.faster) / static_cast<double>(completed);
+}
+
+void add_rollout_metrics(const std::vector<EpisodeSequence>& episodes, json& record) {
   const RolloutStats stats = rollout_stats(episodes);
   record["sequences"] = stats.sequences;
   record["chained_episodes"] = stats.chained_episodes;
   record["response_length_mean"] = stats.response_length_mean;
   record["response_length_max"] = stats.response_length_max;
   record["tokens"] = stats.tokens;
+}
+
+// The episode of a trajectory without its sequences that hold no policy token (a turn whose reply
+// was empty: nothing to learn from, and ppo_samples refuses it). Error when none is left.
+EpisodeSequence usable_episode(const json& events) {
+  EpisodeSequence episode = episode_sequence(events);
+  std::erase_if(episode.sequences, [](const TokenSequence& s) {
+    return std::find(s.loss_mask.begin(), s.loss_mask.end(), uint8_t{1}) == s.loss_mask.end();
+  });
+  CA_CHECK(!episode.sequences.empty(), "no reply of the trajectory holds a sampled token");
+  return episode;
+}
+
+// The usable episodes of trajectory files (read from disk), counting and logging the others.
+std::vector<EpisodeSequence> read_usable_episodes(RunContext& ctx, const std::vector<fs::path>& files, int64_t step,
+                                                  int64_t* unusable) {
+  std::vector<EpisodeSequence> episodes;
+  for (const fs::path& file : files) {
+    try {
+      episodes.push_back(usable_episode(read_trajectory(file)));
+    } catch (const std::exception& e) {
+      ++*unusable;
+      ctx.log << fmt::format("[train] step {}: {} has no usable token records: {}\n", step, file.string(), e.what());
+    }
+  }
+  return episodes;
+}
+
+// The trajectory files under `folder` (one episode folder each), in name order.
+std::vector<fs::path> trajectory_files(const fs::path& folder) {
+  std::vector<fs::path> files;
+  if (!fs::is_directory(folder)) return files;
+  for (const auto& entry : fs::directory_iterator(folder))
+    if (fs::is_regular_file(entry.path() / "trajectory.jsonl")) files.push_back(entry.path() / "trajectory.jsonl");
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// stages.rft.tasks tasks: every task of the split in its order (0), else the next ones of the cursor.
+std::vector<size_t> stage_tasks(RunContext& ctx) {
+  const size_t count = ctx.config["stages"]["rft"]["tasks"].get<size_t>();
+  if (count > 0) return ctx.cursor.next(count);
+  std::vector<size_t> all(ctx.split.tasks.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  return all;
+}
+
+std::string describe_drops(const std::map<std::string, size_t>& by_reason) {
+  std::string out;
+  for (const auto& [reason, count] : by_reason) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", reason, count);
+  return out.empty() ? "none" : out;
+}
+
+// A warm-up or agentic PPO step.
+json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
+  const json& c = ctx.config;
+  const auto t_step = Clock::now();
+  const std::vector<size_t> picks = ctx.cursor.next(c["data"]["tasks_per_step"].get<size_t>());
+  const Sampling sampled =
+      sample_episodes(ctx, stage, step, picks, ctx.run_dir / "rollouts" / rollout_dir_name(step));
+
+  json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", step_in_stage}};
+  add_sampling_metrics(ctx, sampled, record);
+  std::vector<EpisodeSequence> episodes;
+  int64_t unusable = 0;
+  for (size_t i = 0; i < sampled.results.size(); ++i) {
+    try {
+      episodes.push_back(usable_episode(sampled.results[i].trajectory));
+    } catch (const std::exception& err) {
+      ++unusable;
+      ctx.log << fmt::format("[train] step {}: {} has no usable token records: {}\n", step,
+                             sampled.trajectories[i].string(), err.what());
+    }
+  }
+  record["episodes_unusable"] = unusable;
+  add_rollout_metrics(episodes, record);
 
   const int mini_batches = c["ppo"]["mini_batches"].get<int>();
-  if (stats.sequences < mini_batches) {
+  const int64_t sequences = record["sequences"].get<int64_t>();
+  if (sequences < mini_batches) {
     ctx.log << fmt::format("[train] step {}: {} usable sequences, fewer than ppo.mini_batches = {}: no update\n", step,
-                           stats.sequences, mini_batches);
+                           sequences, mini_batches);
     record["update_skipped"] = true;
   } else {
     const auto t_update = Clock::now();
-    const std::vector<policy::TrainForward> forward =
-        ctx.learner->policy().forward_for_training(sequence_tokens(episodes), {});
-    std::vector<std::vector<float>> values;
-    values.reserve(forward.size());
-    for (const auto& f : forward) values.push_back(f.values);
     const std::vector<policy::PpoSample> samples =
-        ppo_samples(episodes, values, c["ppo"]["gamma"].get<double>(), c["ppo"]["lambda"].get<double>(),
-                    c["ppo"]["whiten_advantages"].get<bool>());
+        ppo_samples(episodes, critic_values(ctx, episodes), c["ppo"]["gamma"].get<double>(),
+                    c["ppo"]["lambda"].get<double>(), c["ppo"]["whiten_advantages"].get<bool>());
     const policy::PpoStats s = ctx.learner->update(samples);
     record["update_skipped"] = false;
     record["loss"] = s.loss;
@@ -190,6 +301,192 @@ json run_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in_sta
   return record;
 }
 
+// Stage 2: sample, filter, fine-tune the actor on what is kept.
+json run_rft(RunContext& ctx, const Stage& stage, int64_t step) {
+  const json& rft = ctx.config["stages"]["rft"];
+  const auto t_step = Clock::now();
+  const fs::path folder = ctx.run_dir / "rollouts" / "rft";
+  fs::remove_all(folder);  // a stage redone after an interruption starts over
+  const Sampling sampled = sample_episodes(ctx, stage, step, stage_tasks(ctx), folder);
+  json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}};
+  add_sampling_metrics(ctx, sampled, record);
+
+  const RftFilterResult filtered = filter_trajectories(sampled.trajectories, rft);
+  record["kept"] = filtered.kept.size();
+  record["dropped"] = filtered.dropped.size();
+  record["dropped_by_reason"] = json(filtered.dropped_by_reason);
+  int64_t unusable = 0;
+  const std::vector<EpisodeSequence> kept = read_usable_episodes(ctx, filtered.kept, step, &unusable);
+  record["episodes_unusable"] = unusable;
+  add_rollout_metrics(kept, record);
+  if (!kept.empty()) record["kept_reward_mean"] = rollout_stats(kept).reward_mean;
+  ctx.log << fmt::format("[train] step {} (rft): {} episodes ({} failed), kept {} of {} trajectories; dropped: {}\n",
+                         step, sampled.results.size(), sampled.failed, filtered.kept.size(), filtered.total(),
+                         describe_drops(filtered.dropped_by_reason));
+
+  if (kept.empty()) {
+    ctx.log << fmt::format("[train] step {} (rft): no usable trajectory kept ({} dropped, {} kept but unusable): the "
+                           "actor is not fine-tuned\n",
+                           step, filtered.dropped.size(), unusable);
+    record["update_skipped"] = true;
+  } else {
+    const auto t_update = Clock::now();
+    std::vector<policy::PpoSample> samples;
+    for (const EpisodeSequence& episode : kept)
+      for (const TokenSequence& s : episode.sequences) {
+        policy::PpoSample sample;
+        sample.tokens = s.tokens;
+        sample.loss_mask = s.loss_mask;  // the policy's own tokens; prompts and tool output carry no loss
+        samples.push_back(std::move(sample));
+      }
+    const size_t batch_size = rft["batch_size"].get<size_t>();
+    policy::StageUpdateOptions plan;
+    plan.lr = rft["lr"].get<double>();
+    plan.epochs = rft["epochs"].get<int>();
+    plan.mini_batches = static_cast<int>((kept.size() + batch_size - 1) / batch_size);
+    const policy::PpoStats s = ctx.learner->sft_update(samples, plan);
+    record["update_skipped"] = false;
+    record["loss"] = s.loss;  // the mean NLL of the kept assistant tokens, before each step
+    record["entropy"] = s.entropy;
+    record["grad_norm_actor"] = s.grad_norm_actor;
+    record["policy_tokens"] = s.tokens;
+    record["optimizer_steps"] = plan.epochs * plan.mini_batches;
+    record["update_seconds"] = seconds_since(t_update);
+  }
+  record["step_seconds"] = seconds_since(t_step);
+  return record;
+}
+
+// Stage 3: the critic learns on RFT's trajectories (or fresh ones) with the actor frozen.
+//
+// The returns (the critic's targets) come once, from GAE over the values before the stage. The
+// stage's stages.value_pretrain.steps optimizer steps go in passes over the sequences: each pass
+// splits them (a permutation seeded by run.seed and the step, independent of the learner's own
+// shuffle, so a resumed run repeats it) into min(steps left, sequences) mini-batches and takes
+// one value_update step on each. Before every pass but the first, old_values are refreshed to the
+// critic's current values: the value clip (ppo.value_clip) bounds how far one pass moves a value,
+// not the whole stage.
+json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
+  const json& vp = ctx.config["stages"]["value_pretrain"];
+  const auto t_step = Clock::now();
+  json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}};
+  std::vector<fs::path> files = trajectory_files(ctx.run_dir / "rollouts" / "rft");
+  if (!files.empty()) {
+    record["source"] = "rft";
+    ctx.log << fmt::format("[train] step {} (value_pretrain): the critic learns on the {} trajectories of {}\n", step,
+                           files.size(), (ctx.run_dir / "rollouts" / "rft").string());
+  } else {
+    const fs::path folder = ctx.run_dir / "rollouts" / "value_pretrain";
+    fs::remove_all(folder);
+    ctx.log << fmt::format("[train] step {} (value_pretrain): no RFT trajectories in {}: sampling into {}\n", step,
+                           (ctx.run_dir / "rollouts" / "rft").string(), folder.string());
+    const Sampling sampled = sample_episodes(ctx, stage, step, stage_tasks(ctx), folder);
+    add_sampling_metrics(ctx, sampled, record);
+    files = sampled.trajectories;
+    record["source"] = "sampled";
+  }
+  record["trajectories"] = files.size();
+  int64_t unusable = 0;
+  const std::vector<EpisodeSequence> episodes = read_usable_episodes(ctx, files, step, &unusable);
+  record["episodes_unusable"] = unusable;
+  add_rollout_metrics(episodes, record);
+  if (episodes.empty()) {
+    ctx.log << fmt::format("[train] step {} (value_pretrain): no usable trajectory ({} unusable): the critic is not "
+                           "pretrained\n",
+                           step, unusable);
+    record["update_skipped"] = true;
+    record["step_seconds"] = seconds_since(t_step);
+    return record;
+  }
+
+  const auto t_update = Clock::now();
+  std::vector<policy::PpoSample> samples = ppo_samples(episodes, critic_values(ctx, episodes),
+                                                       vp["gamma"].get<double>(), vp["lambda"].get<double>(),
+                                                       /*whiten=*/false);  // advantages are not used here
+  const int steps = vp["steps"].get<int>();
+  const size_t n = samples.size();
+  const size_t per_pass = std::min(static_cast<size_t>(steps), n);
+  policy::StageUpdateOptions one_step;
+  one_step.lr = vp["lr"].get<double>();
+  int64_t policy_tokens = 0;
+  for (const auto& s : samples) policy_tokens += std::count(s.loss_mask.begin(), s.loss_mask.end(), uint8_t{1});
+
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  uint64_t state = splitmix64(splitmix64(ctx.config["run"]["seed"].get<uint64_t>()) ^ static_cast<uint64_t>(step));
+  double loss_sum = 0, clip_sum = 0, grad_sum = 0, first_pass = 0, last_pass = 0;
+  int done = 0, passes = 0;
+  while (done < steps) {
+    if (passes > 0) {
+      std::vector<std::vector<float>> values = critic_values(ctx, episodes);
+      for (size_t i = 0; i < n; ++i) samples[i].old_values = std::move(values[i]);
+    }
+    for (size_t i = n; i > 1; --i) {  // Fisher-Yates with splitmix64: the same order on every platform
+      state = splitmix64(state);
+      std::swap(order[i - 1], order[state % i]);
+    }
+    const size_t parts = std::min(per_pass, static_cast<size_t>(steps - done));
+    double pass_loss = 0;
+    for (size_t k = 0; k < parts; ++k) {
+      std::vector<policy::PpoSample> part;
+      for (size_t j = n * k / parts; j < n * (k + 1) / parts; ++j) part.push_back(samples[order[j]]);
+      const policy::PpoStats s = ctx.learner->value_update(part, one_step);
+      loss_sum += s.value_loss;
+      clip_sum += s.value_clip_fraction;
+      grad_sum += s.grad_norm_critic;
+      pass_loss += s.value_loss / static_cast<double>(parts);
+      ++done;
+    }
+    if (passes == 0) first_pass = pass_loss;
+    last_pass = pass_loss;
+    ++passes;
+  }
+  record["update_skipped"] = false;
+  record["value_loss"] = loss_sum / steps;
+  record["value_loss_first_pass"] = first_pass;
+  record["value_loss_last_pass"] = last_pass;
+  record["value_clip_fraction"] = clip_sum / steps;
+  record["grad_norm_critic"] = grad_sum / steps;
+  record["optimizer_steps"] = steps;
+  record["passes"] = passes;
+  record["policy_tokens"] = policy_tokens;
+  record["update_seconds"] = seconds_since(t_update);
+  record["step_seconds"] = seconds_since(t_step);
+  return record;
+}
+
+json run_stage_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
+  switch (stage.kind) {
+    case StageKind::kRft:
+      return run_rft(ctx, stage, step);
+    case StageKind::kValuePretrain:
+      return run_value_pretrain(ctx, stage, step);
+    case StageKind::kPpo:
+      break;
+  }
+  return run_ppo_step(ctx, stage, step, step_in_stage);
+}
+
+std::string step_summary(const Stage& stage, int k, const json& r) {
+  auto field = [&](const char* key) { return r.value(key, json()).dump(); };
+  const std::string head = fmt::format("[train] step {} ({} {}/{}): ", r["step"].get<int64_t>(), stage.name, k,
+                                       stage.steps);
+  const std::string tail = fmt::format(" ({:.1f} s)\n", r["step_seconds"].get<double>());
+  switch (stage.kind) {
+    case StageKind::kRft:
+      return head + fmt::format("kept {} of {} reward_mean {} nll {}", field("kept"), r["kept"].get<int64_t>() +
+                                r["dropped"].get<int64_t>(), field("reward_mean"), field("loss")) + tail;
+    case StageKind::kValuePretrain:
+      return head + fmt::format("{} critic steps on {} sequences: value_loss {} (first pass {}, last pass {})",
+                                field("optimizer_steps"), field("sequences"), field("value_loss"),
+                                field("value_loss_first_pass"), field("value_loss_last_pass")) + tail;
+    case StageKind::kPpo:
+      break;
+  }
+  return head + fmt::format("reward_mean {} pass_rate {} policy_loss {} value_loss {}", field("reward_mean"),
+                            field("pass_rate"), field("policy_loss"), field("value_loss")) + tail;
+}
+
 void checkpoint(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
   const json state = {{"stage", stage.name}, {"step_in_stage", step_in_stage}, {"global_step", step},
                       {"cursor", ctx.cursor.state()}, {"config", ctx.config}};
@@ -198,6 +495,7 @@ void checkpoint(RunContext& ctx, const Stage& stage, int64_t step, int step_in_s
       [&](const fs::path& dir) {
         ctx.learner->policy().save_hf(dir / "actor");
         copy_tokenizer_files(ctx.actor, dir / "actor");
+        ctx.learner->save_state(dir);  // critic/ (when separate), optimizer moments, shuffle generator
       },
       ctx.config["checkpoint"]["keep_last"].get<int>());
   ctx.log << fmt::format("[train] checkpoint {}\n", info.dir.string());
@@ -224,25 +522,25 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   bench::Split split = bench::load_any_split(split_path, run_dir / "split");
   CA_CHECK(!split.tasks.empty(), "train config: data.split = '{}' holds no tasks", split_path.string());
 
-  // The stages in the recipe's order; the two not built yet are named, not faked.
+  // The enabled stages in the recipe's order (validate_train_config requires at least one).
   std::vector<Stage> stages;
   const json& st = config["stages"];
+  const bool rollout_single_turn = config["rollout"]["single_turn"].get<bool>();
+  const int64_t rollout_context = config["rollout"]["max_context_tokens"].get<int64_t>();
   if (st["warmup"]["enabled"].get<bool>())
-    stages.push_back({"warmup", st["warmup"]["steps"].get<int>(), st["warmup"]["single_turn"].get<bool>(),
-                      st["warmup"]["max_context_tokens"].get<int64_t>()});
+    stages.push_back({"warmup", StageKind::kPpo, st["warmup"]["steps"].get<int>(),
+                      st["warmup"]["single_turn"].get<bool>(), st["warmup"]["max_context_tokens"].get<int64_t>()});
   if (st["rft"]["enabled"].get<bool>())
-    log << "[train] stages.rft is enabled but RFT is not implemented in the trainer yet: skipped\n";
+    stages.push_back({"rft", StageKind::kRft, 1, rollout_single_turn, rollout_context});
   if (st["value_pretrain"]["enabled"].get<bool>())
-    log << "[train] stages.value_pretrain is enabled but value pretraining is not implemented in the trainer yet: "
-           "skipped\n";
+    stages.push_back({"value_pretrain", StageKind::kValuePretrain, 1, rollout_single_turn, rollout_context});
   if (config["ppo"]["enabled"].get<bool>())
-    stages.push_back({"ppo", config["ppo"]["steps"].get<int>(), config["rollout"]["single_turn"].get<bool>(),
-                      config["rollout"]["max_context_tokens"].get<int64_t>()});
-  CA_CHECK(!stages.empty(), "train config: neither stages.warmup nor ppo is enabled, and they are the only stages "
-                            "the trainer runs so far");
+    stages.push_back(
+        {"ppo", StageKind::kPpo, config["ppo"]["steps"].get<int>(), rollout_single_turn, rollout_context});
 
-  // Where to start: a fresh run, or the step after the latest checkpoint.
+  // Where to start: a fresh run, or after the latest checkpoint.
   fs::path actor_weights = actor;
+  fs::path learner_state;  // a resumed run: the checkpoint whose optimizer and critic state to load
   size_t first_stage = 0;
   int first_step_in_stage = 0;  // steps of first_stage already done
   int64_t step = 0;
@@ -258,25 +556,35 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
       CA_FAIL("--resume: the config differs from the run's saved config in keys that may not change:{}", list);
     }
     const std::string stage_name = ckpt.state.at("stage").get<std::string>();
+    const size_t rank = recipe_rank(stage_name);
+    CA_CHECK(rank < kRecipe.size(), "--resume: checkpoint {} is of stage '{}', not one of warmup, rft, "
+             "value_pretrain, ppo", ckpt.dir.string(), stage_name);
+    // The checkpoint's stage when this config runs it, else the first enabled stage after it.
     first_stage = stages.size();
-    for (size_t i = 0; i < stages.size(); ++i)
-      if (stages[i].name == stage_name) first_stage = i;
-    CA_CHECK(first_stage < stages.size(), "--resume: checkpoint {} is of stage '{}', which this config does not run",
-             ckpt.dir.string(), stage_name);
-    first_step_in_stage = ckpt.state.at("step_in_stage").get<int>();
+    for (size_t i = 0; i < stages.size() && first_stage == stages.size(); ++i)
+      if (recipe_rank(stages[i].name) >= rank) first_stage = i;
+    std::string before;
+    for (size_t i = 0; i < first_stage; ++i) before += (before.empty() ? "" : ", ") + stages[i].name;
+    if (!before.empty())
+      log << fmt::format("[train] not run again (before the checkpoint's stage {}): {}\n", stage_name, before);
+    if (first_stage < stages.size() && stages[first_stage].name == stage_name)
+      first_step_in_stage = ckpt.state.at("step_in_stage").get<int>();
     step = ckpt.step;
     cursor_state = ckpt.state.at("cursor");
     actor_weights = ckpt.dir / "actor";
     MetricsLog::truncate_after(run_dir / "metrics.jsonl", step);
-    // Rollouts of steps after the checkpoint belong to the interrupted run; they are redone.
+    // Rollouts written after the checkpoint belong to the interrupted run; they are redone: later
+    // steps' folders, and those of the one-step stages after the checkpoint's stage.
     if (fs::is_directory(run_dir / "rollouts"))
       for (const auto& entry : fs::directory_iterator(run_dir / "rollouts")) {
         const std::string name = entry.path().filename().string();
         if (name.rfind("step-", 0) == 0 && std::stoll(name.substr(5)) > step) fs::remove_all(entry.path());
       }
+    for (const char* one_step : {"rft", "value_pretrain"})
+      if (rank < recipe_rank(one_step)) fs::remove_all(run_dir / "rollouts" / one_step);
     log << fmt::format("[train] resuming {} after step {} (stage {}, step {} of it) from {}\n", run_dir.string(), step,
-                       stage_name, first_step_in_stage, ckpt.dir.string());
-    log << "[train] note: the optimizer's AdamW moments are not checkpointed; they restart from zero\n";
+                       stage_name, ckpt.state.at("step_in_stage").get<int>(), ckpt.dir.string());
+    learner_state = ckpt.dir;
   } else {
     CA_CHECK(!fs::exists(run_dir / "metrics.jsonl") && !fs::exists(run_dir / "checkpoints") &&
                  !fs::exists(run_dir / "rollouts"),
@@ -286,23 +594,24 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   }
   save_resolved_config(config, run_dir);
 
-  const std::string critic = config["model"]["critic"].get<std::string>();
-  if (critic != "shared")
-    log << fmt::format("[train] model.critic = '{}': a separate critic model is not supported yet; the critic is the "
-                       "value head on the actor's trunk (shared)\n",
-                       critic);
+  policy::PpoOptions ppo = policy::PpoOptions::from_config(config["ppo"]);
+  ppo.critic = config["model"]["critic"].get<std::string>();
+  // A resumed separate critic starts from the checkpoint's critic/ (load_state sets its weights
+  // and moments either way; this only spares copying or loading the configured one first).
+  if (!learner_state.empty() && ppo.critic != "shared" && fs::is_directory(learner_state / "critic"))
+    ppo.critic = (learner_state / "critic").string();
   policy::LmOptions lm;
-  lm.value_head = true;
+  lm.value_head = ppo.critic == "shared";
   lm.dtype = config["model"]["dtype"].get<std::string>();
   const bool on_cpu = options.device == "cpu" || config["model"]["device"].get<std::string>() == "cpu";
   lm.device = on_cpu ? "cpu" : fmt::format("cuda:{}", options.gpu);
   lm.seed = config["run"]["seed"].get<uint64_t>();
-  policy::PpoOptions ppo = policy::PpoOptions::from_config(config["ppo"]);
   ppo.seed = lm.seed;
   CA_CHECK(fs::exists(actor_weights), "--resume: the checkpoint's actor folder {} is missing", actor_weights.string());
   std::unique_ptr<policy::PpoLearner> learner = policy::create_ppo_learner(actor_weights, lm, ppo);
-  log << fmt::format("[train] actor {} on {} ({}); {} tasks in {}\n", actor_weights.string(), lm.device, lm.dtype,
-                     split.tasks.size(), split.name);
+  if (!learner_state.empty()) learner->load_state(learner_state);  // the optimizer continues where it was
+  log << fmt::format("[train] actor {} on {} ({}), critic {}; {} tasks in {}\n", actor_weights.string(), lm.device,
+                     lm.dtype, ppo.critic, split.tasks.size(), split.name);
 
   const size_t task_count = split.tasks.size();
   RunContext ctx{config, options, log, run_dir, actor, std::move(split),
@@ -313,6 +622,7 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   TrainRunSummary summary;
   summary.run_dir = run_dir;
   const int every = config["checkpoint"]["every_steps"].get<int>();
+  if (first_stage == stages.size()) log << "[train] no enabled stage comes after the checkpoint: nothing to run\n";
   for (size_t si = first_stage; si < stages.size(); ++si) {
     const Stage& stage = stages[si];
     const int start = si == first_stage ? first_step_in_stage : 0;
@@ -320,18 +630,17 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
       log << fmt::format("[train] stage {}: all {} steps done\n", stage.name, stage.steps);
       continue;
     }
+    // Value pretraining samples only when there are no RFT trajectories to reuse.
+    const bool samples = stage.kind != StageKind::kValuePretrain;
     log << fmt::format("[train] stage {}: steps {}..{} of {}{}\n", stage.name, start + 1, stage.steps, stage.steps,
-                       stage.single_turn ? " (single-turn)" : "");
+                       samples && stage.single_turn ? " (single-turn)" : "");
     for (int k = start + 1; k <= stage.steps; ++k) {
       ++step;
       if (summary.first_step == 0) summary.first_step = step;
-      const json record = run_step(ctx, stage, step, k);
+      const json record = run_stage_step(ctx, stage, step, k);
       ctx.metrics.append(record);
       write_training_plots(MetricsLog::read(ctx.metrics.path()), run_dir / "plots");
-      log << fmt::format("[train] step {} ({} {}/{}): reward_mean {} pass_rate {} policy_loss {} value_loss {} ({:.1f} s)\n",
-                         step, stage.name, k, stage.steps, record.value("reward_mean", json()).dump(),
-                         record.value("pass_rate", json()).dump(), record.value("policy_loss", json()).dump(),
-                         record.value("value_loss", json()).dump(), record["step_seconds"].get<double>());
+      log << step_summary(stage, k, record);
       ++summary.steps_run;
       if ((every > 0 && step % every == 0) || k == stage.steps) checkpoint(ctx, stage, step, k);
     }

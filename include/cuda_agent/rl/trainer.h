@@ -1,20 +1,21 @@
-// `cuda-agent train`: the single-process trainer that runs the recipe's PPO stages end to end.
+// `cuda-agent train`: the single-process trainer that runs the recipe's four stages end to end.
 //
-// For each enabled stage in order (stages.warmup, then ppo; stages.rft and
-// stages.value_pretrain are not implemented yet: when enabled they are logged as skipped, never
-// faked), each step:
+// The enabled stages run in the recipe's order, each on its own or chained by the config:
+// stages.warmup (single-turn PPO), stages.rft, stages.value_pretrain, then ppo (agentic PPO).
+//
+// A PPO step (warm-up and agentic PPO):
 //   1. draws data.tasks_per_step tasks from the run's TaskCursor (run_state.h);
 //   2. runs rollout.episodes_per_task agent episodes per task (agent::run_task_episode) with a
 //      LocalPolicy over the learner's own model, each in run_dir/rollouts/step-NNNNNN/<task>-eE/,
 //      sampled with a seed derived from (run.seed, step, task index, episode), so a rerun
 //      samples the same episodes. The warm-up's episodes are single-turn (stages.warmup.single_turn)
-//      with its context budget (stages.warmup.max_context_tokens); the agentic stage uses rollout.*.
+//      with its context budget (stages.warmup.max_context_tokens); the other stages use rollout.*.
 //      An episode that throws is counted (episodes_failed) and the step goes on; one whose
 //      trajectory has no usable token records (e.g. the prompt did not fit) is counted
 //      (episodes_unusable) and left out of the update;
-//   3. turns the trajectories into PPO samples (rollout.h: episode_sequence, the critic's values
-//      from forward_for_training, ppo_samples with ppo.gamma / ppo.lambda / ppo.whiten_advantages)
-//      and runs PpoLearner::update;
+//   3. turns the trajectories into PPO samples (rollout.h: episode_sequence, the critic's values,
+//      ppo_samples with ppo.gamma / ppo.lambda / ppo.whiten_advantages) and runs
+//      PpoLearner::update;
 //   4. appends the step's metrics to run_dir/metrics.jsonl (step, stage, tasks, reward_mean,
 //      pass_rate, faster_than_compile_rate, the learner's losses and statistics, token counts,
 //      episode and update wall seconds) and rewrites run_dir/plots/*.svg;
@@ -22,20 +23,51 @@
 //      at the end of each stage: payload actor/ is the policy saved with save_hf (the value head
 //      included) plus the actor's tokenizer files; state.json holds {stage, step_in_stage, step,
 //      cursor, config}.
-// Steps are numbered globally across stages (warm-up steps 1..W, PPO steps W+1..W+P).
 //
-// v1 limits, stated in the log: the critic is the value head on the actor's trunk (model.critic
-// other than "shared" is not honoured yet); the AdamW moments are not checkpointed, so a resumed
-// run restarts them from zero.
+// RFT (stage 2, one global step): episodes as above (rollout.*, seeds from the stage's step) for
+// stages.rft.tasks tasks (0: every task of the split in split order, the cursor untouched; else
+// the cursor's next ones) x rollout.episodes_per_task, into run_dir/rollouts/rft/<task>-eE/; the
+// trajectory files go through filter_trajectories (rft_filter.h, stages.rft.*); the kept ones
+// become samples with the loss on the policy's own tokens, and PpoLearner::sft_update fine-tunes
+// the actor (stages.rft.lr and .epochs, ceil(kept / stages.rft.batch_size) mini-batches). When
+// nothing usable is kept the update is skipped and the log and the metrics say why (drops by
+// reason). One metrics line: stage "rft", kept, dropped, dropped_by_reason, loss (the NLL),
+// entropy, grad_norm_actor, ...
+//
+// Value pretraining (stage 3, one global step): the critic learns with the actor frozen on every
+// usable trajectory under run_dir/rollouts/rft/ (RFT's, kept or not), or, when there are none
+// (RFT disabled, or its folder gone), on fresh ones sampled as RFT samples into
+// run_dir/rollouts/value_pretrain/. Returns come once, from GAE (stages.value_pretrain.gamma /
+// .lambda) over the critic's values before the stage; then stages.value_pretrain.steps
+// PpoLearner::value_update steps at stages.value_pretrain.lr, in passes over the sequences of
+// min(steps left, sequences) mini-batches each (the split seeded by run.seed and the step), the
+// old values refreshed before each pass. One metrics line: stage "value_pretrain", value_loss,
+// its first- and last-pass means, value_clip_fraction, grad_norm_critic, ...
+//
+// Steps are numbered globally across stages: warm-up steps 1..W, RFT W+1, value pretraining the
+// next, PPO the P after (a disabled stage takes none). Every stage ends with a checkpoint.
+//
+// The critic is model.critic (PpoOptions::critic: from_actor, shared or a path); the critic's
+// values always come from PpoLearner::forward. A checkpoint holds actor/ (policy().save_hf plus
+// the tokenizer files) and what PpoLearner::save_state writes (critic/ when separate, the AdamW
+// moments and steps, the shuffle generator), so a resumed run's next step equals the
+// uninterrupted run's bit for bit on the CPU in float32.
 //
 // Resume (options.resume): reads checkpoints/latest, requires the new config to equal the saved
-// one except run.output_dir and the stages' step counts (ppo.steps, stages.*.steps), loads the
-// actor (and value head) from the checkpoint, restores the cursor, truncates metrics.jsonl after
-// the checkpoint's step, removes rollout folders of later steps, and continues with the next step.
+// one except run.output_dir, the stages' step counts (ppo.steps, stages.warmup.steps,
+// stages.value_pretrain.steps) and which stages are enabled; loads the actor from the checkpoint
+// and the learner's state (PpoLearner::load_state), restores the cursor, truncates metrics.jsonl after the checkpoint's step,
+// removes the rollout folders written after it (later steps, and rollouts/rft and
+// rollouts/value_pretrain of a stage after the checkpoint's), and continues: within the
+// checkpoint's stage when this config runs it, else with the first enabled stage after it in the
+// recipe's order (enabled stages before it are not run again). RFT and value pretraining are
+// checkpointed only at their end, so one that was interrupted is redone from its start.
 //
 // Errors: a bad config (validate_train_config), a missing model.actor or split, a fresh run into a
 // folder that already holds one, or --resume without a checkpoint or with a changed config throw
-// cuda_agent::Error naming the key or file. Not thread-safe; one run per output folder.
+// cuda_agent::Error naming the key or file. An episode that throws or leaves no usable token
+// records is counted and left out; it does not end the run. Not thread-safe; one run per output
+// folder.
 #pragma once
 
 #include <cstdint>

@@ -1,12 +1,16 @@
 // The trainer end to end on the CPU (rl/trainer.h): a tiny random Qwen2 model with a byte-level
 // ChatML tokenizer, a split of two tiny tasks, single-turn episodes scored verify-only, two PPO
 // steps of 2 tasks x 2 episodes; then --resume with ppo.steps 3 runs exactly one more step and
-// draws the tasks an uninterrupted cursor would have drawn.
+// draws the tasks an uninterrupted cursor would have drawn. The RFT and value-pretraining stages:
+// their order and metrics, what each moves (RFT the actor, value pretraining the critic only),
+// RFT alone, a resume between them that ends where an uninterrupted run does, RFT keeping nothing,
+// and value pretraining sampling its own trajectories when there are no RFT ones.
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -14,6 +18,7 @@
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/policy/lm.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
 #include "cuda_agent/rl/trainer.h"
@@ -32,14 +37,28 @@ std::string tiny_task(const std::string& doc, const std::string& expr) {
          "    return []\n";
 }
 
-// Two tasks in the project's own split format.
-void write_split(const fs::path& dir) {
+// Two tasks in the project's own split format; with `oversized`, a third ("long") whose docstring
+// alone outgrows the tiny model's 4096-token context (one token a byte): its prompt does not fit,
+// the policy fails and the episode ends with stop reason policy_error and no assistant turn.
+void write_split(const fs::path& dir, bool oversized = false) {
   write_file_atomic(dir / "tasks" / "add" / "model.py", tiny_task("a + b", "a + b"));
   write_file_atomic(dir / "tasks" / "mul" / "model.py", tiny_task("a * b", "a * b"));
-  write_file_atomic(dir / "split.yaml",
-                    "name: tiny\ndescription: two tiny tasks\ntasks:\n"
-                    "  - id: add\n    path: tasks/add/model.py\n    level: 1\n"
-                    "  - id: mul\n    path: tasks/mul/model.py\n    level: 1\n");
+  std::string yaml = "name: tiny\ndescription: tiny tasks\ntasks:\n"
+                     "  - id: add\n    path: tasks/add/model.py\n    level: 1\n"
+                     "  - id: mul\n    path: tasks/mul/model.py\n    level: 1\n";
+  if (oversized) {
+    write_file_atomic(dir / "tasks" / "long" / "model.py", tiny_task("a - b. " + std::string(6000, 'x'), "a - b"));
+    yaml += "  - id: long\n    path: tasks/long/model.py\n    level: 1\n";
+  }
+  write_file_atomic(dir / "split.yaml", yaml);
+}
+
+// The tiny chat model with room for the single-turn system prompt and task (one token a byte).
+void write_model(const fs::path& dir) {
+  cuda_agent::testing::write_tiny_chatml_model(dir);
+  json cfg = json::parse(read_file(dir / "config.json"));
+  cfg["max_position_embeddings"] = 4096;
+  write_file_atomic(dir / "config.json", cfg.dump());
 }
 
 json tiny_config(const fs::path& root, int ppo_steps) {
@@ -78,18 +97,55 @@ rl::TrainRunOptions cpu_options(bool resume) {
   return o;
 }
 
+// RFT and value pretraining on every task of the split, one episode each; PPO (when enabled) on
+// 2 tasks x 1 episode. The random model scores -1, so RFT keeps reward > -10: every run the stop
+// reasons allow. Learning rates large enough that one step shows in the weights.
+json stage_config(const fs::path& root, const std::string& run) {
+  json c = tiny_config(root, 1);
+  c["run"]["output_dir"] = (root / run).string();
+  c["rollout"]["episodes_per_task"] = 1;
+  c["ppo"]["batch_size"] = 2;
+  c["ppo"]["enabled"] = false;
+  c["stages"]["rft"]["enabled"] = true;
+  c["stages"]["rft"]["keep_reward_above"] = -10.0;
+  c["stages"]["rft"]["tasks"] = 0;
+  c["stages"]["rft"]["batch_size"] = 1;
+  c["stages"]["rft"]["lr"] = 1e-3;
+  c["stages"]["value_pretrain"]["enabled"] = false;
+  c["stages"]["value_pretrain"]["steps"] = 3;
+  c["stages"]["value_pretrain"]["lr"] = 1e-2;
+  return c;
+}
+
+// The log-probs and values of a fixed sequence under a saved actor (value head included).
+policy::TrainForward probe(const fs::path& actor) {
+  policy::LmOptions o;
+  o.value_head = true;
+  o.seed = 5;
+  auto model = policy::load_language_model(actor, o);
+  return model->forward_for_training({cuda_agent::testing::test_tokens(48, 258)}, {})[0];
+}
+
+fs::path checkpoint_dir(const fs::path& run, int step) {
+  return run / "checkpoints" / fmt::format("step-{:06d}", step);
+}
+
+std::vector<std::string> stages_of(const std::vector<json>& records) {
+  std::vector<std::string> out;
+  for (const json& r : records) out.push_back(r["stage"].get<std::string>());
+  return out;
+}
+
+bool finite_number(const json& r, const char* key) {
+  return r.contains(key) && r[key].is_number() && std::isfinite(r[key].get<double>());
+}
+
 }  // namespace
 
 TEST(Trainer, RunsPpoStepsWritesMetricsPlotsCheckpointAndResumesOneStep) {
   cuda_agent::testing::use_built_lm_module();
   TempDir dir("ca-trainer-");
-  // The tiny chat model with room for the single-turn system prompt and task (one token a byte).
-  cuda_agent::testing::write_tiny_chatml_model(dir.path() / "m");
-  {
-    json cfg = json::parse(read_file(dir.path() / "m" / "config.json"));
-    cfg["max_position_embeddings"] = 4096;
-    write_file_atomic(dir.path() / "m" / "config.json", cfg.dump());
-  }
+  write_model(dir.path() / "m");
   write_split(dir.path() / "split");
   const fs::path run = dir.path() / "run";
 
@@ -136,7 +192,9 @@ TEST(Trainer, RunsPpoStepsWritesMetricsPlotsCheckpointAndResumesOneStep) {
   EXPECT_EQ(second.steps_run, 1) << log.str();
   EXPECT_EQ(second.first_step, 3);
   EXPECT_EQ(second.last_step, 3);
-  EXPECT_NE(log.str().find("not checkpointed"), std::string::npos);
+  EXPECT_TRUE(fs::is_regular_file(ckpt.dir / "optimizer.safetensors"));
+  EXPECT_TRUE(fs::is_regular_file(ckpt.dir / "learner_state.json"));
+  EXPECT_FALSE(fs::exists(ckpt.dir / "critic"));  // the shared critic lives in actor/
   records = rl::MetricsLog::read(run / "metrics.jsonl");
   ASSERT_EQ(records.size(), 3u);
   EXPECT_EQ(records[2]["step"], 3);
@@ -154,6 +212,48 @@ TEST(Trainer, RunsPpoStepsWritesMetricsPlotsCheckpointAndResumesOneStep) {
   }
 }
 
+// The paper's separate critic (model.critic from_actor, the default) and an exact resume: one PPO
+// step, then --resume for the second, ends with the same actor, critic and step-2 metrics as two
+// uninterrupted steps (the optimizer moments, the shuffle generator, the cursor and the episode
+// seeds all come back).
+TEST(Trainer, SeparateCriticAndResumeReproducesTheNextStepExactly) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-exact-");
+  write_model(dir.path() / "m");
+  write_split(dir.path() / "split");
+  auto config = [&](const std::string& run, int steps) {
+    json c = tiny_config(dir.path(), steps);
+    c["run"]["output_dir"] = (dir.path() / run).string();
+    c["model"]["critic"] = "from_actor";
+    c["data"]["tasks_per_step"] = 1;
+    c["ppo"]["batch_size"] = 2;
+    c["checkpoint"]["every_steps"] = 1;
+    return c;
+  };
+  std::ostringstream log;
+  rl::run_training(config("straight", 2), cpu_options(false), log);
+  rl::run_training(config("resumed", 1), cpu_options(false), log);
+  const rl::TrainRunSummary resumed = rl::run_training(config("resumed", 2), cpu_options(true), log);
+  ASSERT_EQ(resumed.first_step, 2) << log.str();
+
+  const fs::path a = checkpoint_dir(dir.path() / "straight", 2), b = checkpoint_dir(dir.path() / "resumed", 2);
+  for (const char* file : {"actor/model.safetensors", "critic/model.safetensors", "critic/value_head.safetensors",
+                           "optimizer.safetensors"}) {
+    ASSERT_TRUE(fs::is_regular_file(a / file)) << file;
+    EXPECT_TRUE(read_file(a / file) == read_file(b / file)) << file << " differs after the resume";
+  }
+  EXPECT_FALSE(fs::exists(a / "actor" / "value_head.safetensors"));  // the actor carries no critic
+  // The step-1 checkpoint's optimizer state differs from step 2's: the test compares moved state.
+  EXPECT_FALSE(read_file(checkpoint_dir(dir.path() / "straight", 1) / "optimizer.safetensors") ==
+               read_file(a / "optimizer.safetensors"));
+  json x = rl::MetricsLog::read(dir.path() / "straight" / "metrics.jsonl").at(1);
+  json y = rl::MetricsLog::read(dir.path() / "resumed" / "metrics.jsonl").at(1);
+  for (json* r : {&x, &y})
+    for (const char* key : {"episode_seconds", "update_seconds", "step_seconds", "tokens_per_second"}) r->erase(key);
+  EXPECT_EQ(x, y);
+  EXPECT_TRUE(finite_number(x, "value_loss") && finite_number(x, "policy_loss")) << x.dump();
+}
+
 TEST(Trainer, MissingActorIsAnErrorNamingTheKey) {
   TempDir dir("ca-trainer-bad-");
   write_split(dir.path() / "split");
@@ -163,4 +263,188 @@ TEST(Trainer, MissingActorIsAnErrorNamingTheKey) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("model.actor"), std::string::npos) << e.what();
   }
+}
+
+// The recipe's stages 2 to 4 in order on a split of three tasks, one of which cannot be prompted
+// (policy_error: RFT drops it, value pretraining cannot use it). Then the same run with RFT alone,
+// resumed with value pretraining enabled, ends where the uninterrupted run did.
+TEST(Trainer, RftThenValuePretrainThenPpoAndResumeBetweenThem) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-rft-");
+  write_model(dir.path() / "m");
+  write_split(dir.path() / "split", /*oversized=*/true);
+
+  json full = stage_config(dir.path(), "run");
+  full["stages"]["value_pretrain"]["enabled"] = true;
+  full["ppo"]["enabled"] = true;
+  std::ostringstream log;
+  const rl::TrainRunSummary summary = rl::run_training(full, cpu_options(false), log);
+  EXPECT_EQ(summary.steps_run, 3) << log.str();
+  EXPECT_EQ(summary.last_step, 3);
+  const fs::path run = dir.path() / "run";
+  const std::vector<json> records = rl::MetricsLog::read(run / "metrics.jsonl");
+  ASSERT_EQ(stages_of(records), (std::vector<std::string>{"rft", "value_pretrain", "ppo"})) << log.str();
+  EXPECT_EQ(log.str().find("not implemented"), std::string::npos) << log.str();
+
+  // RFT: every task of the split, the oversized one dropped by its stop reason, the rest kept.
+  const json& rft = records[0];
+  EXPECT_EQ(rft["step"], 1);
+  EXPECT_EQ(rft["tasks"], json({"add", "mul", "long"})) << rft.dump();
+  EXPECT_EQ(rft["episodes"], 3) << rft.dump();
+  EXPECT_EQ(rft["kept"], 2) << rft.dump();
+  EXPECT_EQ(rft["dropped"], 1) << rft.dump();
+  EXPECT_EQ(rft["dropped_by_reason"], json({{"stop_reason:policy_error", 1}})) << rft.dump();
+  EXPECT_EQ(rft["update_skipped"], false) << rft.dump() << "\n" << log.str();
+  EXPECT_EQ(rft["optimizer_steps"], 2) << rft.dump();  // ceil(2 kept / batch_size 1) x 1 epoch
+  for (const char* key : {"loss", "entropy", "grad_norm_actor", "reward_mean", "pass_rate", "step_seconds"})
+    EXPECT_TRUE(finite_number(rft, key)) << key << " in " << rft.dump();
+  EXPECT_GT(rft["loss"].get<double>(), 0) << rft.dump();
+  EXPECT_GT(rft["grad_norm_actor"].get<double>(), 0) << rft.dump();
+  EXPECT_GT(rft["policy_tokens"].get<int64_t>(), 0) << rft.dump();
+  EXPECT_GT(rft["tokens"].get<int64_t>(), rft["policy_tokens"].get<int64_t>()) << rft.dump();
+  for (const char* task : {"add", "mul", "long"})
+    EXPECT_TRUE(fs::is_regular_file(run / "rollouts" / "rft" / fmt::format("{}-e0", task) / "trajectory.jsonl"))
+        << task;
+  EXPECT_NE(log.str().find("stop_reason:policy_error 1"), std::string::npos) << log.str();
+
+  // Value pretraining on RFT's trajectories, kept or not: 3 steps over 2 usable sequences (two
+  // passes: 2 mini-batches, then 1).
+  const json& vp = records[1];
+  EXPECT_EQ(vp["step"], 2);
+  EXPECT_EQ(vp["source"], "rft") << vp.dump();
+  EXPECT_EQ(vp["trajectories"], 3) << vp.dump();
+  EXPECT_EQ(vp["episodes_unusable"], 1) << vp.dump();
+  EXPECT_EQ(vp["sequences"], 2) << vp.dump();
+  EXPECT_EQ(vp["update_skipped"], false) << vp.dump();
+  EXPECT_EQ(vp["optimizer_steps"], 3) << vp.dump();
+  EXPECT_EQ(vp["passes"], 2) << vp.dump();
+  for (const char* key : {"value_loss", "value_loss_first_pass", "value_loss_last_pass", "value_clip_fraction",
+                          "grad_norm_critic"})
+    EXPECT_TRUE(finite_number(vp, key)) << key << " in " << vp.dump();
+  EXPECT_GT(vp["grad_norm_critic"].get<double>(), 0) << vp.dump();
+  EXPECT_FALSE(fs::exists(run / "rollouts" / "value_pretrain"));
+
+  const json& ppo = records[2];
+  EXPECT_EQ(ppo["step"], 3);
+  EXPECT_EQ(ppo["step_in_stage"], 1);
+  EXPECT_EQ(ppo["update_skipped"], false) << ppo.dump();
+  EXPECT_TRUE(fs::is_directory(run / "rollouts" / "step-000003"));
+
+  // A checkpoint per stage; RFT moved the actor, value pretraining only the critic.
+  const char* stage_names[] = {"rft", "value_pretrain", "ppo"};
+  for (int step = 1; step <= 3; ++step) {
+    const json state = json::parse(read_file(checkpoint_dir(run, step) / "state.json"));
+    EXPECT_EQ(state["stage"], stage_names[step - 1]);
+  }
+  const policy::TrainForward initial = probe(dir.path() / "m");
+  const policy::TrainForward after_rft = probe(checkpoint_dir(run, 1) / "actor");
+  const policy::TrainForward after_vp = probe(checkpoint_dir(run, 2) / "actor");
+  EXPECT_GT(cuda_agent::testing::max_abs_diff(initial.logprobs, after_rft.logprobs), 1e-4);
+  EXPECT_EQ(after_rft.logprobs, after_vp.logprobs);
+  EXPECT_GT(cuda_agent::testing::max_abs_diff(after_rft.values, after_vp.values), 1e-3);
+  EXPECT_TRUE(read_file(checkpoint_dir(run, 1) / "actor" / "model.safetensors") ==
+              read_file(checkpoint_dir(run, 2) / "actor" / "model.safetensors"))
+      << "value pretraining changed the actor's weights";
+  EXPECT_FALSE(read_file(checkpoint_dir(run, 1) / "actor" / "value_head.safetensors") ==
+               read_file(checkpoint_dir(run, 2) / "actor" / "value_head.safetensors"))
+      << "value pretraining left the value head as it was";
+
+  // RFT alone runs RFT only.
+  const fs::path run_b = dir.path() / "run-b";
+  const rl::TrainRunSummary only_rft = rl::run_training(stage_config(dir.path(), "run-b"), cpu_options(false), log);
+  EXPECT_EQ(only_rft.steps_run, 1) << log.str();
+  std::vector<json> records_b = rl::MetricsLog::read(run_b / "metrics.jsonl");
+  ASSERT_EQ(stages_of(records_b), std::vector<std::string>{"rft"});
+  EXPECT_EQ(rl::latest_checkpoint(run_b).state["stage"], "rft");
+  EXPECT_EQ(records_b[0]["loss"], records[0]["loss"]) << "the same seeds sample the same episodes";
+
+  // An interrupted value pretraining left a metrics line and a rollout folder behind; resuming
+  // with it enabled drops both, redoes it from its start and reaches the uninterrupted state.
+  rl::MetricsLog(run_b / "metrics.jsonl").append({{"step", 2}, {"stage", "value_pretrain"}});
+  write_file_atomic(run_b / "rollouts" / "value_pretrain" / "add-e0" / "trajectory.jsonl", "{}\n");
+  json resumed = stage_config(dir.path(), "run-b");
+  resumed["stages"]["value_pretrain"]["enabled"] = true;
+  const rl::TrainRunSummary rest = rl::run_training(resumed, cpu_options(true), log);
+  EXPECT_EQ(rest.steps_run, 1) << log.str();
+  EXPECT_EQ(rest.first_step, 2);
+  records_b = rl::MetricsLog::read(run_b / "metrics.jsonl");
+  ASSERT_EQ(stages_of(records_b), (std::vector<std::string>{"rft", "value_pretrain"})) << log.str();
+  EXPECT_FALSE(fs::exists(run_b / "rollouts" / "value_pretrain"));
+  EXPECT_EQ(records_b[1]["sequences"], vp["sequences"]);
+  EXPECT_NEAR(records_b[1]["value_loss"].get<double>(), vp["value_loss"].get<double>(), 1e-5);
+  const policy::TrainForward resumed_vp = probe(checkpoint_dir(run_b, 2) / "actor");
+  EXPECT_EQ(resumed_vp.logprobs, after_vp.logprobs);
+  EXPECT_LT(cuda_agent::testing::max_abs_diff(resumed_vp.values, after_vp.values), 1e-5);
+  if (std::getenv("CA_TEST_VERBOSE")) std::cerr << log.str() << records[0].dump(2) << "\n" << vp.dump(2) << "\n";
+}
+
+// RFT that keeps nothing says so and leaves the actor as it was; value pretraining, resumed after
+// it, still learns from those dropped trajectories (the critic must see failures too).
+TEST(Trainer, RftKeepingNothingChangesNothingAndValuePretrainUsesTheDropped) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-rft-none-");
+  write_model(dir.path() / "m");
+  write_split(dir.path() / "split");
+  json c = stage_config(dir.path(), "run");
+  c["stages"]["rft"]["keep_reward_above"] = 10.0;  // no reward is above 10
+  c["stages"]["rft"]["tasks"] = 1;                 // one task, drawn from the cursor
+  c["rollout"]["episodes_per_task"] = 2;
+  c["ppo"]["batch_size"] = 4;
+  std::ostringstream log;
+  EXPECT_EQ(rl::run_training(c, cpu_options(false), log).steps_run, 1) << log.str();
+  const fs::path run = dir.path() / "run";
+  std::vector<json> records = rl::MetricsLog::read(run / "metrics.jsonl");
+  ASSERT_EQ(stages_of(records), std::vector<std::string>{"rft"});
+  const json& rft = records[0];
+  EXPECT_EQ(rft["tasks"].size(), 1u) << rft.dump();
+  EXPECT_EQ(rft["episodes"], 2) << rft.dump();
+  EXPECT_EQ(rft["kept"], 0) << rft.dump();
+  EXPECT_EQ(rft["dropped_by_reason"], json({{"low_reward", 2}})) << rft.dump();
+  EXPECT_EQ(rft["update_skipped"], true) << rft.dump();
+  EXPECT_FALSE(rft.contains("loss")) << rft.dump();
+  EXPECT_NE(log.str().find("the actor is not fine-tuned"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("low_reward 2"), std::string::npos) << log.str();
+  const rl::CheckpointInfo ckpt = rl::latest_checkpoint(run);
+  EXPECT_EQ(ckpt.state["stage"], "rft");
+  EXPECT_EQ(ckpt.state["cursor"]["position"], 1) << ckpt.state["cursor"].dump();
+  const policy::TrainForward after_rft = probe(ckpt.dir / "actor");
+  EXPECT_EQ(probe(dir.path() / "m").logprobs, after_rft.logprobs);
+
+  c["stages"]["value_pretrain"]["enabled"] = true;
+  EXPECT_EQ(rl::run_training(c, cpu_options(true), log).steps_run, 1) << log.str();
+  records = rl::MetricsLog::read(run / "metrics.jsonl");
+  ASSERT_EQ(stages_of(records), (std::vector<std::string>{"rft", "value_pretrain"}));
+  EXPECT_EQ(records[1]["source"], "rft");
+  EXPECT_EQ(records[1]["sequences"], 2) << records[1].dump();
+  EXPECT_EQ(records[1]["update_skipped"], false) << records[1].dump();
+  const policy::TrainForward after_vp = probe(rl::latest_checkpoint(run).dir / "actor");
+  EXPECT_EQ(after_rft.logprobs, after_vp.logprobs);
+  EXPECT_GT(cuda_agent::testing::max_abs_diff(after_rft.values, after_vp.values), 1e-3);
+}
+
+// Value pretraining without RFT samples its own trajectories into rollouts/value_pretrain/.
+TEST(Trainer, ValuePretrainAloneSamplesItsOwnTrajectories) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-vp-");
+  write_model(dir.path() / "m");
+  write_split(dir.path() / "split");
+  json c = stage_config(dir.path(), "run");
+  c["stages"]["rft"]["enabled"] = false;
+  c["stages"]["rft"]["tasks"] = 1;
+  c["stages"]["value_pretrain"]["enabled"] = true;
+  std::ostringstream log;
+  EXPECT_EQ(rl::run_training(c, cpu_options(false), log).steps_run, 1) << log.str();
+  const fs::path run = dir.path() / "run";
+  const std::vector<json> records = rl::MetricsLog::read(run / "metrics.jsonl");
+  ASSERT_EQ(stages_of(records), std::vector<std::string>{"value_pretrain"});
+  const json& vp = records[0];
+  EXPECT_EQ(vp["source"], "sampled") << vp.dump();
+  EXPECT_EQ(vp["episodes"], 1) << vp.dump();
+  EXPECT_EQ(vp["update_skipped"], false) << vp.dump();
+  EXPECT_EQ(vp["optimizer_steps"], 3) << vp.dump();
+  EXPECT_EQ(vp["passes"], 3) << vp.dump();  // one sequence: one step a pass
+  ASSERT_EQ(vp["tasks"].size(), 1u);
+  EXPECT_TRUE(fs::is_regular_file(run / "rollouts" / "value_pretrain" /
+                                  (vp["tasks"][0].get<std::string>() + "-e0") / "trajectory.jsonl"));
+  EXPECT_FALSE(fs::exists(run / "rollouts" / "rft"));
 }
