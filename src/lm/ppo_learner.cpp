@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "adamw_state.h"
+#include "communicator.h"
 #include "ppo_batch.h"
 #include "critic.h"
 #include "cuda_agent/core/files.h"
@@ -140,13 +141,24 @@ class TorchPpoLearner final : public policy::PpoLearner {
     optimizer_ = std::make_unique<torch::optim::AdamW>(std::move(groups),
                                                        torch::optim::AdamWOptions(options.actor_lr)
                                                            .weight_decay(options.weight_decay));
+    comm_ = make_communicator(options.distributed, m->device());
+    if (distributed()) {
+      // Every replica starts from rank 0's weights (a value head drawn from the seed is equal
+      // anyway; this also covers a rank that loaded other files).
+      torch::NoGradGuard no_grad;
+      std::vector<at::Tensor> all(actor_params_);
+      all.insert(all.end(), critic_params_.begin(), critic_params_.end());
+      comm_->broadcast(all, 0);
+    }
   }
 
   PpoStats update(const std::vector<PpoSample>& batch) override {
     return translate_errors("PPO update", [&] {
       const auto start = std::chrono::steady_clock::now();
-      const int64_t tokens = check_batch(batch, Use::kPpo);
-      const auto plan = draw_plan(batch, options_.epochs, options_.mini_batches, Use::kPpo, "ppo.");
+      auto [tokens, plan] = agreed("PPO update", [&] {
+        const int64_t t = check_batch(batch, Use::kPpo);
+        return std::pair(t, draw_plan(batch, options_.epochs, options_.mini_batches, Use::kPpo, "ppo."));
+      });
       PpoStats stats = steps(plan, Use::kPpo, [&](const Padded& b) { return objective(b, /*backward=*/true); });
       return finish(stats, tokens, start);
     });
@@ -155,9 +167,11 @@ class TorchPpoLearner final : public policy::PpoLearner {
   PpoStats sft_update(const std::vector<PpoSample>& batch, const StageUpdateOptions& stage) override {
     return translate_errors("SFT update", [&] {
       const auto start = std::chrono::steady_clock::now();
-      check_stage(stage, Use::kSft);
-      const int64_t tokens = check_batch(batch, Use::kSft);
-      const auto plan = draw_plan(batch, stage.epochs, stage.mini_batches, Use::kSft, "");
+      auto [tokens, plan] = agreed("SFT update", [&] {
+        check_stage(stage, Use::kSft);
+        const int64_t t = check_batch(batch, Use::kSft);
+        return std::pair(t, draw_plan(batch, stage.epochs, stage.mini_batches, Use::kSft, ""));
+      });
       Frozen critic(critic_params_);
       GroupLr lr(*optimizer_, kActorGroup, stage.lr);
       PpoStats stats = steps(plan, Use::kSft, [&](const Padded& b) { return sft_objective(b); });
@@ -168,9 +182,11 @@ class TorchPpoLearner final : public policy::PpoLearner {
   PpoStats value_update(const std::vector<PpoSample>& batch, const StageUpdateOptions& stage) override {
     return translate_errors("value update", [&] {
       const auto start = std::chrono::steady_clock::now();
-      check_stage(stage, Use::kValue);
-      const int64_t tokens = check_batch(batch, Use::kValue);
-      const auto plan = draw_plan(batch, stage.epochs, stage.mini_batches, Use::kValue, "");
+      auto [tokens, plan] = agreed("value update", [&] {
+        check_stage(stage, Use::kValue);
+        const int64_t t = check_batch(batch, Use::kValue);
+        return std::pair(t, draw_plan(batch, stage.epochs, stage.mini_batches, Use::kValue, ""));
+      });
       // The shared critic's trunk is the actor's: it is frozen with the rest of the actor.
       Frozen actor(actor_params_);
       GroupLr lr(*optimizer_, kCriticGroup, stage.lr);
@@ -185,6 +201,7 @@ class TorchPpoLearner final : public policy::PpoLearner {
       const int64_t tokens = check_batch(batch, Use::kPpo);
       CA_CHECK(tokens > 0, "PPO evaluate: the batch holds no policy tokens (loss_mask 1)");
       torch::NoGradGuard no_grad;
+      token_share_ = sequence_share_ = 1;  // this process's batch alone, also in a world of several
       std::vector<const PpoSample*> all;
       for (const auto& s : batch) all.push_back(&s);
       return finish(objective(pad(all, model_->model()->device(), Use::kPpo), /*backward=*/false), tokens, start);
@@ -268,10 +285,84 @@ class TorchPpoLearner final : public policy::PpoLearner {
   policy::LanguageModel& policy() override { return *model_; }
   const PpoOptions& options() const override { return options_; }
 
+  std::vector<double> sum_over_processes(const std::vector<double>& values) override {
+    return translate_errors("PPO learner sum_over_processes", [&] { return comm_->sum(values); });
+  }
+
  private:
   static constexpr size_t kActorGroup = 0, kCriticGroup = 1;  // the optimizer's parameter groups
 
   bool separate() const { return !critic_.is_empty(); }
+  bool distributed() const { return comm_->world_size() > 1; }
+
+  // Runs this process's checks of its share (returning the policy tokens and the plan); in a
+  // world of several, every process fails when one does (one that threw alone would leave the
+  // others waiting in a collective), and the tokens become the job's.
+  template <class Check>
+  auto agreed(const char* what, Check&& check) -> decltype(check()) {
+    if (!distributed()) return check();
+    std::string error;
+    decltype(check()) out{};
+    try {
+      out = check();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    const std::vector<double> g = comm_->sum({error.empty() ? 0.0 : 1.0, static_cast<double>(out.first)});
+    CA_CHECK(error.empty(), "{}", error);
+    CA_CHECK(g[0] == 0, "{}: rank {}'s share is fine, but {} other process(es) refused theirs (see their logs); no "
+             "step was taken", what, comm_->rank(), g[0]);
+    out.first = static_cast<int64_t>(g[1]);
+    return out;
+  }
+
+  // Data parallelism: the share of the job's policy tokens (and of its sequences with policy
+  // tokens) this process's part of a mini-batch holds. agg() scales each aggregation by it, so
+  // the gradients summed over the processes are those of the aggregation over the union.
+  void set_shares(const std::vector<const PpoSample*>& part) {
+    double tokens = 0, sequences = 0;
+    for (const PpoSample* s : part) {
+      int64_t t = 0;
+      for (uint8_t m : s->loss_mask) t += m;
+      tokens += static_cast<double>(t);
+      sequences += t > 0 ? 1 : 0;
+    }
+    const std::vector<double> g = comm_->sum({tokens, sequences});
+    token_share_ = tokens / g[0];
+    sequence_share_ = sequences / g[1];
+  }
+
+  // aggregate(), as this process's share of the job's aggregate (exactly aggregate() alone).
+  torch::Tensor agg(const torch::Tensor& per_token, const torch::Tensor& mask, Aggregation mode) const {
+    torch::Tensor a = aggregate(per_token, mask, mode);
+    if (!distributed()) return a;
+    return a * (mode == Aggregation::kTokenMean ? token_share_ : sequence_share_);
+  }
+
+  // After the backward of every process's share: the gradients summed over the processes.
+  void reduce_gradients() {
+    std::vector<at::Tensor> grads;
+    for (const auto* params : {&actor_params_, &critic_params_})
+      for (const auto& p : *params)
+        if (p.grad().defined()) grads.push_back(p.grad());
+    comm_->all_reduce_sum(grads);
+  }
+
+  // The statistics of the job's mini-batch from this process's shares of them.
+  PpoStats reduce_stats(PpoStats s) {
+    s.clip_fraction *= token_share_;
+    s.value_clip_fraction *= token_share_;
+    const std::vector<double> g =
+        comm_->sum({s.loss, s.policy_loss, s.value_loss, s.entropy, s.kl, s.clip_fraction, s.value_clip_fraction});
+    s.loss = g[0];
+    s.policy_loss = g[1];
+    s.value_loss = g[2];
+    s.entropy = g[3];
+    s.kl = g[4];
+    s.clip_fraction = g[5];
+    s.value_clip_fraction = g[6];
+    return s;
+  }
 
   // Checks every sample; returns the batch's policy tokens.
   int64_t check_batch(const std::vector<PpoSample>& batch, Use use) const {
@@ -326,7 +417,12 @@ class TorchPpoLearner final : public policy::PpoLearner {
     PpoStats mean;
     for (const auto& part : plan) {
       optimizer_->zero_grad(/*set_to_none=*/true);
+      if (distributed()) set_shares(part);
       PpoStats stats = objective_of(pad(part, model_->model()->device(), use));
+      if (distributed()) {
+        reduce_gradients();
+        stats = reduce_stats(stats);
+      }
       if (use != Use::kValue) stats.grad_norm_actor = torch::nn::utils::clip_grad_norm_(actor_params_, max_norm);
       if (use != Use::kSft) stats.grad_norm_critic = torch::nn::utils::clip_grad_norm_(critic_params_, max_norm);
       optimizer_->step();
@@ -345,10 +441,10 @@ class TorchPpoLearner final : public policy::PpoLearner {
   // Stage 2: the mean NLL of the policy tokens, token_mean whatever loss_aggregation says.
   PpoStats sft_objective(const Padded& b) {
     TokenStats s = token_stats(*model_->model(), b.ids);
-    auto loss = aggregate(-s.logprobs, b.mask, Aggregation::kTokenMean);
+    auto loss = agg(-s.logprobs, b.mask, Aggregation::kTokenMean);
     PpoStats stats;
     stats.loss = loss.item<double>();
-    stats.entropy = aggregate(s.entropy.detach(), b.mask, Aggregation::kTokenMean).item<double>();
+    stats.entropy = agg(s.entropy.detach(), b.mask, Aggregation::kTokenMean).item<double>();
     loss.backward();
     return stats;
   }
@@ -370,7 +466,7 @@ class TorchPpoLearner final : public policy::PpoLearner {
     auto v_clipped = b.old_values + (v - b.old_values).clamp(-options_.value_clip, options_.value_clip);
     error = (v - b.returns).square();
     clipped_error = (v_clipped - b.returns).square();
-    return aggregate(0.5 * torch::maximum(error, clipped_error), b.mask, aggregation_);
+    return agg(0.5 * torch::maximum(error, clipped_error), b.mask, aggregation_);
   }
 
   // The PPO objective of a mini-batch; with `backward` its gradient is accumulated as well. The
@@ -388,14 +484,14 @@ class TorchPpoLearner final : public policy::PpoLearner {
     auto ratio = torch::where(m, s.logprobs - b.old_logprobs, zeros).exp();
     auto unclipped = -b.advantages * ratio;
     auto clipped = -b.advantages * ratio.clamp(1.0 - options_.clip_low, 1.0 + options_.clip_high);
-    auto policy_loss = aggregate(torch::maximum(unclipped, clipped), m, aggregation_);
+    auto policy_loss = agg(torch::maximum(unclipped, clipped), m, aggregation_);
 
     torch::Tensor value, error, clipped_error;
     if (!separate()) value = value_loss(s.values, b, error, clipped_error);
 
     PpoStats stats;
     torch::Tensor loss = separate() ? policy_loss : policy_loss + value;
-    if (options_.entropy_coef != 0) loss = loss - options_.entropy_coef * aggregate(s.entropy, m, aggregation_);
+    if (options_.entropy_coef != 0) loss = loss - options_.entropy_coef * agg(s.entropy, m, aggregation_);
     if (b.ref_logprobs.defined()) {
       auto d = torch::where(m, s.logprobs - b.ref_logprobs, zeros);
       torch::Tensor kl;
@@ -405,12 +501,12 @@ class TorchPpoLearner final : public policy::PpoLearner {
         case KlEstimator::kK3: kl = torch::expm1(-d) + d; break;
       }
       if (options_.kl_mode == "loss" && options_.kl_coef != 0)
-        loss = loss + options_.kl_coef * aggregate(kl, m, aggregation_);
-      stats.kl = aggregate(kl.detach(), m, Aggregation::kTokenMean).item<double>();
+        loss = loss + options_.kl_coef * agg(kl, m, aggregation_);
+      stats.kl = agg(kl.detach(), m, Aggregation::kTokenMean).item<double>();
     }
     stats.loss = loss.item<double>();
     stats.policy_loss = policy_loss.item<double>();
-    stats.entropy = aggregate(s.entropy.detach(), m, Aggregation::kTokenMean).item<double>();
+    stats.entropy = agg(s.entropy.detach(), m, Aggregation::kTokenMean).item<double>();
     stats.clip_fraction = token_fraction(clipped > unclipped, m, b.tokens);
     if (backward) loss.backward();
     if (separate()) {
@@ -444,6 +540,8 @@ class TorchPpoLearner final : public policy::PpoLearner {
   std::vector<NamedGroup> groups_;  // [kActorGroup], [kCriticGroup], by parameter name (save_state)
   std::vector<torch::Tensor> actor_params_, critic_params_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<Communicator> comm_;  // a world of one unless options.distributed says otherwise
+  double token_share_ = 1, sequence_share_ = 1;  // set_shares()
 };
 
 }  // namespace

@@ -140,6 +140,9 @@ class ModulePpoLearner final : public PpoLearner {
   }
   LanguageModel& policy() override { return policy_; }
   const PpoOptions& options() const override { return impl_->options(); }
+  std::vector<double> sum_over_processes(const std::vector<double>& values) override {
+    return guarded("PPO learner sum_over_processes", [&] { return impl_->sum_over_processes(values); });
+  }
 
  private:
   std::unique_ptr<PpoLearner> impl_;

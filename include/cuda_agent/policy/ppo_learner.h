@@ -78,6 +78,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cuda_agent/policy/distributed.h"
 #include "cuda_agent/policy/lm.h"
 
 namespace cuda_agent::policy {
@@ -113,6 +114,14 @@ struct PpoOptions {
   // This is model.critic of the training config (which defaults to from_actor); here the default
   // stays shared, one model in memory, as before the separate critic existed.
   std::string critic = "shared";
+  // Data parallelism (policy/distributed.h): with world_size > 1 every process of the job holds
+  // a replica and passes its own share of the batch to update(), sft_update() and value_update();
+  // each optimizer step then uses the gradient of the loss over the union of the shares (the
+  // aggregation's token or sequence counts summed over the processes, the gradients all-reduced),
+  // so the replicas stay equal and N processes step as one would on the union. Every process
+  // must make the same calls with the same epochs and mini_batches. The replicas start from rank
+  // 0's weights (broadcast at creation). The default is a world of one.
+  DistributedOptions distributed;
 
   // From the "ppo" section of the training config (rl::train_config_defaults()["ppo"]): actor_lr,
   // critic_lr, clip_low, clip_high, value_clip, entropy_coef, kl.coef, kl.estimator, kl.mode,
@@ -173,6 +182,7 @@ class PpoLearner {
 
   // The statistics of `batch` as one mini-batch under the current weights, without gradient or
   // step (grad norms 0). With mini_batches = 1 this is what the first step of update() reports.
+  // In a world of several it is this process's batch alone (no communication).
   virtual PpoStats evaluate(const std::vector<PpoSample>& batch) = 0;
 
   // Stage 2, RFT: stage.epochs x stage.mini_batches steps (seeded shuffle, as update()) on the
@@ -220,6 +230,11 @@ class PpoLearner {
   virtual LanguageModel& policy() = 0;
 
   virtual const PpoOptions& options() const = 0;
+
+  // The sum over the job's processes of each number (options().distributed): the trainer's
+  // metrics and decisions that every process must take alike. A world of one returns `values`.
+  // Every process must call it with as many numbers, in the same order as the other collectives.
+  virtual std::vector<double> sum_over_processes(const std::vector<double>& values) = 0;
 };
 
 // A learner on a model loaded like load_language_model (Hugging Face folder or .gguf), or on a
