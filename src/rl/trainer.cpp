@@ -15,6 +15,7 @@
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/policy/chat_session.h"
+#include "cuda_agent/policy/distributed.h"
 #include "cuda_agent/policy/local_policy.h"
 #include "cuda_agent/policy/ppo_learner.h"
 #include "cuda_agent/rl/rft_filter.h"
@@ -83,6 +84,22 @@ struct RunContext {
   TaskCursor cursor;
   policy::PpoLearner* learner = nullptr;
   MetricsLog metrics;
+  int rank = 0;   // this process in a data-parallel job (torchrun's RANK); rank 0 writes the run's files
+  int world = 1;  // processes in the job
+  int gpu = 0;    // the GPU of this process's model and episodes
+
+  bool writer() const { return rank == 0; }
+  // The sum over the job's processes (every process must call it alike).
+  std::vector<double> sum(const std::vector<double>& values) const { return learner->sum_over_processes(values); }
+  // The largest value over the processes (each puts its own in its slot of a vector summed).
+  double max(double value) const {
+    std::vector<double> slots(world, 0.0);
+    slots[rank] = value;
+    const std::vector<double> all = sum(slots);
+    return *std::max_element(all.begin(), all.end());
+  }
+  double min(double value) const { return -max(-value); }
+  void barrier() const { sum({0.0}); }
 };
 
 // The critic's values of every sequence of `episodes`, in sequence_tokens() order: the value head
@@ -114,7 +131,7 @@ bool run_one_episode(RunContext& ctx, const Stage& stage, int64_t step, size_t t
     spec.output_dir = output_dir;
     spec.skill_file = ctx.options.skill_file;
     spec.device = ctx.options.device;
-    spec.gpu = ctx.options.gpu;
+    spec.gpu = ctx.gpu;
     spec.agent.single_turn = stage.single_turn;
     spec.agent.max_turns = stage.single_turn ? 1 : rollout["max_turns"].get<int>();
     spec.agent.max_invalid_turns = rollout["max_invalid_turns"].get<int>();
@@ -143,18 +160,21 @@ struct Sampling {
 
 // rollout.episodes_per_task episodes of each task in `picks`, each in folder/<task>-eE/ and seeded
 // with episode_seed(run.seed, step, task index, E). A task drawn twice numbers its episodes on, so
-// no two episodes share a folder or a seed.
+// no two episodes share a folder or a seed. In a data-parallel job every process gets the same
+// picks and runs the tasks at the positions i with i mod world = rank (task_ids lists them all).
 Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, const std::vector<size_t>& picks,
                          const fs::path& folder) {
   const int per_task = ctx.config["rollout"]["episodes_per_task"].get<int>();
   const bool milestone = ctx.config["reward"]["kind"].get<std::string>() == "milestone";
   Sampling s;
   std::map<size_t, int> numbered;
-  for (size_t index : picks) {
+  for (size_t position = 0; position < picks.size(); ++position) {
+    const size_t index = picks[position];
     const bench::TaskEntry& task = ctx.split.tasks[index];
     s.task_ids.push_back(task.id);
     const int first = numbered[index];
     numbered[index] += per_task;
+    if (static_cast<int>(position % static_cast<size_t>(ctx.world)) != ctx.rank) continue;
     for (int e = first; e < first + per_task; ++e) {
       const fs::path dir = folder / fmt::format("{}-e{}", task.id, e);
       agent::EpisodeResult result;
@@ -175,26 +195,38 @@ Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, cons
   return s;
 }
 
+// The job's episode counts and rates (summed over the processes; episode_seconds is the sum of
+// every episode's wall time).
 void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record) {
-  const auto completed = static_cast<int64_t>(s.results.size());
+  const std::vector<double> g = ctx.sum({static_cast<double>(s.results.size()), static_cast<double>(s.failed),
+                                         static_cast<double>(s.passed), static_cast<double>(s.faster), s.reward_sum,
+                                         s.seconds});
+  const auto completed = static_cast<int64_t>(g[0]);
   record["tasks"] = s.task_ids;
   record["episodes"] = completed;
-  record["episodes_failed"] = s.failed;
-  record["episode_seconds"] = s.seconds;
+  record["episodes_failed"] = static_cast<int64_t>(g[1]);
+  record["episode_seconds"] = g[5];
   if (completed == 0) return;
-  record["reward_mean"] = s.reward_sum / static_cast<double>(completed);
-  record["pass_rate"] = static_cast<double>(s.passed) / static_cast<double>(completed);
-  if (ctx.config["reward"]["kind"].get<std::string>() == "milestone")
-    record["faster_than_compile_rate"] = static_cast<double>(s.faster) / static_cast<double>(completed);
+  record["reward_mean"] = g[4] / g[0];
+  record["pass_rate"] = g[2] / g[0];
+  if (ctx.config["reward"]["kind"].get<std::string>() == "milestone") record["faster_than_compile_rate"] = g[3] / g[0];
 }
 
-void add_rollout_metrics(const std::vector<EpisodeSequence>& episodes, json& record) {
+// The job's rollout statistics of the usable episodes; returns the job's sequence count.
+int64_t add_rollout_metrics(const RunContext& ctx, const std::vector<EpisodeSequence>& episodes, int64_t unusable,
+                            json& record) {
   const RolloutStats stats = rollout_stats(episodes);
-  record["sequences"] = stats.sequences;
-  record["chained_episodes"] = stats.chained_episodes;
-  record["response_length_mean"] = stats.response_length_mean;
-  record["response_length_max"] = stats.response_length_max;
-  record["tokens"] = stats.tokens;
+  const std::vector<double> g =
+      ctx.sum({static_cast<double>(stats.episodes), static_cast<double>(stats.sequences),
+               static_cast<double>(stats.chained_episodes), stats.response_length_mean * stats.episodes,
+               static_cast<double>(stats.tokens), static_cast<double>(unusable)});
+  record["episodes_unusable"] = static_cast<int64_t>(g[5]);
+  record["sequences"] = static_cast<int64_t>(g[1]);
+  record["chained_episodes"] = static_cast<int64_t>(g[2]);
+  record["response_length_mean"] = g[0] > 0 ? g[3] / g[0] : 0.0;
+  record["response_length_max"] = static_cast<int64_t>(ctx.max(static_cast<double>(stats.response_length_max)));
+  record["tokens"] = static_cast<int64_t>(g[4]);
+  return static_cast<int64_t>(g[1]);
 }
 
 // The episode of a trajectory without its sequences that hold no policy token (a turn whose reply
@@ -269,14 +301,14 @@ json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in
                              sampled.trajectories[i].string(), err.what());
     }
   }
-  record["episodes_unusable"] = unusable;
-  add_rollout_metrics(episodes, record);
+  add_rollout_metrics(ctx, episodes, unusable, record);
 
+  // Every process updates or none does: each needs mini_batches sequences of its own.
   const int mini_batches = c["ppo"]["mini_batches"].get<int>();
-  const int64_t sequences = record["sequences"].get<int64_t>();
-  if (sequences < mini_batches) {
-    ctx.log << fmt::format("[train] step {}: {} usable sequences, fewer than ppo.mini_batches = {}: no update\n", step,
-                           sequences, mini_batches);
+  const auto fewest = static_cast<int64_t>(ctx.min(static_cast<double>(rollout_stats(episodes).sequences)));
+  if (fewest < mini_batches) {
+    ctx.log << fmt::format("[train] step {}: {} usable sequences{}, fewer than ppo.mini_batches = {}: no update\n", step,
+                           fewest, ctx.world > 1 ? " on some process" : "", mini_batches);
     record["update_skipped"] = true;
   } else {
     const auto t_update = Clock::now();
@@ -306,28 +338,52 @@ json run_rft(RunContext& ctx, const Stage& stage, int64_t step) {
   const json& rft = ctx.config["stages"]["rft"];
   const auto t_step = Clock::now();
   const fs::path folder = ctx.run_dir / "rollouts" / "rft";
-  fs::remove_all(folder);  // a stage redone after an interruption starts over
+  if (ctx.writer()) fs::remove_all(folder);  // a stage redone after an interruption starts over
+  ctx.barrier();
   const Sampling sampled = sample_episodes(ctx, stage, step, stage_tasks(ctx), folder);
   json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}};
   add_sampling_metrics(ctx, sampled, record);
 
   const RftFilterResult filtered = filter_trajectories(sampled.trajectories, rft);
-  record["kept"] = filtered.kept.size();
-  record["dropped"] = filtered.dropped.size();
-  record["dropped_by_reason"] = json(filtered.dropped_by_reason);
   int64_t unusable = 0;
   const std::vector<EpisodeSequence> kept = read_usable_episodes(ctx, filtered.kept, step, &unusable);
-  record["episodes_unusable"] = unusable;
-  add_rollout_metrics(kept, record);
-  if (!kept.empty()) record["kept_reward_mean"] = rollout_stats(kept).reward_mean;
+  // The job's counts; the drop reasons in a fixed order, so every process sums the same entries.
+  static const std::vector<std::string> kReasons = {"malformed", "stop_reason:looping", "stop_reason:invalid_tool_calls",
+                                                    "stop_reason:policy_error", "stop_reason:max_turns",
+                                                    "stop_reason:answered", "stop_reason:single_turn",
+                                                    "too_many_invalid_tool_calls", "low_reward"};
+  std::vector<double> counts = {static_cast<double>(filtered.kept.size()), static_cast<double>(filtered.dropped.size()),
+                                rollout_stats(kept).reward_mean * static_cast<double>(kept.size()),
+                                static_cast<double>(kept.size())};
+  std::map<std::string, size_t> other_reasons;
+  for (const auto& [reason, n] : filtered.dropped_by_reason)
+    if (std::find(kReasons.begin(), kReasons.end(), reason) == kReasons.end()) other_reasons[reason] = n;
+  for (const std::string& reason : kReasons) {
+    const auto it = filtered.dropped_by_reason.find(reason);
+    counts.push_back(it == filtered.dropped_by_reason.end() ? 0.0 : static_cast<double>(it->second));
+  }
+  const std::vector<double> g = ctx.sum(counts);
+  std::map<std::string, size_t> by_reason = ctx.world == 1 ? filtered.dropped_by_reason : other_reasons;
+  if (ctx.world > 1)
+    for (size_t i = 0; i < kReasons.size(); ++i)
+      if (g[4 + i] > 0) by_reason[kReasons[i]] = static_cast<size_t>(g[4 + i]);
+  record["kept"] = static_cast<int64_t>(g[0]);
+  record["dropped"] = static_cast<int64_t>(g[1]);
+  record["dropped_by_reason"] = json(by_reason);
+  const int64_t usable = add_rollout_metrics(ctx, kept, unusable, record) > 0 ? static_cast<int64_t>(g[3]) : 0;
+  if (usable > 0) record["kept_reward_mean"] = g[2] / g[3];
   ctx.log << fmt::format("[train] step {} (rft): {} episodes ({} failed), kept {} of {} trajectories; dropped: {}\n",
-                         step, sampled.results.size(), sampled.failed, filtered.kept.size(), filtered.total(),
-                         describe_drops(filtered.dropped_by_reason));
+                         step, record["episodes"].get<int64_t>(), record["episodes_failed"].get<int64_t>(),
+                         record["kept"].get<int64_t>(), g[0] + g[1], describe_drops(by_reason));
 
-  if (kept.empty()) {
-    ctx.log << fmt::format("[train] step {} (rft): no usable trajectory kept ({} dropped, {} kept but unusable): the "
-                           "actor is not fine-tuned\n",
-                           step, filtered.dropped.size(), unusable);
+  // Every process fine-tunes or none does; in a data-parallel job each needs kept trajectories of
+  // its own (a process whose share kept none leaves the stage without an update, and says so).
+  const auto fewest = static_cast<int64_t>(ctx.min(static_cast<double>(kept.size())));
+  if (fewest == 0) {
+    ctx.log << fmt::format("[train] step {} (rft): no usable trajectory kept{} ({} dropped, {} kept but unusable): "
+                           "the actor is not fine-tuned\n",
+                           step, ctx.world > 1 && usable > 0 ? " by some process" : "", record["dropped"].dump(),
+                           record["episodes_unusable"].dump());
     record["update_skipped"] = true;
   } else {
     const auto t_update = Clock::now();
@@ -343,7 +399,10 @@ json run_rft(RunContext& ctx, const Stage& stage, int64_t step) {
     policy::StageUpdateOptions plan;
     plan.lr = rft["lr"].get<double>();
     plan.epochs = rft["epochs"].get<int>();
-    plan.mini_batches = static_cast<int>((kept.size() + batch_size - 1) / batch_size);
+    // ceil(kept / batch_size) steps over the job's kept trajectories, at most as many as the
+    // process with the fewest has (each step takes a part of every process's share).
+    plan.mini_batches = static_cast<int>(std::min<int64_t>(
+        fewest, (static_cast<int64_t>(g[3]) + static_cast<int64_t>(batch_size) - 1) / static_cast<int64_t>(batch_size)));
     const policy::PpoStats s = ctx.learner->sft_update(samples, plan);
     record["update_skipped"] = false;
     record["loss"] = s.loss;  // the mean NLL of the kept assistant tokens, before each step
@@ -371,13 +430,20 @@ json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
   const auto t_step = Clock::now();
   json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}};
   std::vector<fs::path> files = trajectory_files(ctx.run_dir / "rollouts" / "rft");
-  if (!files.empty()) {
+  if (ctx.world > 1) {  // this process's share: every world-th file
+    std::vector<fs::path> mine;
+    for (size_t i = static_cast<size_t>(ctx.rank); i < files.size(); i += static_cast<size_t>(ctx.world))
+      mine.push_back(files[i]);
+    files = mine;
+  }
+  if (ctx.max(files.empty() ? 0.0 : 1.0) > 0) {
     record["source"] = "rft";
     ctx.log << fmt::format("[train] step {} (value_pretrain): the critic learns on the {} trajectories of {}\n", step,
                            files.size(), (ctx.run_dir / "rollouts" / "rft").string());
   } else {
     const fs::path folder = ctx.run_dir / "rollouts" / "value_pretrain";
-    fs::remove_all(folder);
+    if (ctx.writer()) fs::remove_all(folder);
+    ctx.barrier();
     ctx.log << fmt::format("[train] step {} (value_pretrain): no RFT trajectories in {}: sampling into {}\n", step,
                            (ctx.run_dir / "rollouts" / "rft").string(), folder.string());
     const Sampling sampled = sample_episodes(ctx, stage, step, stage_tasks(ctx), folder);
@@ -385,15 +451,14 @@ json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
     files = sampled.trajectories;
     record["source"] = "sampled";
   }
-  record["trajectories"] = files.size();
+  record["trajectories"] = static_cast<int64_t>(ctx.sum({static_cast<double>(files.size())})[0]);
   int64_t unusable = 0;
   const std::vector<EpisodeSequence> episodes = read_usable_episodes(ctx, files, step, &unusable);
-  record["episodes_unusable"] = unusable;
-  add_rollout_metrics(episodes, record);
-  if (episodes.empty()) {
-    ctx.log << fmt::format("[train] step {} (value_pretrain): no usable trajectory ({} unusable): the critic is not "
+  add_rollout_metrics(ctx, episodes, unusable, record);
+  if (ctx.min(static_cast<double>(episodes.size())) == 0) {
+    ctx.log << fmt::format("[train] step {} (value_pretrain): no usable trajectory{} ({} unusable): the critic is not "
                            "pretrained\n",
-                           step, unusable);
+                           step, ctx.world > 1 ? " on some process" : "", record["episodes_unusable"].dump());
     record["update_skipped"] = true;
     record["step_seconds"] = seconds_since(t_step);
     return record;
@@ -405,11 +470,13 @@ json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
                                                        /*whiten=*/false);  // advantages are not used here
   const int steps = vp["steps"].get<int>();
   const size_t n = samples.size();
-  const size_t per_pass = std::min(static_cast<size_t>(steps), n);
+  // Every process takes as many steps per pass: as many as the fewest sequences of a process.
+  const size_t per_pass = std::min(static_cast<size_t>(steps), static_cast<size_t>(ctx.min(static_cast<double>(n))));
   policy::StageUpdateOptions one_step;
   one_step.lr = vp["lr"].get<double>();
   int64_t policy_tokens = 0;
   for (const auto& s : samples) policy_tokens += std::count(s.loss_mask.begin(), s.loss_mask.end(), uint8_t{1});
+  policy_tokens = static_cast<int64_t>(ctx.sum({static_cast<double>(policy_tokens)})[0]);
 
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
@@ -514,6 +581,14 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   validate_train_config(config);
   CA_CHECK(options.device == "cuda" || options.device == "cpu", "train: device must be cuda or cpu, got '{}'",
            options.device);
+  // One process per GPU under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT);
+  // without them a world of one. Rank 0 writes the run's files; every process samples its share.
+  const policy::DistributedOptions dist = policy::DistributedOptions::from_environment();
+  const bool writer = dist.rank == 0;
+  CA_CHECK(config["data"]["tasks_per_step"].get<int>() >= dist.world_size,
+           "train config: data.tasks_per_step = {} is smaller than WORLD_SIZE = {}: every process needs a task per "
+           "step",
+           config["data"]["tasks_per_step"].get<int>(), dist.world_size);
   const fs::path run_dir = config["run"]["output_dir"].get<std::string>();
   const fs::path actor = config["model"]["actor"].get<std::string>();
   CA_CHECK(fs::exists(actor), "train config: model.actor = '{}': no such file or folder", actor.string());
@@ -572,16 +647,17 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
     step = ckpt.step;
     cursor_state = ckpt.state.at("cursor");
     actor_weights = ckpt.dir / "actor";
-    MetricsLog::truncate_after(run_dir / "metrics.jsonl", step);
+    if (writer) MetricsLog::truncate_after(run_dir / "metrics.jsonl", step);
     // Rollouts written after the checkpoint belong to the interrupted run; they are redone: later
-    // steps' folders, and those of the one-step stages after the checkpoint's stage.
-    if (fs::is_directory(run_dir / "rollouts"))
+    // steps' folders, and those of the one-step stages after the checkpoint's stage. (The other
+    // processes start sampling only after the learner's rendezvous, which comes after this.)
+    if (writer && fs::is_directory(run_dir / "rollouts"))
       for (const auto& entry : fs::directory_iterator(run_dir / "rollouts")) {
         const std::string name = entry.path().filename().string();
         if (name.rfind("step-", 0) == 0 && std::stoll(name.substr(5)) > step) fs::remove_all(entry.path());
       }
     for (const char* one_step : {"rft", "value_pretrain"})
-      if (rank < recipe_rank(one_step)) fs::remove_all(run_dir / "rollouts" / one_step);
+      if (writer && rank < recipe_rank(one_step)) fs::remove_all(run_dir / "rollouts" / one_step);
     log << fmt::format("[train] resuming {} after step {} (stage {}, step {} of it) from {}\n", run_dir.string(), step,
                        stage_name, ckpt.state.at("step_in_stage").get<int>(), ckpt.dir.string());
     learner_state = ckpt.dir;
@@ -592,7 +668,6 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
              "run.output_dir",
              run_dir.string());
   }
-  save_resolved_config(config, run_dir);
 
   policy::PpoOptions ppo = policy::PpoOptions::from_config(config["ppo"]);
   ppo.critic = config["model"]["critic"].get<std::string>();
@@ -604,20 +679,27 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   lm.value_head = ppo.critic == "shared";
   lm.dtype = config["model"]["dtype"].get<std::string>();
   const bool on_cpu = options.device == "cpu" || config["model"]["device"].get<std::string>() == "cpu";
-  lm.device = on_cpu ? "cpu" : fmt::format("cuda:{}", options.gpu);
+  const int gpu = dist.distributed() ? dist.local_rank : options.gpu;  // torchrun: LOCAL_RANK's GPU
+  lm.device = on_cpu ? "cpu" : fmt::format("cuda:{}", gpu);
   lm.seed = config["run"]["seed"].get<uint64_t>();
   ppo.seed = lm.seed;
+  ppo.distributed = dist;
   CA_CHECK(fs::exists(actor_weights), "--resume: the checkpoint's actor folder {} is missing", actor_weights.string());
   std::unique_ptr<policy::PpoLearner> learner = policy::create_ppo_learner(actor_weights, lm, ppo);
   if (!learner_state.empty()) learner->load_state(learner_state);  // the optimizer continues where it was
-  log << fmt::format("[train] actor {} on {} ({}), critic {}; {} tasks in {}\n", actor_weights.string(), lm.device,
-                     lm.dtype, ppo.critic, split.tasks.size(), split.name);
+  log << fmt::format("[train] actor {} on {} ({}), critic {}; {} tasks in {}{}\n", actor_weights.string(), lm.device,
+                     lm.dtype, ppo.critic, split.tasks.size(), split.name,
+                     dist.distributed() ? fmt::format("; process {} of {}", dist.rank, dist.world_size) : "");
+  if (writer) save_resolved_config(config, run_dir);
 
   const size_t task_count = split.tasks.size();
   RunContext ctx{config, options, log, run_dir, actor, std::move(split),
                  TaskCursor(task_count, config["run"]["seed"].get<uint64_t>()), learner.get(),
                  MetricsLog(run_dir / "metrics.jsonl")};
   if (!cursor_state.is_null()) ctx.cursor.restore(cursor_state);
+  ctx.rank = dist.rank;
+  ctx.world = dist.world_size;
+  ctx.gpu = gpu;
 
   TrainRunSummary summary;
   summary.run_dir = run_dir;
@@ -638,11 +720,13 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
       ++step;
       if (summary.first_step == 0) summary.first_step = step;
       const json record = run_stage_step(ctx, stage, step, k);
-      ctx.metrics.append(record);
-      write_training_plots(MetricsLog::read(ctx.metrics.path()), run_dir / "plots");
+      if (writer) {
+        ctx.metrics.append(record);
+        write_training_plots(MetricsLog::read(ctx.metrics.path()), run_dir / "plots");
+      }
       log << step_summary(stage, k, record);
       ++summary.steps_run;
-      if ((every > 0 && step % every == 0) || k == stage.steps) checkpoint(ctx, stage, step, k);
+      if (writer && ((every > 0 && step % every == 0) || k == stage.steps)) checkpoint(ctx, stage, step, k);
     }
   }
   summary.last_step = step;

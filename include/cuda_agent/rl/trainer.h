@@ -63,6 +63,14 @@
 // recipe's order (enabled stages before it are not run again). RFT and value pretraining are
 // checkpointed only at their end, so one that was interrupted is redone from its start.
 //
+// Data parallelism: started by torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT;
+// policy/distributed.h), each process runs this same function on GPU LOCAL_RANK, samples the
+// tasks at the positions i of each step's draw with i mod WORLD_SIZE = RANK, and passes its share
+// to the learner, which steps on the union (PpoOptions::distributed). Update decisions and
+// metrics use the job's numbers (PpoLearner::sum_over_processes); rank 0 alone writes
+// config.resolved.yaml, metrics.jsonl, the plots and the checkpoints. docs/training.md has the
+// details and what differs from one process.
+//
 // Errors: a bad config (validate_train_config), a missing model.actor or split, a fresh run into a
 // folder that already holds one, or --resume without a checkpoint or with a changed config throw
 // cuda_agent::Error naming the key or file. An episode that throws or leaves no usable token

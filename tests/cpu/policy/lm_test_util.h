@@ -2,9 +2,14 @@
 // configurations of each family, and the comparison against Hugging Face transformers.
 #pragma once
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +26,26 @@ namespace cuda_agent::testing {
 // The module lies beside the built cuda-agent, not beside the test executable. The models here
 // are tiny: OpenMP's fan-out over two shared cores costs more than it gains (7 s instead of 1 s
 // for the CPU suite on a loaded CI machine), so torch gets one thread unless the caller chose.
+// A loopback port nobody listens on now (for a data-parallel job's rendezvous, which binds it
+// right after; a race with another program is unlikely).
+inline int free_local_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  return ok ? ntohs(addr.sin_port) : 29500;
+}
+
+// torchrun's variables for process `rank` of a `world`-process job on this host.
+inline std::map<std::string, std::string> torchrun_env(int rank, int world, int port) {
+  return {{"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(world)}, {"LOCAL_RANK", std::to_string(rank)},
+          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+}
+
 inline void use_built_lm_module() {
   setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
   setenv("OMP_NUM_THREADS", "1", /*overwrite=*/0);

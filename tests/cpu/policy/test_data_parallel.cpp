@@ -2,10 +2,6 @@
 // backend: two processes, each with its share of a batch, step like one process with the whole
 // batch, and both replicas end bit for bit equal. The processes are this test binary started
 // again on the disabled test DataParallel.DISABLED_Process with torchrun's variables set.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -28,20 +24,6 @@ namespace catest = cuda_agent::testing;
 namespace {
 
 constexpr int64_t kVocab = 64;
-
-// A port nobody listens on now (the rendezvous binds it right after; a race is unlikely).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  CA_CHECK(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-               ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0,
-           "no free port");
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::vector<double> stats_vector(const policy::PpoStats& s) {
   return {s.loss, s.policy_loss, s.value_loss, s.entropy, s.kl, s.clip_fraction, s.value_clip_fraction,
@@ -88,7 +70,7 @@ json run_process(const std::string& critic, const std::string& aggregation) {
 // Runs `world` processes of one job; returns each one's output.
 std::vector<json> run_job(int world, const std::string& critic, const std::string& aggregation) {
   TempDir dir("ca-dp-");
-  const int port = free_port();
+  const int port = catest::free_local_port();
   std::vector<SubprocessResult> results(world);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank)
@@ -100,9 +82,7 @@ std::vector<json> run_job(int world, const std::string& critic, const std::strin
                    {"CA_DP_AGGREGATION", aggregation},
                    {"OMP_NUM_THREADS", "1"}};
       if (world > 1)
-        p.env_set.insert({{"RANK", std::to_string(rank)}, {"WORLD_SIZE", std::to_string(world)},
-                          {"LOCAL_RANK", std::to_string(rank)}, {"MASTER_ADDR", "127.0.0.1"},
-                          {"MASTER_PORT", std::to_string(port)}});
+        p.env_set.merge(catest::torchrun_env(rank, world, port));
       else
         p.env_unset = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"};
       p.stdout_path = p.stderr_path = (dir.path() / fmt::format("rank{}.log", rank)).string();

@@ -138,7 +138,9 @@ TEST(PpoCritic, FromActorCopiesTheActorsTrunkWithoutLmHead) {
     ASSERT_EQ(both[i].values.size(), b.tokens[i].size());
     bool any = false;
     for (size_t t = 0; t < b.tokens[i].size(); ++t) {
-      if (b.masks[i][t] == 0) EXPECT_EQ(both[i].values[t], 0.0f) << i << " " << t;
+      if (b.masks[i][t] == 0) {
+        EXPECT_EQ(both[i].values[t], 0.0f) << i << " " << t;
+      }
       any = any || both[i].values[t] != 0;
     }
     EXPECT_EQ(any, i != 3) << i;  // sequence 3 has no policy tokens

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/policy/lm.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
@@ -252,6 +254,57 @@ TEST(Trainer, SeparateCriticAndResumeReproducesTheNextStepExactly) {
     for (const char* key : {"episode_seconds", "update_seconds", "step_seconds", "tokens_per_second"}) r->erase(key);
   EXPECT_EQ(x, y);
   EXPECT_TRUE(finite_number(x, "value_loss") && finite_number(x, "policy_loss")) << x.dump();
+}
+
+// Data parallelism end to end: `cuda-agent train` started twice with torchrun's variables (two
+// CPU processes) runs one job: each process samples its share of each step's tasks, the update
+// is one step over both shares, and rank 0 alone writes the metrics (the job's episodes) and the
+// checkpoints.
+TEST(Trainer, TwoProcessesRunOneJob) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-dp-");
+  write_model(dir.path() / "m");
+  write_split(dir.path() / "split");
+  json c = tiny_config(dir.path(), 2);  // 2 tasks x 2 episodes a step: one task per process
+  c["model"]["critic"] = "from_actor";
+  write_file_atomic(dir.path() / "train.yaml", c.dump(2));  // JSON is YAML
+  const int port = cuda_agent::testing::free_local_port();
+  std::vector<SubprocessResult> results(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank)
+    threads.emplace_back([&, rank] {
+      SubprocessOptions p;
+      // No SKILL.md: the tiny model's context holds the single-turn prompt only (as in the tests above).
+      p.argv = {CUDA_AGENT_BINARY, "train", "--config", (dir.path() / "train.yaml").string(), "--device", "cpu",
+                "--skill", ""};
+      p.env_set = cuda_agent::testing::torchrun_env(rank, 2, port);
+      p.stdout_path = p.stderr_path = (dir.path() / fmt::format("rank{}.log", rank)).string();
+      p.timeout_s = 600;
+      results[rank] = run_subprocess(p);
+    });
+  for (auto& t : threads) t.join();
+  for (int rank = 0; rank < 2; ++rank)
+    ASSERT_TRUE(results[rank].ok()) << "rank " << rank << ":\n" << read_file(dir.path() / fmt::format("rank{}.log", rank));
+  EXPECT_NE(read_file(dir.path() / "rank1.log").find("process 1 of 2"), std::string::npos);
+
+  const fs::path run = dir.path() / "run";
+  const std::vector<json> records = rl::MetricsLog::read(run / "metrics.jsonl");
+  ASSERT_EQ(records.size(), 2u);  // one line a step, from rank 0 only
+  for (const json& r : records) {
+    EXPECT_EQ(r["episodes"], 4) << r.dump();  // both processes' episodes
+    EXPECT_EQ(r["tasks"].size(), 2u) << r.dump();
+    EXPECT_EQ(r["update_skipped"], false) << r.dump();
+    EXPECT_TRUE(finite_number(r, "policy_loss") && finite_number(r, "value_loss")) << r.dump();
+  }
+  // Each step's four episodes: two tasks, each sampled by its own process.
+  size_t episodes = 0;
+  for (const auto& entry : fs::directory_iterator(run / "rollouts" / "step-000001"))
+    episodes += fs::is_regular_file(entry.path() / "trajectory.jsonl");
+  EXPECT_EQ(episodes, 4u);
+  const rl::CheckpointInfo ckpt = rl::latest_checkpoint(run);
+  EXPECT_EQ(ckpt.step, 2);
+  for (const char* file : {"actor/model.safetensors", "critic/model.safetensors", "optimizer.safetensors"})
+    EXPECT_TRUE(fs::is_regular_file(ckpt.dir / file)) << file;
 }
 
 TEST(Trainer, MissingActorIsAnErrorNamingTheKey) {
