@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|lm]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|lm|multi]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -23,7 +23,7 @@ fi
 has() { ninja -C $build -t query "$1" > /dev/null 2>&1; }
 targets="cuda-agent"
 has ca-lm-bench && targets="$targets ca-lm-bench"
-if [ "$what" = tests ] || [ "$what" = all ]; then
+if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = multi ]; then
   targets="$targets ca_tests_gpu"
   has ca_tests_policy_gpu && targets="$targets ca_tests_policy_gpu"
 fi
@@ -42,9 +42,8 @@ if [ "$what" = bench ] || [ "$what" = all ]; then
     > "$out/demo_bench.txt" 2> "$out/demo_bench.err"
   cat "$out/demo_bench.txt"; tail -5 "$out/demo_bench.err"
 fi
-if [ "$what" = core-cached ]; then
-  # Evaluations per GPU-minute with cached baselines: the tasks that have a reference solution,
-  # baselines timed first (their own phase), then the bench alone, each with its wall time.
+# The tasks of data/core that have a reference solution, as a split of their own in /tmp/core-solved.
+make_core_solved() {
   sub=/tmp/core-solved; rm -rf $sub; mkdir -p $sub; ln -s "$root/data/core/tasks" $sub/tasks
   { echo "name: core-solved"; echo "tasks:"
     for d in data/core/solutions/*/; do
@@ -52,6 +51,26 @@ if [ "$what" = core-cached ]; then
       echo "  - id: $id"; echo "    path: tasks/$id/model.py"
       echo "    level: $(grep -A2 "id: $id\$" data/core/split.yaml | sed -n 's/ *level: //p')"
     done; } > $sub/split.yaml
+}
+if [ "$what" = multi ]; then
+  # A host with 2+ GPUs (issue 8): the learner's data parallelism over NCCL against one process,
+  # then the bench rate with cached baselines on GPU 0 alone and on every GPU.
+  (cd $build && ctest -R DataParallelGpu --output-on-failure --timeout 600) > "$out/dp_gpu.log" 2>&1
+  grep -E "tests passed|Failed|Passed|Skipped" "$out/dp_gpu.log"
+  make_core_solved
+  gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
+  timeout "${CORE_BASELINES_TIMEOUT:-3000}" $build/cuda-agent baselines --split $sub --gpus "$gpus" --output "$out/multi-baselines" > "$out/multi_baselines.txt" 2>&1
+  for g in 0 "$gpus"; do
+    start=$SECONDS
+    timeout "${CORE_BENCH_TIMEOUT:-3000}" $build/cuda-agent bench --split $sub --solutions data/core/solutions --gpus "$g" \
+      --output "$out/multi-bench-${g//,/-}" > "$out/multi_bench_${g//,/-}.txt" 2>&1
+    echo "bench on GPUs $g: $((SECONDS - start)) s" | tee -a "$out/multi_bench.txt"
+  done
+fi
+if [ "$what" = core-cached ]; then
+  # Evaluations per GPU-minute with cached baselines: the tasks that have a reference solution,
+  # baselines timed first (their own phase), then the bench alone, each with its wall time.
+  make_core_solved
   start=$SECONDS
   # CORE_SKIP_BASELINES=1: the cache came with the call (carried), time the bench alone.
   [ -z "${CORE_SKIP_BASELINES:-}" ] && timeout "${CORE_BASELINES_TIMEOUT:-3000}" $build/cuda-agent baselines --split $sub --output "$out/core-baselines" > "$out/core_baselines.txt" 2>&1
