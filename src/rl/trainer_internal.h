@@ -1,0 +1,78 @@
+// Internal to the trainer (trainer.h), not part of the public API: the run's state and stages,
+// shared by the entry point with its checkpointing and resume handling (trainer.cpp) and the
+// per-step work of each stage (trainer_stages.cpp).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/bench/split.h"
+#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/rl/run_state.h"
+#include "cuda_agent/rl/trainer.h"
+
+namespace cuda_agent::rl::detail {
+
+// SplitMix64's mixing function: episode_seed (trainer.cpp) and value pretraining's shuffle
+// (trainer_stages.cpp) derive from it, so reruns sample and split alike.
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+enum class StageKind { kPpo, kRft, kValuePretrain };
+
+struct Stage {
+  std::string name;  // warmup | rft | value_pretrain | ppo: the name in state.json and metrics.jsonl
+  StageKind kind = StageKind::kPpo;
+  int steps = 0;  // global steps it takes: its PPO steps; rft and value_pretrain take one each
+  bool single_turn = false;
+  int64_t max_context_tokens = 0;
+};
+
+// The state of one training run, made by run_training and passed to every step. Not thread-safe.
+struct RunContext {
+  const nlohmann::json& config;
+  const TrainRunOptions& options;
+  std::ostream& log;
+  std::filesystem::path run_dir;
+  std::filesystem::path actor;  // model.actor: the tokenizer and template of every rollout session
+  bench::Split split;
+  TaskCursor cursor;
+  policy::PpoLearner* learner = nullptr;
+  MetricsLog metrics;
+  int rank = 0;   // this process in a data-parallel job (torchrun's RANK); rank 0 writes the run's files
+  int world = 1;  // processes in the job
+  int gpu = 0;    // the GPU of this process's model and episodes
+
+  bool writer() const { return rank == 0; }
+  // The sum over the job's processes (every process must call it alike).
+  std::vector<double> sum(const std::vector<double>& values) const { return learner->sum_over_processes(values); }
+  // The largest value over the processes (each puts its own in its slot of a vector summed).
+  double max(double value) const {
+    std::vector<double> slots(world, 0.0);
+    slots[rank] = value;
+    const std::vector<double> all = sum(slots);
+    return *std::max_element(all.begin(), all.end());
+  }
+  double min(double value) const { return -max(-value); }
+  void barrier() const { sum({0.0}); }
+};
+
+// One global step `step` of `stage`, its step_in_stage-th: a PPO step (warm-up or agentic PPO),
+// or the one step of RFT or of value pretraining. Returns the step's metrics record (trainer.h
+// lists what each stage's holds). In a data-parallel job every process must call it alike.
+nlohmann::json run_stage_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage);
+
+// The log line of the k-th step of `stage`, from its metrics record `r`.
+std::string step_summary(const Stage& stage, int k, const nlohmann::json& r);
+
+}  // namespace cuda_agent::rl::detail

@@ -1,0 +1,493 @@
+// The per-step work of the trainer's stages (trainer_internal.h): running episodes, the step
+// metrics, a PPO step, RFT and value pretraining.
+#include "trainer_internal.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cuda_agent/agent/episode.h"
+#include "cuda_agent/bench/split.h"
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/policy/chat_session.h"
+#include "cuda_agent/policy/local_policy.h"
+#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/rl/rft_filter.h"
+#include "cuda_agent/rl/rollout.h"
+#include "cuda_agent/rl/run_state.h"
+#include "cuda_agent/rl/train_config.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace cuda_agent::rl::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string rollout_dir_name(int64_t step) { return fmt::format("step-{:06d}", step); }
+
+// The critic's values of every sequence of `episodes`, in sequence_tokens() order: the value head
+// on the actor's trunk (shared) or the separate critic model, through PpoLearner::forward.
+std::vector<std::vector<float>> critic_values(RunContext& ctx, const std::vector<EpisodeSequence>& episodes) {
+  const std::vector<policy::TrainForward> forward = ctx.learner->forward(sequence_tokens(episodes), {});
+  std::vector<std::vector<float>> values;
+  values.reserve(forward.size());
+  for (const auto& f : forward) values.push_back(f.values);
+  return values;
+}
+
+// One episode into `output_dir`; returns false (after logging) when it threw.
+bool run_one_episode(RunContext& ctx, const Stage& stage, int64_t step, size_t task_index, int episode,
+                     const fs::path& output_dir, agent::EpisodeResult* out) {
+  const json& rollout = ctx.config["rollout"];
+  const bench::TaskEntry& task = ctx.split.tasks[task_index];
+  try {
+    policy::LocalPolicyOptions lp;
+    lp.temperature = rollout["temperature"].get<double>();
+    lp.top_p = rollout["top_p"].get<double>();
+    lp.max_new_tokens = rollout["max_new_tokens"].get<int64_t>();
+    lp.seed = episode_seed(ctx.config["run"]["seed"].get<uint64_t>(), step, task_index, episode);
+    policy::LocalPolicy policy(policy::ChatSession::open_with_model(ctx.actor, ctx.learner->policy()), lp);
+
+    agent::EpisodeSpec spec;
+    spec.task = task.path;
+    spec.policy_instance = &policy;
+    spec.output_dir = output_dir;
+    spec.skill_file = ctx.options.skill_file;
+    spec.device = ctx.options.device;
+    spec.gpu = ctx.gpu;
+    spec.agent.single_turn = stage.single_turn;
+    spec.agent.max_turns = stage.single_turn ? 1 : rollout["max_turns"].get<int>();
+    spec.agent.max_invalid_turns = rollout["max_invalid_turns"].get<int>();
+    spec.agent.max_repeated_calls = rollout["max_repeated_calls"].get<int>();
+    // AgentOptions budgets characters; ~4 characters a token, as its default (400k ~ 100k tokens).
+    spec.agent.context_budget_chars = static_cast<size_t>(stage.max_context_tokens) * 4;
+    spec.sandbox.timeout_s = rollout["sandbox_timeout_s"].get<double>();
+    spec.sandbox.reward = ctx.config["reward"]["kind"].get<std::string>();
+    spec.sandbox.speedup_margin = ctx.config["reward"]["speedup_margin"].get<double>();
+    *out = agent::run_task_episode(spec);
+    return true;
+  } catch (const std::exception& e) {
+    ctx.log << fmt::format("[train] step {}: episode {} of task {} failed: {}\n", step, episode, task.id, e.what());
+    return false;
+  }
+}
+
+// The episodes of one batch of tasks.
+struct Sampling {
+  std::vector<fs::path> trajectories;         // trajectory.jsonl of each episode that completed, in order
+  std::vector<agent::EpisodeResult> results;  // the same episodes' results
+  json task_ids = json::array();
+  int64_t failed = 0, passed = 0, faster = 0;
+  double reward_sum = 0, seconds = 0;
+};
+
+// rollout.episodes_per_task episodes of each task in `picks`, each in folder/<task>-eE/ and seeded
+// with episode_seed(run.seed, step, task index, E). A task drawn twice numbers its episodes on, so
+// no two episodes share a folder or a seed. In a data-parallel job every process gets the same
+// picks and runs the tasks at the positions i with i mod world = rank (task_ids lists them all).
+Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, const std::vector<size_t>& picks,
+                         const fs::path& folder) {
+  const int per_task = ctx.config["rollout"]["episodes_per_task"].get<int>();
+  const bool milestone = ctx.config["reward"]["kind"].get<std::string>() == "milestone";
+  Sampling s;
+  std::map<size_t, int> numbered;
+  for (size_t position = 0; position < picks.size(); ++position) {
+    const size_t index = picks[position];
+    const bench::TaskEntry& task = ctx.split.tasks[index];
+    s.task_ids.push_back(task.id);
+    const int first = numbered[index];
+    numbered[index] += per_task;
+    if (static_cast<int>(position % static_cast<size_t>(ctx.world)) != ctx.rank) continue;
+    for (int e = first; e < first + per_task; ++e) {
+      const fs::path dir = folder / fmt::format("{}-e{}", task.id, e);
+      agent::EpisodeResult result;
+      const auto t0 = Clock::now();
+      const bool ok = run_one_episode(ctx, stage, step, index, e, dir, &result);
+      s.seconds += seconds_since(t0);
+      if (!ok) {
+        ++s.failed;
+        continue;
+      }
+      s.reward_sum += result.reward;
+      if (result.score.is_object() && result.score.value("correct", json()) == json(true)) ++s.passed;
+      if (milestone && result.reward >= 3.0) ++s.faster;
+      s.trajectories.push_back(dir / "trajectory.jsonl");
+      s.results.push_back(std::move(result));
+    }
+  }
+  return s;
+}
+
+// The job's episode counts and rates (summed over the processes; episode_seconds is the sum of
+// every episode's wall time).
+void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record) {
+  const std::vector<double> g = ctx.sum({static_cast<double>(s.results.size()), static_cast<double>(s.failed),
+                                         static_cast<double>(s.passed), static_cast<double>(s.faster), s.reward_sum,
+                                         s.seconds});
+  const auto completed = static_cast<int64_t>(g[0]);
+  record["tasks"] = s.task_ids;
+  record["episodes"] = completed;
+  record["episodes_failed"] = static_cast<int64_t>(g[1]);
+  record["episode_seconds"] = g[5];
+  if (completed == 0) return;
+  record["reward_mean"] = g[4] / g[0];
+  record["pass_rate"] = g[2] / g[0];
+  if (ctx.config["reward"]["kind"].get<std::string>() == "milestone") record["faster_than_compile_rate"] = g[3] / g[0];
+}
+
+// The job's rollout statistics of the usable episodes; returns the job's sequence count.
+int64_t add_rollout_metrics(const RunContext& ctx, const std::vector<EpisodeSequence>& episodes, int64_t unusable,
+                            json& record) {
+  const RolloutStats stats = rollout_stats(episodes);
+  const std::vector<double> g =
+      ctx.sum({static_cast<double>(stats.episodes), static_cast<double>(stats.sequences),
+               static_cast<double>(stats.chained_episodes), stats.response_length_mean * stats.episodes,
+               static_cast<double>(stats.tokens), static_cast<double>(unusable)});
+  record["episodes_unusable"] = static_cast<int64_t>(g[5]);
+  record["sequences"] = static_cast<int64_t>(g[1]);
+  record["chained_episodes"] = static_cast<int64_t>(g[2]);
+  record["response_length_mean"] = g[0] > 0 ? g[3] / g[0] : 0.0;
+  record["response_length_max"] = static_cast<int64_t>(ctx.max(static_cast<double>(stats.response_length_max)));
+  record["tokens"] = static_cast<int64_t>(g[4]);
+  return static_cast<int64_t>(g[1]);
+}
+
+// The episode of a trajectory without its sequences that hold no policy token (a turn whose reply
+// was empty: nothing to learn from, and ppo_samples refuses it). Error when none is left.
+EpisodeSequence usable_episode(const json& events) {
+  EpisodeSequence episode = episode_sequence(events);
+  std::erase_if(episode.sequences, [](const TokenSequence& s) {
+    return std::find(s.loss_mask.begin(), s.loss_mask.end(), uint8_t{1}) == s.loss_mask.end();
+  });
+  CA_CHECK(!episode.sequences.empty(), "no reply of the trajectory holds a sampled token");
+  return episode;
+}
+
+// The usable episodes of trajectory files (read from disk), counting and logging the others.
+std::vector<EpisodeSequence> read_usable_episodes(RunContext& ctx, const std::vector<fs::path>& files, int64_t step,
+                                                  int64_t* unusable) {
+  std::vector<EpisodeSequence> episodes;
+  for (const fs::path& file : files) {
+    try {
+      episodes.push_back(usable_episode(read_trajectory(file)));
+    } catch (const std::exception& e) {
+      ++*unusable;
+      ctx.log << fmt::format("[train] step {}: {} has no usable token records: {}\n", step, file.string(), e.what());
+    }
+  }
+  return episodes;
+}
+
+// The trajectory files under `folder` (one episode folder each), in name order.
+std::vector<fs::path> trajectory_files(const fs::path& folder) {
+  std::vector<fs::path> files;
+  if (!fs::is_directory(folder)) return files;
+  for (const auto& entry : fs::directory_iterator(folder))
+    if (fs::is_regular_file(entry.path() / "trajectory.jsonl")) files.push_back(entry.path() / "trajectory.jsonl");
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// stages.rft.tasks tasks: every task of the split in its order (0), else the next ones of the cursor.
+std::vector<size_t> stage_tasks(RunContext& ctx) {
+  const size_t count = ctx.config["stages"]["rft"]["tasks"].get<size_t>();
+  if (count > 0) return ctx.cursor.next(count);
+  std::vector<size_t> all(ctx.split.tasks.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  return all;
+}
+
+std::string describe_drops(const std::map<std::string, size_t>& by_reason) {
+  std::string out;
+  for (const auto& [reason, count] : by_reason) out += fmt::format("{}{} {}", out.empty() ? "" : ", ", reason, count);
+  return out.empty() ? "none" : out;
+}
+
+// A warm-up or agentic PPO step.
+json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
+  const json& c = ctx.config;
+  const auto t_step = Clock::now();
+  const std::vector<size_t> picks = ctx.cursor.next(c["data"]["tasks_per_step"].get<size_t>());
+  const Sampling sampled =
+      sample_episodes(ctx, stage, step, picks, ctx.run_dir / "rollouts" / rollout_dir_name(step));
+
+  json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", step_in_stage}};
+  add_sampling_metrics(ctx, sampled, record);
+  std::vector<EpisodeSequence> episodes;
+  int64_t unusable = 0;
+  for (size_t i = 0; i < sampled.results.size(); ++i) {
+    try {
+      episodes.push_back(usable_episode(sampled.results[i].trajectory));
+    } catch (const std::exception& err) {
+      ++unusable;
+      ctx.log << fmt::format("[train] step {}: {} has no usable token records: {}\n", step,
+                             sampled.trajectories[i].string(), err.what());
+    }
+  }
+  add_rollout_metrics(ctx, episodes, unusable, record);
+
+  // Every process updates or none does: each needs mini_batches sequences of its own.
+  const int mini_batches = c["ppo"]["mini_batches"].get<int>();
+  const auto fewest = static_cast<int64_t>(ctx.min(static_cast<double>(rollout_stats(episodes).sequences)));
+  if (fewest < mini_batches) {
+    ctx.log << fmt::format("[train] step {}: {} usable sequences{}, fewer than ppo.mini_batches = {}: no update\n", step,
+                           fewest, ctx.world > 1 ? " on some process" : "", mini_batches);
+    record["update_skipped"] = true;
+  } else {
+    const auto t_update = Clock::now();
+    const std::vector<policy::PpoSample> samples =
+        ppo_samples(episodes, critic_values(ctx, episodes), c["ppo"]["gamma"].get<double>(),
+                    c["ppo"]["lambda"].get<double>(), c["ppo"]["whiten_advantages"].get<bool>());
+    const policy::PpoStats s = ctx.learner->update(samples);
+    record["update_skipped"] = false;
+    record["loss"] = s.loss;
+    record["policy_loss"] = s.policy_loss;
+    record["value_loss"] = s.value_loss;
+    record["entropy"] = s.entropy;
+    record["kl"] = s.kl;
+    record["clip_fraction"] = s.clip_fraction;
+    record["value_clip_fraction"] = s.value_clip_fraction;
+    record["grad_norm_actor"] = s.grad_norm_actor;
+    record["grad_norm_critic"] = s.grad_norm_critic;
+    record["policy_tokens"] = s.tokens;
+    record["update_seconds"] = seconds_since(t_update);
+  }
+  record["step_seconds"] = seconds_since(t_step);
+  return record;
+}
+
+// Stage 2: sample, filter, fine-tune the actor on what is kept.
+json run_rft(RunContext& ctx, const Stage& stage, int64_t step) {
+  const json& rft = ctx.config["stages"]["rft"];
+  const auto t_step = Clock::now();
+  const fs::path folder = ctx.run_dir / "rollouts" / "rft";
+  if (ctx.writer()) fs::remove_all(folder);  // a stage redone after an interruption starts over
+  ctx.barrier();
+  const Sampling sampled = sample_episodes(ctx, stage, step, stage_tasks(ctx), folder);
+  json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}};
+  add_sampling_metrics(ctx, sampled, record);
+
+  const RftFilterResult filtered = filter_trajectories(sampled.trajectories, rft);
+  int64_t unusable = 0;
+  const std::vector<EpisodeSequence> kept = read_usable_episodes(ctx, filtered.kept, step, &unusable);
+  // The job's counts; the drop reasons in a fixed order, so every process sums the same entries.
+  static const std::vector<std::string> kReasons = [] {
+    std::vector<std::string> r = {"malformed", "too_many_invalid_tool_calls", "low_reward"};
+    for (const std::string& stop : kStopReasons) r.push_back("stop_reason:" + stop);
+    return r;
+  }();
+  std::vector<double> counts = {static_cast<double>(filtered.kept.size()), static_cast<double>(filtered.dropped.size()),
+                                rollout_stats(kept).reward_mean * static_cast<double>(kept.size()),
+                                static_cast<double>(kept.size())};
+  std::map<std::string, size_t> other_reasons;
+  for (const auto& [reason, n] : filtered.dropped_by_reason)
+    if (std::find(kReasons.begin(), kReasons.end(), reason) == kReasons.end()) other_reasons[reason] = n;
+  for (const std::string& reason : kReasons) {
+    const auto it = filtered.dropped_by_reason.find(reason);
+    counts.push_back(it == filtered.dropped_by_reason.end() ? 0.0 : static_cast<double>(it->second));
+  }
+  const std::vector<double> g = ctx.sum(counts);
+  std::map<std::string, size_t> by_reason = ctx.world == 1 ? filtered.dropped_by_reason : other_reasons;
+  if (ctx.world > 1)
+    for (size_t i = 0; i < kReasons.size(); ++i)
+      if (g[4 + i] > 0) by_reason[kReasons[i]] = static_cast<size_t>(g[4 + i]);
+  record["kept"] = static_cast<int64_t>(g[0]);
+  record["dropped"] = static_cast<int64_t>(g[1]);
+  record["dropped_by_reason"] = json(by_reason);
+  const int64_t usable = add_rollout_metrics(ctx, kept, unusable, record) > 0 ? static_cast<int64_t>(g[3]) : 0;
+  if (usable > 0) record["kept_reward_mean"] = g[2] / g[3];
+  ctx.log << fmt::format("[train] step {} (rft): {} episodes ({} failed), kept {} of {} trajectories; dropped: {}\n",
+                         step, record["episodes"].get<int64_t>(), record["episodes_failed"].get<int64_t>(),
+                         record["kept"].get<int64_t>(), g[0] + g[1], describe_drops(by_reason));
+
+  // Every process fine-tunes or none does; in a data-parallel job each needs kept trajectories of
+  // its own (a process whose share kept none leaves the stage without an update, and says so).
+  const auto fewest = static_cast<int64_t>(ctx.min(static_cast<double>(kept.size())));
+  if (fewest == 0) {
+    ctx.log << fmt::format("[train] step {} (rft): no usable trajectory kept{} ({} dropped, {} kept but unusable): "
+                           "the actor is not fine-tuned\n",
+                           step, ctx.world > 1 && usable > 0 ? " by some process" : "", record["dropped"].dump(),
+                           record["episodes_unusable"].dump());
+    record["update_skipped"] = true;
+  } else {
+    const auto t_update = Clock::now();
+    std::vector<policy::PpoSample> samples;
+    for (const EpisodeSequence& episode : kept)
+      for (const TokenSequence& s : episode.sequences) {
+        policy::PpoSample sample;
+        sample.tokens = s.tokens;
+        sample.loss_mask = s.loss_mask;  // the policy's own tokens; prompts and tool output carry no loss
+        samples.push_back(std::move(sample));
+      }
+    const size_t batch_size = rft["batch_size"].get<size_t>();
+    policy::StageUpdateOptions plan;
+    plan.lr = rft["lr"].get<double>();
+    plan.epochs = rft["epochs"].get<int>();
+    // ceil(kept / batch_size) steps over the job's kept trajectories, at most as many as the
+    // process with the fewest has (each step takes a part of every process's share).
+    plan.mini_batches = static_cast<int>(std::min<int64_t>(
+        fewest, (static_cast<int64_t>(g[3]) + static_cast<int64_t>(batch_size) - 1) / static_cast<int64_t>(batch_size)));
+    const policy::PpoStats s = ctx.learner->sft_update(samples, plan);
+    record["update_skipped"] = false;
+    record["loss"] = s.loss;  // the mean NLL of the kept assistant tokens, before each step
+    record["entropy"] = s.entropy;
+    record["grad_norm_actor"] = s.grad_norm_actor;
+    record["policy_tokens"] = s.tokens;
+    record["optimizer_steps"] = plan.epochs * plan.mini_batches;
+    record["update_seconds"] = seconds_since(t_update);
+  }
+  record["step_seconds"] = seconds_since(t_step);
+  return record;
+}
+
+// Stage 3: the critic learns on RFT's trajectories (or fresh ones) with the actor frozen.
+//
+// The returns (the critic's targets) come once, from GAE over the values before the stage. The
+// stage's stages.value_pretrain.steps optimizer steps go in passes over the sequences: each pass
+// splits them (a permutation seeded by run.seed and the step, independent of the learner's own
+// shuffle, so a resumed run repeats it) into min(steps left, sequences) mini-batches and takes
+// one value_update step on each. Before every pass but the first, old_values are refreshed to the
+// critic's current values: the value clip (ppo.value_clip) bounds how far one pass moves a value,
+// not the whole stage.
+json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
+  const json& vp = ctx.config["stages"]["value_pretrain"];
+  const auto t_step = Clock::now();
+  json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}};
+  std::vector<fs::path> files = trajectory_files(ctx.run_dir / "rollouts" / "rft");
+  if (ctx.world > 1) {  // this process's share: every world-th file
+    std::vector<fs::path> mine;
+    for (size_t i = static_cast<size_t>(ctx.rank); i < files.size(); i += static_cast<size_t>(ctx.world))
+      mine.push_back(files[i]);
+    files = mine;
+  }
+  if (ctx.max(files.empty() ? 0.0 : 1.0) > 0) {
+    record["source"] = "rft";
+    ctx.log << fmt::format("[train] step {} (value_pretrain): the critic learns on the {} trajectories of {}\n", step,
+                           files.size(), (ctx.run_dir / "rollouts" / "rft").string());
+  } else {
+    const fs::path folder = ctx.run_dir / "rollouts" / "value_pretrain";
+    if (ctx.writer()) fs::remove_all(folder);
+    ctx.barrier();
+    ctx.log << fmt::format("[train] step {} (value_pretrain): no RFT trajectories in {}: sampling into {}\n", step,
+                           (ctx.run_dir / "rollouts" / "rft").string(), folder.string());
+    const Sampling sampled = sample_episodes(ctx, stage, step, stage_tasks(ctx), folder);
+    add_sampling_metrics(ctx, sampled, record);
+    files = sampled.trajectories;
+    record["source"] = "sampled";
+  }
+  record["trajectories"] = static_cast<int64_t>(ctx.sum({static_cast<double>(files.size())})[0]);
+  int64_t unusable = 0;
+  const std::vector<EpisodeSequence> episodes = read_usable_episodes(ctx, files, step, &unusable);
+  add_rollout_metrics(ctx, episodes, unusable, record);
+  if (ctx.min(static_cast<double>(episodes.size())) == 0) {
+    ctx.log << fmt::format("[train] step {} (value_pretrain): no usable trajectory{} ({} unusable): the critic is not "
+                           "pretrained\n",
+                           step, ctx.world > 1 ? " on some process" : "", record["episodes_unusable"].dump());
+    record["update_skipped"] = true;
+    record["step_seconds"] = seconds_since(t_step);
+    return record;
+  }
+
+  const auto t_update = Clock::now();
+  std::vector<policy::PpoSample> samples = ppo_samples(episodes, critic_values(ctx, episodes),
+                                                       vp["gamma"].get<double>(), vp["lambda"].get<double>(),
+                                                       /*whiten=*/false);  // advantages are not used here
+  const int steps = vp["steps"].get<int>();
+  const size_t n = samples.size();
+  // Every process takes as many steps per pass: as many as the fewest sequences of a process.
+  const size_t per_pass = std::min(static_cast<size_t>(steps), static_cast<size_t>(ctx.min(static_cast<double>(n))));
+  policy::StageUpdateOptions one_step;
+  one_step.lr = vp["lr"].get<double>();
+  int64_t policy_tokens = 0;
+  for (const auto& s : samples) policy_tokens += std::count(s.loss_mask.begin(), s.loss_mask.end(), uint8_t{1});
+  policy_tokens = static_cast<int64_t>(ctx.sum({static_cast<double>(policy_tokens)})[0]);
+
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t{0});
+  uint64_t state = splitmix64(splitmix64(ctx.config["run"]["seed"].get<uint64_t>()) ^ static_cast<uint64_t>(step));
+  double loss_sum = 0, clip_sum = 0, grad_sum = 0, first_pass = 0, last_pass = 0;
+  int done = 0, passes = 0;
+  while (done < steps) {
+    if (passes > 0) {
+      std::vector<std::vector<float>> values = critic_values(ctx, episodes);
+      for (size_t i = 0; i < n; ++i) samples[i].old_values = std::move(values[i]);
+    }
+    for (size_t i = n; i > 1; --i) {  // Fisher-Yates with splitmix64: the same order on every platform
+      state = splitmix64(state);
+      std::swap(order[i - 1], order[state % i]);
+    }
+    const size_t parts = std::min(per_pass, static_cast<size_t>(steps - done));
+    double pass_loss = 0;
+    for (size_t k = 0; k < parts; ++k) {
+      std::vector<policy::PpoSample> part;
+      for (size_t j = n * k / parts; j < n * (k + 1) / parts; ++j) part.push_back(samples[order[j]]);
+      const policy::PpoStats s = ctx.learner->value_update(part, one_step);
+      loss_sum += s.value_loss;
+      clip_sum += s.value_clip_fraction;
+      grad_sum += s.grad_norm_critic;
+      pass_loss += s.value_loss / static_cast<double>(parts);
+      ++done;
+    }
+    if (passes == 0) first_pass = pass_loss;
+    last_pass = pass_loss;
+    ++passes;
+  }
+  record["update_skipped"] = false;
+  record["value_loss"] = loss_sum / steps;
+  record["value_loss_first_pass"] = first_pass;
+  record["value_loss_last_pass"] = last_pass;
+  record["value_clip_fraction"] = clip_sum / steps;
+  record["grad_norm_critic"] = grad_sum / steps;
+  record["optimizer_steps"] = steps;
+  record["passes"] = passes;
+  record["policy_tokens"] = policy_tokens;
+  record["update_seconds"] = seconds_since(t_update);
+  record["step_seconds"] = seconds_since(t_step);
+  return record;
+}
+
+}  // namespace
+
+json run_stage_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
+  switch (stage.kind) {
+    case StageKind::kRft:
+      return run_rft(ctx, stage, step);
+    case StageKind::kValuePretrain:
+      return run_value_pretrain(ctx, stage, step);
+    case StageKind::kPpo:
+      break;
+  }
+  return run_ppo_step(ctx, stage, step, step_in_stage);
+}
+
+std::string step_summary(const Stage& stage, int k, const json& r) {
+  auto field = [&](const char* key) { return r.value(key, json()).dump(); };
+  const std::string head = fmt::format("[train] step {} ({} {}/{}): ", r["step"].get<int64_t>(), stage.name, k,
+                                       stage.steps);
+  const std::string tail = fmt::format(" ({:.1f} s)\n", r["step_seconds"].get<double>());
+  switch (stage.kind) {
+    case StageKind::kRft:
+      return head + fmt::format("kept {} of {} reward_mean {} nll {}", field("kept"), r["kept"].get<int64_t>() +
+                                r["dropped"].get<int64_t>(), field("reward_mean"), field("loss")) + tail;
+    case StageKind::kValuePretrain:
+      return head + fmt::format("{} critic steps on {} sequences: value_loss {} (first pass {}, last pass {})",
+                                field("optimizer_steps"), field("sequences"), field("value_loss"),
+                                field("value_loss_first_pass"), field("value_loss_last_pass")) + tail;
+    case StageKind::kPpo:
+      break;
+  }
+  return head + fmt::format("reward_mean {} pass_rate {} policy_loss {} value_loss {}", field("reward_mean"),
+                            field("pass_rate"), field("policy_loss"), field("value_loss")) + tail;
+}
+
+}  // namespace cuda_agent::rl::detail
