@@ -62,7 +62,8 @@ GaeResult compute_gae(std::span<const float> rewards, std::span<const float> val
   return out;
 }
 
-void whiten_masked(TokenBatch& values, const TokenBatch& masks, bool keep_mean, double eps) {
+void whiten_masked(TokenBatch& values, const TokenBatch& masks, bool keep_mean, double eps,
+                   const SumAcross& sum_across) {
   check_batch_shape(values, masks, "values");
   double sum = 0;
   size_t count = 0;
@@ -72,12 +73,18 @@ void whiten_masked(TokenBatch& values, const TokenBatch& masks, bool keep_mean, 
         sum += values[i][t];
         ++count;
       }
+  if (sum_across) {
+    const std::vector<double> g = sum_across({sum, static_cast<double>(count)});
+    sum = g[0];
+    count = static_cast<size_t>(g[1]);
+  }
   CA_CHECK(count >= 2, "whitening needs at least 2 policy tokens (mask 1) in the batch, got {}", count);
   const double mean = sum / count;
   double squares = 0;
   for (size_t i = 0; i < values.size(); ++i)
     for (size_t t = 0; t < values[i].size(); ++t)
       if (masks[i][t] != 0.0f) squares += (values[i][t] - mean) * (values[i][t] - mean);
+  if (sum_across) squares = sum_across({squares})[0];
   const double inv_std = 1.0 / std::sqrt(squares / (count - 1) + eps);
   for (size_t i = 0; i < values.size(); ++i)
     for (size_t t = 0; t < values[i].size(); ++t) {

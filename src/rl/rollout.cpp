@@ -137,7 +137,7 @@ std::vector<std::vector<int64_t>> sequence_tokens(const std::vector<EpisodeSeque
 
 std::vector<policy::PpoSample> ppo_samples(const std::vector<EpisodeSequence>& episodes,
                                            const std::vector<std::vector<float>>& values, double gamma, double lambda,
-                                           bool whiten) {
+                                           bool whiten, const SumAcross& sum_across) {
   size_t count = 0;
   for (const auto& e : episodes) count += e.sequences.size();
   CA_CHECK(values.size() == count, "{} value rows for {} sequences (one row per sequence, in sequence_tokens order)",
@@ -181,8 +181,8 @@ std::vector<policy::PpoSample> ppo_samples(const std::vector<EpisodeSequence>& e
       ++i;
     }
   }
-  if (whiten && !samples.empty()) {
-    whiten_masked(advantages, masks);
+  if (whiten && (!samples.empty() || sum_across)) {
+    whiten_masked(advantages, masks, /*keep_mean=*/false, /*eps=*/1e-8, sum_across);
     for (size_t k = 0; k < samples.size(); ++k) samples[k].advantages = std::move(advantages[k]);
   }
   return samples;

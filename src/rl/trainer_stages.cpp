@@ -247,7 +247,9 @@ json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in
     const auto t_update = Clock::now();
     const std::vector<policy::PpoSample> samples =
         ppo_samples(episodes, critic_values(ctx, episodes), c["ppo"]["gamma"].get<double>(),
-                    c["ppo"]["lambda"].get<double>(), c["ppo"]["whiten_advantages"].get<bool>());
+                    c["ppo"]["lambda"].get<double>(), c["ppo"]["whiten_advantages"].get<bool>(),
+                    // the whitening's mean and variance over every process's share
+                    ctx.world > 1 ? SumAcross([&](const std::vector<double>& v) { return ctx.sum(v); }) : SumAcross());
     const policy::PpoStats s = ctx.learner->update(samples);
     record["update_skipped"] = false;
     record["loss"] = s.loss;

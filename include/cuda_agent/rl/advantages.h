@@ -13,6 +13,8 @@
 // Every function is pure and thread-safe. Mismatched lengths are Errors naming both lengths.
 #pragma once
 
+#include <functional>
+
 #include <span>
 #include <string>
 #include <vector>
@@ -53,7 +55,14 @@ GaeResult compute_gae(std::span<const float> rewards, std::span<const float> val
 //   mean = mean of the masked values, var = their unbiased variance (Bessel: / (n - 1)),
 //   x <- (x - mean) / sqrt(var + eps), then + mean again when keep_mean is true.
 // Masked positions (mask 0) are set to 0. Needs at least two mask-1 positions (Error otherwise).
-void whiten_masked(TokenBatch& values, const TokenBatch& masks, bool keep_mean = false, double eps = 1e-8);
+//
+// Data parallelism: with `sum_across` (the sum of numbers over the job's processes, e.g.
+// PpoLearner::sum_over_processes), the mean and the variance are those of the union of every
+// process's batch (each process whitens its own values with them); every process must call it,
+// also one whose batch is empty. Without it, this batch alone.
+using SumAcross = std::function<std::vector<double>(const std::vector<double>&)>;
+void whiten_masked(TokenBatch& values, const TokenBatch& masks, bool keep_mean = false, double eps = 1e-8,
+                   const SumAcross& sum_across = {});
 
 // ---- KL to the reference policy ----------------------------------------------------------------
 //

@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/rl/advantages.h"
 
 namespace cuda_agent::rl {
 
@@ -75,9 +76,11 @@ std::vector<std::vector<int64_t>> sequence_tokens(const std::vector<EpisodeSeque
 // old_logprobs and loss_mask from the sequence, ref_logprobs empty. Errors: a count or length
 // that does not match (naming the sequence), a sequence without policy tokens, gamma or lambda
 // outside [0, 1].
+// With `sum_across` (data parallelism) the whitening's mean and variance are the job's
+// (whiten_masked); every process must call it then, also one without episodes.
 std::vector<policy::PpoSample> ppo_samples(const std::vector<EpisodeSequence>& episodes,
                                            const std::vector<std::vector<float>>& values, double gamma, double lambda,
-                                           bool whiten);
+                                           bool whiten, const SumAcross& sum_across = {});
 
 // Batch statistics the trainer logs per step.
 struct RolloutStats {

@@ -136,6 +136,36 @@ TEST(Whiten, MaskedMeanAndUnbiasedStd) {
   EXPECT_NE(msg.find("at least 2"), std::string::npos) << msg;
 }
 
+TEST(Whiten, AcrossProcessesUsesTheUnionsMeanAndVariance) {
+  // Two "processes": this one holds {1, 2, masked 100}, the other {3, 4}. sum_across adds the
+  // other's contribution to each call (sum and count, then squares around the mean 2.5), as the
+  // job's all-reduce would: this process's values come out as in the hand-computed union above.
+  TokenBatch mine = {{1, 2, 100}};
+  const TokenBatch mine_mask = {{1, 1, 0}};
+  int call = 0;
+  whiten_masked(mine, mine_mask, false, 1e-8, [&](const std::vector<double>& v) {
+    ++call;
+    return call == 1 ? std::vector<double>{v[0] + 7.0, v[1] + 2.0}    // the other: 3 + 4, two tokens
+                     : std::vector<double>{v[0] + 0.25 + 2.25};      // (3 - 2.5)^2 + (4 - 2.5)^2
+  });
+  EXPECT_EQ(call, 2);
+  EXPECT_NEAR(mine[0][0], -1.1618950, kTol);
+  EXPECT_NEAR(mine[0][1], -0.3872983, kTol);
+  EXPECT_EQ(mine[0][2], 0.0f);
+  // Alone, the same values whiten around their own mean (the hook is what makes the difference).
+  TokenBatch alone = {{1, 2, 100}};
+  whiten_masked(alone, mine_mask);
+  EXPECT_NEAR(alone[0][0], -0.7071068, kTol);
+  // A process with no policy token still takes part (the job has enough).
+  TokenBatch empty;
+  int calls = 0;
+  whiten_masked(empty, TokenBatch{}, false, 1e-8, [&](const std::vector<double>& v) {
+    ++calls;
+    return calls == 1 ? std::vector<double>{v[0] + 3.0, v[1] + 2.0} : std::vector<double>{v[0] + 0.5};
+  });
+  EXPECT_EQ(calls, 2);
+}
+
 TEST(Kl, Estimators) {
   // logp = -1, logp_ref = -1.5: diff 0.5.
   //   k1 = 0.5; k2 = 0.5 * 0.25 = 0.125; k3 = exp(-0.5) + 0.5 - 1 = 0.6065307 - 0.5 = 0.1065307
