@@ -24,8 +24,6 @@ constexpr auto kPoll = std::chrono::milliseconds(10);
 constexpr auto kTermGrace = std::chrono::seconds(1);
 constexpr auto kKillWait = std::chrono::seconds(5);
 
-std::string errno_text(int err) { return std::generic_category().message(err); }
-
 // Status of a child without reaping it; nullopt-like kRunning when it still runs.
 ShellStatus peek(pid_t pid) {
   siginfo_t info{};

@@ -24,45 +24,27 @@
 #include <utility>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/unique_fd.h"
 
 namespace cuda_agent {
 namespace {
 
-std::string errno_text(int err) { return std::generic_category().message(err); }
+// The path through which mount(2) and open(2) reach what `fd` refers to (or its entry `child`),
+// even once its own path is covered by another mount.
+std::string proc_path(const UniqueFd& fd, const std::string& child = "") {
+  return "/proc/self/fd/" + std::to_string(fd.get()) + (child.empty() ? "" : "/" + child);
+}
 
-// Owns a file descriptor; -1 for none. Move-only.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    std::swap(fd_, other.fd_);
-    return *this;
-  }
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  // The path through which mount(2) and open(2) reach what the descriptor refers to, even once
-  // its own path is covered by another mount.
-  std::string proc_path(const std::string& child = "") const {
-    return "/proc/self/fd/" + std::to_string(fd_) + (child.empty() ? "" : "/" + child);
-  }
-
- private:
-  int fd_;
-};
-
-Fd open_path(const std::string& path, const char* what) {
+UniqueFd open_path(const std::string& path, const char* what) {
   const int fd = ::open(path.c_str(), O_PATH | O_CLOEXEC);
   const int err = errno;
   CA_CHECK(fd >= 0, "cannot open the {} {}: {}", what, path, errno_text(err));
-  return Fd(fd);
+  return UniqueFd(fd);
 }
 
 // The id maps want their whole text in one write().
 void write_proc_file(const std::string& path, const std::string& text) {
-  Fd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
   int err = errno;
   CA_CHECK(fd.get() >= 0, "cannot open {}: {}", path, errno_text(err));
   const ssize_t n = ::write(fd.get(), text.data(), text.size());
@@ -172,7 +154,7 @@ void make_mount_point(const std::string& path, bool directory) {
   if (directory) {
     if (::mkdir(path.c_str(), 0755) == 0 || errno == EEXIST) return;
   } else {
-    Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+    UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
     if (fd.get() >= 0) return;
   }
   const int err = errno;
@@ -212,7 +194,7 @@ std::vector<Entry> list_entries(const std::string& path) {
 
 // Puts each entry of the original directory (reached through `original`) back under `target`:
 // symlinks recreated, everything else bound read-only.
-void restore_entries(const Fd& original, const std::vector<Entry>& entries, const std::string& target) {
+void restore_entries(const UniqueFd& original, const std::vector<Entry>& entries, const std::string& target) {
   for (const Entry& e : entries) {
     const std::string path = target + "/" + e.name;
     if (e.symlink) {
@@ -223,7 +205,7 @@ void restore_entries(const Fd& original, const std::vector<Entry>& entries, cons
       continue;
     }
     make_mount_point(path, e.directory);
-    if (::mount(original.proc_path(e.name).c_str(), path.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
+    if (::mount(proc_path(original, e.name).c_str(), path.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
       const int err = errno;
       if (unreachable(err)) continue;  // gone since it was listed, or not ours to see
       CA_FAIL("cannot bind {} back into the private {}: {}", path, target, errno_text(err));
@@ -234,7 +216,7 @@ void restore_entries(const Fd& original, const std::vector<Entry>& entries, cons
 
 // /dev: a read-only tmpfs with the few devices programs use, the GPU's, and a private /dev/shm.
 void minimal_dev(uint64_t tmpfs_bytes) {
-  Fd host_dev(open_path("/dev", "device directory"));
+  UniqueFd host_dev(open_path("/dev", "device directory"));
   std::vector<Entry> nodes;
   for (Entry& e : list_entries("/dev"))
     if (!e.symlink && (e.name.rfind("nvidia", 0) == 0 || e.name == "null" || e.name == "zero" || e.name == "full" ||
@@ -243,7 +225,7 @@ void minimal_dev(uint64_t tmpfs_bytes) {
   mount_tmpfs("/dev", 0755, 1 << 20, MS_NOSUID | MS_NODEV | MS_NOEXEC);
   for (const Entry& e : nodes) {
     make_mount_point("/dev/" + e.name, e.directory);
-    bind(host_dev.proc_path(e.name), "/dev/" + e.name, "the device /dev/" + e.name);
+    bind(proc_path(host_dev, e.name), "/dev/" + e.name, "the device /dev/" + e.name);
   }
   make_mount_point("/dev/shm", true);
   mount_tmpfs("/dev/shm", 01777, tmpfs_bytes, MS_NOSUID | MS_NODEV);
@@ -343,11 +325,11 @@ void confine_this_process(const ConfinementPlan& plan) {
   CA_ASSERT(::statvfs("/", &root) == 0 && (root.f_flag & ST_RDONLY), "/ is still writable after the remounts");
 
   // 2. Handles on what gets covered next, so it can be bound back.
-  std::vector<Fd> writable_fds;
+  std::vector<UniqueFd> writable_fds;
   for (const auto& w : writable) writable_fds.push_back(open_path(w, "writable path"));
   struct PrivateDir {
     std::string path;
-    Fd original;
+    UniqueFd original;
     std::vector<Entry> entries;
     mode_t mode = 01777;
   };
@@ -379,7 +361,7 @@ void confine_this_process(const ConfinementPlan& plan) {
       fs::create_directories(fs::path(w).parent_path(), ec);
       make_mount_point(w, S_ISDIR(st.st_mode));
     }
-    bind(writable_fds[i].proc_path(), w, "the writable path " + w);
+    bind(proc_path(writable_fds[i]), w, "the writable path " + w);
     remount(w, /*read_only=*/false);
   }
   writable_fds.clear();

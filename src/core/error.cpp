@@ -1,5 +1,13 @@
 #include "cuda_agent/core/error.h"
 
+#include <system_error>
+
+namespace cuda_agent {
+
+std::string errno_text(int err) { return std::generic_category().message(err); }
+
+}  // namespace cuda_agent
+
 namespace cuda_agent::detail {
 
 void throw_check(const char* /*file*/, int /*line*/, const std::string& message) {

@@ -23,8 +23,6 @@ namespace {
 
 constexpr int kTempNameAttempts = 100;
 
-std::string errno_text(int err) { return std::generic_category().message(err); }
-
 // Closes a descriptor on scope exit unless released.
 class FdCloser {
  public:

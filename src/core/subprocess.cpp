@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/unique_fd.h"
 
 extern char** environ;
 
@@ -39,26 +40,6 @@ constexpr auto kKillWaitPoll = std::chrono::milliseconds(5);
 // inside a driver, can take a while); past this we stop waiting rather than hang.
 constexpr Seconds kKillWaitLimit{5.0};
 constexpr const char* kDefaultPath = "/usr/local/bin:/usr/bin:/bin";
-
-std::string errno_text(int err) { return std::generic_category().message(err); }
-
-// Owns a file descriptor; -1 for none. Move-only.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    std::swap(fd_, other.fd_);  // `other` closes our old descriptor
-    return *this;
-  }
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // Owns a posix_spawn attribute object (file actions or attributes) for its lifetime.
 template <typename T, int (*kInit)(T*), int (*kDestroy)(T*)>
@@ -79,17 +60,17 @@ using SpawnAttr = SpawnObject<posix_spawnattr_t, posix_spawnattr_init, posix_spa
 
 // Opens an output file for the child, at a descriptor above 2 so that the dup2 actions
 // onto 1 and 2 cannot clobber each other.
-Fd open_output(const std::string& path, const char* stream) {
+UniqueFd open_output(const std::string& path, const char* stream) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
   int err = errno;
   CA_CHECK(fd >= 0, "cannot open '{}' for the child's {}: {}; check that its directory exists "
            "and is writable", path, stream, errno_text(err));
-  Fd owned(fd);
+  UniqueFd owned(fd);
   if (fd < 3) {
     int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
     err = errno;
     CA_CHECK(high >= 0, "cannot duplicate the descriptor of '{}': {}", path, errno_text(err));
-    owned = Fd(high);
+    owned = UniqueFd(high);
   }
   return owned;
 }
@@ -170,7 +151,7 @@ GroupSample sample_group(pid_t pgid) {
   while (dirent* entry = ::readdir(dir.get())) {
     if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
     std::snprintf(path, sizeof(path), "/proc/%s/stat", entry->d_name);
-    Fd fd(::open(path, O_RDONLY | O_CLOEXEC));
+    UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
     const ssize_t n = fd.get() < 0 ? -1 : ::read(fd.get(), buffer, sizeof(buffer) - 1);
     if (n <= 0) continue;  // the process is gone
     buffer[n] = '\0';
@@ -251,8 +232,8 @@ pid_t spawn_child(const SubprocessOptions& options) {
 
   const std::string& out_path = options.stdout_path;
   const std::string& err_path = options.stderr_path;
-  Fd out_fd = out_path.empty() ? Fd() : open_output(out_path, "stdout");
-  Fd err_fd = err_path.empty() || err_path == out_path ? Fd() : open_output(err_path, "stderr");
+  UniqueFd out_fd = out_path.empty() ? UniqueFd() : open_output(out_path, "stdout");
+  UniqueFd err_fd = err_path.empty() || err_path == out_path ? UniqueFd() : open_output(err_path, "stderr");
   // Two names for one file must share one open description, or the streams overwrite each
   // other.
   const bool err_shares_out = (!err_path.empty() && err_path == out_path) ||
@@ -269,7 +250,7 @@ pid_t spawn_child(const SubprocessOptions& options) {
   bool built = redirect(-1, 0) && redirect(out_fd.get(), 1) &&
                redirect(err_shares_out ? out_fd.get() : err_fd.get(), 2);
   // A copy above 3, so that dup2 onto 3 really copies (and clears close-on-exec).
-  Fd pass_fd(options.pass_fd < 0 ? -1 : ::fcntl(options.pass_fd, F_DUPFD_CLOEXEC, 4));
+  UniqueFd pass_fd(options.pass_fd < 0 ? -1 : ::fcntl(options.pass_fd, F_DUPFD_CLOEXEC, 4));
   const int pass_err = errno;
   CA_CHECK(options.pass_fd < 0 || pass_fd.get() >= 0, "cannot duplicate descriptor {} for the child: {}",
            options.pass_fd, errno_text(pass_err));

@@ -14,24 +14,13 @@
 #endif
 
 #include "cuda_agent/core/error.h"
+#include "torch_language_model.h"  // translate_errors
 
 namespace cuda_agent::lm {
 namespace {
 
 std::chrono::milliseconds timeout_of(const policy::DistributedOptions& o) {
   return std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
-}
-
-// Runs `f`, turning c10 and std errors into Error naming what was being done.
-template <typename F>
-auto guarded(const std::string& what, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const Error&) {
-    throw;
-  } catch (const std::exception& e) {
-    CA_FAIL("{}: {}", what, e.what());
-  }
 }
 
 c10::intrusive_ptr<c10d::Store> join_rendezvous(const policy::DistributedOptions& o) {
@@ -41,9 +30,9 @@ c10::intrusive_ptr<c10d::Store> join_rendezvous(const policy::DistributedOptions
   so.numWorkers = static_cast<size_t>(o.world_size);
   so.waitWorkers = true;
   so.timeout = timeout_of(o);
-  return guarded(fmt::format("rank {} of {} could not join the rendezvous at {}:{} (MASTER_ADDR, MASTER_PORT; rank 0 "
+  return translate_errors(fmt::format("rank {} of {} could not join the rendezvous at {}:{} (MASTER_ADDR, MASTER_PORT; rank 0 "
                              "hosts it and every rank must reach it within {} s)",
-                             o.rank, o.world_size, o.master_addr, o.master_port, o.timeout_s),
+                             o.rank, o.world_size, o.master_addr, o.master_port, o.timeout_s).c_str(),
                  [&] { return c10::intrusive_ptr<c10d::Store>(c10::make_intrusive<c10d::TCPStore>(o.master_addr, so)); });
 }
 
@@ -147,8 +136,8 @@ class StoreCommunicator final : public Communicator {
     // messages of call - 2 are read everywhere and can go.
     if (rank() == 0 && call > 2)
       for (int r = 0; r < world_size(); ++r) store_->deleteKey(key(call - 2, r));
-    return guarded(fmt::format("rank {}: collective {} did not complete within {} s (did another rank fail?)", rank(),
-                               call, options().timeout_s),
+    return translate_errors(fmt::format("rank {}: collective {} did not complete within {} s (did another rank fail?)", rank(),
+                               call, options().timeout_s).c_str(),
                    [&] {
                      store_->set(key(call, rank()), mine);
                      std::vector<std::string> keys;
@@ -176,7 +165,7 @@ class NcclCommunicator final : public Communicator {
     store_ = std::make_unique<StoreHandle>(o);
     auto pg_options = c10d::ProcessGroupNCCL::Options::create();
     pg_options->timeout = timeout_of(o);
-    pg_ = guarded(fmt::format("rank {}: could not create the NCCL process group", o.rank), [&] {
+    pg_ = translate_errors(fmt::format("rank {}: could not create the NCCL process group", o.rank).c_str(), [&] {
       return c10::make_intrusive<c10d::ProcessGroupNCCL>(store_->get(), o.rank, o.world_size, pg_options);
     });
   }
@@ -220,7 +209,7 @@ class NcclCommunicator final : public Communicator {
 
   template <typename F>
   void run(const char* what, F&& f) {
-    guarded(fmt::format("rank {}: NCCL {} failed", rank(), what), [&] {
+    translate_errors(fmt::format("rank {}: NCCL {} failed", rank(), what).c_str(), [&] {
       f()->wait();
       return 0;
     });

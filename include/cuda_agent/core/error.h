@@ -26,6 +26,9 @@ class InternalError : public std::logic_error {
   explicit InternalError(const std::string& what) : std::logic_error(what) {}
 };
 
+// strerror for an errno value, thread-safe ("No such file or directory").
+std::string errno_text(int err);
+
 namespace detail {
 [[noreturn]] void throw_check(const char* file, int line, const std::string& message);
 [[noreturn]] void throw_assert(const char* cond, const char* file, int line,
