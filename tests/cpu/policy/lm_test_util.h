@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/policy/lm.h"
@@ -26,6 +28,16 @@ namespace cuda_agent::testing {
 // The module lies beside the built cuda-agent, not beside the test executable. The models here
 // are tiny: OpenMP's fan-out over two shared cores costs more than it gains (7 s instead of 1 s
 // for the CPU suite on a loaded CI machine), so torch gets one thread unless the caller chose.
+// The message of the Error f throws, or "(no error)".
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 // A loopback port nobody listens on now (for a data-parallel job's rendezvous, which binds it
 // right after; a race with another program is unlikely).
 inline int free_local_port() {

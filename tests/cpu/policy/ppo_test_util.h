@@ -94,4 +94,20 @@ inline std::vector<policy::PpoSample> samples_around(policy::PpoLearner& learner
   return out;
 }
 
+// The token-mean clipped value loss of the learner's current values on `b` against the old
+// values and returns of `batch` (one sample per sequence of b): the torch-free reference of what
+// value_update minimizes.
+inline double reference_value_loss(policy::PpoLearner& learner, const Batch& b,
+                                   const std::vector<policy::PpoSample>& batch) {
+  rl::TokenBatch values, old_values, returns;
+  for (const auto& s : batch) {
+    old_values.push_back(s.old_values);
+    returns.push_back(s.returns);
+  }
+  for (const auto& f : learner.forward(b.tokens, b.masks)) values.push_back(f.values);
+  return rl::ppo_value_loss(values, old_values, returns, as_float(b.masks), learner.options().value_clip,
+                            rl::LossAggregation::kTokenMean)
+      .loss;
+}
+
 }  // namespace cuda_agent::testing

@@ -26,6 +26,7 @@
 using namespace cuda_agent;
 using nlohmann::json;
 using ojson = nlohmann::ordered_json;
+using cuda_agent::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -59,15 +60,6 @@ std::string decoded_text(const policy::Tokenizer& tok, const std::vector<int64_t
   d.push(tok.decode_bytes(ids32, /*skip_special=*/true));
   d.finish();
   return d.text();
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "lm_test_util.h"
 
 using namespace cuda_agent;
+using cuda_agent::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -41,15 +42,6 @@ class LocalPolicyOnLearner : public cuda_agent::testing::TinyChatmlModelSuite {
   }
 
 };
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 }  // namespace
 

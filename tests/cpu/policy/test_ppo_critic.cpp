@@ -208,18 +208,7 @@ TEST(PpoCritic, ValueUpdateTrainsTheCriticTrunkAndFreezesTheActor) {
   const Batch b = fixed_batch(64);
   learner->update(samples_around(*learner, b, 22));  // AdamW moments for both models
   const auto batch = value_samples(samples_around(*learner, b, 23));
-  rl::TokenBatch old_values, returns, masks = as_float(b.masks);
-  for (const auto& s : batch) {
-    old_values.push_back(s.old_values);
-    returns.push_back(s.returns);
-  }
-  auto reference = [&] {
-    rl::TokenBatch values;
-    for (const auto& f : learner->forward(b.tokens, b.masks)) values.push_back(f.values);
-    return rl::ppo_value_loss(values, old_values, returns, masks, learner->options().value_clip,
-                              rl::LossAggregation::kTokenMean)
-        .loss;
-  };
+  auto reference = [&] { return reference_value_loss(*learner, b, batch); };
   const auto probe = test_tokens(16, 64, 95);
   const auto logits_before = learner->policy().logits(probe);
   const Snapshot before = snapshot(*learner);

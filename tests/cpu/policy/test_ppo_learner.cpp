@@ -299,16 +299,7 @@ TEST(PpoStages, ValueUpdateMovesOnlyTheValueHead) {
     s.ref_logprobs.clear();
     batch.push_back(std::move(s));
   }
-  rl::TokenBatch old_values, returns, masks = as_float(b.masks);
-  for (const auto& s : batch) {
-    old_values.push_back(s.old_values);
-    returns.push_back(s.returns);
-  }
-  auto reference = [&] {
-    rl::TokenBatch values;
-    for (const auto& f : learner->policy().forward_for_training(b.tokens, b.masks)) values.push_back(f.values);
-    return rl::ppo_value_loss(values, old_values, returns, masks, ppo.value_clip, rl::LossAggregation::kTokenMean).loss;
-  };
+  auto reference = [&] { return reference_value_loss(*learner, b, batch); };
   const auto probe = test_tokens(16, 64, 96);
   const auto logits_before = learner->policy().logits(probe);
   const auto values_before = learner->policy().forward_for_training({probe}, {})[0].values;
