@@ -248,9 +248,9 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "score the solutions of a split and print the result table");
   std::string split, solutions, gpus = "0", bench_out;
   bool no_resume = false;
-  int workers_per_gpu = 1;
+  int workers_per_gpu = 2;
   const char* workers_help = "worker processes in flight per GPU: 2 starts the next worker's Python while the current "
-                             "one runs (GPU phases and timed runs stay one at a time; docs/benchmarks.md, section 5)";
+                             "one runs (GPU phases and timed runs stay one at a time; 1 runs one evaluation at a time; docs/benchmarks.md, section 5)";
   bench->add_option("--split", split, "split: a folder with split.yaml, a KernelBench folder (level1/...), or rows (.jsonl/.parquet)");
   bench->add_option("--solutions", solutions, "folder of solutions: <id>/model_new.py or <id>.py");
   bench->add_option("--gpus", gpus, "comma-separated GPU indices to spread evaluations over");

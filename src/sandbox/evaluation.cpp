@@ -426,7 +426,10 @@ nlohmann::json baseline_timings(const EvalRequest& req, const nlohmann::json& re
   key.task_sha256 = result["task_sha256"];
   key.gpu_name = result["device"]["name"];
   key.torch_version = result["versions"]["torch"];
-  key.precision = opt.precision;
+  // The baselines run in float32 without TF32 under both loose and strict (the two differ only in
+  // how the candidate is checked), so both share one key, spelled "loose" as in the caches written
+  // before strict became the default; tf32 baselines are other runs.
+  key.precision = opt.precision == "tf32" ? "tf32" : "loose";
   key.timing = {{"warmup_runs", opt.warmup_runs}, {"warmup_ms", opt.warmup_ms}, {"timed_runs", opt.timed_runs},
                 {"flush_l2", opt.flush_l2}, {"compile_mode", opt.compile_mode},
                 {"profile_compile", opt.profile_compile}, {"seed", opt.seed},
@@ -519,8 +522,17 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
     if (on_gpu) {
       progress.enter("cuda_init", result);
       guarded(category::kInfrastructure, "initialising CUDA", [&] {
-        CA_CHECK(torch.attr("cuda").attr("is_available")().cast<bool>(),
-                 "torch sees no CUDA GPU (torch {}); evaluations need one", result["versions"]["torch"].get<std::string>());
+        if (!torch.attr("cuda").attr("is_available")().cast<bool>()) {
+          // The driver's own answer names the cause (no device node, a driver/library mismatch...).
+          std::string driver_says = "cuInit succeeds when called directly";
+          try {
+            driver();
+          } catch (const std::exception& e) {
+            driver_says = e.what();
+          }
+          CA_FAIL("torch sees no CUDA GPU (torch {}); evaluations need one. The driver: {}",
+                  result["versions"]["torch"].get<std::string>(), driver_says);
+        }
         torch.attr("cuda").attr("set_per_process_memory_fraction")(opt.gpu_memory_fraction);
         const bool tf32 = opt.precision == "tf32";
         torch.attr("backends").attr("cuda").attr("matmul").attr("allow_tf32") = tf32;

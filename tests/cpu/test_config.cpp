@@ -234,7 +234,7 @@ TEST(SandboxOptions, DefaultsAndCustomValuesRoundTrip) {
   const SandboxOptions d;
   EXPECT_EQ(d.trials, 5);
   EXPECT_EQ(d.seed, 42);
-  EXPECT_EQ(d.precision, "loose");
+  EXPECT_EQ(d.precision, "strict");
   EXPECT_EQ(d.reward, "milestone");
   EXPECT_DOUBLE_EQ(d.speedup_margin, 0.05);
 

@@ -118,7 +118,7 @@ TEST_F(PythonCpu, CorrectSolutionPassesFiveSeededTrials) {
   EXPECT_EQ(r["mode"], "verify");
   EXPECT_EQ(r["task_id"], "add");
   EXPECT_EQ(r["build_path"], "python");
-  EXPECT_EQ(r["precision"], "loose");
+  EXPECT_EQ(r["precision"], "strict");
   EXPECT_EQ(r["task_sha256"].get<std::string>().size(), 64u);
   EXPECT_EQ(r["versions"]["torch"].get<std::string>().rfind("2.11", 0), 0u) << dump(r["versions"]);
   EXPECT_EQ(r["worker"]["exit_code"], 0);

@@ -20,9 +20,10 @@ struct BenchOptions {
   std::vector<int> gpus = {0};
   // Worker processes in flight per GPU. With 2, the next worker imports torch while the current
   // one compiles and verifies; the workers' GPU locks (EvalRequest::gpu_lock) keep GPU phases one
-  // at a time and keep a starting worker from running beside timed runs. 1 is the measured
-  // default (docs/benchmarks.md, section 5).
-  int workers_per_gpu = 1;
+  // at a time and keep a starting worker from running beside timed runs. 2 is the default: an
+  // A/B run on one H200 gave the same candidate timings as 1 (geomean ratio 0.99) at 1.35x the
+  // evaluations per minute (docs/benchmarks.md, section 5).
+  int workers_per_gpu = 2;
   bool resume = true;                   // skip tasks whose result for the same files exists
   bool interactive_progress = false;    // redraw the progress bar in place (a terminal)
   // kEvaluate scores solutions; kBaselines only times eager and torch.compile per task into

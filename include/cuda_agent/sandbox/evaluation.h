@@ -22,11 +22,11 @@ struct SandboxOptions {
   double atol = 1e-2;
   double rtol = 1e-2;
   // Precision policy, recorded in every result (docs/results.md, "Precision"):
-  //   loose  atol/rtol only (KernelBench's and the CUDA Agent paper's setting);
-  //   strict also the candidate's error against a float64 reference within strict_factor x the
+  //   strict (default) atol/rtol, and the candidate's error against a float64 reference within strict_factor x the
   //          float32 reference's own error (at least strict_floor): TF32/fp16 shortcuts fail;
+  //   loose  atol/rtol only (KernelBench's and the CUDA Agent paper's setting);
   //   tf32   baselines run with TF32 enabled too, compared with atol/rtol.
-  std::string precision = "loose";
+  std::string precision = "strict";
   double strict_factor = 8.0;
   double strict_floor = 1e-5;
   // The Python-level fallback guard around ModelNew.forward during verify: off, warn (record
