@@ -108,27 +108,32 @@ json bench_generation(TorchLanguageModel& m, const json& spec) {
   for (int64_t batch : positive_list(spec, "batches", {1, 16, 64})) {
     std::vector<std::vector<int64_t>> prompts;
     for (int64_t i = 0; i < batch; ++i) prompts.push_back(random_tokens(prompt, m.config().vocab_size, 100 + i));
-    policy::SamplingOptions one, all;
-    one.greedy = all.greedy = true;
-    one.max_new_tokens = 1;
-    all.max_new_tokens = fresh;
-    int64_t produced = 0;
-    m.generate(prompts, all, {});  // warm-up: kernels, allocator, cache sizes
-    const double t_prefill = median_seconds(device, repeats, [&] { m.generate(prompts, one, {}); });
-    const double t_total = median_seconds(device, repeats, [&] {
-      produced = 0;
-      for (const auto& g : m.generate(prompts, all, {})) produced += static_cast<int64_t>(g.tokens.size());
-    });
-    CA_CHECK(produced == batch * fresh, "generation stopped early: {} of {} tokens", produced, batch * fresh);
-    const double decode_s = std::max(t_total - t_prefill, 1e-9);
-    rows.push_back({{"batch", batch},
-                    {"prompt_tokens", prompt},
-                    {"new_tokens", fresh},
-                    {"prefill_seconds", t_prefill},
-                    {"total_seconds", t_total},
-                    {"prefill_tokens_per_s", static_cast<double>(batch * prompt) / t_prefill},
-                    {"decode_tokens_per_s", static_cast<double>(batch * (fresh - 1)) / decode_s},
-                    {"end_to_end_tokens_per_s", static_cast<double>(batch * fresh) / t_total}});
+    // Decoding from CUDA graphs (the default) and, beside it in the same run, without them.
+    json row = {{"batch", batch}, {"prompt_tokens", prompt}, {"new_tokens", fresh}};
+    for (const bool graphs : {true, false}) {
+      policy::SamplingOptions one, all;
+      one.greedy = all.greedy = true;
+      one.max_new_tokens = 1;
+      all.max_new_tokens = fresh;
+      one.cuda_graphs = all.cuda_graphs = graphs;
+      int64_t produced = 0;
+      m.generate(prompts, all, {});  // warm-up: kernels, allocator, cache sizes
+      const double t_prefill = median_seconds(device, repeats, [&] { m.generate(prompts, one, {}); });
+      const double t_total = median_seconds(device, repeats, [&] {
+        produced = 0;
+        for (const auto& g : m.generate(prompts, all, {})) produced += static_cast<int64_t>(g.tokens.size());
+      });
+      CA_CHECK(produced == batch * fresh, "generation stopped early: {} of {} tokens", produced, batch * fresh);
+      const double decode_s = std::max(t_total - t_prefill, 1e-9);
+      json part = {{"prefill_seconds", t_prefill},
+                   {"total_seconds", t_total},
+                   {"prefill_tokens_per_s", static_cast<double>(batch * prompt) / t_prefill},
+                   {"decode_tokens_per_s", static_cast<double>(batch * (fresh - 1)) / decode_s},
+                   {"end_to_end_tokens_per_s", static_cast<double>(batch * fresh) / t_total}};
+      if (graphs) row.update(part);
+      else row["without_cuda_graphs"] = part;
+    }
+    rows.push_back(row);
   }
   return rows;
 }

@@ -1,8 +1,13 @@
 #include "torch_fmt.h"  // first: see there
 #include "generation.h"
 
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <numeric>
 
 #include "cuda_agent/core/error.h"
@@ -31,6 +36,66 @@ std::pair<KvCache, torch::Tensor> prefill(CausalLMImpl& model, const std::vector
 
 // Most prompt tokens one prefill forward takes at once (bounds its activations and logits).
 constexpr int64_t kPrefillTokens = 16384;
+
+// Static decoding attends over the cache in buckets of this many positions: one CUDA graph per
+// bucket in use, each reading only the positions its steps can have filled.
+constexpr int64_t kGraphBucket = 256;
+// Rows x positions above which decoding stays eager (the static cache holds prompt + every new
+// token of every row from the start).
+constexpr int64_t kGraphMaxCacheTokens = 1 << 19;
+
+// The decode steps of one generate() call replayed from CUDA graphs: the whole batch, finished
+// rows included (their tokens are ignored), so that shapes never change. Each bucket's first step
+// runs eagerly on the capture stream (the warm-up capture needs, and a real step), and is then
+// captured; later steps in the bucket replay it. Inputs and outputs live in static tensors.
+class GraphDecoder {
+ public:
+  GraphDecoder(CausalLMImpl& model, KvCache& cache, torch::Tensor valid, torch::Tensor positions, int64_t slot)
+      : model_(model), cache_(cache), valid_(std::move(valid)), positions_(std::move(positions)), next_slot_(slot) {
+    slot_ = torch::full({1}, slot, positions_.options());
+    ids_ = torch::zeros({cache.batch(), 1}, positions_.options());
+  }
+
+  // Logits [B, vocab] float32 for the next token of every row, given each row's last token.
+  // The tensor is overwritten by the next call.
+  torch::Tensor step(const std::vector<int64_t>& tokens) {
+    ids_.copy_(torch::tensor(tokens, torch::kInt64).view({-1, 1}));
+    const int64_t keys = std::min(cache_.capacity(), (next_slot_ / kGraphBucket + 1) * kGraphBucket);
+    ++next_slot_;
+    auto found = graphs_.find(keys);
+    if (found != graphs_.end()) {
+      found->second.graph->replay();
+      return found->second.logits;
+    }
+    auto logits = run(keys);  // eager: this step's real work, and the capture's warm-up
+    // The capture records the same step without running it (the in-place updates of positions,
+    // slot, valid and the cache included); replays run it for the next steps of the bucket.
+    Captured c;
+    c.graph = std::make_unique<at::cuda::CUDAGraph>();
+    c.graph->capture_begin(pool_);
+    c.logits = run(keys);
+    c.graph->capture_end();
+    graphs_.emplace(keys, std::move(c));
+    return logits;
+  }
+
+ private:
+  struct Captured {
+    std::unique_ptr<at::cuda::CUDAGraph> graph;
+    torch::Tensor logits;
+  };
+  torch::Tensor run(int64_t keys) {
+    auto hidden = model_.decode_static(ids_, positions_, cache_, valid_, slot_, keys);
+    return model_.logits(hidden.select(1, 0)).to(torch::kFloat32);
+  }
+
+  CausalLMImpl& model_;
+  KvCache& cache_;
+  torch::Tensor valid_, positions_, slot_, ids_;
+  int64_t next_slot_;
+  at::cuda::MempoolId_t pool_ = at::cuda::graph_pool_handle();
+  std::map<int64_t, Captured> graphs_;
+};
 
 }  // namespace
 
@@ -63,9 +128,14 @@ std::vector<policy::Generation> generate(CausalLMImpl& model, const std::vector<
   std::vector<int64_t> pad(n);
   for (int64_t i = 0; i < n; ++i) pad[i] = longest - static_cast<int64_t>(prompts[i].size());
 
+  // Decode from CUDA graphs where they can run: a CUDA model, RoPE that needs no host reads, and
+  // a static cache (every row's prompt and new tokens) of bounded size.
+  const bool graphs = options.cuda_graphs && device.is_cuda() && model.config().rope_scaling.type != "dynamic" &&
+                      n * (longest + options.max_new_tokens) <= kGraphMaxCacheTokens;
   // Prefill each distinct prompt once, prompts of equal length together in batches of up to
   // kPrefillTokens tokens, and place the rows, left-padded, in the batched cache.
-  KvCache cache = model.new_cache(n, longest + std::min<int64_t>(options.max_new_tokens, 256));
+  KvCache cache = model.new_cache(
+      n, longest + (graphs ? options.max_new_tokens : std::min<int64_t>(options.max_new_tokens, 256)));
   auto logits = torch::empty({n, model.config().vocab_size}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
   std::map<std::vector<int64_t>, std::vector<int64_t>> same;  // distinct prompt -> its rows
   for (int64_t i = 0; i < n; ++i) same[prompts[i]].push_back(i);
@@ -95,16 +165,52 @@ std::vector<policy::Generation> generate(CausalLMImpl& model, const std::vector<
   }
   cache.length = longest;
   auto pad_t = to_device(pad, device);
-  auto valid = torch::arange(longest, pad_t.options()).unsqueeze(0) >= pad_t.unsqueeze(1);  // [n, longest]
+  // [n, longest]; for graphs [n, capacity], the positions to come false until written.
+  auto valid = torch::arange(graphs ? cache.capacity() : longest, pad_t.options()).unsqueeze(0) >= pad_t.unsqueeze(1);
+  if (graphs) valid.narrow(1, longest, cache.capacity() - longest).fill_(false);
   std::vector<int64_t> next_pos(n);
   for (int64_t i = 0; i < n; ++i) next_pos[i] = static_cast<int64_t>(prompts[i].size());
   auto positions = to_device(next_pos, device).unsqueeze(1);
 
-  std::vector<int64_t> rows(n);  // live batch row -> prompt index
-  std::iota(rows.begin(), rows.end(), 0);
   const auto is_stop = [&](int64_t t) {
     return std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), t) != options.stop_token_ids.end();
   };
+  if (graphs) {
+    // Every row stays in the batch until all are done; a finished row's tokens are dropped.
+    // Captures need a stream of their own; it starts after the prefill's work on the current one.
+    c10::cuda::getCurrentCUDAStream(device.index()).synchronize();
+    c10::cuda::CUDAStreamGuard on_side_stream(c10::cuda::getStreamFromPool(false, device.index()));
+    GraphDecoder decoder(model, cache, valid, positions, longest);
+    // The sampler sees the live rows only, in order, as in eager decoding, so that seeded
+    // sampling draws the same numbers for the same rows with and without graphs.
+    std::vector<int64_t> live(n), feed(n, 0);
+    std::iota(live.begin(), live.end(), 0);
+    while (true) {
+      auto picks = sampler.pick(static_cast<int64_t>(live.size()) == n ? logits
+                                                                          : logits.index_select(0, to_device(live, device)));
+      std::vector<int64_t> still;
+      for (size_t j = 0; j < live.size(); ++j) {
+        const int64_t r = live[j];
+        auto& out = results[r];
+        const int64_t token = picks.tokens[j];
+        out.tokens.push_back(token);
+        out.logprobs.push_back(picks.logprobs[j]);
+        const bool go_on = !on_token || on_token(static_cast<size_t>(r), token);
+        if (is_stop(token)) out.finish_reason = "stop";
+        else if (!go_on) out.finish_reason = "callback";
+        else if (static_cast<int64_t>(out.tokens.size()) >= options.max_new_tokens) out.finish_reason = "length";
+        else still.push_back(r);
+        feed[r] = token;
+      }
+      if (still.empty()) break;
+      live = std::move(still);
+      logits = decoder.step(feed);
+    }
+    return results;
+  }
+
+  std::vector<int64_t> rows(n);  // live batch row -> prompt index
+  std::iota(rows.begin(), rows.end(), 0);
   while (true) {
     auto picks = sampler.pick(logits);
     std::vector<int64_t> keep, keep_tokens;

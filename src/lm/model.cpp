@@ -84,7 +84,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerInputs& 
   v = v.transpose(1, 2);
 
   torch::Tensor keys = k, values = v;
-  if (in.cache != nullptr) {
+  if (in.slot.defined()) {  // static decoding: one token, written at a device-held position
+    auto& ck = in.cache->k[layer_];
+    auto& cv = in.cache->v[layer_];
+    ck.index_copy_(2, in.slot, k);
+    cv.index_copy_(2, in.slot, v);
+    keys = ck.narrow(2, 0, in.keys);
+    values = cv.narrow(2, 0, in.keys);
+  } else if (in.cache != nullptr) {
     auto& ck = in.cache->k[layer_];
     auto& cv = in.cache->v[layer_];
     ck.narrow(2, in.past, len).copy_(k);
@@ -203,6 +210,31 @@ torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const torch:
   const bool checkpoint = checkpoint_layers && cache == nullptr && torch::GradMode::is_enabled();
   for (auto& layer : model->layers) h = checkpoint ? checkpointed_layer(*layer, h, in) : layer->forward(h, in);
   if (cache != nullptr) cache->length += len;
+  return model->norm(h);
+}
+
+torch::Tensor CausalLMImpl::decode_static(const torch::Tensor& input_ids, torch::Tensor& positions, KvCache& cache,
+                                          torch::Tensor& valid, torch::Tensor& slot, int64_t keys) {
+  CA_ASSERT(input_ids.dim() == 2 && input_ids.size(1) == 1 && positions.sizes() == input_ids.sizes(),
+            "decode_static takes one token per row ([batch, 1] ids and positions)");
+  CA_ASSERT(config_.rope_scaling.type != "dynamic", "dynamic RoPE reads positions on the host: no static decoding");
+  CA_ASSERT(keys >= 1 && keys <= cache.capacity() && valid.size(1) == cache.capacity(),
+            "decode_static: {} keys for a cache of {} positions", keys, cache.capacity());
+  const int64_t rows = input_ids.size(0);
+  auto h = model->embed_tokens(input_ids);
+  auto [cos, sin] = rope_.cos_sin(positions, h.scalar_type());
+  valid.index_fill_(1, slot, true);
+  const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
+  LayerInputs in;
+  in.cos = cos.unsqueeze(1);
+  in.sin = sin.unsqueeze(1);
+  in.cache = &cache;
+  in.slot = slot;
+  in.keys = keys;
+  in.mask = valid.narrow(1, 0, keys).view({rows, 1, 1, keys}).expand({rows, 1, group, keys});
+  for (auto& layer : model->layers) h = layer->forward(h, in);
+  positions.add_(1);
+  slot.add_(1);
   return model->norm(h);
 }
 

@@ -40,6 +40,11 @@ struct LayerInputs {
   torch::Tensor mask;
   KvCache* cache = nullptr;
   int64_t past = 0;  // cache->length before this call
+  // Static decoding (CausalLMImpl::decode_static, for CUDA graphs): the one new token's keys and
+  // values go to cache position `slot` (int64 [1] on the device) and attention reads cache
+  // positions [0, keys) under `mask`; `past` is unused.
+  torch::Tensor slot;
+  int64_t keys = 0;
 };
 
 // y = x W^T + b, with parameters created uninitialised on the target device and dtype (a
@@ -134,6 +139,14 @@ class CausalLMImpl : public torch::nn::Module {
   // (only when grad mode is on and there is no cache).
   torch::Tensor forward(const torch::Tensor& input_ids, const torch::Tensor& positions, KvCache* cache = nullptr,
                         const torch::Tensor& mask = {}, bool checkpoint_layers = false);
+  // One decode step with fixed shapes and no reads of device values on the host, so that it can
+  // be captured in a CUDA graph and replayed: the token ids [B, 1] at `positions` [B, 1] write
+  // their keys/values at cache position `slot` (int64 [1]), `valid` [B, capacity] (bool) gets
+  // that position set, each row attends to the positions [0, keys) that `valid` allows, and
+  // `positions` and `slot` advance by one. Returns the hidden states [B, 1, hidden] after the
+  // final norm. cache.length is not touched (the caller counts).
+  torch::Tensor decode_static(const torch::Tensor& input_ids, torch::Tensor& positions, KvCache& cache,
+                              torch::Tensor& valid, torch::Tensor& slot, int64_t keys);
   // lm_head (the embedding matrix when tied) on hidden states, in the model's dtype.
   // Requires has_lm_head().
   torch::Tensor logits(const torch::Tensor& hidden);

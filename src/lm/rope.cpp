@@ -97,9 +97,15 @@ torch::Tensor Rope::inv_freq(int64_t seq_len) const {
 }
 
 std::pair<torch::Tensor, torch::Tensor> Rope::cos_sin(const torch::Tensor& positions, torch::ScalarType dtype) const {
-  torch::Tensor inv = inv_freq_;
-  if (config_.rope_scaling.type == "dynamic") inv = inv_freq(positions.max().item<int64_t>() + 1);
-  auto freqs = positions.unsqueeze(-1).to(torch::kFloat32) * inv.to(positions.device());
+  torch::Tensor inv;
+  if (config_.rope_scaling.type == "dynamic") {
+    inv = inv_freq(positions.max().item<int64_t>() + 1).to(positions.device());
+  } else {
+    if (!inv_freq_on_device_.defined() || inv_freq_on_device_.device() != positions.device())
+      inv_freq_on_device_ = inv_freq_.to(positions.device());
+    inv = inv_freq_on_device_;
+  }
+  auto freqs = positions.unsqueeze(-1).to(torch::kFloat32) * inv;
   auto emb = torch::cat({freqs, freqs}, -1);
   auto cos = emb.cos();
   auto sin = emb.sin();

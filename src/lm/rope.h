@@ -30,6 +30,9 @@ class Rope {
  private:
   policy::ModelConfig config_;
   torch::Tensor inv_freq_;  // the static frequencies (all types but a grown dynamic one)
+  // inv_freq_ on the device of the last call's positions, copied once (a copy from host memory
+  // inside a CUDA graph capture is not allowed). One model is used by one thread at a time.
+  mutable torch::Tensor inv_freq_on_device_;
   double attention_scaling_ = 1.0;
 };
 

@@ -45,6 +45,10 @@ struct SamplingOptions {
   std::vector<int64_t> stop_token_ids;
   uint64_t seed = 0;  // same seed, prompts and options: the same tokens
   bool greedy = false;
+  // CUDA only: decode steps replayed from CUDA graphs (one captured step per 256 positions of
+  // the cache), which removes the host's per-operator launch cost. Same tokens as without, up to
+  // float rounding in attention. Off for dynamic RoPE and very large batch x length.
+  bool cuda_graphs = true;
 };
 
 struct Generation {
@@ -126,7 +130,7 @@ std::filesystem::path language_model_module_path();
 // Raised whenever the layout of these types or the entry points change (ppo_learner.h's
 // PpoOptions and PpoLearner included), so a stale module is refused with a clear message instead
 // of crashing. 3: PpoOptions::critic, PpoLearner::forward / save_state / load_state.
-inline constexpr int kLmModuleAbi = 4;
+inline constexpr int kLmModuleAbi = 5;
 
 struct LmCreateRequest {
   int abi = kLmModuleAbi;
