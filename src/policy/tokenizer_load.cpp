@@ -1,5 +1,6 @@
-// Loading a byte-level BPE tokenizer from a Hugging Face tokenizer.json or from GGUF metadata.
-// Every option either maps onto what tokenizer.cpp implements or is refused by name.
+// Loading a byte-level BPE tokenizer from a Hugging Face tokenizer.json or from GGUF metadata,
+// and saving one as tokenizer.json. Every option either maps onto what tokenizer.cpp implements
+// or is refused by name.
 #include <filesystem>
 
 #include "cuda_agent/core/error.h"
@@ -295,6 +296,83 @@ Tokenizer Tokenizer::from_gguf_metadata(const nlohmann::json& md, const std::str
   t->chat_template = md.value("tokenizer.chat_template", std::string());
   t->finalize();
   return Tokenizer(std::move(t));
+}
+
+namespace {
+
+json pre_tokenizer_json(const PreTokenizerStep& step) {
+  switch (step.kind) {
+    case PreTokenizerStep::Kind::kByteLevel:
+      return {{"type", "ByteLevel"}, {"add_prefix_space", step.add_prefix_space}, {"trim_offsets", true},
+              {"use_regex", step.use_regex}};
+    case PreTokenizerStep::Kind::kDigits:
+      return {{"type", "Digits"}, {"individual_digits", step.individual_digits}};
+    case PreTokenizerStep::Kind::kSplit:
+      return {{"type", "Split"}, {"pattern", {{"Regex", split_pattern_regex(step.pattern)}}},
+              {"behavior", "Isolated"}, {"invert", false}};
+  }
+  CA_FAIL("unknown pre-tokenizer step");
+}
+
+}  // namespace
+
+void Tokenizer::save_hf(const std::filesystem::path& dir) const {
+  const Impl& t = *impl_;
+  json vocab = json::object();
+  for (const auto& [text, id] : t.vocab) vocab[text] = id;
+  json merges = json::array();
+  for (const auto& [left, right] : t.merges) merges.push_back(json::array({left, right}));
+  json added = json::array();
+  for (const AddedToken& a : t.added)
+    added.push_back({{"id", a.id}, {"content", a.content}, {"single_word", false}, {"lstrip", false},
+                     {"rstrip", false}, {"normalized", a.normalized}, {"special", a.special}});
+  json steps = json::array();
+  for (const PreTokenizerStep& step : t.steps) steps.push_back(pre_tokenizer_json(step));
+  const auto text_of = [&](int32_t id) { return id >= 0 ? json(token_text(id)) : json(); };
+  json post = json();  // BOS before each sequence, as TemplateProcessing says it
+  if (t.add_bos && t.bos >= 0) {
+    const std::string bos = token_text(t.bos);
+    post = {{"type", "TemplateProcessing"},
+            {"single", json::array({{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
+                                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+            {"pair", json::array({{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
+                                  {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+                                  {{"SpecialToken", {{"id", bos}, {"type_id", 1}}}},
+                                  {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}})},
+            {"special_tokens", {{bos, {{"id", bos}, {"ids", json::array({t.bos})}, {"tokens", json::array({bos})}}}}}};
+  }
+  const json tokenizer = {
+      {"version", "1.0"},
+      {"truncation", nullptr},
+      {"padding", nullptr},
+      {"added_tokens", added},
+      {"normalizer", t.normalizer == Normalizer::kNfc ? json{{"type", "NFC"}} : json()},
+      {"pre_tokenizer", steps.size() == 1 ? steps[0] : json{{"type", "Sequence"}, {"pretokenizers", steps}}},
+      {"post_processor", post},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", t.unk_token.empty() ? json() : json(t.unk_token)},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", t.fuse_unk},
+        {"byte_fallback", false},
+        {"ignore_merges", t.ignore_merges},
+        {"vocab", vocab},
+        {"merges", merges}}}};
+  json config = {{"tokenizer_class", "PreTrainedTokenizerFast"},
+                 {"bos_token", text_of(t.bos)},
+                 {"eos_token", text_of(t.eos)},
+                 {"pad_token", text_of(t.pad)},
+                 {"add_bos_token", t.add_bos},
+                 {"clean_up_tokenization_spaces", false}};
+  if (!t.chat_template.empty()) config["chat_template"] = t.chat_template;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  CA_CHECK(!ec, "cannot create the tokenizer folder {}: {}", dir.string(), ec.message());
+  write_file_atomic(dir / "tokenizer.json", tokenizer.dump(2));
+  write_file_atomic(dir / "tokenizer_config.json", config.dump(2));
 }
 
 }  // namespace cuda_agent::policy

@@ -11,6 +11,8 @@
 #include "cuda_agent/bench/svg_plot.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/policy/tokenizer.h"
+#include "cuda_agent/policy/weights.h"
 
 namespace fs = std::filesystem;
 
@@ -284,6 +286,17 @@ CheckpointInfo find_checkpoint(const fs::path& path) {
            "(no {}/{}); pass run.output_dir of a training run that wrote one, or a checkpoints/step-NNNNNN folder",
            path.string(), kState, kCheckpoints, kLatest);
   return info;
+}
+
+void write_actor_tokenizer_files(const fs::path& actor, const fs::path& to) {
+  if (!fs::is_directory(actor)) {
+    policy::Tokenizer::from_gguf_metadata(policy::open_gguf(actor)->metadata(), actor.string()).save_hf(to);
+    return;
+  }
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+                           "vocab.json", "merges.txt", "chat_template.jinja"}) {
+    if (fs::is_regular_file(actor / name)) fs::copy_file(actor / name, to / name, fs::copy_options::overwrite_existing);
+  }
 }
 
 std::string checkpoint_policy_spec(const fs::path& path, const std::string& device, const std::string& overrides) {

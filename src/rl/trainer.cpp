@@ -40,15 +40,6 @@ const std::vector<std::string> kResumeMayChange = {
     "run.output_dir",        "ppo.steps",         "stages.warmup.steps",           "stages.value_pretrain.steps",
     "stages.warmup.enabled", "stages.rft.enabled", "stages.value_pretrain.enabled", "ppo.enabled"};
 
-// The files beside a Hugging Face actor that make a checkpoint's actor/ folder loadable on its own.
-void copy_tokenizer_files(const fs::path& actor, const fs::path& to) {
-  if (!fs::is_directory(actor)) return;
-  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-                           "vocab.json", "merges.txt"}) {
-    if (fs::is_regular_file(actor / name)) fs::copy_file(actor / name, to / name, fs::copy_options::overwrite_existing);
-  }
-}
-
 void checkpoint(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
   const json state = {{"stage", stage.name}, {"step_in_stage", step_in_stage}, {"global_step", step},
                       {"cursor", ctx.cursor.state()}, {"config", ctx.config}};
@@ -56,7 +47,7 @@ void checkpoint(RunContext& ctx, const Stage& stage, int64_t step, int step_in_s
       ctx.run_dir, step, state,
       [&](const fs::path& dir) {
         ctx.learner->policy().save_hf(dir / "actor");
-        copy_tokenizer_files(ctx.actor, dir / "actor");
+        write_actor_tokenizer_files(ctx.actor, dir / "actor");
         ctx.learner->save_state(dir);  // critic/ (when separate), optimizer moments, shuffle generator
       },
       ctx.config["checkpoint"]["keep_last"].get<int>());

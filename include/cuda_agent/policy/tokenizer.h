@@ -128,6 +128,13 @@ class Tokenizer {
   // pre-tokenizer Digits(individual) > ByteLevel(regex)".
   std::string describe() const;
 
+  // Writes `dir`/tokenizer.json and `dir`/tokenizer_config.json (bos/eos/pad tokens,
+  // add_bos_token, chat_template) as Hugging Face lays them out, so that from_tokenizer_json and
+  // the `tokenizers` / `transformers` packages read back the same tokenizer: how a model loaded
+  // from GGUF gets a tokenizer in a Hugging Face folder (a training checkpoint's actor/).
+  // Creates `dir`; overwrites both files. Throws Error when they cannot be written.
+  void save_hf(const std::filesystem::path& dir) const;
+
   struct Impl;
 
  private:

@@ -91,6 +91,12 @@ CheckpointInfo latest_checkpoint(const std::filesystem::path& run_dir);
 // Throws Error naming the path when it is neither.
 CheckpointInfo find_checkpoint(const std::filesystem::path& path);
 
+// Writes into `to` (a checkpoint's actor/ folder, beside the saved weights) what makes it a
+// model folder of its own: the tokenizer files beside a Hugging Face `actor` (tokenizer.json,
+// tokenizer_config.json, chat_template.jinja, ...), or for a GGUF `actor` its tokenizer and chat
+// template as tokenizer.json and tokenizer_config.json (policy::Tokenizer::save_hf).
+void write_actor_tokenizer_files(const std::filesystem::path& actor, const std::filesystem::path& to);
+
 // `cuda-agent eval --checkpoint`: the local policy spec (policy/local_policy.h) over the actor of
 // the checkpoint find_checkpoint(path) names, sampling as the run's rollouts did (rollout.temperature,
 // rollout.top_p, rollout.max_new_tokens and model.dtype of its saved config; float16 loads as

@@ -11,6 +11,7 @@
 #include "cuda_agent/agent/eval_runner.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/policy/chat_session.h"
 #include "cuda_agent/policy/local_policy.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
@@ -124,6 +125,37 @@ TEST_F(EvalCheckpoint, EvalRunsTheCheckpointsActorOverASplit) {
   EXPECT_NE(first["policy"].get<std::string>().find((run / "checkpoints" / "step-000003" / "actor").string()),
             std::string::npos)
       << first.dump();
+}
+
+// A run whose actor is a GGUF file (configs/quickstart.yaml's SmolLM2): the checkpoint's actor/
+// holds the weights as save_hf writes them and the tokenizer the trainer writes beside them, and
+// that folder chats exactly like the GGUF it came from.
+TEST(EvalCheckpointGguf, ActorFolderOfAGgufRunChatsLikeTheGguf) {
+  const char* env = std::getenv("CUDA_AGENT_SMOLLM2_GGUF");
+  if (!env || !*env || !fs::exists(env))
+    GTEST_SKIP() << "CUDA_AGENT_SMOLLM2_GGUF does not name SmolLM2-135M-Instruct.Q4_1.gguf (scripts/test.sh sets it)";
+  cuda_agent::testing::use_built_lm_module();
+  const fs::path gguf = env;
+  TempDir dir("ca-eval-ckpt-gguf-");
+  const fs::path actor = dir.path() / "actor";
+  policy::load_language_model(gguf, policy::LmOptions{})->save_hf(actor);
+  rl::write_actor_tokenizer_files(gguf, actor);
+  EXPECT_TRUE(fs::is_regular_file(actor / "tokenizer.json"));
+  EXPECT_TRUE(fs::is_regular_file(actor / "tokenizer_config.json"));
+
+  policy::ChatRequestOptions o;
+  o.sampling.greedy = true;
+  o.sampling.max_new_tokens = 12;
+  const json messages = json::array({{{"role", "user"}, {"content", "What is the capital of France?"}}});
+  const auto reply = [&](const fs::path& model) {
+    auto session = policy::ChatSession::open(model, policy::LmOptions{});
+    return session->chat(nlohmann::ordered_json(messages), nlohmann::ordered_json(), o);
+  };
+  const policy::ChatReply from_gguf = reply(gguf), from_folder = reply(actor);
+  EXPECT_EQ(from_folder.text, from_gguf.text);
+  EXPECT_EQ(from_folder.completion_token_ids, from_gguf.completion_token_ids);
+  EXPECT_EQ(from_folder.prompt_token_ids, from_gguf.prompt_token_ids);
+  EXPECT_NE(from_gguf.text.find("Paris"), std::string::npos) << from_gguf.text;
 }
 
 TEST(EvalPlacement, LocalPoliciesOnCudaGoToTheWorkersGpu) {

@@ -255,6 +255,61 @@ TEST(TokenizerSmolLM2, FromGgufMetadata) {
   }
 }
 
+// save_hf writes a tokenizer.json that from_tokenizer_json reads back as the same tokenizer, for
+// every configuration the oracle trained (each pre-tokenizer, NFC, added tokens, ignore_merges).
+TEST(TokenizerOracle, SavedTokenizerJsonReadsBackTheSame) {
+  CA_REQUIRE_ORACLE();
+  for (const char* name : {"gpt2", "gpt2_prefix", "llama3", "qwen2", "digits", "digit_runs"}) {
+    SCOPED_TRACE(name);
+    const Tokenizer tok = Tokenizer::from_tokenizer_json((*oracle_case(name))["path"].get<std::string>());
+    TempDir dir("ca-tokenizer-saved-");
+    tok.save_hf(dir.path());
+    const Tokenizer back = Tokenizer::from_tokenizer_json(dir.path() / "tokenizer.json");
+    EXPECT_EQ(back.describe(), tok.describe());
+    EXPECT_EQ(back.bos_id(), tok.bos_id());
+    EXPECT_EQ(back.add_bos(), tok.add_bos());
+    expect_matches_oracle(back, name);
+  }
+}
+
+// A GGUF's tokenizer saved as tokenizer.json (what a training checkpoint of a GGUF actor holds):
+// read back by us, it is the same tokenizer with the same special tokens and chat template; read
+// by the `tokenizers` package, it gives the published tokenizer's ids on every oracle string.
+TEST(TokenizerSmolLM2, GgufTokenizerSavedAsTokenizerJson) {
+  CA_REQUIRE_SMOLLM2();
+  const Tokenizer tok = Tokenizer::from_gguf_metadata(open_gguf(smollm2_gguf())->metadata(), smollm2_gguf().string());
+  TempDir dir("ca-tokenizer-saved-");
+  tok.save_hf(dir.path());
+  const Tokenizer back = Tokenizer::from_tokenizer_json(dir.path() / "tokenizer.json");
+  EXPECT_EQ(back.describe(), tok.describe());
+  EXPECT_EQ(back.bos_id(), 1);
+  EXPECT_EQ(back.eos_id(), 2);
+  EXPECT_EQ(back.pad_id(), 2);
+  EXPECT_FALSE(back.add_bos());
+  EXPECT_EQ(back.chat_template(), tok.chat_template());
+  expect_matches_oracle(back, "smollm2");
+
+  SubprocessOptions opt;
+  opt.argv = {sandbox::python_executable(), "-c",
+              "import json, sys\n"
+              "from tokenizers import Tokenizer\n"
+              "t = Tokenizer.from_file(sys.argv[1])\n"
+              "strings = json.load(open(sys.argv[2]))\n"
+              "json.dump([t.encode(s).ids for s in strings], open(sys.argv[3], 'w'))\n",
+              (dir.path() / "tokenizer.json").string(), (oracle().dir.path() / "strings.json").string(),
+              (dir.path() / "ids.json").string()};
+  opt.stdout_path = opt.stderr_path = (dir.path() / "python.log").string();
+  opt.timeout_s = 300;
+  const SubprocessResult r = run_subprocess(opt);
+  ASSERT_TRUE(r.ok()) << r.describe() << ":\n" << read_file(dir.path() / "python.log");
+  const json ids = json::parse(read_file(dir.path() / "ids.json"));
+  const json& want = (*oracle_case("smollm2"))["ids"];
+  ASSERT_EQ(ids.size(), want.size());
+  int mismatches = 0;
+  for (size_t i = 0; i < ids.size(); ++i) mismatches += ids[i] != want[i];
+  EXPECT_EQ(mismatches, 0) << "of " << ids.size() << " strings: the tokenizers package reads the saved file differently";
+}
+
 // --- without the oracle: loading errors, hand-made vocabularies --------------------------------
 
 // A tiny byte-level tokenizer.json: the 256 byte symbols, merges `merges`, and the pre-tokenizer,
