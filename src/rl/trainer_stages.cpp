@@ -89,7 +89,24 @@ struct Sampling {
   json task_ids = json::array();
   int64_t failed = 0, passed = 0, faster = 0;
   double reward_sum = 0, seconds = 0;
+  // Parts of `seconds` from the trajectories: the policy's replies and the tools' calls (Bash,
+  // verify.sh, profile.sh: sandbox evaluations among them); the rest is setup and the final score.
+  double generation_seconds = 0, tool_seconds = 0;
+  int64_t generated_tokens = 0;
 };
+
+// Adds an episode's generation and tool times and generated tokens (trajectory events) to `s`.
+void add_episode_times(const json& events, Sampling& s) {
+  for (const json& e : events) {
+    const std::string type = e.value("type", "");
+    if (type == "assistant") {
+      s.generation_seconds += e.value("generation_s", 0.0);
+      s.generated_tokens += e.value("completion_tokens", int64_t{0});
+    } else if (type == "observation") {
+      s.tool_seconds += e.value("tool_s", 0.0);
+    }
+  }
+}
 
 // rollout.episodes_per_task episodes of each task in `picks`, each in folder/<task>-eE/ and seeded
 // with episode_seed(run.seed, step, task index, E). A task drawn twice numbers its episodes on, so
@@ -118,6 +135,7 @@ Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, cons
         ++s.failed;
         continue;
       }
+      add_episode_times(result.trajectory, s);
       s.reward_sum += result.reward;
       if (result.score.is_object() && result.score.value("correct", json()) == json(true)) ++s.passed;
       if (milestone && result.reward >= 3.0) ++s.faster;
@@ -133,12 +151,18 @@ Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, cons
 void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record) {
   const std::vector<double> g = ctx.sum({static_cast<double>(s.results.size()), static_cast<double>(s.failed),
                                          static_cast<double>(s.passed), static_cast<double>(s.faster), s.reward_sum,
-                                         s.seconds});
+                                         s.seconds, s.generation_seconds, s.tool_seconds,
+                                         static_cast<double>(s.generated_tokens)});
   const auto completed = static_cast<int64_t>(g[0]);
   record["tasks"] = s.task_ids;
   record["episodes"] = completed;
   record["episodes_failed"] = static_cast<int64_t>(g[1]);
   record["episode_seconds"] = g[5];
+  record["generation_seconds"] = g[6];
+  record["tool_seconds"] = g[7];
+  record["scoring_seconds"] = std::max(0.0, g[5] - g[6] - g[7]);
+  record["generated_tokens"] = static_cast<int64_t>(g[8]);
+  if (g[6] > 0) record["generation_tokens_per_s"] = g[8] / g[6];
   if (completed == 0) return;
   record["reward_mean"] = g[4] / g[0];
   record["pass_rate"] = g[2] / g[0];
@@ -263,6 +287,7 @@ json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in
     record["grad_norm_critic"] = s.grad_norm_critic;
     record["policy_tokens"] = s.tokens;
     record["update_seconds"] = seconds_since(t_update);
+    record["training_tokens_per_s"] = record["tokens"].get<double>() / record["update_seconds"].get<double>();
   }
   record["step_seconds"] = seconds_since(t_step);
   return record;
