@@ -318,9 +318,23 @@ void confine_this_process(const ConfinementPlan& plan) {
             e.what());
   }
 
-  // 1. Every mount read-only.
-  for (const MountPoint& m : mount_points())
-    if (m.fstype != "autofs") remount(m.path, /*read_only=*/true);
+  // 1. Every mount read-only, but /proc: the CUDA driver does not initialise on a read-only /proc
+  // (cuInit: "OS call failed", seen on the H200 host). Its parts that reach beyond this process
+  // (kernel settings, sysrq, IRQs, buses, file systems) are made read-only instead, as container
+  // runtimes do; what stays writable is this process's own files.
+  std::vector<std::string> procs;
+  for (const MountPoint& m : mount_points()) {
+    if (m.fstype == "autofs") continue;
+    if (m.fstype == "proc") procs.push_back(m.path);
+    else remount(m.path, /*read_only=*/true);
+  }
+  for (const std::string& proc : procs)
+    for (const char* part : {"sys", "sysrq-trigger", "irq", "bus", "fs"}) {
+      const std::string path = proc + "/" + part;
+      if (::access(path.c_str(), F_OK) != 0) continue;
+      bind(path, path, path);
+      remount(path, /*read_only=*/true);
+    }
   struct statvfs root{};
   CA_ASSERT(::statvfs("/", &root) == 0 && (root.f_flag & ST_RDONLY), "/ is still writable after the remounts");
 

@@ -255,6 +255,27 @@ TEST_F(Confine, TheSolutionCannotEscapeTheMounts) {
       << "the escapes themselves are broken, so the confined run proves nothing";
 }
 
+// /proc stays writable for the process's own files (the CUDA driver needs it), while the kernel's
+// settings under it are read-only: a write of /proc/sys fails with EROFS, as root too.
+TEST_F(Confine, KernelSettingsUnderProcAreReadOnly) {
+  const std::string prelude =
+      "import errno\n"
+      "for setting in ('/proc/sys/kernel/hostname', '/proc/sys/vm/drop_caches'):\n"
+      "    try:\n"
+      "        with open(setting, 'w') as f:\n"
+      "            f.write(open(setting).read() if setting.endswith('hostname') else '0')\n"
+      "    except OSError as e:\n"
+      "        if e.errno != errno.EROFS:\n"
+      "            raise RuntimeError('%s: %s, not EROFS' % (setting, e))\n"
+      "    else:\n"
+      "        raise RuntimeError('wrote the kernel setting ' + setting)\n"
+      "with open('/proc/self/comm', 'w') as f:\n"
+      "    f.write('confined')\n";
+  auto r = verify(prelude, "auto");
+  expect_confined(r);
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+}
+
 // A confinement failure before the solution ran is retried unconfined; nothing the solution does
 // later may look like one. This solution forges the report line on every descriptor it can
 // reach, rewrites the phase file to cuda_init and crashes.
