@@ -72,7 +72,9 @@ class GraphDecoder {
     // slot, valid and the cache included); replays run it for the next steps of the bucket.
     Captured c;
     c.graph = std::make_unique<at::cuda::CUDAGraph>();
-    c.graph->capture_begin(pool_);
+    // Thread-local capture: other threads (eval runs one episode per GPU in threads of one
+    // process) keep loading models and allocating while this one captures.
+    c.graph->capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
     c.logits = run(keys);
     c.graph->capture_end();
     graphs_.emplace(keys, std::move(c));
