@@ -5,6 +5,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
 
 #include "../../cpu/policy/lm_test_util.h"
 #include "../gpu_test_util.h"
@@ -94,6 +98,46 @@ TEST(LmGpu, CudaGraphDecodingMatchesEagerDecoding) {
     eager.top_k = graphs.top_k = 20;
     compare("seeded sampling, top-k 20, a stop token");
   }
+}
+
+// Two threads of one process decode from CUDA graphs at once while a third builds models, as
+// `cuda-agent eval` runs one episode per GPU in threads: a capture must not make the other
+// threads' CUDA calls fail (it did in global capture mode), and each thread's tokens are what
+// it gets alone.
+TEST(LmGpu, CudaGraphDecodingInThreadsBesideModelLoads) {
+  CA_REQUIRE_GPU();
+  use_built_lm_module();
+  const auto config = tiny_models()[0].config;
+  auto a = policy::random_language_model(config, test_options("cuda"));
+  auto b = policy::random_language_model(config, test_options("cuda"));
+  const auto tokens = test_tokens(40, 256);
+  const std::vector<std::vector<int64_t>> prompts = {{tokens.begin(), tokens.begin() + 7},
+                                                     {tokens.begin() + 7, tokens.begin() + 30}};
+  const auto alone_a = a->generate(prompts, greedy(400)), alone_b = b->generate({prompts[1]}, greedy(400));
+  std::vector<policy::Generation> got_a, got_b;
+  std::string errors;
+  std::mutex m;
+  const auto guarded = [&](const std::function<void()>& f) {
+    return [&, f] {
+      try {
+        f();
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lock(m);
+        errors += std::string(e.what()) + "\n";
+      }
+    };
+  };
+  std::thread ta(guarded([&] { got_a = a->generate(prompts, greedy(400)); }));
+  std::thread tb(guarded([&] { got_b = b->generate({prompts[1]}, greedy(400)); }));
+  std::thread loads(guarded([&] {
+    for (int i = 0; i < 5; ++i) policy::random_language_model(config, test_options("cuda"))->logits(tokens);
+  }));
+  ta.join();
+  tb.join();
+  loads.join();
+  ASSERT_TRUE(errors.empty()) << errors;
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got_a[i].tokens, alone_a[i].tokens) << "row " << i;
+  EXPECT_EQ(got_b[0].tokens, alone_b[0].tokens);
 }
 
 TEST(LmGpu, Bfloat16RunsAndRoundTrips) {
