@@ -307,7 +307,7 @@ int main(int argc, char** argv) {
   add_common(eval, flags);
 
   CLI::App* train = app.add_subcommand(
-      "train", "run (or resume) the RL training recipe of a config: single-turn warm-up and agentic PPO (docs/training.md)");
+      "train", "run (or resume) the RL training recipe of a config: single-turn warm-up, RFT, value pretraining and agentic PPO (docs/training.md)");
   bool train_resume = false;
   train->add_option("--config", flags.config, "training config YAML (configs/paper.yaml lists every key)")->required();
   train->add_option("--set", flags.sets, "override one key, e.g. --set ppo.steps=10 (repeatable)");
