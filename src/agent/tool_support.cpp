@@ -234,19 +234,52 @@ bool bwrap_usable() {
   return usable;
 }
 
+// Whether `cuda-agent confined-exec` (the binary's own namespaces, no installs) works here.
+bool namespaces_usable() {
+  static const bool usable = [] {
+    SubprocessOptions probe;
+    probe.argv = {self_executable(), "confined-exec", "true"};
+    probe.timeout_s = 10;
+    try {
+      const SubprocessResult r = run_subprocess(probe);
+      return !r.timed_out && r.exit_code == 0;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }();
+  return usable;
+}
+
 std::vector<std::string> shell_argv(const ToolContext& context, const std::string& command) {
   const std::string& mode = context.options.confine;
-  CA_CHECK(mode == "auto" || mode == "bwrap" || mode == "off", "tool option confine '{}' is unknown: use auto, bwrap or off",
-           mode);
-  if (mode == "off" || (mode == "auto" && !bwrap_usable())) return {"bash", "-c", command};
-  CA_CHECK(bwrap_usable(), "Bash is configured to run confined (confine: bwrap) but bubblewrap cannot run here: "
-                           "install the bubblewrap package, or set confine to auto or off");
+  CA_CHECK(mode == "auto" || mode == "bwrap" || mode == "namespaces" || mode == "off",
+           "tool option confine '{}' is unknown: use auto, bwrap, namespaces or off", mode);
+  const bool bwrap = mode == "bwrap" || (mode == "auto" && bwrap_usable());
+  const bool namespaces = !bwrap && (mode == "namespaces" || (mode == "auto" && namespaces_usable()));
+  if (!bwrap && !namespaces) return {"bash", "-c", command};
+  if (bwrap)
+    CA_CHECK(bwrap_usable(), "Bash is configured to run confined (confine: bwrap) but bubblewrap cannot run here: "
+                             "install the bubblewrap package, or set confine to auto, namespaces or off");
+  else
+    CA_CHECK(namespaces_usable(), "Bash is configured to run confined (confine: namespaces) but `{} confined-exec` "
+                                  "cannot create user namespaces here: set confine to auto, bwrap or off",
+             self_executable());
   const std::string root = context.workspace->root().string();
   auto env = context.shell_env.find("CUDA_AGENT_CACHE_DIR");
   const std::string cache = env != context.shell_env.end() && !env->second.empty()
                                 ? env->second
                                 : sandbox::SandboxOptions{}.resolved_cache_dir();
   std::error_code ec;
+  if (namespaces) {
+    // The same file tree as under bubblewrap, from the binary's own confinement.
+    std::vector<std::string> argv = {self_executable(), "confined-exec", "--writable", root};
+    std::filesystem::create_directories(cache, ec);
+    if (!ec) argv.insert(argv.end(), {"--writable", cache});
+    for (const auto& locked : context.workspace->locked_files())
+      if (std::filesystem::exists(locked, ec)) argv.insert(argv.end(), {"--read-only", locked.string()});
+    argv.insert(argv.end(), {"bash", "-c", command});
+    return argv;
+  }
   // Order matters: a private /tmp first, then what the host's /tmp holds, read-only (the binary,
   // its Python or the workspace may live there), then the writable workspace and cache on top.
   std::vector<std::string> argv = {"bwrap",  "--ro-bind", "/",    "/",      "--dev-bind", "/dev", "/dev",

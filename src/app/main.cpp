@@ -15,6 +15,7 @@
 #include "cuda_agent/bench/compare.h"
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/config.h"
+#include "cuda_agent/core/confinement.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/log.h"
@@ -40,6 +41,7 @@ namespace {
 // errors exit with CLI11's own codes (non-zero). bench exits 0 whenever it produced a report.
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
+
 
 struct CommonFlags {
   std::string config;
@@ -362,10 +364,26 @@ int main(int argc, char** argv) {
   worker->add_option("--request", request_path)->required();
   worker->add_option("--result", result_path)->required();
 
+  // The agent's Bash under `confine: namespaces` (agent/tool_support.cpp): confine this fresh,
+  // single-threaded process, then exec the command.
+  CLI::App* confined = app.add_subcommand("confined-exec", "(internal) run a command confined: the agent's Bash");
+  confined->group("");
+  std::vector<std::string> confined_writable, confined_read_only;
+  confined->add_option("--writable", confined_writable)->allow_extra_args(false);  // one path each, repeatable
+  confined->add_option("--read-only", confined_read_only)->allow_extra_args(false);
+  confined->prefix_command();  // the first word that is not an option starts the command
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  }
+  if (confined->parsed()) {
+    ConfinementPlan plan;
+    plan.writable = confined_writable;
+    plan.read_only = confined_read_only;
+    plan.private_dirs = {"/tmp"};
+    return exec_confined(plan, confined->remaining(), {{"TRITON_CACHE_DIR", "/tmp/triton-cache"}});
   }
 
   try {

@@ -15,6 +15,7 @@
 #include <cctype>
 #include <cerrno>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -280,9 +281,10 @@ void confine_this_process(const ConfinementPlan& plan) {
     CA_CHECK(!ec, "cannot confine: the {} {} cannot be resolved: {}", what, path, ec.message());
     return p.string();
   };
-  std::vector<std::string> writable, private_dirs;
+  std::vector<std::string> writable, private_dirs, read_only;
   for (const auto& p : plan.writable) writable.push_back(canonical(p, "writable path"));
   for (const auto& p : plan.private_dirs) private_dirs.push_back(canonical(p, "private directory"));
+  for (const auto& p : plan.read_only) read_only.push_back(canonical(p, "read-only path"));
   // Parents first, so that a writable path inside another one is bound on top of it.
   std::sort(writable.begin(), writable.end());
   std::error_code ec;
@@ -381,8 +383,37 @@ void confine_this_process(const ConfinementPlan& plan) {
   writable_fds.clear();
   privates.clear();
 
+  // 5. Read-only paths inside the writable ones.
+  for (const auto& r : read_only) {
+    CA_CHECK(::access(r.c_str(), F_OK) == 0, "cannot confine: the read-only path {} is not visible after the mounts", r);
+    bind(r, r, "the read-only path " + r);
+    remount(r, /*read_only=*/true);
+  }
+
   if (cwd.empty() || ::chdir(cwd.c_str()) != 0) (void)::chdir("/");
   drop_capabilities();
+}
+
+int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& command,
+                  const std::vector<std::pair<std::string, std::string>>& env) {
+  if (command.empty()) {
+    std::fprintf(stderr, "cuda-agent: no command to run confined\n");
+    return 127;
+  }
+  try {
+    confine_this_process(plan);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda-agent: cannot confine the command: %s\n", e.what());
+    return 126;
+  }
+  for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+  std::vector<char*> args;
+  for (const auto& a : command) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execvp(args[0], args.data());
+  const int err = errno;
+  std::fprintf(stderr, "cuda-agent: cannot run %s: %s\n", command[0].c_str(), errno_text(err).c_str());
+  return 127;
 }
 
 }  // namespace cuda_agent

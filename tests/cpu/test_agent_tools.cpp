@@ -613,19 +613,24 @@ TEST_F(AgentTools, NotebookEditReplaceInsertDelete) {
 
 // --- confinement -----------------------------------------------------------------------------
 
-// Bash under bubblewrap: the workspace is writable, locked task files are not (even for root),
-// nothing outside the workspace is, and there is no network.
-class AgentConfinement : public AgentTools {
+// Bash confined, under bubblewrap and under the binary's own namespaces (`confined-exec`): the
+// workspace is writable, locked task files are not (even for root), nothing outside the
+// workspace is, and there is no network.
+class AgentConfinement : public AgentTools, public ::testing::WithParamInterface<std::string> {
  protected:
   void SetUp() override {
-    tool_options_.confine = "bwrap";
+    tool_options_.confine = GetParam();
+    if (GetParam() == "namespaces") setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);  // confined-exec's binary
     AgentTools::SetUp();
   }
 };
 
-TEST_F(AgentConfinement, BashRunsConfinedUnderBubblewrap) {
-  if (std::system("bwrap --ro-bind / / --unshare-net --die-with-parent true > /dev/null 2>&1") != 0)
-    GTEST_SKIP() << "bubblewrap cannot run on this machine (scripts/setup.sh installs it)";
+TEST_P(AgentConfinement, BashRunsConfined) {
+  const std::string probe = GetParam() == "bwrap"
+                                ? "bwrap --ro-bind / / --unshare-net --die-with-parent true"
+                                : std::string(CUDA_AGENT_BINARY) + " confined-exec true";
+  if (std::system((probe + " > /dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << GetParam() << " confinement cannot run on this machine (" << probe << " fails)";
   // A listener on the host's loopback that the confined shell must not reach.
   const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(listener, 0);
@@ -648,8 +653,14 @@ TEST_F(AgentConfinement, BashRunsConfinedUnderBubblewrap) {
   EXPECT_FALSE(fs::exists(elsewhere));
   const std::string net = bash("exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) + " && echo connected || echo refused");
   EXPECT_NE(net.find("refused"), std::string::npos) << net;
+  // Scratch files in the private /tmp work and vanish with the command.
+  EXPECT_NE(bash("echo t > /tmp/ca-scratch && cat /tmp/ca-scratch").find("t"), std::string::npos);
+  EXPECT_FALSE(fs::exists("/tmp/ca-scratch"));
   ::close(listener);
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, AgentConfinement, ::testing::Values("bwrap", "namespaces"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
 }  // namespace cuda_agent::agent

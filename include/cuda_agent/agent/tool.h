@@ -31,10 +31,11 @@ struct ToolOptions {
   // with default_timeout_s <= max_timeout_s.
   double default_timeout_s = 120;
   double max_timeout_s = 600;
-  // Bash's confinement: "auto" runs commands under bubblewrap when it works on this machine
-  // (the file system read-only except the workspace, the evaluation cache and a private /tmp;
-  // locked task files read-only even for root; no network), else unconfined; "bwrap" requires
-  // it (a command fails when bwrap cannot run); "off" never confines.
+  // Bash's confinement (the file system read-only except the workspace, the evaluation cache and
+  // a private /tmp; locked task files read-only even for root; no network): "bwrap" under
+  // bubblewrap, "namespaces" through `cuda-agent confined-exec` (the binary's own namespaces),
+  // each required (a command fails when it cannot run); "auto" the first of the two that works
+  // on this machine, else unconfined; "off" never confines.
   std::string confine = "auto";
 };
 

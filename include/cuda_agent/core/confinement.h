@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cuda_agent {
@@ -24,6 +25,9 @@ struct ConfinementPlan {
   // land in memory and vanish with the process). Writable paths inside them are bound writable
   // on top. Each must exist.
   std::vector<std::string> private_dirs;
+  // Files and directories inside writable paths that are bound read-only on top of them (the
+  // agent's locked task files inside its writable workspace). Each must exist.
+  std::vector<std::string> read_only;
   // Size limit of each tmpfs (the private directories and /dev/shm); 0: the kernel's default
   // (half the RAM).
   uint64_t tmpfs_bytes = 0;
@@ -41,10 +45,11 @@ struct ConfinementPlan {
 //   IPC     private System V IPC objects and POSIX message queues.
 //   mount   every mount read-only (the flags the kernel locks, nosuid, nodev, noexec and the
 //           atime flags, are kept; mounts this process cannot reach are left alone, as they
-//           are unreachable from it too); /dev replaced by a read-only tmpfs holding null,
+//           are unreachable from it too) except /proc, which the CUDA driver needs writable:
+//           there /proc/sys, sysrq-trigger, irq, bus and fs are bound read-only; /dev replaced by a read-only tmpfs holding null,
 //           zero, full, random, urandom, tty, every /dev/nvidia* entry (bound from the host),
-//           a private writable /dev/shm and the fd/stdin/stdout/stderr links; private_dirs and
-//           writable as ConfinementPlan says. The working directory is entered again by its
+//           a private writable /dev/shm and the fd/stdin/stdout/stderr links; private_dirs,
+//           writable and read_only as ConfinementPlan says. The working directory is entered again by its
 //           path.
 // Unix sockets that exist as files (a daemon's socket under /run, say) stay reachable:
 // connecting to one is not a write.
@@ -54,5 +59,12 @@ struct ConfinementPlan {
 // reason; the process is then partly confined (in new namespaces, perhaps with some mounts
 // changed) and should report and exit rather than go on. Not thread-safe.
 void confine_this_process(const ConfinementPlan& plan);
+
+// confine_this_process(plan), then sets `env` and execs `command` (searched in PATH). Returns
+// only on failure: 126 when the process could not be confined, 127 when the command could not
+// be run, each after a line on stderr saying why. For a fresh process (the agent's Bash runs
+// `cuda-agent confined-exec`).
+int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& command,
+                  const std::vector<std::pair<std::string, std::string>>& env = {});
 
 }  // namespace cuda_agent
