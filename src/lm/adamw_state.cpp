@@ -19,14 +19,6 @@ std::string moment_name(const std::string& group, const std::string& param, cons
   return group + "/" + param + "/" + moment;
 }
 
-torch::optim::AdamWParamState* state_of(torch::optim::AdamW& optimizer, const torch::Tensor& param) {
-  auto it = optimizer.state().find(param.unsafeGetTensorImpl());
-  if (it == optimizer.state().end()) return nullptr;
-  auto* state = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get());
-  CA_ASSERT(state != nullptr, "the learner's optimizer holds state that is not AdamW's");
-  return state;
-}
-
 // A saved moment on the parameter's device and dtype: the stored bytes when the type matches,
 // else converted through float32.
 torch::Tensor read_moment(const policy::WeightFile& tensors, const std::string& name, const torch::Tensor& param) {
@@ -48,6 +40,14 @@ torch::Tensor read_moment(const policy::WeightFile& tensors, const std::string& 
 
 }  // namespace
 
+torch::optim::AdamWParamState* adamw_state_of(torch::optim::AdamW& optimizer, const torch::Tensor& param) {
+  auto it = optimizer.state().find(param.unsafeGetTensorImpl());
+  if (it == optimizer.state().end()) return nullptr;
+  auto* state = dynamic_cast<torch::optim::AdamWParamState*>(it->second.get());
+  CA_ASSERT(state != nullptr, "the learner's optimizer holds state that is not AdamW's");
+  return state;
+}
+
 nlohmann::json save_adamw_state(torch::optim::AdamW& optimizer, const std::vector<NamedGroup>& groups,
                                 const fs::path& tensors) {
   nlohmann::json index = nlohmann::json::object();
@@ -56,7 +56,7 @@ nlohmann::json save_adamw_state(torch::optim::AdamW& optimizer, const std::vecto
   for (const auto& group : groups) {
     auto& list = index[group.name] = nlohmann::json::array();
     for (const auto& [name, param] : group.params) {
-      auto* state = state_of(optimizer, param);
+      auto* state = adamw_state_of(optimizer, param);
       list.push_back({{"name", name}, {"shape", param.sizes().vec()}, {"step", state ? state->step() : 0}});
       if (state == nullptr) continue;
       CA_ASSERT(!state->max_exp_avg_sq().defined(), "amsgrad state of {} is not saved", name);

@@ -24,6 +24,10 @@ struct NamedGroup {
   std::vector<std::pair<std::string, torch::Tensor>> params;
 };
 
+// The AdamW state of `param` in `optimizer`, or null when it has none (never stepped, or not
+// one of its parameters).
+torch::optim::AdamWParamState* adamw_state_of(torch::optim::AdamW& optimizer, const torch::Tensor& param);
+
 // Writes exp_avg and exp_avg_sq of every parameter of `groups` that has AdamW state to `tensors`
 // ("<group>/<parameter>/exp_avg", ".../exp_avg_sq", in the parameters' dtype; written to a
 // temporary file and renamed) and returns the index: {"<group>": [{"name", "shape", "step"}, ...]}

@@ -130,18 +130,23 @@ class TorchPpoLearner final : public policy::PpoLearner {
     }
     for (const auto& [name, p] : groups_[kActorGroup].params) actor_params_.push_back(p);
     for (const auto& [name, p] : groups_[kCriticGroup].params) critic_params_.push_back(p);
-    auto group = [&](std::vector<torch::Tensor> params, double lr) {
+    comm_ = make_communicator(options.distributed, m->device());
+    if (options.shard_optimizer_state && distributed()) assign_owners();
+    // The optimizer steps the parameters this process owns: all of them unless sharded.
+    auto group = [&](const std::vector<torch::Tensor>& all, size_t first, double lr) {
+      std::vector<torch::Tensor> params;
+      for (size_t i = 0; i < all.size(); ++i)
+        if (owns(first + i)) params.push_back(all[i]);
       auto o = std::make_unique<torch::optim::AdamWOptions>(lr);
       o->weight_decay(options.weight_decay);
       return torch::optim::OptimizerParamGroup(std::move(params), std::move(o));
     };
     std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.push_back(group(actor_params_, options.actor_lr));
-    groups.push_back(group(critic_params_, options.critic_lr));
+    groups.push_back(group(actor_params_, 0, options.actor_lr));
+    groups.push_back(group(critic_params_, actor_params_.size(), options.critic_lr));
     optimizer_ = std::make_unique<torch::optim::AdamW>(std::move(groups),
                                                        torch::optim::AdamWOptions(options.actor_lr)
                                                            .weight_decay(options.weight_decay));
-    comm_ = make_communicator(options.distributed, m->device());
     if (distributed()) {
       // Every replica starts from rank 0's weights (a value head drawn from the seed is equal
       // anyway; this also covers a rank that loaded other files).
@@ -232,6 +237,16 @@ class TorchPpoLearner final : public policy::PpoLearner {
 
   void save_state(const std::filesystem::path& dir) override {
     translate_errors("PPO learner save_state", [&] {
+      // Rank 0 borrows the other processes' moments for the file, and drops them afterwards.
+      const std::vector<c10::TensorImpl*> borrowed = sharded() ? gather_moments_on_rank0() : std::vector<c10::TensorImpl*>{};
+      struct Drop {
+        torch::optim::AdamW& optimizer;
+        const std::vector<c10::TensorImpl*>& keys;
+        ~Drop() {
+          for (auto* k : keys) optimizer.state().erase(k);
+        }
+      } drop{*optimizer_, borrowed};
+      if (comm_->rank() != 0) return;
       std::error_code ec;
       std::filesystem::create_directories(dir, ec);
       CA_CHECK(!ec, "cannot create the folder {}: {}", dir.string(), ec.message());
@@ -278,8 +293,22 @@ class TorchPpoLearner final : public policy::PpoLearner {
       }
       if (separate()) load_weights_into(*critic_, dir / kCriticFolder);
       restore_adamw_state(*optimizer_, groups_, state.at("optimizer"), *moments);
+      if (sharded())  // keep this process's share only
+        for_each_param([&](size_t i, const torch::Tensor& p) {
+          if (!owns(i)) optimizer_->state().erase(p.unsafeGetTensorImpl());
+        });
       rng_ = generator;
     });
+  }
+
+  int64_t optimizer_state_bytes() override {
+    int64_t bytes = 0;
+    for_each_param([&](size_t, const torch::Tensor& p) {
+      if (auto* state = adamw_state_of(*optimizer_, p))
+        for (const auto& m : {state->exp_avg(), state->exp_avg_sq()})
+          if (m.defined()) bytes += static_cast<int64_t>(m.nbytes());
+    });
+    return bytes;
   }
 
   policy::LanguageModel& policy() override { return *model_; }
@@ -294,6 +323,72 @@ class TorchPpoLearner final : public policy::PpoLearner {
 
   bool separate() const { return !critic_.is_empty(); }
   bool distributed() const { return comm_->world_size() > 1; }
+  bool sharded() const { return !owner_.empty(); }
+  // Parameter i counts the actor's parameters, then the critic's.
+  bool owns(size_t i) const { return !sharded() || owner_[i] == comm_->rank(); }
+  template <class F>
+  void for_each_param(F&& f) const {
+    size_t i = 0;
+    for (const auto* params : {&actor_params_, &critic_params_})
+      for (const auto& p : *params) f(i++, p);
+  }
+
+  // ZeRO stage 1: each parameter to the process with the fewest elements so far, largest first
+  // (ties to the lower index and rank), the same on every process.
+  void assign_owners() {
+    std::vector<std::pair<int64_t, size_t>> sizes;
+    for_each_param([&](size_t i, const torch::Tensor& p) { sizes.emplace_back(p.numel(), i); });
+    std::stable_sort(sizes.begin(), sizes.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<int64_t> load(static_cast<size_t>(comm_->world_size()), 0);
+    owner_.assign(sizes.size(), 0);
+    for (const auto& [numel, i] : sizes) {
+      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+      owner_[i] = static_cast<int>(least);
+      load[static_cast<size_t>(least)] += numel;
+    }
+  }
+
+  // After a sharded step: every owner sends the new values of its stepped parameters (those with
+  // a gradient, the same on every process) to the others.
+  void share_stepped_params() {
+    torch::NoGradGuard no_grad;
+    std::vector<std::vector<at::Tensor>> by_owner(static_cast<size_t>(comm_->world_size()));
+    for_each_param([&](size_t i, const torch::Tensor& p) {
+      if (p.grad().defined()) by_owner[static_cast<size_t>(owner_[i])].push_back(p);
+    });
+    for (size_t r = 0; r < by_owner.size(); ++r)
+      if (!by_owner[r].empty()) comm_->broadcast(by_owner[r], static_cast<int>(r));
+  }
+
+  // Every process takes part; rank 0 receives each other process's moments and holds them as
+  // AdamW state of the parameters (returned, to drop after saving). One parameter at a time, so
+  // the other processes never hold more than one parameter's foreign moments.
+  std::vector<c10::TensorImpl*> gather_moments_on_rank0() {
+    torch::NoGradGuard no_grad;
+    const int rank = comm_->rank();
+    std::vector<c10::TensorImpl*> borrowed;
+    const auto device = model_->model()->device();
+    for_each_param([&](size_t i, const torch::Tensor& p) {
+      const int owner = owner_[i];
+      if (owner == 0) return;  // rank 0's own
+      auto* state = rank == owner ? adamw_state_of(*optimizer_, p) : nullptr;
+      auto step = torch::full({1}, state != nullptr ? state->step() : 0, torch::TensorOptions().dtype(torch::kInt64).device(device));
+      comm_->broadcast({step}, owner);
+      const int64_t steps = step.item<int64_t>();
+      if (steps == 0) return;
+      std::vector<at::Tensor> moments = rank == owner ? std::vector<at::Tensor>{state->exp_avg(), state->exp_avg_sq()}
+                                                      : std::vector<at::Tensor>{torch::empty_like(p), torch::empty_like(p)};
+      comm_->broadcast(moments, owner);
+      if (rank != 0) return;
+      auto gathered = std::make_unique<torch::optim::AdamWParamState>();
+      gathered->step(steps);
+      gathered->exp_avg(moments[0]);
+      gathered->exp_avg_sq(moments[1]);
+      optimizer_->state()[p.unsafeGetTensorImpl()] = std::move(gathered);
+      borrowed.push_back(p.unsafeGetTensorImpl());
+    });
+    return borrowed;
+  }
 
   // Runs this process's checks of its share (returning the policy tokens and the plan); in a
   // world of several, every process fails when one does (one that threw alone would leave the
@@ -416,7 +511,7 @@ class TorchPpoLearner final : public policy::PpoLearner {
     const double max_norm = options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
     PpoStats mean;
     for (const auto& part : plan) {
-      optimizer_->zero_grad(/*set_to_none=*/true);
+      zero_grads();
       if (distributed()) set_shares(part);
       PpoStats stats = objective_of(pad(part, model_->model()->device(), use));
       if (distributed()) {
@@ -426,10 +521,18 @@ class TorchPpoLearner final : public policy::PpoLearner {
       if (use != Use::kValue) stats.grad_norm_actor = torch::nn::utils::clip_grad_norm_(actor_params_, max_norm);
       if (use != Use::kSft) stats.grad_norm_critic = torch::nn::utils::clip_grad_norm_(critic_params_, max_norm);
       optimizer_->step();
+      if (sharded()) share_stepped_params();
       add(mean, stats, 1.0 / static_cast<double>(plan.size()));
     }
-    optimizer_->zero_grad(/*set_to_none=*/true);
+    zero_grads();
     return mean;
+  }
+
+  // Every parameter's gradient dropped (the optimizer's zero_grad covers only what it steps).
+  void zero_grads() {
+    for_each_param([](size_t, const torch::Tensor& p) {
+      if (p.grad().defined()) const_cast<torch::Tensor&>(p).mutable_grad().reset();
+    });
   }
 
   static PpoStats finish(PpoStats stats, int64_t tokens, std::chrono::steady_clock::time_point start) {
@@ -540,6 +643,7 @@ class TorchPpoLearner final : public policy::PpoLearner {
   std::vector<NamedGroup> groups_;  // [kActorGroup], [kCriticGroup], by parameter name (save_state)
   std::vector<torch::Tensor> actor_params_, critic_params_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::vector<int> owner_;  // with shard_optimizer_state: the rank that steps each parameter
   std::unique_ptr<Communicator> comm_;  // a world of one unless options.distributed says otherwise
   double token_share_ = 1, sequence_share_ = 1;  // set_shares()
 };

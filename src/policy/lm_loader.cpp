@@ -135,6 +135,9 @@ class ModulePpoLearner final : public PpoLearner {
   void save_state(const std::filesystem::path& dir) override {
     guarded("PPO learner save_state", [&] { impl_->save_state(dir); });
   }
+  int64_t optimizer_state_bytes() override {
+    return guarded("PPO learner optimizer_state_bytes", [&] { return impl_->optimizer_state_bytes(); });
+  }
   void load_state(const std::filesystem::path& dir) override {
     guarded("PPO learner load_state", [&] { impl_->load_state(dir); });
   }

@@ -31,6 +31,7 @@ PpoOptions PpoOptions::from_config(const nlohmann::json& ppo) {
   read_key(ppo, "grad_clip", "grad_clip", o.grad_clip);
   read_key(ppo, "mini_batches", "mini_batches", o.mini_batches);
   read_key(ppo, "epochs", "epochs", o.epochs);
+  read_key(ppo, "shard_optimizer_state", "shard_optimizer_state", o.shard_optimizer_state);
   if (ppo.contains("kl")) {
     const auto& kl = ppo.at("kl");
     CA_CHECK(kl.is_object(), "ppo.kl must be a mapping, got {}", kl.dump());

@@ -108,6 +108,7 @@ json train_config_defaults() {
            {"entropy_coef", 0.0},             // ours: no entropy bonus
            {"loss_aggregation", "token_mean"},  // ours: token_mean, seq_mean_token_sum, seq_mean_token_mean
            {"grad_clip", 1.0},                 // ours: global gradient-norm clip; 0 turns it off
+           {"shard_optimizer_state", false},   // ours: ZeRO stage 1 across data-parallel processes
        }},
       {"reward",
        {

@@ -40,7 +40,12 @@ const std::vector<std::string> kResumeMayChange = {
     "run.output_dir",        "ppo.steps",         "stages.warmup.steps",           "stages.value_pretrain.steps",
     "stages.warmup.enabled", "stages.rft.enabled", "stages.value_pretrain.enabled", "ppo.enabled"};
 
+// Every process calls it (a sharded optimizer state is gathered on rank 0); rank 0 writes.
 void checkpoint(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
+  if (!ctx.writer()) {
+    ctx.learner->save_state({});  // takes part in the gathering, writes nothing
+    return;
+  }
   const json state = {{"stage", stage.name}, {"step_in_stage", step_in_stage}, {"global_step", step},
                       {"cursor", ctx.cursor.state()}, {"config", ctx.config}};
   const CheckpointInfo info = write_checkpoint(
@@ -212,7 +217,7 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
       }
       log << step_summary(stage, k, record);
       ++summary.steps_run;
-      if (writer && ((every > 0 && step % every == 0) || k == stage.steps)) checkpoint(ctx, stage, step, k);
+      if ((every > 0 && step % every == 0) || k == stage.steps) checkpoint(ctx, stage, step, k);
     }
   }
   summary.last_step = step;

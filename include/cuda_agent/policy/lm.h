@@ -130,7 +130,7 @@ std::filesystem::path language_model_module_path();
 // Raised whenever the layout of these types or the entry points change (ppo_learner.h's
 // PpoOptions and PpoLearner included), so a stale module is refused with a clear message instead
 // of crashing. 3: PpoOptions::critic, PpoLearner::forward / save_state / load_state.
-inline constexpr int kLmModuleAbi = 5;
+inline constexpr int kLmModuleAbi = 6;
 
 struct LmCreateRequest {
   int abi = kLmModuleAbi;

@@ -122,10 +122,16 @@ struct PpoOptions {
   // must make the same calls with the same epochs and mini_batches. The replicas start from rank
   // 0's weights (broadcast at creation). The default is a world of one.
   DistributedOptions distributed;
+  // ZeRO stage 1, in a world of several: each process keeps the AdamW moments of its share of the
+  // parameters only (shares balanced by element count) and steps those; after each step every
+  // owner broadcasts its parameters' new values, so the replicas stay equal and the steps are
+  // bit for bit those of an unsharded job. save_state gathers the moments on rank 0. Ignored in a
+  // world of one.
+  bool shard_optimizer_state = false;
 
   // From the "ppo" section of the training config (rl::train_config_defaults()["ppo"]): actor_lr,
   // critic_lr, clip_low, clip_high, value_clip, entropy_coef, kl.coef, kl.estimator, kl.mode,
-  // loss_aggregation, grad_clip, mini_batches, epochs. Keys it does not know (steps, gamma, ...)
+  // loss_aggregation, grad_clip, mini_batches, epochs, shard_optimizer_state. Keys it does not know (steps, gamma, ...)
   // are ignored; a missing key keeps its default; a wrong type is an Error naming "ppo.<key>".
   // weight_decay, seed and critic (model.critic) are not in that section and keep their defaults.
   static PpoOptions from_config(const nlohmann::json& ppo_section);
@@ -214,11 +220,17 @@ class PpoLearner {
   // Writes the learner's state but the actor into `dir` (created if missing; see "Checkpoints" at
   // the top of this file): critic/ (separate critic only), optimizer.safetensors and
   // learner_state.json, each file replaced atomically (the folder as a whole is not: the caller
-  // makes the checkpoint atomic). Error naming the file that cannot be written.
+  // makes the checkpoint atomic). Error naming the file that cannot be written. In a world of
+  // several only rank 0 writes (`dir` is unused elsewhere), and with shard_optimizer_state every
+  // process must call it, since the moments are gathered on rank 0 first.
   virtual void save_state(const std::filesystem::path& dir) = 0;
 
+  // Bytes of AdamW state (moments) this process holds.
+  virtual int64_t optimizer_state_bytes() = 0;
+
   // Restores what save_state wrote: the separate critic's weights, the AdamW moments and steps of
-  // every parameter, and the shuffle generator. The learner must have the same critic mode and
+  // every parameter (with shard_optimizer_state: of this process's share), and the shuffle
+  // generator. The learner must have the same critic mode and
   // parameter lists (names, shapes) as the saved one. Everything is checked before anything
   // changes, so an Error (naming the file and the parameter or tensor: a missing file, another
   // critic mode, a parameter list or shape that differs) leaves the learner as it was.

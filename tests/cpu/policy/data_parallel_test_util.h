@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -59,6 +60,7 @@ inline void run_dp_process() {
   ASSERT_NE(out, nullptr) << "this test is started by the data-parallel tests only";
   policy::PpoOptions o = dp_options(std::getenv("CA_DP_CRITIC"), std::getenv("CA_DP_AGGREGATION"));
   o.distributed = policy::DistributedOptions::from_environment();
+  o.shard_optimizer_state = std::getenv("CA_DP_SHARD") != nullptr;
   o.distributed.timeout_s = 120;
   auto learner = dp_learner(o, std::getenv("CA_DP_DEVICE"));
   const Batch b = fixed_batch(kDpVocab);
@@ -72,6 +74,16 @@ inline void run_dp_process() {
   result["update"] = stats_vector(learner->update(share));
   result["sft"] = stats_vector(learner->sft_update(share, {1e-2, 1, 1}));
   result["value"] = stats_vector(learner->value_update(share, {1e-2, 1, 1}));
+  result["state_bytes"] = learner->optimizer_state_bytes();
+  // CA_DP_STATE: save the state there (every process calls; rank 0 writes), load it back on
+  // every process, and take one more update.
+  if (const char* state = std::getenv("CA_DP_STATE")) {
+    learner->save_state(state);
+    learner->sum_over_processes({0.0});  // rank 0's files are complete before anyone reads them
+    learner->load_state(state);
+    result["resumed_state_bytes"] = learner->optimizer_state_bytes();
+    result["update2"] = stats_vector(learner->update(share));
+  }
   nlohmann::json logprobs = nlohmann::json::array(), values = nlohmann::json::array();
   for (const auto& f : learner->forward(b.tokens, b.masks)) {
     logprobs.push_back(f.logprobs);
@@ -85,7 +97,8 @@ inline void run_dp_process() {
 
 // Runs `world` processes of one job (this binary on `process_test`); returns each one's output.
 inline std::vector<nlohmann::json> run_dp_job(const std::string& process_test, int world, const std::string& critic,
-                                              const std::string& aggregation, const std::string& device) {
+                                              const std::string& aggregation, const std::string& device,
+                                              const std::map<std::string, std::string>& extra_env = {}) {
   namespace fs = std::filesystem;
   TempDir dir("ca-dp-");
   const int port = free_local_port();
@@ -101,6 +114,7 @@ inline std::vector<nlohmann::json> run_dp_job(const std::string& process_test, i
                    {"CA_DP_AGGREGATION", aggregation},
                    {"CA_DP_DEVICE", device},
                    {"OMP_NUM_THREADS", "1"}};
+      for (const auto& [k, v] : extra_env) p.env_set[k] = v;
       if (world > 1)
         p.env_set.merge(torchrun_env(rank, world, port));
       else
@@ -161,6 +175,37 @@ inline void check_dp_job(const std::string& process_test, const std::string& dev
       for (size_t t = 0; t < before[i].logprobs.size(); ++t)
         moved = std::max(moved, std::abs(two[0]["logprobs"][i][t].get<double>() - before[i].logprobs[t]));
     EXPECT_GT(moved, 1e-2);
+  }
+}
+
+// ZeRO stage 1 (PpoOptions::shard_optimizer_state): two processes that each keep half of the
+// AdamW state step bit for bit like two that keep all of it, save the same optimizer file (rank 0
+// gathers the other's moments), and after loading it back each keeps its half and takes the same
+// next update.
+inline void check_sharded_dp_job(const std::string& process_test, const std::string& device) {
+  use_built_lm_module();
+  for (const char* critic : {"shared", "from_actor"}) {
+    SCOPED_TRACE(std::string(critic) + " on " + device);
+    TempDir dir("ca-dp-shard-");
+    const auto full = run_dp_job(process_test, 2, critic, "token_mean", device,
+                                 {{"CA_DP_STATE", (dir.path() / "full").string()}});
+    const auto shard = run_dp_job(process_test, 2, critic, "token_mean", device,
+                                  {{"CA_DP_STATE", (dir.path() / "shard").string()}, {"CA_DP_SHARD", "1"}});
+    ASSERT_FALSE(full[0].is_null() || full[1].is_null() || shard[0].is_null() || shard[1].is_null());
+    for (const char* key : {"update", "sft", "value", "update2", "logprobs", "values"}) {
+      EXPECT_EQ(shard[0][key], full[0][key]) << key;
+      EXPECT_EQ(shard[1][key], full[0][key]) << key;
+    }
+    const int64_t all = full[0]["state_bytes"].get<int64_t>();
+    const int64_t a = shard[0]["state_bytes"].get<int64_t>(), b = shard[1]["state_bytes"].get<int64_t>();
+    EXPECT_GT(all, 0);
+    EXPECT_EQ(full[1]["state_bytes"].get<int64_t>(), all);
+    EXPECT_EQ(a + b, all) << "the two shards together hold the whole state, once";
+    EXPECT_LT(std::max(a, b), all * 3 / 4) << "shards of " << a << " and " << b << " bytes";
+    EXPECT_EQ(shard[0]["resumed_state_bytes"], shard[0]["state_bytes"]);
+    EXPECT_EQ(shard[1]["resumed_state_bytes"], shard[1]["state_bytes"]);
+    EXPECT_EQ(read_file(dir.path() / "shard" / "optimizer.safetensors"),
+              read_file(dir.path() / "full" / "optimizer.safetensors"));
   }
 }
 

@@ -19,6 +19,10 @@ TEST(DataParallel, TwoProcessesStepLikeOneOnTheUnion) {
   cuda_agent::testing::check_dp_job("DataParallel.DISABLED_Process", "cpu");
 }
 
+TEST(DataParallel, ShardedOptimizerStateStepsAndSavesLikeTheFullOne) {
+  cuda_agent::testing::check_sharded_dp_job("DataParallel.DISABLED_Process", "cpu");
+}
+
 TEST(DataParallel, EnvironmentIsReadLikeTorchrun) {
   using policy::DistributedOptions;
   EXPECT_EQ(DistributedOptions::from_environment(std::map<std::string, std::string>{}).world_size, 1);
