@@ -367,10 +367,14 @@ TEST_F(AgentTools, BackgroundShellIncrementalOutputFilterAndKill) {
   EXPECT_EQ(call("BashOutput", {{"bash_id", "bash_1"}}).output,
             "status: exited with code 0\n(no new output)");
 
-  r = call("Bash", {{"command", "echo apple; echo banana; echo apricot; sleep 30"},
+  r = call("Bash", {{"command", "echo apple; echo banana; echo apricot; touch printed; sleep 30"},
                     {"run_in_background", true}});
   const std::string id = r.data["shell_id"];
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The three lines are in the shell's output file once `printed` exists (a fixed sleep was too
+  // short on a loaded machine).
+  for (const auto deadline = Clock::now() + std::chrono::seconds(20);
+       !fs::exists(root() / "printed") && Clock::now() < deadline;)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   r = call("BashOutput", {{"bash_id", id}, {"filter", "^ap"}});
   EXPECT_EQ(r.output, "status: running\napple\napricot\n");
   EXPECT_EQ(call("BashOutput", {{"bash_id", id}}).output, "status: running\n(no new output)");
