@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|lm|multi]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|lm|multi|train]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -85,6 +85,30 @@ fi
 if [ "$what" = lm ]; then
   timeout "${LM_BENCH_TIMEOUT:-3000}" scripts/bench_lm.sh $build "$out/lm-bench" > "$out/lm_bench.md" 2> "$out/lm_bench.err"
   cat "$out/lm_bench.md"; tail -5 "$out/lm_bench.err"
+fi
+if [ "$what" = train ]; then
+  # Issue 7's GPU check: configs/quickstart.yaml with SmolLM2 (models/ must hold the GGUF: on an
+  # offline host copy it there first), every stage, then eval --checkpoint on the run, GPU memory
+  # sampled beside it; on a host with 2+ GPUs also the quickstart under torchrun, one process per GPU.
+  nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 > "$out/train_smi.csv" & smi=$!
+  start=$SECONDS
+  timeout "${TRAIN_TIMEOUT:-600}" $build/cuda-agent train --config configs/quickstart.yaml \
+    --set run.output_dir="$out/quickstart" > "$out/train.log" 2>&1
+  echo "train rc $? wall $((SECONDS - start)) s" | tee -a "$out/train.log"; kill $smi
+  tail -12 "$out/train.log"
+  timeout "${EVAL_TIMEOUT:-300}" $build/cuda-agent eval --checkpoint "$out/quickstart" --split data/demo \
+    --gpus "$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)" --output "$out/eval" > "$out/eval.log" 2>&1
+  echo "eval rc $?"; grep -E "^- |pass " "$out/eval.log" | head -12
+  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    start=$SECONDS
+    timeout "${TRAIN_TIMEOUT:-600}" torchrun --standalone --nproc-per-node 2 --no-python $build/cuda-agent train \
+      --config configs/quickstart.yaml --set run.output_dir="$out/quickstart-2gpu" > "$out/train_2gpu.log" 2>&1
+    echo "train on 2 GPUs rc $? wall $((SECONDS - start)) s" | tee -a "$out/train_2gpu.log"
+  fi
+  # The weights and episode workspaces stay behind (the archive must stay small); metrics, plots,
+  # trajectories and logs come back.
+  find "$out" -name "*.safetensors" -delete
+  find "$out" -type d -name workspace -prune -exec rm -rf {} +
 fi
 if [ "$what" = core ]; then
   start=$SECONDS
