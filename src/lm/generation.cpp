@@ -177,6 +177,18 @@ std::vector<policy::Generation> generate(CausalLMImpl& model, const std::vector<
   const auto is_stop = [&](int64_t t) {
     return std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), t) != options.stop_token_ids.end();
   };
+  // Appends a sampled token to prompt r's result; true when that row goes on.
+  const auto take = [&](int64_t r, int64_t token, float logprob) {
+    auto& out = results[r];
+    out.tokens.push_back(token);
+    out.logprobs.push_back(logprob);
+    const bool go_on = !on_token || on_token(static_cast<size_t>(r), token);
+    if (is_stop(token)) out.finish_reason = "stop";
+    else if (!go_on) out.finish_reason = "callback";
+    else if (static_cast<int64_t>(out.tokens.size()) >= options.max_new_tokens) out.finish_reason = "length";
+    else return true;
+    return false;
+  };
   if (graphs) {
     // Every row stays in the batch until all are done; a finished row's tokens are dropped.
     // Captures need a stream of their own; it starts after the prefill's work on the current one.
@@ -192,17 +204,8 @@ std::vector<policy::Generation> generate(CausalLMImpl& model, const std::vector<
                                                                           : logits.index_select(0, to_device(live, device)));
       std::vector<int64_t> still;
       for (size_t j = 0; j < live.size(); ++j) {
-        const int64_t r = live[j];
-        auto& out = results[r];
-        const int64_t token = picks.tokens[j];
-        out.tokens.push_back(token);
-        out.logprobs.push_back(picks.logprobs[j]);
-        const bool go_on = !on_token || on_token(static_cast<size_t>(r), token);
-        if (is_stop(token)) out.finish_reason = "stop";
-        else if (!go_on) out.finish_reason = "callback";
-        else if (static_cast<int64_t>(out.tokens.size()) >= options.max_new_tokens) out.finish_reason = "length";
-        else still.push_back(r);
-        feed[r] = token;
+        if (take(live[j], picks.tokens[j], picks.logprobs[j])) still.push_back(live[j]);
+        feed[live[j]] = picks.tokens[j];
       }
       if (still.empty()) break;
       live = std::move(still);
@@ -217,17 +220,9 @@ std::vector<policy::Generation> generate(CausalLMImpl& model, const std::vector<
     auto picks = sampler.pick(logits);
     std::vector<int64_t> keep, keep_tokens;
     for (size_t r = 0; r < rows.size(); ++r) {
-      auto& out = results[rows[r]];
-      const int64_t token = picks.tokens[r];
-      out.tokens.push_back(token);
-      out.logprobs.push_back(picks.logprobs[r]);
-      const bool go_on = !on_token || on_token(static_cast<size_t>(rows[r]), token);
-      if (is_stop(token)) out.finish_reason = "stop";
-      else if (!go_on) out.finish_reason = "callback";
-      else if (static_cast<int64_t>(out.tokens.size()) >= options.max_new_tokens) out.finish_reason = "length";
-      else {
+      if (take(rows[r], picks.tokens[r], picks.logprobs[r])) {
         keep.push_back(static_cast<int64_t>(r));
-        keep_tokens.push_back(token);
+        keep_tokens.push_back(picks.tokens[r]);
       }
     }
     if (keep.empty()) break;
