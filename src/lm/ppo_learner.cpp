@@ -530,8 +530,8 @@ class TorchPpoLearner final : public policy::PpoLearner {
 
   // Every parameter's gradient dropped (the optimizer's zero_grad covers only what it steps).
   void zero_grads() {
-    for_each_param([](size_t, const torch::Tensor& p) {
-      if (p.grad().defined()) const_cast<torch::Tensor&>(p).mutable_grad().reset();
+    for_each_param([](size_t, torch::Tensor p) {  // a handle: the gradient is the parameter's own
+      if (p.grad().defined()) p.mutable_grad().reset();
     });
   }
 
