@@ -42,7 +42,6 @@ namespace {
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
 
-
 struct CommonFlags {
   std::string config;
   std::vector<std::string> sets;
