@@ -219,34 +219,31 @@ bool looks_binary(const fs::path& path) {
   return std::find(buffer, buffer + in.gcount(), '\0') != buffer + in.gcount();
 }
 
-bool bwrap_usable() {
-  static const bool usable = [] {
-    SubprocessOptions probe;
-    probe.argv = {"bwrap", "--ro-bind", "/", "/", "--unshare-net", "--die-with-parent", "true"};
-    probe.timeout_s = 10;
-    try {
-      const SubprocessResult r = run_subprocess(probe);
-      return !r.timed_out && r.exit_code == 0;
-    } catch (const std::exception&) {
-      return false;  // bwrap is not installed
-    }
-  }();
-  return usable;
+namespace {
+
+// Whether `argv` runs and exits 0 within 10 s (a confinement that works on this machine).
+bool runs_here(std::vector<std::string> argv) {
+  SubprocessOptions probe;
+  probe.argv = std::move(argv);
+  probe.timeout_s = 10;
+  try {
+    const SubprocessResult r = run_subprocess(probe);
+    return !r.timed_out && r.exit_code == 0;
+  } catch (const std::exception&) {
+    return false;  // not installed
+  }
 }
 
 // Whether `cuda-agent confined-exec` (the binary's own namespaces, no installs) works here.
 bool namespaces_usable() {
-  static const bool usable = [] {
-    SubprocessOptions probe;
-    probe.argv = {self_executable(), "confined-exec", "true"};
-    probe.timeout_s = 10;
-    try {
-      const SubprocessResult r = run_subprocess(probe);
-      return !r.timed_out && r.exit_code == 0;
-    } catch (const std::exception&) {
-      return false;
-    }
-  }();
+  static const bool usable = runs_here({self_executable(), "confined-exec", "true"});
+  return usable;
+}
+
+}  // namespace
+
+bool bwrap_usable() {
+  static const bool usable = runs_here({"bwrap", "--ro-bind", "/", "/", "--unshare-net", "--die-with-parent", "true"});
   return usable;
 }
 

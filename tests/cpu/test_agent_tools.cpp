@@ -1,10 +1,7 @@
 // The agent's workspace and its ten tools, driven through ToolRegistry::call as the loop does.
 #include "cuda_agent/agent/tool_registry.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -636,16 +633,9 @@ TEST_P(AgentConfinement, BashRunsConfined) {
   if (std::system((probe + " > /dev/null 2>&1").c_str()) != 0)
     GTEST_SKIP() << GetParam() << " confinement cannot run on this machine (" << probe << " fails)";
   // A listener on the host's loopback that the confined shell must not reach.
-  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(listener, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(listener, 1), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
+  const testing::LoopbackListener listener = testing::listen_on_loopback();
+  ASSERT_GE(listener.fd.get(), 0);
+  const int port = listener.port;
   auto bash = [&](const std::string& command) { return call("Bash", {{"command", command}}).output; };
 
   EXPECT_NE(bash("echo ok > scratch.txt && cat scratch.txt").find("ok"), std::string::npos);
@@ -660,7 +650,6 @@ TEST_P(AgentConfinement, BashRunsConfined) {
   // Scratch files in the private /tmp work and vanish with the command.
   EXPECT_NE(bash("echo t > /tmp/ca-scratch && cat /tmp/ca-scratch").find("t"), std::string::npos);
   EXPECT_FALSE(fs::exists("/tmp/ca-scratch"));
-  ::close(listener);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, AgentConfinement, ::testing::Values("bwrap", "namespaces"),

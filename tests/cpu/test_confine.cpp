@@ -2,10 +2,7 @@
 // cpu) running solutions that try to write outside their sandbox, reach the network, undo the
 // confinement or fake a confinement failure. Each hostile solution also runs with confine: off,
 // where it must succeed, so that a test cannot pass because the hack itself was broken.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -20,6 +17,7 @@
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/worker_confinement.h"
+#include "test_util.h"
 
 using namespace cuda_agent;
 using namespace cuda_agent::sandbox;
@@ -177,21 +175,14 @@ TEST_F(Confine, CacheStaysWritableAndTmpIsPrivate) {
 
 TEST_F(Confine, NoNetwork) {
   // A listener outside the sandbox, on the loopback.
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(listener, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(::listen(listener, 8), 0);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const int port = ntohs(addr.sin_port);
+  const cuda_agent::testing::LoopbackListener listener = cuda_agent::testing::listen_on_loopback();
+  ASSERT_GE(listener.fd.get(), 0);
+  const int port = listener.port;
   const std::string prelude = fmt::format(
       "import socket\ns = socket.create_connection(('127.0.0.1', {}), timeout=10)\ns.sendall(b'escaped')\ns.close()\n",
       port);
   auto pending = [&] {
-    pollfd p{listener, POLLIN, 0};
+    pollfd p{listener.fd.get(), POLLIN, 0};
     return ::poll(&p, 1, 0) > 0;
   };
 
@@ -204,7 +195,6 @@ TEST_F(Confine, NoNetwork) {
   auto off = verify(prelude, "off");
   EXPECT_TRUE(off["ok"].get<bool>()) << off.dump(2);
   EXPECT_TRUE(pending()) << "the connection itself is broken, so the confined run proves nothing";
-  ::close(listener);
 }
 
 // Root inside its namespace or not, the solution holds no capability: it cannot remount or
