@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|lm|multi|train]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|lm|multi|train|train-2gpu]
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -86,25 +86,30 @@ if [ "$what" = lm ]; then
   timeout "${LM_BENCH_TIMEOUT:-3000}" scripts/bench_lm.sh $build "$out/lm-bench" > "$out/lm_bench.md" 2> "$out/lm_bench.err"
   cat "$out/lm_bench.md"; tail -5 "$out/lm_bench.err"
 fi
-if [ "$what" = train ]; then
+if [ "$what" = train ] || [ "$what" = train-2gpu ]; then
   # Issue 7's GPU check: configs/quickstart.yaml with SmolLM2 (models/ must hold the GGUF: on an
   # offline host copy it there first), every stage, then eval --checkpoint on the run, GPU memory
-  # sampled beside it; on a host with 2+ GPUs also the quickstart under torchrun, one process per GPU.
-  nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 > "$out/train_smi.csv" & smi=$!
-  start=$SECONDS
-  timeout "${TRAIN_TIMEOUT:-600}" $build/cuda-agent train --config configs/quickstart.yaml \
-    --set run.output_dir="$out/quickstart" > "$out/train.log" 2>&1
-  echo "train rc $? wall $((SECONDS - start)) s" | tee -a "$out/train.log"; kill $smi
-  tail -12 "$out/train.log"
-  timeout "${EVAL_TIMEOUT:-300}" $build/cuda-agent eval --checkpoint "$out/quickstart" --split data/demo \
-    --gpus "$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)" --output "$out/eval" > "$out/eval.log" 2>&1
-  echo "eval rc $?"; grep -E "^- |pass " "$out/eval.log" | head -12
-  if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
-    start=$SECONDS
-    timeout "${TRAIN_TIMEOUT:-600}" torchrun --standalone --nproc-per-node 2 --no-python $build/cuda-agent train \
-      --config configs/quickstart.yaml --set run.output_dir="$out/quickstart-2gpu" > "$out/train_2gpu.log" 2>&1
-    echo "train on 2 GPUs rc $? wall $((SECONDS - start)) s" | tee -a "$out/train_2gpu.log"
+  # sampled beside it; then the same run with two concurrent episodes (rollout.concurrent_episodes)
+  # for the step times side by side. train-2gpu: the quickstart under torchrun, one process per GPU.
+  quickstart() {  # quickstart NAME [LAUNCHER...] -- [--set ...]
+    local name=$1; shift; local launcher=(); while [ "$1" != -- ]; do launcher+=("$1"); shift; done; shift
+    local start=$SECONDS
+    timeout "${TRAIN_TIMEOUT:-600}" "${launcher[@]}" $build/cuda-agent train --config configs/quickstart.yaml \
+      --set run.output_dir="$out/$name" "$@" > "$out/$name.log" 2>&1
+    echo "$name rc $? wall $((SECONDS - start)) s" | tee -a "$out/$name.log"
+    grep -E "^\[train\] step" "$out/$name.log" | tail -8
+  }
+  nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits -lms 500 > "$out/train_smi_$what.csv" & smi=$!
+  if [ "$what" = train ]; then
+    quickstart quickstart --
+    timeout "${EVAL_TIMEOUT:-300}" $build/cuda-agent eval --checkpoint "$out/quickstart" --split data/demo \
+      --gpus "$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)" --output "$out/eval" > "$out/eval.log" 2>&1
+    echo "eval rc $?"; grep -E "^- |pass |episode" "$out/eval.log" | head -12
+    quickstart quickstart-concurrent2 -- --set rollout.concurrent_episodes=2
+  elif [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+    quickstart quickstart-2gpu torchrun --standalone --nproc-per-node 2 --no-python --
   fi
+  kill $smi
   # The weights and episode workspaces stay behind (the archive must stay small); metrics, plots,
   # trajectories and logs come back.
   find "$out" -name "*.safetensors" -delete

@@ -11,6 +11,7 @@
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
 #include "cuda_agent/core/subprocess.h"
+#include "cuda_agent/sandbox/worker_confinement.h"
 
 namespace fs = std::filesystem;
 
@@ -75,7 +76,9 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   // The scripts call this binary's verbs on the original task file, so that nothing done to
   // the workspace copy changes what is checked.
   const std::string bin = shell_quote(self_executable());
-  const std::string device_flag = spec.device == "cpu" ? " --device cpu" : fmt::format(" --gpu {}", spec.gpu);
+  const bool gpu_lock = spec.gpu_lock && spec.device == "cuda";
+  const std::string device_flag = spec.device == "cpu" ? " --device cpu"
+                                  : fmt::format(" --gpu {}{}", spec.gpu, gpu_lock ? " --gpu-lock" : "");
   WorkspaceOptions wopts;
   wopts.root = ws_root;
   wopts.task_file = task;
@@ -85,7 +88,10 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   Workspace workspace = Workspace::create(wopts);
   std::map<std::string, std::string> env = {{"CUDA_AGENT_CACHE_DIR", spec.sandbox.resolved_cache_dir()}};
   if (spec.device == "cuda") env["CUDA_VISIBLE_DEVICES"] = std::to_string(spec.gpu);
-  ToolRegistry tools(workspace, spec.tools, env);
+  ToolOptions tool_options = spec.tools;
+  if (gpu_lock)
+    for (const std::string& file : sandbox::gpu_lock_files(spec.gpu)) tool_options.writable_paths.push_back(file);
+  ToolRegistry tools(workspace, tool_options, env);
 
   AgentOptions options = spec.agent;
   options.task_text = read_file(task);
@@ -109,6 +115,7 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
     req.mode = spec.device == "cpu" ? sandbox::EvalMode::kVerify : sandbox::EvalMode::kEvaluate;
     req.device = spec.device;
     req.gpu = spec.gpu;
+    req.gpu_lock = gpu_lock;
     req.options = sandbox_options;
     nlohmann::json r = sandbox::evaluate(req);
     // Verify-only scoring (no GPU): a correct solution earns 1, as correct-but-not-faster does.

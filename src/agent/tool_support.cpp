@@ -272,6 +272,8 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
     std::vector<std::string> argv = {self_executable(), "confined-exec", "--writable", root};
     std::filesystem::create_directories(cache, ec);
     if (!ec) argv.insert(argv.end(), {"--writable", cache});
+    for (const auto& path : context.options.writable_paths)
+      if (std::filesystem::exists(path, ec)) argv.insert(argv.end(), {"--writable", path});
     for (const auto& locked : context.workspace->locked_files())
       if (std::filesystem::exists(locked, ec)) argv.insert(argv.end(), {"--read-only", locked.string()});
     argv.insert(argv.end(), {"bash", "-c", command});
@@ -290,6 +292,8 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
   ec.clear();
   std::filesystem::create_directories(cache, ec);
   if (!ec) argv.insert(argv.end(), {"--bind", cache, cache});
+  for (const auto& path : context.options.writable_paths)
+    if (std::filesystem::exists(path, ec)) argv.insert(argv.end(), {"--bind", path, path});
   for (const auto& locked : context.workspace->locked_files())
     if (std::filesystem::exists(locked, ec)) argv.insert(argv.end(), {"--ro-bind", locked.string(), locked.string()});
   argv.insert(argv.end(), {"--setenv", "TRITON_CACHE_DIR", "/tmp/triton-cache", "--unshare-net", "--die-with-parent",

@@ -112,8 +112,9 @@ void print_result(const nlohmann::json& r) {
 }
 
 int run_single(const std::string& mode, const std::string& task, const std::string& solution, const std::string& device,
-               int gpu, const std::string& output, bool json, const CommonFlags& flags) {
+               int gpu, bool gpu_lock, const std::string& output, bool json, const CommonFlags& flags) {
   sandbox::EvalRequest req;
+  req.gpu_lock = gpu_lock;
   req.options = resolve_options(flags);
   req.mode = sandbox::eval_mode_from_string(mode);
   req.task_path = fs::absolute(task).string();
@@ -229,7 +230,7 @@ int main(int argc, char** argv) {
   CommonFlags flags;
   std::string task, solution, device = "cuda", output;
   int gpu = 0;
-  bool json = false;
+  bool json = false, gpu_lock = false;
   std::vector<std::pair<std::string, CLI::App*>> single;
   for (const char* verb : {"verify", "profile", "evaluate"}) {
     const char* help = std::string(verb) == "verify"    ? "check a solution against its task on five seeded random inputs"
@@ -242,6 +243,8 @@ int main(int argc, char** argv) {
     cmd->add_option("--gpu", gpu, "GPU index to pin the worker to");
     cmd->add_option("--output", output, "write the result JSON here");
     cmd->add_flag("--json", json, "print the result JSON instead of the summary");
+    cmd->add_flag("--gpu-lock", gpu_lock,
+                  "take the GPU's lock files: GPU work and timed runs one at a time with other locked runs");
     add_common(cmd, flags);
     single.emplace_back(verb, cmd);
   }
@@ -387,7 +390,7 @@ int main(int argc, char** argv) {
 
   try {
     for (const auto& [verb, cmd] : single)
-      if (cmd->parsed()) return run_single(verb, task, solution, device, gpu, output, json, flags);
+      if (cmd->parsed()) return run_single(verb, task, solution, device, gpu, gpu_lock, output, json, flags);
 
     if (compare->parsed()) {
       nlohmann::json comparison = bench::compare_runs(run_a, run_b);

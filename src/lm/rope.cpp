@@ -101,6 +101,7 @@ std::pair<torch::Tensor, torch::Tensor> Rope::cos_sin(const torch::Tensor& posit
   if (config_.rope_scaling.type == "dynamic") {
     inv = inv_freq(positions.max().item<int64_t>() + 1).to(positions.device());
   } else {
+    std::lock_guard<std::mutex> lock(device_copy_mutex_);
     if (!inv_freq_on_device_.defined() || inv_freq_on_device_.device() != positions.device())
       inv_freq_on_device_ = inv_freq_.to(positions.device());
     inv = inv_freq_on_device_;

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include <mutex>
 #include <utility>
 
 #include "cuda_agent/policy/model_config.h"
@@ -31,7 +32,8 @@ class Rope {
   policy::ModelConfig config_;
   torch::Tensor inv_freq_;  // the static frequencies (all types but a grown dynamic one)
   // inv_freq_ on the device of the last call's positions, copied once (a copy from host memory
-  // inside a CUDA graph capture is not allowed). One model is used by one thread at a time.
+  // inside a CUDA graph capture is not allowed); guarded: threads may generate from one model.
+  mutable std::mutex device_copy_mutex_;
   mutable torch::Tensor inv_freq_on_device_;
   double attention_scaling_ = 1.0;
 };

@@ -47,6 +47,7 @@ json train_config_defaults() {
            {"temperature", 1.0},              // ours: sample the policy as it is (on-policy)
            {"top_p", 1.0},                    // ours: no nucleus truncation, for the same reason
            {"sandbox_timeout_s", 600},        // ours: wall time of one sandbox evaluation
+           {"concurrent_episodes", 1},        // ours: episodes a process runs at once (on its GPU)
            {"single_turn", false},            // true: no tools, one answer (the no-agent-loop ablation)
            {"max_invalid_turns", 5},          // as agent::AgentOptions: replies whose calls all failed, in a row
            {"max_repeated_calls", 6},         // as agent::AgentOptions: the same call this many times: looping
@@ -225,6 +226,8 @@ void validate_train_config(const json& c) {
   check_range(c, "rollout.temperature", 0, true, 10, false);
   check_range(c, "rollout.top_p", 0, true, 1, false);
   check_range(c, "rollout.sandbox_timeout_s", 0, true, kInf, true);
+  check_at_least(c, "rollout.concurrent_episodes", 1);
+  check_range(c, "rollout.concurrent_episodes", 1, false, 64, false);
   boolean(c, "rollout.single_turn");
   check_at_least(c, "rollout.max_invalid_turns", 1);
   check_at_least(c, "rollout.max_repeated_calls", 2);

@@ -3,16 +3,19 @@
 #include "trainer_internal.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <exception>
 #include <map>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
 #include "cuda_agent/agent/episode.h"
+#include "cuda_agent/agent/policy.h"
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/policy/chat_session.h"
@@ -22,6 +25,7 @@
 #include "cuda_agent/rl/rollout.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
+#include "cuda_agent/sandbox/worker_confinement.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -45,26 +49,58 @@ std::vector<std::vector<float>> critic_values(RunContext& ctx, const std::vector
   return values;
 }
 
-// One episode into `output_dir`; returns false (after logging) when it threw.
-bool run_one_episode(RunContext& ctx, const Stage& stage, int64_t step, size_t task_index, int episode,
-                     const fs::path& output_dir, agent::EpisodeResult* out) {
+// Holds the GPU's quiet lock shared around each reply of `inner`. Episodes run beside each other
+// time their solutions under that lock held exclusive (sandbox::EvalRequest::gpu_lock), so no
+// timed run shares the GPU with this process's generation.
+class QuietGpuPolicy final : public agent::Policy {
+ public:
+  QuietGpuPolicy(agent::Policy& inner, int gpu) : inner_(inner), gpu_(gpu) {}
+  std::string name() const override { return inner_.name(); }
+  agent::PolicyReply complete(const agent::PolicyRequest& request) override {
+    sandbox::GpuLock quiet(gpu_, "quiet", /*exclusive=*/false);
+    return inner_.complete(request);
+  }
+
+ private:
+  agent::Policy& inner_;
+  int gpu_;
+};
+
+// One episode of a step: which, where, and how it went.
+struct EpisodeRun {
+  size_t task_index = 0;
+  int episode = 0;
+  fs::path dir;
+  bool ok = false;
+  std::string error;  // why it could not run (when !ok)
+  double seconds = 0;
+  agent::EpisodeResult result;
+};
+
+// Runs `run` (its folder, seed and task set); `beside_others`: other episodes run at the same time
+// on this GPU, so evaluations and generation take the GPU's locks. Never throws: a failure is
+// kept in run.error. Reads ctx only, so episodes may run in several threads.
+void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bool beside_others, EpisodeRun& run) {
   const json& rollout = ctx.config["rollout"];
-  const bench::TaskEntry& task = ctx.split.tasks[task_index];
+  const auto t0 = Clock::now();
   try {
     policy::LocalPolicyOptions lp;
     lp.temperature = rollout["temperature"].get<double>();
     lp.top_p = rollout["top_p"].get<double>();
     lp.max_new_tokens = rollout["max_new_tokens"].get<int64_t>();
-    lp.seed = episode_seed(ctx.config["run"]["seed"].get<uint64_t>(), step, task_index, episode);
+    lp.seed = episode_seed(ctx.config["run"]["seed"].get<uint64_t>(), step, run.task_index, run.episode);
     policy::LocalPolicy policy(policy::ChatSession::open_with_model(ctx.actor, ctx.learner->policy()), lp);
+    const bool on_gpu = ctx.options.device == "cuda";
+    QuietGpuPolicy quiet_policy(policy, ctx.gpu);
 
     agent::EpisodeSpec spec;
-    spec.task = task.path;
-    spec.policy_instance = &policy;
-    spec.output_dir = output_dir;
+    spec.task = ctx.split.tasks[run.task_index].path;
+    spec.policy_instance = beside_others && on_gpu ? static_cast<agent::Policy*>(&quiet_policy) : &policy;
+    spec.output_dir = run.dir;
     spec.skill_file = ctx.options.skill_file;
     spec.device = ctx.options.device;
     spec.gpu = ctx.gpu;
+    spec.gpu_lock = beside_others;
     spec.agent.single_turn = stage.single_turn;
     spec.agent.max_turns = stage.single_turn ? 1 : rollout["max_turns"].get<int>();
     spec.agent.max_invalid_turns = rollout["max_invalid_turns"].get<int>();
@@ -74,12 +110,25 @@ bool run_one_episode(RunContext& ctx, const Stage& stage, int64_t step, size_t t
     spec.sandbox.timeout_s = rollout["sandbox_timeout_s"].get<double>();
     spec.sandbox.reward = ctx.config["reward"]["kind"].get<std::string>();
     spec.sandbox.speedup_margin = ctx.config["reward"]["speedup_margin"].get<double>();
-    *out = agent::run_task_episode(spec);
-    return true;
+    run.result = agent::run_task_episode(spec);
+    run.ok = true;
   } catch (const std::exception& e) {
-    ctx.log << fmt::format("[train] step {}: episode {} of task {} failed: {}\n", step, episode, task.id, e.what());
-    return false;
+    run.error = e.what();
   }
+  run.seconds = seconds_since(t0);
+}
+
+// Runs every episode of `runs`, up to `concurrent` at a time (threads of this process).
+void run_episodes(const RunContext& ctx, const Stage& stage, int64_t step, int concurrent, std::vector<EpisodeRun>& runs) {
+  const size_t threads = std::min(static_cast<size_t>(std::max(concurrent, 1)), runs.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k = next++; k < runs.size(); k = next++) run_one_episode(ctx, stage, step, threads > 1, runs[k]);
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
 }
 
 // The episodes of one batch of tasks.
@@ -112,11 +161,14 @@ void add_episode_times(const json& events, Sampling& s) {
 // with episode_seed(run.seed, step, task index, E). A task drawn twice numbers its episodes on, so
 // no two episodes share a folder or a seed. In a data-parallel job every process gets the same
 // picks and runs the tasks at the positions i with i mod world = rank (task_ids lists them all).
+// rollout.concurrent_episodes of them run at once; the results keep this order whatever the
+// timing, so a step's batch does not depend on how many ran at once.
 Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, const std::vector<size_t>& picks,
                          const fs::path& folder) {
   const int per_task = ctx.config["rollout"]["episodes_per_task"].get<int>();
   const bool milestone = ctx.config["reward"]["kind"].get<std::string>() == "milestone";
   Sampling s;
+  std::vector<EpisodeRun> runs;
   std::map<size_t, int> numbered;
   for (size_t position = 0; position < picks.size(); ++position) {
     const size_t index = picks[position];
@@ -126,22 +178,29 @@ Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, cons
     numbered[index] += per_task;
     if (static_cast<int>(position % static_cast<size_t>(ctx.world)) != ctx.rank) continue;
     for (int e = first; e < first + per_task; ++e) {
-      const fs::path dir = folder / fmt::format("{}-e{}", task.id, e);
-      agent::EpisodeResult result;
-      const auto t0 = Clock::now();
-      const bool ok = run_one_episode(ctx, stage, step, index, e, dir, &result);
-      s.seconds += seconds_since(t0);
-      if (!ok) {
-        ++s.failed;
-        continue;
-      }
-      add_episode_times(result.trajectory, s);
-      s.reward_sum += result.reward;
-      if (result.score.is_object() && result.score.value("correct", json()) == json(true)) ++s.passed;
-      if (milestone && result.reward >= 3.0) ++s.faster;
-      s.trajectories.push_back(dir / "trajectory.jsonl");
-      s.results.push_back(std::move(result));
+      EpisodeRun run;
+      run.task_index = index;
+      run.episode = e;
+      run.dir = folder / fmt::format("{}-e{}", task.id, e);
+      runs.push_back(std::move(run));
     }
+  }
+  run_episodes(ctx, stage, step, ctx.config["rollout"]["concurrent_episodes"].get<int>(), runs);
+  for (EpisodeRun& run : runs) {
+    s.seconds += run.seconds;
+    if (!run.ok) {
+      ++s.failed;
+      ctx.log << fmt::format("[train] step {}: episode {} of task {} failed: {}\n", step, run.episode,
+                             ctx.split.tasks[run.task_index].id, run.error);
+      continue;
+    }
+    agent::EpisodeResult& result = run.result;
+    add_episode_times(result.trajectory, s);
+    s.reward_sum += result.reward;
+    if (result.score.is_object() && result.score.value("correct", json()) == json(true)) ++s.passed;
+    if (milestone && result.reward >= 3.0) ++s.faster;
+    s.trajectories.push_back(run.dir / "trajectory.jsonl");
+    s.results.push_back(std::move(result));
   }
   return s;
 }

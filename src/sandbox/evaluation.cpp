@@ -83,41 +83,6 @@ void guarded(const std::string& fallback, const std::string& context, Fn&& fn) {
   }
 }
 
-// The locks of one GPU that workers started with EvalRequest::gpu_lock share (files in the
-// temporary directory, so every run of this user on the host takes part):
-// - the GPU lock, taken before CUDA init and held until the worker exits: GPU phases one at a
-//   time;
-// - the quiet lock, shared while a worker imports torch (seconds of disk and CPU work) and
-//   exclusive while a worker times: a worker starting up never runs beside another's timed runs.
-// A lock that cannot be taken (another user's file, say) is skipped with a note in the log: the
-// locks order this user's evaluations, they are not a security boundary. Returns the held
-// descriptor, or -1.
-int take_gpu_lock(int gpu, const char* which, bool exclusive) {
-  try {
-    return lock_file(gpu_lock_path(gpu, which), exclusive);
-  } catch (const Error& e) {
-    std::fprintf(stderr, "cuda-agent worker: %s; running without it\n", e.what());
-    return -1;
-  }
-}
-
-// Holds a lock from take_gpu_lock until the end of the scope (or release()).
-class ScopedLock {
- public:
-  ScopedLock() = default;
-  explicit ScopedLock(int fd) : fd_(fd) {}
-  ScopedLock(const ScopedLock&) = delete;
-  ScopedLock& operator=(const ScopedLock&) = delete;
-  ~ScopedLock() { release(); }
-  void release() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
- private:
-  int fd_ = -1;
-};
-
 class Progress {
  public:
   explicit Progress(std::string path) : path_(std::move(path)) {}
@@ -505,7 +470,7 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
               [&] { confine_worker(req, result_path); });
     }
     progress.enter("python_start", result);
-    ScopedLock starting(on_gpu && req.gpu_lock ? take_gpu_lock(req.gpu, "quiet", false) : -1);
+    GpuLock starting = on_gpu && req.gpu_lock ? GpuLock(req.gpu, "quiet", false) : GpuLock();
     guarded(category::kInfrastructure, "starting the embedded Python", [&] {
       register_python_module();
       set_runtime_cache_dir(fs::path(opt.resolved_cache_dir()) / "nvrtc");
@@ -517,7 +482,7 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
                           {"python", py::str(py::module_::import("sys").attr("version")).cast<std::string>()}};
     if (on_gpu && req.gpu_lock) {
       progress.enter("gpu_wait", result);
-      take_gpu_lock(req.gpu, "gpu", true);  // held until the worker exits
+      GpuLock(req.gpu, "gpu", true).hold_until_exit();
     }
     if (on_gpu) {
       progress.enter("cuda_init", result);
@@ -590,7 +555,7 @@ nlohmann::json run_evaluation_in_process(const EvalRequest& req, const std::stri
     if (req.mode != EvalMode::kVerify) {
       if (!on_gpu) throw Failure{category::kInfrastructure, "profiling needs a GPU; use --device cuda on a GPU machine"};
       if (req.gpu_lock) progress.enter("quiet_wait", result);
-      ScopedLock quiet(req.gpu_lock ? take_gpu_lock(req.gpu, "quiet", true) : -1);  // no worker starting beside the timing
+      GpuLock quiet = req.gpu_lock ? GpuLock(req.gpu, "quiet", true) : GpuLock();  // nothing starts beside the timing
       progress.enter("profile", result);
       py::object inputs;
       guarded(category::kTaskError, "drawing the profiling inputs", [&] {

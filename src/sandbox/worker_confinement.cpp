@@ -3,12 +3,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
 
 namespace fs = std::filesystem;
 
@@ -24,6 +26,31 @@ std::string gpu_lock_path(int gpu, const char* which) {
   return (fs::temp_directory_path() / fmt::format("cuda-agent-gpu{}.{}.lock", gpu, which)).string();
 }
 
+std::vector<std::string> gpu_lock_files(int gpu) {
+  std::vector<std::string> files;
+  for (const char* which : {"gpu", "quiet"}) {
+    const std::string path = gpu_lock_path(gpu, which);
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) continue;  // another user's file, say: its holders run without that lock, as unconfined
+    ::close(fd);
+    files.push_back(path);
+  }
+  return files;
+}
+
+GpuLock::GpuLock(int gpu, const char* which, bool exclusive) {
+  try {
+    fd_ = lock_file(gpu_lock_path(gpu, which), exclusive);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "cuda-agent: %s; running without it\n", e.what());
+  }
+}
+
+void GpuLock::release() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
 ConfinementPlan worker_confinement_plan(const EvalRequest& request, const std::string& result_path) {
   ConfinementPlan plan;
   std::error_code ec;
@@ -32,15 +59,8 @@ ConfinementPlan worker_confinement_plan(const EvalRequest& request, const std::s
   fs::create_directories(cache, ec);
   CA_CHECK(!ec, "cannot create the evaluation cache {}: {}", cache.string(), ec.message());
   plan.writable.push_back(cache.string());
-  if (request.device != "cpu" && request.gpu_lock) {
-    for (const char* which : {"gpu", "quiet"}) {
-      const std::string path = gpu_lock_path(request.gpu, which);
-      const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-      if (fd < 0) continue;  // another user's file, say: the worker runs without that lock, as unconfined
-      ::close(fd);
-      plan.writable.push_back(path);
-    }
-  }
+  if (request.device != "cpu" && request.gpu_lock)
+    for (const std::string& path : gpu_lock_files(request.gpu)) plan.writable.push_back(path);
   plan.private_dirs.push_back("/tmp");
   const fs::path tmp = fs::temp_directory_path(ec);
   if (!ec && fs::is_directory(tmp, ec)) {

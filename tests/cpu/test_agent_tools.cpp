@@ -255,7 +255,9 @@ TEST_F(AgentTools, NothingThrowsOutOfCall) {
   };
   for (const auto& [name, args] : calls) {
     const ToolResult r = call(name, args);
-    if (name != "Glob") EXPECT_FALSE(r.ok) << name << " " << args.dump() << ": " << r.output;
+    if (name != "Glob") {
+      EXPECT_FALSE(r.ok) << name << " " << args.dump() << ": " << r.output;
+    }
     EXPECT_EQ(r.output.rfind(name + ":", 0), name == "Glob" ? std::string::npos : 0u)
         << r.output;
   }
@@ -621,6 +623,7 @@ class AgentConfinement : public AgentTools, public ::testing::WithParamInterface
  protected:
   void SetUp() override {
     tool_options_.confine = GetParam();
+    tool_options_.writable_paths = {(outside() / "gpu0.lock").string()};  // as a GPU lock file is given
     if (GetParam() == "namespaces") setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);  // confined-exec's binary
     AgentTools::SetUp();
   }
@@ -645,6 +648,11 @@ TEST_P(AgentConfinement, BashRunsConfined) {
   const fs::path elsewhere = outside() / "planted.txt";
   EXPECT_NE(bash("echo x > " + elsewhere.string() + "; echo rc=$?").find("rc=1"), std::string::npos);
   EXPECT_FALSE(fs::exists(elsewhere));
+  // A file of ToolOptions::writable_paths is writable (a missing one is left out).
+  write_file_atomic(outside() / "gpu0.lock", "");
+  EXPECT_NE(bash("echo held >> " + (outside() / "gpu0.lock").string() + "; echo rc=$?").find("rc=0"), std::string::npos);
+  EXPECT_EQ(read_file(outside() / "gpu0.lock"), "held\n");
+  EXPECT_NE(bash("echo x >> " + (outside() / "secret.py").string() + "; echo rc=$?").find("rc=1"), std::string::npos);
   const std::string net = bash("exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) + " && echo connected || echo refused");
   EXPECT_NE(net.find("refused"), std::string::npos) << net;
   // Scratch files in the private /tmp work and vanish with the command.

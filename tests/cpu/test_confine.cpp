@@ -5,10 +5,13 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <random>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -372,18 +375,26 @@ TEST_F(Confine, AStartUpThatFailsOnlyInsideTheNamespacesIsRetriedUnconfined) {
   EXPECT_NE(required.value("message", "").find("simulated start-up failure"), std::string::npos) << required.dump(2);
 }
 
+// Points TMPDIR (where the GPU lock files go) at `dir` for the scope: this test's, not the machine's.
+class ScopedTmpdir {
+ public:
+  explicit ScopedTmpdir(const fs::path& dir) {
+    const char* old = std::getenv("TMPDIR");
+    had_ = old != nullptr;
+    if (had_) saved_ = old;
+    fs::create_directories(dir);
+    setenv("TMPDIR", dir.c_str(), 1);
+  }
+  ~ScopedTmpdir() { had_ ? setenv("TMPDIR", saved_.c_str(), 1) : unsetenv("TMPDIR"); }
+
+ private:
+  bool had_ = false;
+  std::string saved_;
+};
+
 TEST(ConfinePlan, WritablePathsAreTheResultFolderTheCacheAndTheGpuLocks) {
   TempDir dir("confine-plan-");
-  // The lock files go to the temporary directory: this test's, not the machine's.
-  const char* old_tmpdir = std::getenv("TMPDIR");
-  const std::string saved = old_tmpdir ? old_tmpdir : "";
-  fs::create_directories(dir.path() / "tmp");
-  setenv("TMPDIR", (dir.path() / "tmp").c_str(), 1);
-  struct Restore {
-    bool had;
-    std::string value;
-    ~Restore() { had ? setenv("TMPDIR", value.c_str(), 1) : unsetenv("TMPDIR"); }
-  } restore{old_tmpdir != nullptr, saved};
+  ScopedTmpdir tmpdir(dir.path() / "tmp");
   EvalRequest req;
   req.device = "cuda";
   req.gpu = 7;
@@ -404,6 +415,34 @@ TEST(ConfinePlan, WritablePathsAreTheResultFolderTheCacheAndTheGpuLocks) {
   EXPECT_EQ(plan.private_dirs, private_dirs) << "/tmp and $TMPDIR";
   req.device = "cpu";
   EXPECT_EQ(worker_confinement_plan(req, (dir.path() / "eval" / "result.json").string()).writable.size(), 2u);
+}
+
+// The quiet lock as the trainer and the workers use it: generations hold it shared, side by side;
+// a worker's timed runs take it exclusive, so they wait until no generation holds it, and a
+// moved lock is still held.
+TEST(GpuLocks, SharedHoldersCoexistAndKeepAnExclusiveOneWaiting) {
+  TempDir dir("gpu-locks-");
+  ScopedTmpdir tmpdir(dir.path() / "tmp");
+  GpuLock first(3, "quiet", /*exclusive=*/false);
+  GpuLock second(3, "quiet", /*exclusive=*/false);  // does not wait for the first
+  GpuLock moved = std::move(first);
+  std::atomic<bool> timed{false};
+  std::thread timing([&] {
+    GpuLock exclusive(3, "quiet", /*exclusive=*/true);
+    timed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(timed) << "an exclusive lock was taken beside shared holders";
+  second.release();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(timed) << "the moved lock no longer holds";
+  moved.release();
+  timing.join();
+  EXPECT_TRUE(timed);
+  EXPECT_TRUE(fs::exists(dir.path() / "tmp" / "cuda-agent-gpu3.quiet.lock"));
+  const std::vector<std::string> files = gpu_lock_files(4);
+  ASSERT_EQ(files.size(), 2u);
+  for (const auto& f : files) EXPECT_TRUE(fs::exists(f)) << f;
 }
 
 TEST(ConfineReport, OnlyTheFirstLineCounts) {

@@ -47,7 +47,7 @@ inline LoopbackListener listen_on_loopback() {
   socklen_t len = sizeof(addr);
   if (l.fd.get() < 0 || ::bind(l.fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       ::listen(l.fd.get(), 8) != 0 || ::getsockname(l.fd.get(), reinterpret_cast<sockaddr*>(&addr), &len) != 0)
-    return {};
+    return LoopbackListener();
   l.port = ntohs(addr.sin_port);
   return l;
 }

@@ -26,6 +26,10 @@ struct EpisodeSpec {
   std::filesystem::path skill_file;   // SKILL.md for the system prompt (empty: none)
   std::string device = "cuda";        // "cpu": verify-only scoring, for machines without a GPU
   int gpu = 0;
+  // Its sandbox evaluations (the final score, verify.sh and profile.sh) take the GPU's lock files
+  // (sandbox::EvalRequest::gpu_lock), so that episodes run beside each other on one GPU time
+  // their solutions one at a time; a confined Bash may then write the lock files.
+  bool gpu_lock = false;
   AgentOptions agent;                 // limits; skill and task_text are filled from the files
   ToolOptions tools;                  // output limits, Bash timeouts and confinement
   sandbox::SandboxOptions sandbox;

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -37,6 +38,9 @@ struct ToolOptions {
   // each required (a command fails when it cannot run); "auto" the first of the two that works
   // on this machine, else unconfined; "off" never confines.
   std::string confine = "auto";
+  // Existing files or folders a confined Bash may also write (the GPU's lock files when the
+  // episode's evaluations take them: EpisodeSpec::gpu_lock).
+  std::vector<std::string> writable_paths;
 };
 
 // One tool. Implementations hold references to the registry's workspace and scratch space;

@@ -107,7 +107,8 @@ class ChatSession {
   // from `model_path` as open() reads them, the weights are not loaded, and the same checks apply
   // (the vocabulary sizes, an end-of-sequence token). `model` is borrowed: it must outlive the
   // session, and whoever changes its weights (an optimizer step) changes what the session samples.
-  // Not thread-safe together with the model's owner: do not generate while it trains.
+  // Sessions over one model may generate in several threads at once, but not while its owner
+  // trains it.
   static std::unique_ptr<ChatSession> open_with_model(const std::filesystem::path& model_path, LanguageModel& model);
 
   // Renders `messages` (OpenAI chat messages) and `tools` (OpenAI function tools; null or [] for

@@ -11,7 +11,9 @@
 // (c10::Error, std::bad_alloc, ...) are caught in the module and rethrown as Error carrying
 // their text. Nothing else crosses the boundary.
 //
-// Thread safety: a LanguageModel is not thread-safe; use one from one thread at a time.
+// Thread safety: several threads may call generate() and logits() on one LanguageModel at once
+// (the RL trainer's concurrent episodes); everything else (training, saving or loading weights)
+// needs the model to itself.
 // Different models may be used from different threads.
 #pragma once
 

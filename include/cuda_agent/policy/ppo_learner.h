@@ -67,7 +67,8 @@
 // Errors: every function and method throws cuda_agent::Error naming the bad value (a sample, a
 // length, an option); failures inside libtorch become Error with their text.
 //
-// Thread safety: a PpoLearner is not thread-safe; use it (and its policy()) from one thread.
+// Thread safety: a PpoLearner is not thread-safe; use it from one thread. Between its calls,
+// other threads may generate from policy() at once (LanguageModel's rule).
 #pragma once
 
 #include <cstdint>

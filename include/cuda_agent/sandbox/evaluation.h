@@ -92,7 +92,9 @@ struct EvalRequest {
   // on the host): the GPU lock after Python and torch are imported and before CUDA is touched,
   // held until the worker exits, so GPU phases run one at a time; and the quiet lock, shared
   // while torch is imported and exclusive while timing, so no worker starts up beside another's
-  // timed runs. Lets a runner start the next worker while the current one runs.
+  // timed runs. Lets a runner start the next worker while the current one runs. Other work on
+  // the GPU that must not run beside timed runs holds the quiet lock shared (GpuLock in
+  // worker_confinement.h): the RL trainer while it generates beside its episodes' evaluations.
   bool gpu_lock = false;
   SandboxOptions options;
   // Set by evaluate() for its worker, not by other callers: confine the worker process first

@@ -23,6 +23,10 @@
 
 #include <string>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "cuda_agent/core/confinement.h"
 #include "cuda_agent/sandbox/evaluation.h"
 
@@ -30,6 +34,36 @@ namespace cuda_agent::sandbox {
 
 // The lock file `which` ("gpu" or "quiet") of GPU `gpu`, in the temporary directory.
 std::string gpu_lock_path(int gpu, const char* which);
+
+// Both lock files of GPU `gpu`, created when missing (a confinement must find them to bind them
+// writable); those that cannot be created (another user's file, say) are left out.
+std::vector<std::string> gpu_lock_files(int gpu);
+
+// One of GPU `gpu`'s locks (EvalRequest::gpu_lock says what each orders), held from construction
+// until release() or destruction: exclusive, or shared with other shared holders. Blocks until it
+// is taken. A lock that cannot be taken (another user's file, say) is skipped with a note on
+// stderr: the locks order this user's GPU work, they are not a security boundary.
+class GpuLock {
+ public:
+  GpuLock() = default;
+  GpuLock(int gpu, const char* which, bool exclusive);
+  ~GpuLock() { release(); }
+  GpuLock(GpuLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  GpuLock& operator=(GpuLock&& other) noexcept {
+    if (this != &other) {
+      release();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+
+  void release();
+  // Keeps the lock until this process exits (the kernel drops it then).
+  void hold_until_exit() { fd_ = -1; }
+
+ private:
+  int fd_ = -1;
+};
 
 // What the worker for `request`, writing its result to `result_path`, keeps writable. Creates
 // the cache folder and, when they are used, the lock files (they must exist to be bound).

@@ -21,6 +21,7 @@
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/policy/lm.h"
+#include "cuda_agent/rl/rollout.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
 #include "cuda_agent/rl/trainer.h"
@@ -138,6 +139,14 @@ std::vector<std::string> stages_of(const std::vector<json>& records) {
   return out;
 }
 
+// A metrics record without its wall times (they differ between any two runs).
+json without_timings(json r) {
+  for (const char* key : {"episode_seconds", "update_seconds", "step_seconds", "tokens_per_second", "generation_seconds",
+                          "tool_seconds", "scoring_seconds", "generation_tokens_per_s", "training_tokens_per_s"})
+    r.erase(key);
+  return r;
+}
+
 bool finite_number(const json& r, const char* key) {
   return r.contains(key) && r[key].is_number() && std::isfinite(r[key].get<double>());
 }
@@ -248,14 +257,56 @@ TEST(Trainer, SeparateCriticAndResumeReproducesTheNextStepExactly) {
   // The step-1 checkpoint's optimizer state differs from step 2's: the test compares moved state.
   EXPECT_FALSE(read_file(checkpoint_dir(dir.path() / "straight", 1) / "optimizer.safetensors") ==
                read_file(a / "optimizer.safetensors"));
-  json x = rl::MetricsLog::read(dir.path() / "straight" / "metrics.jsonl").at(1);
-  json y = rl::MetricsLog::read(dir.path() / "resumed" / "metrics.jsonl").at(1);
-  for (json* r : {&x, &y})
-    for (const char* key : {"episode_seconds", "update_seconds", "step_seconds", "tokens_per_second", "generation_seconds",
-                            "tool_seconds", "scoring_seconds", "generation_tokens_per_s", "training_tokens_per_s"})
-      r->erase(key);
+  const json x = without_timings(rl::MetricsLog::read(dir.path() / "straight" / "metrics.jsonl").at(1));
+  const json y = without_timings(rl::MetricsLog::read(dir.path() / "resumed" / "metrics.jsonl").at(1));
   EXPECT_EQ(x, y);
   EXPECT_TRUE(finite_number(x, "value_loss") && finite_number(x, "policy_loss")) << x.dump();
+}
+
+// rollout.concurrent_episodes: a step's episodes run in threads sampling from one model at once;
+// each is seeded as before and the batch keeps their order, so the run is the run of one episode
+// at a time: same trajectories, metrics and weights.
+TEST(Trainer, ConcurrentEpisodesTrainLikeOneAtATime) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-concurrent-");
+  write_model(dir.path() / "m");
+  write_split(dir.path() / "split");
+  std::ostringstream log;
+  for (int concurrent : {1, 3}) {
+    json c = tiny_config(dir.path(), 2);
+    c["run"]["output_dir"] = (dir.path() / fmt::format("c{}", concurrent)).string();
+    c["rollout"]["max_new_tokens"] = 24;
+    c["rollout"]["concurrent_episodes"] = concurrent;
+    c["checkpoint"]["every_steps"] = 2;
+    rl::run_training(c, cpu_options(false), log);
+  }
+  const fs::path one = dir.path() / "c1", three = dir.path() / "c3";
+  const std::vector<json> a = rl::MetricsLog::read(one / "metrics.jsonl"), b = rl::MetricsLog::read(three / "metrics.jsonl");
+  ASSERT_EQ(a.size(), 2u) << log.str();
+  ASSERT_EQ(b.size(), 2u) << log.str();
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["episodes"], 4) << a[i].dump();
+    EXPECT_EQ(without_timings(a[i]), without_timings(b[i])) << "step " << i + 1;
+  }
+  size_t trajectories = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(one / "rollouts")) {
+    if (entry.path().filename() != "trajectory.jsonl") continue;
+    ++trajectories;
+    const fs::path other = three / fs::relative(entry.path(), one);
+    ASSERT_TRUE(fs::is_regular_file(other)) << other;
+    auto replies = [](const fs::path& file) {  // the sampled tokens and log-probs of each reply
+      std::vector<json> out;
+      for (const json& e : rl::read_trajectory(file))
+        if (e.value("type", "") == "assistant") out.push_back({e.at("completion_token_ids"), e.at("completion_logprobs")});
+      return out;
+    };
+    const std::vector<json> x = replies(entry.path());
+    ASSERT_FALSE(x.empty()) << entry.path();
+    EXPECT_EQ(x, replies(other)) << entry.path();
+  }
+  EXPECT_EQ(trajectories, 8u);
+  for (const char* file : {"actor/model.safetensors", "optimizer.safetensors"})
+    EXPECT_TRUE(read_file(checkpoint_dir(one, 2) / file) == read_file(checkpoint_dir(three, 2) / file)) << file;
 }
 
 // Data parallelism end to end: `cuda-agent train` started twice with torchrun's variables (two

@@ -140,6 +140,11 @@ TEST(TrainConfig, OutOfRangeValuesNameKeyValueAndRange) {
   EXPECT_HAS(msg, "rollout.top_p");
   msg = error_message([] { load_train_config("", {"model.actor=a", "stages.rft.max_invalid_tool_calls=-2"}); });
   EXPECT_HAS(msg, "stages.rft.max_invalid_tool_calls");
+  msg = error_message([] { load_train_config("", {"model.actor=a", "rollout.concurrent_episodes=0"}); });
+  EXPECT_HAS(msg, "rollout.concurrent_episodes = 0");
+  msg = error_message([] { load_train_config("", {"model.actor=a", "rollout.concurrent_episodes=65"}); });
+  EXPECT_HAS(msg, "rollout.concurrent_episodes = 65");
+  EXPECT_HAS(msg, "[1, 64]");
 
   // Keys that must agree: the batch is tasks x episodes, mini-batches divide it.
   msg = error_message([] { load_train_config("", {"model.actor=a", "ppo.batch_size=1000"}); });

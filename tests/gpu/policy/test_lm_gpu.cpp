@@ -100,10 +100,10 @@ TEST(LmGpu, CudaGraphDecodingMatchesEagerDecoding) {
   }
 }
 
-// Two threads of one process decode from CUDA graphs at once while a third builds models, as
-// `cuda-agent eval` runs one episode per GPU in threads: a capture must not make the other
-// threads' CUDA calls fail (it did in global capture mode), and each thread's tokens are what
-// it gets alone.
+// Three threads of one process decode from CUDA graphs at once, two of them from one model, while
+// a fourth builds models, as `cuda-agent eval` runs one episode per GPU in threads and the trainer
+// runs concurrent episodes on one model: a capture must not make the other threads' CUDA calls
+// fail (it did in global capture mode), and each thread's tokens are what it gets alone.
 TEST(LmGpu, CudaGraphDecodingInThreadsBesideModelLoads) {
   CA_REQUIRE_GPU();
   use_built_lm_module();
@@ -114,7 +114,8 @@ TEST(LmGpu, CudaGraphDecodingInThreadsBesideModelLoads) {
   const std::vector<std::vector<int64_t>> prompts = {{tokens.begin(), tokens.begin() + 7},
                                                      {tokens.begin() + 7, tokens.begin() + 30}};
   const auto alone_a = a->generate(prompts, greedy(400)), alone_b = b->generate({prompts[1]}, greedy(400));
-  std::vector<policy::Generation> got_a, got_b;
+  const auto alone_a1 = a->generate({prompts[1]}, greedy(400));
+  std::vector<policy::Generation> got_a, got_a1, got_b;
   std::string errors;
   std::mutex m;
   const auto guarded = [&](const std::function<void()>& f) {
@@ -128,15 +129,18 @@ TEST(LmGpu, CudaGraphDecodingInThreadsBesideModelLoads) {
     };
   };
   std::thread ta(guarded([&] { got_a = a->generate(prompts, greedy(400)); }));
+  std::thread ta1(guarded([&] { got_a1 = a->generate({prompts[1]}, greedy(400)); }));  // one model, two threads
   std::thread tb(guarded([&] { got_b = b->generate({prompts[1]}, greedy(400)); }));
   std::thread loads(guarded([&] {
     for (int i = 0; i < 5; ++i) policy::random_language_model(config, test_options("cuda"))->logits(tokens);
   }));
   ta.join();
+  ta1.join();
   tb.join();
   loads.join();
   ASSERT_TRUE(errors.empty()) << errors;
   for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(got_a[i].tokens, alone_a[i].tokens) << "row " << i;
+  EXPECT_EQ(got_a1[0].tokens, alone_a1[0].tokens);
   EXPECT_EQ(got_b[0].tokens, alone_b[0].tokens);
 }
 
