@@ -7,6 +7,7 @@
 #include <fstream>
 #include <system_error>
 
+#include "cuda_agent/core/confinement.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
@@ -296,8 +297,11 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
     if (std::filesystem::exists(path, ec)) argv.insert(argv.end(), {"--bind", path, path});
   for (const auto& locked : context.workspace->locked_files())
     if (std::filesystem::exists(locked, ec)) argv.insert(argv.end(), {"--ro-bind", locked.string(), locked.string()});
-  argv.insert(argv.end(), {"--setenv", "TRITON_CACHE_DIR", "/tmp/triton-cache", "--unshare-net", "--die-with-parent",
-                           "--chdir", root, "bash", "-c", command});
+  for (const auto& [name, value] : private_cache_env()) {
+    argv.insert(argv.end(), {"--setenv", name, value});
+    if (name == "TMPDIR") argv.insert(argv.end(), {"--dir", value});  // in the private /tmp
+  }
+  argv.insert(argv.end(), {"--unshare-net", "--die-with-parent", "--chdir", root, "bash", "-c", command});
   return argv;
 }
 

@@ -385,7 +385,7 @@ int main(int argc, char** argv) {
     plan.writable = confined_writable;
     plan.read_only = confined_read_only;
     plan.private_dirs = {"/tmp"};
-    return exec_confined(plan, confined->remaining(), {{"TRITON_CACHE_DIR", "/tmp/triton-cache"}});
+    return exec_confined(plan, confined->remaining(), private_cache_env());
   }
 
   try {

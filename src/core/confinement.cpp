@@ -20,9 +20,12 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <system_error>
 #include <utility>
+
+#include <fmt/format.h>
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/unique_fd.h"
@@ -394,6 +397,21 @@ void confine_this_process(const ConfinementPlan& plan) {
   drop_capabilities();
 }
 
+std::vector<std::pair<std::string, std::string>> private_cache_env() {
+  std::random_device random;
+  const std::string root = fmt::format("/tmp/cuda-agent-caches-{:08x}{:08x}", random(), random());
+  const char* host_tmp = std::getenv("CUDA_AGENT_HOST_TMPDIR");
+  std::error_code ec;
+  const std::string host = host_tmp && *host_tmp ? host_tmp : std::filesystem::temp_directory_path(ec).string();
+  return {{"CUDA_AGENT_HOST_TMPDIR", host.empty() ? "/tmp" : host},
+          {"TORCHINDUCTOR_CACHE_DIR", root + "/inductor"},
+          {"TRITON_CACHE_DIR", root + "/triton"},
+          {"TRITON_HOME", root + "/triton-home"},
+          {"CUDA_CACHE_PATH", root + "/cuda-jit"},
+          {"PYTORCH_KERNEL_CACHE_PATH", root + "/torch-kernels"},
+          {"TMPDIR", root + "/tmp"}};
+}
+
 int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& command,
                   const std::vector<std::pair<std::string, std::string>>& env) {
   if (command.empty()) {
@@ -406,7 +424,11 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
     std::fprintf(stderr, "cuda-agent: cannot confine the command: %s\n", e.what());
     return 126;
   }
-  for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+  for (const auto& [name, value] : env) {
+    ::setenv(name.c_str(), value.c_str(), 1);
+    std::error_code ec;
+    if (name == "TMPDIR") std::filesystem::create_directories(value, ec);  // a failure shows as tempfile's own error
+  }
   std::vector<char*> args;
   for (const auto& a : command) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);

@@ -427,7 +427,10 @@ nlohmann::json baseline_timings(const EvalRequest& req, const nlohmann::json& re
       CA_LOG_WARN("sandbox", "torch.compile failed on {}: {}", req.task_path, e.what());
     }
   }
-  if (opt.use_baseline_cache) cache.put(key, entry);
+  // A failed torch.compile is not cached: its cause may be this run's (a read-only cache folder,
+  // memory), and a cached failure would leave every later evaluation of the task without a
+  // torch.compile baseline.
+  if (opt.use_baseline_cache && entry["compile_error"].is_null()) cache.put(key, entry);
   return entry;
 }
 

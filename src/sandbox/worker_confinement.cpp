@@ -23,7 +23,10 @@ constexpr size_t kMaxMessage = 3000;
 }  // namespace
 
 std::string gpu_lock_path(int gpu, const char* which) {
-  return (fs::temp_directory_path() / fmt::format("cuda-agent-gpu{}.{}.lock", gpu, which)).string();
+  // In a confined process TMPDIR is private; the host's is kept (core/confinement.h).
+  const char* host_tmp = std::getenv("CUDA_AGENT_HOST_TMPDIR");
+  const fs::path dir = host_tmp && *host_tmp ? fs::path(host_tmp) : fs::temp_directory_path();
+  return (dir / fmt::format("cuda-agent-gpu{}.{}.lock", gpu, which)).string();
 }
 
 std::vector<std::string> gpu_lock_files(int gpu) {
@@ -74,17 +77,19 @@ ConfinementPlan worker_confinement_plan(const EvalRequest& request, const std::s
 void confine_worker(const EvalRequest& request, const std::string& result_path) {
   const ConfinementPlan plan = worker_confinement_plan(request, result_path);
   confine_this_process(plan);
-  // The tools' default caches live under $HOME, read-only now. Shared caches (poisonable by one
-  // solution for the next) are kept to what was shared before: cpp_extension builds.
+  // The tools' default caches live under $HOME or in the host's /tmp, read-only now: they go to
+  // the private /tmp. Shared caches (poisonable by one solution for the next) are kept to what
+  // was shared before: cpp_extension builds.
   const fs::path cache = request.options.resolved_cache_dir();
-  const std::pair<const char*, std::string> env[] = {
-      {"TORCH_EXTENSIONS_DIR", (cache / "torch_extensions").string()},
-      {"TRITON_CACHE_DIR", "/tmp/triton-cache"},
-      {"TRITON_HOME", "/tmp/triton-home"},
-      {"CUDA_CACHE_PATH", "/tmp/cuda-jit-cache"},
-      {"PYTORCH_KERNEL_CACHE_PATH", "/tmp/torch-kernels"},
-  };
-  for (const auto& [name, value] : env) ::setenv(name, value.c_str(), 1);
+  ::setenv("TORCH_EXTENSIONS_DIR", (cache / "torch_extensions").c_str(), 1);
+  for (const auto& [name, value] : private_cache_env()) {
+    ::setenv(name.c_str(), value.c_str(), 1);
+    if (name == "TMPDIR") {
+      std::error_code ec;
+      fs::create_directories(value, ec);
+      CA_CHECK(!ec, "cannot create the worker's temporary folder {}: {}", value, ec.message());
+    }
+  }
 }
 
 StartupReport::~StartupReport() {

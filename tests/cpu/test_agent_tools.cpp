@@ -653,6 +653,13 @@ TEST_P(AgentConfinement, BashRunsConfined) {
   EXPECT_NE(bash("echo held >> " + (outside() / "gpu0.lock").string() + "; echo rc=$?").find("rc=0"), std::string::npos);
   EXPECT_EQ(read_file(outside() / "gpu0.lock"), "held\n");
   EXPECT_NE(bash("echo x >> " + (outside() / "secret.py").string() + "; echo rc=$?").find("rc=1"), std::string::npos);
+  // Tools' caches and TMPDIR go to a fresh writable folder of the private /tmp; the host's
+  // temporary directory stays named for the GPU lock files.
+  const std::string tmp = bash("case \"$TMPDIR\" in /tmp/cuda-agent-caches-*) touch \"$TMPDIR/x\" && echo tmpdir-ok;; esac;"
+                               " echo \"host=$CUDA_AGENT_HOST_TMPDIR inductor=$TORCHINDUCTOR_CACHE_DIR\"");
+  EXPECT_NE(tmp.find("tmpdir-ok"), std::string::npos) << tmp;
+  EXPECT_NE(tmp.find("host=" + fs::temp_directory_path().string()), std::string::npos) << tmp;
+  EXPECT_NE(tmp.find("inductor=/tmp/cuda-agent-caches-"), std::string::npos) << tmp;
   const std::string net = bash("exec 3<>/dev/tcp/127.0.0.1/" + std::to_string(port) + " && echo connected || echo refused");
   EXPECT_NE(net.find("refused"), std::string::npos) << net;
   // Scratch files in the private /tmp work and vanish with the command.

@@ -3,6 +3,7 @@
 // confinement or fake a confinement failure. Each hostile solution also runs with confine: off,
 // where it must succeed, so that a test cannot pass because the hack itself was broken.
 #include <poll.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -174,6 +175,41 @@ TEST_F(Confine, CacheStaysWritableAndTmpIsPrivate) {
   expect_confined(r);
   EXPECT_TRUE(fs::exists(cached)) << "the evaluation cache must stay writable (NVRTC cubins, baselines, builds)";
   EXPECT_FALSE(fs::exists(scratch)) << "the worker's /tmp must be private";
+}
+
+// torch.compile's inductor caches in /tmp/torchinductor_<user> by default, which the host has
+// after any unconfined torch.compile run and the worker's private /tmp shows read-only: the
+// worker's caches go to a fresh folder of its own instead (private_cache_env()). Without that,
+// every torch.compile baseline failed on a host where torch.compile had run once.
+TEST_F(Confine, TorchCompileRunsWhenTheHostHasItsDefaultCache) {
+  // The default folder as the worker's Python computes it: tempfile.gettempdir() is /tmp there,
+  // and getpass.getuser() reads LOGNAME, USER, LNAME, USERNAME, then the password database.
+  std::string user;
+  for (const char* name : {"LOGNAME", "USER", "LNAME", "USERNAME"})
+    if (user.empty() && std::getenv(name) && *std::getenv(name)) user = std::getenv(name);
+  if (user.empty()) {
+    const passwd* pw = ::getpwuid(::getuid());
+    ASSERT_NE(pw, nullptr);
+    user = pw->pw_name;
+  }
+  const std::string host_default = "/tmp/torchinductor_" + user;
+  std::error_code ec;
+  fs::create_directories(host_default, ec);  // as any torch.compile run on the host leaves it
+  ASSERT_TRUE(fs::is_directory(host_default)) << host_default;
+  // The verdict is not the point (torch.compile leaves threads behind, which the sandbox flags):
+  // the compiled function's result, written to the cache folder, is.
+  const std::string probe = (fs::path(cache_dir()) / unique_name("compiled")).string();
+  const std::string prelude = "import torch\n"
+                              "_f = torch.compile(lambda x: x * 2 + 1)\n"
+                              "_ok = torch.equal(_f(torch.ones(4)), torch.full((4,), 3.0))\n"
+                              "with open(" + py_string(probe) + ", 'w') as f:\n"
+                              "    f.write(os.environ['TORCHINDUCTOR_CACHE_DIR'] + ' ' + str(_ok))\n";
+  const auto r = verify(prelude, "namespaces");
+  EXPECT_EQ(r["worker"]["confined"], true) << r.dump(2);
+  ASSERT_TRUE(fs::exists(probe)) << "torch.compile failed in the confined worker: " << r.value("message", "");
+  const std::string written = read_file(probe);
+  EXPECT_EQ(written.rfind("/tmp/cuda-agent-caches-", 0), 0u) << written;
+  EXPECT_EQ(written.substr(written.size() - 5), " True") << written;
 }
 
 TEST_F(Confine, NoNetwork) {
@@ -443,6 +479,10 @@ TEST(GpuLocks, SharedHoldersCoexistAndKeepAnExclusiveOneWaiting) {
   const std::vector<std::string> files = gpu_lock_files(4);
   ASSERT_EQ(files.size(), 2u);
   for (const auto& f : files) EXPECT_TRUE(fs::exists(f)) << f;
+  // In a confined process TMPDIR is private: the lock files stay in the host's.
+  setenv("CUDA_AGENT_HOST_TMPDIR", (dir.path() / "host").c_str(), 1);
+  EXPECT_EQ(gpu_lock_path(4, "gpu"), (dir.path() / "host" / "cuda-agent-gpu4.gpu.lock").string());
+  unsetenv("CUDA_AGENT_HOST_TMPDIR");
 }
 
 TEST(ConfineReport, OnlyTheFirstLineCounts) {

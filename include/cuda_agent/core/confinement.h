@@ -60,11 +60,23 @@ struct ConfinementPlan {
 // changed) and should report and exit rather than go on. Not thread-safe.
 void confine_this_process(const ConfinementPlan& plan);
 
-// confine_this_process(plan), then sets `env` and execs `command` (searched in PATH). Returns
+// confine_this_process(plan), then sets `env` (creating the folder its TMPDIR names, if it names
+// one) and execs `command` (searched in PATH). Returns
 // only on failure: 126 when the process could not be confined, 127 when the command could not
 // be run, each after a line on stderr saying why. For a fresh process (the agent's Bash runs
 // `cuda-agent confined-exec`).
 int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& command,
                   const std::vector<std::pair<std::string, std::string>>& env = {});
+
+// The environment that points the caches of what a confined process runs (torch.compile's
+// inductor, Triton, the CUDA JIT, ATen's kernel cache) and its TMPDIR into a fresh folder of its
+// private /tmp, /tmp/cuda-agent-caches-<random>/. Their defaults are under $HOME or in /tmp
+// itself (/tmp/torchinductor_<user>, from Python's tempfile.gettempdir()), which the
+// confinement shows read-only wherever the host already has them: one torch.compile run on the
+// host would otherwise break torch.compile in every confined process after it. The TMPDIR
+// folder must exist (tempfile skips one that does not): exec_confined creates it; other
+// callers create it once confined. CUDA_AGENT_HOST_TMPDIR keeps the temporary directory the
+// process had before (where shared files such as the GPU lock files live).
+std::vector<std::pair<std::string, std::string>> private_cache_env();
 
 }  // namespace cuda_agent

@@ -8,9 +8,9 @@
 //     TORCH_EXTENSIONS_DIR),
 //   - this GPU's lock files when EvalRequest::gpu_lock is set,
 //   - a private /tmp (and $TMPDIR when that is elsewhere) in memory, where the host's entries
-//     are visible read-only: Python's tempfile, nvcc, torch.compile's inductor cache, Triton's
-//     cache (TRITON_CACHE_DIR, TRITON_HOME), the CUDA JIT cache (CUDA_CACHE_PATH) and ATen's kernel cache
-//     (PYTORCH_KERNEL_CACHE_PATH) write there and lose it at exit,
+//     are visible read-only: Python's tempfile and nvcc write there, and torch.compile's inductor
+//     cache, Triton's, the CUDA JIT cache and ATen's kernel cache go to a fresh folder in it
+//     (private_cache_env() in core/confinement.h), all lost at exit,
 //   - a private /dev/shm.
 // The task, the solution's own folder, the agent's workspace and its verify/profile scripts,
 // $HOME and everything else are read-only; there is no network.
@@ -32,7 +32,8 @@
 
 namespace cuda_agent::sandbox {
 
-// The lock file `which` ("gpu" or "quiet") of GPU `gpu`, in the temporary directory.
+// The lock file `which` ("gpu" or "quiet") of GPU `gpu`, in the temporary directory (the host's,
+// CUDA_AGENT_HOST_TMPDIR, in a confined process).
 std::string gpu_lock_path(int gpu, const char* which);
 
 // Both lock files of GPU `gpu`, created when missing (a confinement must find them to bind them
