@@ -47,7 +47,7 @@ json train_config_defaults() {
            {"temperature", 1.0},              // ours: sample the policy as it is (on-policy)
            {"top_p", 1.0},                    // ours: no nucleus truncation, for the same reason
            {"sandbox_timeout_s", 600},        // ours: wall time of one sandbox evaluation
-           {"concurrent_episodes", 1},        // ours: episodes a process runs at once (on its GPU)
+           {"concurrent_episodes", 2},        // ours: episodes a process runs at once on its GPU (as bench's 2 workers)
            {"single_turn", false},            // true: no tools, one answer (the no-agent-loop ablation)
            {"max_invalid_turns", 5},          // as agent::AgentOptions: replies whose calls all failed, in a row
            {"max_repeated_calls", 6},         // as agent::AgentOptions: the same call this many times: looping
