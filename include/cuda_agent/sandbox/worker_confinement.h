@@ -22,8 +22,6 @@
 #pragma once
 
 #include <string>
-
-#include <string>
 #include <utility>
 #include <vector>
 
