@@ -400,16 +400,31 @@ void confine_this_process(const ConfinementPlan& plan) {
 std::vector<std::pair<std::string, std::string>> private_cache_env() {
   std::random_device random;
   const std::string root = fmt::format("/tmp/cuda-agent-caches-{:08x}{:08x}", random(), random());
-  const char* host_tmp = std::getenv("CUDA_AGENT_HOST_TMPDIR");
-  std::error_code ec;
-  const std::string host = host_tmp && *host_tmp ? host_tmp : std::filesystem::temp_directory_path(ec).string();
-  return {{"CUDA_AGENT_HOST_TMPDIR", host.empty() ? "/tmp" : host},
+  return {{"CUDA_AGENT_HOST_TMPDIR", host_temp_directory().string()},
           {"TORCHINDUCTOR_CACHE_DIR", root + "/inductor"},
           {"TRITON_CACHE_DIR", root + "/triton"},
           {"TRITON_HOME", root + "/triton-home"},
           {"CUDA_CACHE_PATH", root + "/cuda-jit"},
           {"PYTORCH_KERNEL_CACHE_PATH", root + "/torch-kernels"},
           {"TMPDIR", root + "/tmp"}};
+}
+
+std::filesystem::path host_temp_directory() {
+  const char* host = std::getenv("CUDA_AGENT_HOST_TMPDIR");
+  if (host && *host) return host;
+  std::error_code ec;
+  const std::filesystem::path usual = std::filesystem::temp_directory_path(ec);
+  return ec ? std::filesystem::path("/tmp") : usual;
+}
+
+void set_environment(const std::vector<std::pair<std::string, std::string>>& env) {
+  for (const auto& [name, value] : env) {
+    ::setenv(name.c_str(), value.c_str(), 1);
+    if (name != "TMPDIR") continue;
+    std::error_code ec;
+    std::filesystem::create_directories(value, ec);
+    CA_CHECK(!ec, "cannot create the temporary folder {}: {}", value, ec.message());
+  }
 }
 
 int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& command,
@@ -420,14 +435,10 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
   }
   try {
     confine_this_process(plan);
+    set_environment(env);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda-agent: cannot confine the command: %s\n", e.what());
     return 126;
-  }
-  for (const auto& [name, value] : env) {
-    ::setenv(name.c_str(), value.c_str(), 1);
-    std::error_code ec;
-    if (name == "TMPDIR") std::filesystem::create_directories(value, ec);  // a failure shows as tempfile's own error
   }
   std::vector<char*> args;
   for (const auto& a : command) args.push_back(const_cast<char*>(a.c_str()));

@@ -23,10 +23,7 @@ constexpr size_t kMaxMessage = 3000;
 }  // namespace
 
 std::string gpu_lock_path(int gpu, const char* which) {
-  // In a confined process TMPDIR is private; the host's is kept (core/confinement.h).
-  const char* host_tmp = std::getenv("CUDA_AGENT_HOST_TMPDIR");
-  const fs::path dir = host_tmp && *host_tmp ? fs::path(host_tmp) : fs::temp_directory_path();
-  return (dir / fmt::format("cuda-agent-gpu{}.{}.lock", gpu, which)).string();
+  return (host_temp_directory() / fmt::format("cuda-agent-gpu{}.{}.lock", gpu, which)).string();
 }
 
 std::vector<std::string> gpu_lock_files(int gpu) {
@@ -82,14 +79,7 @@ void confine_worker(const EvalRequest& request, const std::string& result_path) 
   // was shared before: cpp_extension builds.
   const fs::path cache = request.options.resolved_cache_dir();
   ::setenv("TORCH_EXTENSIONS_DIR", (cache / "torch_extensions").c_str(), 1);
-  for (const auto& [name, value] : private_cache_env()) {
-    ::setenv(name.c_str(), value.c_str(), 1);
-    if (name == "TMPDIR") {
-      std::error_code ec;
-      fs::create_directories(value, ec);
-      CA_CHECK(!ec, "cannot create the worker's temporary folder {}: {}", value, ec.message());
-    }
-  }
+  set_environment(private_cache_env());
 }
 
 StartupReport::~StartupReport() {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,8 +61,7 @@ struct ConfinementPlan {
 // changed) and should report and exit rather than go on. Not thread-safe.
 void confine_this_process(const ConfinementPlan& plan);
 
-// confine_this_process(plan), then sets `env` (creating the folder its TMPDIR names, if it names
-// one) and execs `command` (searched in PATH). Returns
+// confine_this_process(plan), then set_environment(env) and execs `command` (searched in PATH). Returns
 // only on failure: 126 when the process could not be confined, 127 when the command could not
 // be run, each after a line on stderr saying why. For a fresh process (the agent's Bash runs
 // `cuda-agent confined-exec`).
@@ -75,8 +75,18 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
 // confinement shows read-only wherever the host already has them: one torch.compile run on the
 // host would otherwise break torch.compile in every confined process after it. The TMPDIR
 // folder must exist (tempfile skips one that does not): exec_confined creates it; other
-// callers create it once confined. CUDA_AGENT_HOST_TMPDIR keeps the temporary directory the
-// process had before (where shared files such as the GPU lock files live).
+// callers create it once confined (set_environment). CUDA_AGENT_HOST_TMPDIR keeps the temporary
+// directory the process had before (host_temp_directory()).
 std::vector<std::pair<std::string, std::string>> private_cache_env();
+
+// Sets each variable of `env` (private_cache_env()'s, say) in this process and creates the folder
+// its TMPDIR names, if it names one. Throws Error naming the folder when it cannot be created.
+// Reads and writes the environment: call it while the process has one thread.
+void set_environment(const std::vector<std::pair<std::string, std::string>>& env);
+
+// The host's temporary directory, where files shared across confined processes live (the GPU
+// lock files): CUDA_AGENT_HOST_TMPDIR in a process private_cache_env() set up, else the usual
+// one (TMPDIR, else /tmp).
+std::filesystem::path host_temp_directory();
 
 }  // namespace cuda_agent
