@@ -117,7 +117,7 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
     req.gpu = spec.gpu;
     req.gpu_lock = gpu_lock;
     req.options = sandbox_options;
-    nlohmann::json r = sandbox::evaluate(req);
+    nlohmann::json r = sandbox::evaluate(req).to_json();
     // Verify-only scoring (no GPU): a correct solution earns 1, as correct-but-not-faster does.
     if (req.mode == sandbox::EvalMode::kVerify && r.value("ok", false)) r["reward"] = 1.0;
     return r;

@@ -134,7 +134,7 @@ int run_single(const std::string& mode, const std::string& task, const std::stri
   if (sidecar.rtol && !rtol_set) req.options.rtol = *sidecar.rtol;
   if (device == "cuda") require_gpu(mode.c_str());
   CA_CHECK(device == "cuda" || mode == "verify", "{} needs a GPU; only verify runs with --device cpu", mode);
-  nlohmann::json result = sandbox::evaluate(req);
+  nlohmann::json result = sandbox::evaluate(req).to_json();
   if (!output.empty()) write_file_atomic(output, result.dump(2));
   if (json) std::cout << result.dump(2) << "\n";
   else print_result(result);
@@ -360,11 +360,14 @@ int main(int argc, char** argv) {
   serve->add_option("--max-tokens", serve_opts.default_max_tokens, "max_tokens of requests that set none (default 1024)");
   serve->add_option("--log-level", serve_log_level, "trace, debug, info (default: one line per request), warn, error or off");
 
-  CLI::App* worker = app.add_subcommand("worker", "(internal) run one evaluation request in this process");
+  // An evaluation's two processes (sandbox/evaluation.h): the judge (--request, --result) and
+  // the candidate process the judge starts (--candidate, its channel as descriptor 3).
+  CLI::App* worker = app.add_subcommand("worker", "(internal) an evaluation's judge or candidate process");
   worker->group("");
-  std::string request_path, result_path;
-  worker->add_option("--request", request_path)->required();
-  worker->add_option("--result", result_path)->required();
+  std::string request_path, result_path, candidate_request;
+  worker->add_option("--request", request_path);
+  worker->add_option("--result", result_path);
+  worker->add_option("--candidate", candidate_request);
 
   // The agent's Bash under `confine: namespaces` (agent/tool_support.cpp): confine this fresh,
   // single-threaded process, then exec the command.
@@ -529,12 +532,18 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (worker->parsed()) {
-      sandbox::EvalRequest req = sandbox::EvalRequest::from_json(nlohmann::json::parse(read_file(request_path)));
-      sandbox::run_evaluation_in_process(req, result_path);
+      int code = 0;
+      if (!candidate_request.empty()) {
+        code = sandbox::run_candidate_process(candidate_request);
+      } else {
+        CA_CHECK(!request_path.empty() && !result_path.empty(), "worker needs --request and --result, or --candidate");
+        sandbox::EvalRequest req = sandbox::EvalRequest::from_json(nlohmann::json::parse(read_file(request_path)));
+        sandbox::run_judge_process(req, result_path);
+      }
       std::cout.flush();
       std::fflush(nullptr);
       // The interpreter, torch and CUDA tear down badly at exit; the result is on disk.
-      std::_Exit(0);
+      std::_Exit(code);
     }
   } catch (const std::exception& e) {
     std::cerr << "cuda-agent: " << e.what() << "\n";

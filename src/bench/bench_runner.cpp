@@ -52,7 +52,7 @@ nlohmann::json evaluate_task(const BenchOptions& options, const TaskEntry& task,
   nlohmann::json result;
   *reused = false;
   if (options.mode == sandbox::EvalMode::kBaselines) {
-    result = sandbox::evaluate(req);  // the baseline cache makes a repeat cheap
+    result = sandbox::evaluate(req).to_json();  // the baseline cache makes a repeat cheap
   } else {
     auto solution = find_solution(options.solutions, task.id);
     if (options.resume && solution && fs::exists(result_file)) {
@@ -61,7 +61,7 @@ nlohmann::json evaluate_task(const BenchOptions& options, const TaskEntry& task,
         if (previous.value("task_sha256", "") == file_sha256(task.path) &&
             previous.value("solution_sha256", "") == sandbox::solution_fingerprint(solution->string()) &&
             previous.value("options", nlohmann::json()) == task_options.to_json() &&
-            previous.value("category", nlohmann::json()) != nlohmann::json(sandbox::category::kInfrastructure)) {
+            previous.value("category", nlohmann::json()) != nlohmann::json(sandbox::to_string(sandbox::Category::kInfrastructure))) {
           *reused = true;
           previous["level"] = task.level;
           return previous;
@@ -77,7 +77,7 @@ nlohmann::json evaluate_task(const BenchOptions& options, const TaskEntry& task,
                 {"options", task_options.to_json()}};
     } else {
       req.solution_path = solution->string();
-      result = sandbox::evaluate(req);
+      result = sandbox::evaluate(req).to_json();
     }
   }
   result["level"] = task.level;

@@ -393,6 +393,12 @@ void confine_this_process(const ConfinementPlan& plan) {
     remount(r, /*read_only=*/true);
   }
 
+  // 6. Hidden directories: an empty read-only tmpfs on each.
+  for (const auto& h : plan.hidden) {
+    const std::string path = canonical(h, "hidden directory");
+    mount_tmpfs(path, 0500, 4096, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  }
+
   if (cwd.empty() || ::chdir(cwd.c_str()) != 0) (void)::chdir("/");
   drop_capabilities();
 }

@@ -1,7 +1,12 @@
 #include "cuda_agent/core/hash.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+
+#include "cuda_agent/core/error.h"
 
 namespace cuda_agent {
 namespace {
@@ -86,7 +91,7 @@ void Sha256::update(std::string_view data) {
   buffered_ = size;
 }
 
-std::string Sha256::hex_digest() const {
+std::array<uint8_t, 32> Sha256::digest() const {
   Sha256 copy = *this;
   const uint64_t bit_length = total_bytes_ * 8;
   // Padding: 0x80, zeros up to 56 mod 64, then the length as a 64-bit big-endian number.
@@ -94,14 +99,73 @@ std::string Sha256::hex_digest() const {
   size_t pad = (buffered_ < 56 ? 56 : 120) - buffered_;
   for (int i = 0; i < 8; ++i) padding[pad + i] = static_cast<uint8_t>(bit_length >> (56 - 8 * i));
   copy.update(std::string_view(reinterpret_cast<const char*>(padding), pad + 8));
+  std::array<uint8_t, 32> out;
+  for (size_t i = 0; i < 8; ++i)
+    for (size_t b = 0; b < 4; ++b) out[4 * i + b] = static_cast<uint8_t>(copy.state_[i] >> (24 - 8 * b));
+  return out;
+}
 
+std::string Sha256::hex_digest() const { return to_hex(digest()); }
+
+std::string to_hex(std::span<const uint8_t> bytes) {
   static constexpr char kDigits[] = "0123456789abcdef";
   std::string hex;
-  hex.reserve(64);
-  for (uint32_t word : copy.state_) {
-    for (int shift = 28; shift >= 0; shift -= 4) hex.push_back(kDigits[(word >> shift) & 0xf]);
-  }
+  hex.reserve(2 * bytes.size());
+  for (uint8_t b : bytes) hex.push_back(kDigits[b >> 4]), hex.push_back(kDigits[b & 0xf]);
   return hex;
+}
+
+std::array<uint8_t, 32> hmac_sha256(std::string_view key, std::string_view message) {
+  // RFC 2104: keys longer than the block are hashed first; then H((K ^ opad) || H((K ^ ipad) || m)).
+  std::array<uint8_t, 64> block{};
+  if (key.size() > block.size()) {
+    Sha256 h;
+    h.update(key);
+    const auto d = h.digest();
+    std::memcpy(block.data(), d.data(), d.size());
+  } else {
+    std::memcpy(block.data(), key.data(), key.size());
+  }
+  std::array<char, 64> inner_pad, outer_pad;
+  for (size_t i = 0; i < 64; ++i) {
+    inner_pad[i] = static_cast<char>(block[i] ^ 0x36);
+    outer_pad[i] = static_cast<char>(block[i] ^ 0x5c);
+  }
+  Sha256 inner;
+  inner.update(std::string_view(inner_pad.data(), inner_pad.size()));
+  inner.update(message);
+  const auto inner_digest = inner.digest();
+  Sha256 outer;
+  outer.update(std::string_view(outer_pad.data(), outer_pad.size()));
+  outer.update(std::string_view(reinterpret_cast<const char*>(inner_digest.data()), inner_digest.size()));
+  return outer.digest();
+}
+
+std::string hmac_sha256_hex(std::string_view key, std::string_view message) { return to_hex(hmac_sha256(key, message)); }
+
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::string random_bytes(size_t n) {
+  std::string out(n, '\0');
+  size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::getrandom(out.data() + got, n - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    const int err = errno;
+    CA_CHECK(r > 0, "cannot read random bytes from the kernel (getrandom): {}", errno_text(err));
+    got += static_cast<size_t>(r);
+  }
+  return out;
+}
+
+std::string random_hex(size_t n) {
+  const std::string bytes = random_bytes(n);
+  return to_hex(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
 }
 
 std::string sha256_hex(std::string_view data) {

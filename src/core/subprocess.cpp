@@ -308,6 +308,9 @@ void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_poin
         now - start >= Seconds(options.timeout_s)) {
       stop_group(result.timed_out);
     }
+    if (phase == Phase::kRunning && options.cancel != nullptr && options.cancel->load()) {
+      stop_group(result.cancelled);
+    }
     if (phase == Phase::kTerminating && Clock::now() - term_sent >= grace) {
       ::kill(-pid, SIGKILL);
       phase = Phase::kKilled;
@@ -337,7 +340,7 @@ void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_poin
 }  // namespace
 
 bool SubprocessResult::ok() const {
-  return term_signal == 0 && exit_code == 0 && !timed_out && !memory_exceeded;
+  return term_signal == 0 && exit_code == 0 && !timed_out && !memory_exceeded && !cancelled;
 }
 
 std::string SubprocessResult::describe() const {
@@ -346,6 +349,7 @@ std::string SubprocessResult::describe() const {
                        format_bytes(peak_rss_bytes));
   }
   if (timed_out) return fmt::format("timed out after {:.1f} s", timeout_s);
+  if (cancelled) return "stopped by the caller";
   if (term_signal != 0) {
     const char* text = ::sigdescr_np(term_signal);
     return fmt::format("killed by signal {} ({})", term_signal,
@@ -355,9 +359,19 @@ std::string SubprocessResult::describe() const {
 }
 
 SubprocessResult run_subprocess(const SubprocessOptions& options) {
-  validate(options);
+  auto close_passed = [&] {
+    if (options.close_pass_fd && options.pass_fd >= 0) ::close(options.pass_fd);
+  };
   const auto start = Clock::now();
-  const pid_t pid = spawn_child(options);
+  pid_t pid = -1;
+  try {
+    validate(options);
+    pid = spawn_child(options);
+  } catch (...) {
+    close_passed();
+    throw;
+  }
+  close_passed();
   SubprocessResult result;
   result.timeout_s = options.timeout_s;
   result.max_rss_bytes = options.max_rss_bytes;

@@ -1,8 +1,13 @@
 #include "cuda_agent/sandbox/baseline_cache.h"
 
+#include <sys/stat.h>
+
+#include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
 #include "cuda_agent/core/log.h"
+
+namespace fs = std::filesystem;
 
 namespace cuda_agent::sandbox {
 
@@ -13,19 +18,50 @@ nlohmann::json BaselineKey::to_json() const {
 
 std::string BaselineKey::digest() const { return sha256_hex(to_json().dump()); }
 
-BaselineCache::BaselineCache(std::filesystem::path dir) : dir_(std::move(dir)) {}
+fs::path cache_secret_dir(const fs::path& cache_dir) { return cache_dir / "secret"; }
 
-std::filesystem::path BaselineCache::path_for(const BaselineKey& key) const {
-  return dir_ / (key.digest() + ".json");
+std::string cache_secret(const fs::path& cache_dir) {
+  const fs::path dir = cache_secret_dir(cache_dir);
+  const fs::path file = dir / "key";
+  std::error_code ec;
+  if (fs::is_regular_file(file, ec)) {
+    const std::string key = read_file(file);
+    CA_CHECK(key.size() >= 32, "the cache key {} is truncated: delete the folder {} to make a new one", file.string(),
+             dir.string());
+    return key;
+  }
+  fs::create_directories(dir, ec);
+  CA_CHECK(!ec, "cannot create the cache's secret folder {}: {}", dir.string(), ec.message());
+  ::chmod(dir.c_str(), 0700);
+  const std::string key = random_hex(32);
+  write_file_atomic(file, key);
+  ::chmod(file.c_str(), 0600);
+  return read_file(file);  // another process may have won the race: use what is on disk
+}
+
+BaselineCache::BaselineCache(fs::path dir, std::string key) : dir_(std::move(dir)), key_(std::move(key)) {}
+
+fs::path BaselineCache::path_for(const BaselineKey& key) const { return dir_ / (key.digest() + ".json"); }
+
+std::string BaselineCache::mac(const nlohmann::json& stored) const {
+  nlohmann::json body = stored;
+  body.erase("mac");
+  return hmac_sha256_hex(key_, body.dump());
 }
 
 std::optional<nlohmann::json> BaselineCache::get(const BaselineKey& key) const {
   const auto path = path_for(key);
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  if (!fs::exists(path, ec)) return std::nullopt;
   try {
     auto entry = nlohmann::json::parse(read_file(path));
     if (entry.at("key") != key.to_json()) return std::nullopt;  // a digest collision, or tampering
+    if (!entry.contains("mac") || !entry["mac"].is_string() || !constant_time_equal(entry["mac"].get<std::string>(), mac(entry))) {
+      CA_LOG_WARN("sandbox", "ignoring baseline cache entry {}: its MAC does not verify (not written by a judge "
+                  "holding this cache's key)", path.string());
+      return std::nullopt;
+    }
+    entry.erase("mac");
     return entry;
   } catch (const std::exception& e) {
     CA_LOG_WARN("sandbox", "ignoring unreadable baseline cache entry {}: {}", path.string(), e.what());
@@ -36,6 +72,7 @@ std::optional<nlohmann::json> BaselineCache::get(const BaselineKey& key) const {
 void BaselineCache::put(const BaselineKey& key, const nlohmann::json& entry) const {
   nlohmann::json stored = entry;
   stored["key"] = key.to_json();
+  stored["mac"] = mac(stored);
   try {
     write_file_atomic(path_for(key), stored.dump(2));
   } catch (const std::exception& e) {

@@ -35,18 +35,12 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_size) {
   std::vector<KernelRecord> records;
-  std::vector<std::pair<uint32_t, uint64_t>> external;
   CUpti_Activity* record = nullptr;
   const CuptiApi& api = cupti();
   while (api.cuptiActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
     if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
       if (m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH) CuptiKernelRecorder::instance().add_host_copy(m->bytes);
-      continue;
-    }
-    if (record->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
-      const auto* e = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
-      if (e->externalKind == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) external.emplace_back(e->correlationId, e->externalId);
       continue;
     }
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL)
@@ -65,7 +59,6 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   }
   std::free(buffer);
   CuptiKernelRecorder::instance().append(std::move(records));
-  if (!external.empty()) CuptiKernelRecorder::instance().append_external(external);
 }
 
 }  // namespace
@@ -80,98 +73,62 @@ void CuptiKernelRecorder::append(std::vector<KernelRecord>&& records) {
   for (auto& r : records) records_.push_back(std::move(r));
 }
 
-void CuptiKernelRecorder::append_external(const std::vector<std::pair<uint32_t, uint64_t>>& correlations) {
-  std::lock_guard<std::mutex> lock(g_records_mutex);
-  external_.insert(external_.end(), correlations.begin(), correlations.end());
-}
-
 uint64_t CuptiKernelRecorder::timestamp() {
   uint64_t t = 0;
   CA_CUPTI_CHECK(cupti().cuptiGetTimestamp(&t));
   return t;
 }
 
-void CuptiKernelRecorder::start(bool attribute) {
+void CuptiKernelRecorder::start() {
   const CuptiApi& api = cupti();
   if (!registered_) {
     CA_CUPTI_CHECK(api.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed));
     registered_ = true;
   }
+  if (recording_) (void)take();
   {
     std::lock_guard<std::mutex> lock(g_records_mutex);
     records_.clear();
-    external_.clear();
   }
   dropped_ = 0;
-  external_count_ = 0;
   host_copy_bytes_ = 0;
-  attribute_ = attribute;
-  CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-  if (attribute_) {
-    // External correlation records precede API records, so the API kinds must be on too.
-    CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
-    CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER));
-    CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME));
+  if (!recording_) {
+    CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
     CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
   }
+  recording_ = true;
 }
 
-std::vector<KernelRecord> CuptiKernelRecorder::stop() {
+std::vector<KernelRecord> CuptiKernelRecorder::take(uint64_t* host_copy_bytes) {
   const CuptiApi& api = cupti();
   // Flush without holding our lock: CUPTI calls buffer_completed, which takes it.
   CA_CUPTI_CHECK(api.cuptiActivityFlushAll(1));
-  CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
-  if (attribute_) {
-    CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION));
-    CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER));
-    CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME));
-    CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY));
-  }
   size_t dropped = 0;
-  if (api.cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS) dropped_ = dropped;
-  std::lock_guard<std::mutex> lock(g_records_mutex);
+  if (api.cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS) dropped_ += dropped;
   std::vector<KernelRecord> out;
-  out.swap(records_);
-  if (attribute_) {
-    std::map<uint32_t, uint64_t> by_correlation(external_.begin(), external_.end());
-    external_count_ = by_correlation.size();
-    for (auto& r : out)
-      if (auto it = by_correlation.find(r.correlation_id); it != by_correlation.end()) r.external_id = it->second;
+  {
+    std::lock_guard<std::mutex> lock(g_records_mutex);
+    out.swap(records_);
   }
-  external_.clear();
+  if (launch_origins_installed())
+    for (auto& r : out) {
+      LaunchAttribution a = take_launch_origin(r.correlation_id);
+      r.origin = a.origin;
+      r.library = std::move(a.library);
+    }
+  if (host_copy_bytes) *host_copy_bytes = host_copy_bytes_.exchange(0);
   return out;
 }
 
-nlohmann::json kernel_table(const std::vector<KernelRecord>& records, int runs) {
-  struct Row {
-    int64_t calls = 0;
-    double total_us = 0;
-    std::set<uint32_t> streams;
-    std::string grid, block;
-  };
-  std::map<std::string, Row> rows;
-  for (const auto& r : records) {
-    Row& row = rows[r.name];
-    row.calls++;
-    row.total_us += (r.end_ns - r.start_ns) / 1e3;
-    row.streams.insert(r.stream_id);
-    row.grid = fmt::format("{}x{}x{}", r.grid[0], r.grid[1], r.grid[2]);
-    row.block = fmt::format("{}x{}x{}", r.block[0], r.block[1], r.block[2]);
+std::vector<KernelRecord> CuptiKernelRecorder::stop(uint64_t* host_copy_bytes) {
+  std::vector<KernelRecord> out = take(host_copy_bytes);
+  if (recording_) {
+    const CuptiApi& api = cupti();
+    CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
+    CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY));
   }
-  nlohmann::json table = nlohmann::json::array();
-  for (const auto& [name, row] : rows) {
-    table.push_back({{"name", name},
-                     {"calls_per_forward", runs > 0 ? static_cast<double>(row.calls) / runs : 0.0},
-                     {"mean_us", row.total_us / row.calls},
-                     {"total_us_per_forward", runs > 0 ? row.total_us / runs : 0.0},
-                     {"streams", std::vector<uint32_t>(row.streams.begin(), row.streams.end())},
-                     {"grid", row.grid},
-                     {"block", row.block}});
-  }
-  std::sort(table.begin(), table.end(), [](const auto& a, const auto& b) {
-    return a["total_us_per_forward"].template get<double>() > b["total_us_per_forward"].template get<double>();
-  });
-  return table;
+  recording_ = false;
+  return out;
 }
 
 }  // namespace cuda_agent::sandbox

@@ -136,10 +136,10 @@ EvalMode eval_mode_from_string(const std::string& s) {
 }
 
 nlohmann::json EvalRequest::to_json() const {
-  return {{"task_path", task_path}, {"solution_path", solution_path}, {"task_id", task_id},
-          {"mode", to_string(mode)}, {"device", device},              {"gpu", gpu},
-          {"gpu_lock", gpu_lock}, {"options", options.to_json()}, {"confine_worker", confine_worker},
-          {"status_fd", status_fd}};
+  return {{"task_path", task_path},   {"solution_path", solution_path}, {"task_id", task_id},
+          {"mode", to_string(mode)},  {"device", device},               {"gpu", gpu},
+          {"gpu_lock", gpu_lock},     {"options", options.to_json()},   {"confine_candidate", confine_candidate},
+          {"unconfined_reason", unconfined_reason}};
 }
 
 EvalRequest EvalRequest::from_json(const nlohmann::json& j) {
@@ -152,8 +152,8 @@ EvalRequest EvalRequest::from_json(const nlohmann::json& j) {
   r.gpu = j.value("gpu", 0);
   r.gpu_lock = j.value("gpu_lock", false);
   r.options = SandboxOptions::from_json(j.value("options", nlohmann::json::object()));
-  r.confine_worker = j.value("confine_worker", false);
-  r.status_fd = j.value("status_fd", -1);
+  r.confine_candidate = j.value("confine_candidate", true);
+  r.unconfined_reason = j.value("unconfined_reason", "");
   return r;
 }
 

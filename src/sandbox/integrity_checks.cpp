@@ -48,10 +48,10 @@ def snapshot():
 def rebaseline_threads(snap):
     snap["threads"] = {t.ident for t in threading.enumerate()}
 
-def tampering(snap, with_threads):
+def tampering(snap, with_threads, with_functions):
     problems = []
-    now = _watched()
-    replaced = [name for name, fn in snap["functions"].items() if now.get(name) is not fn]
+    now = _watched() if with_functions else {}
+    replaced = [name for name, fn in snap["functions"].items() if with_functions and now.get(name) is not fn]
     if replaced:
         problems.append("replaced: " + ", ".join(sorted(replaced)[:10]) + (" ..." if len(replaced) > 10 else ""))
     alive = [t for t in threading.enumerate() if with_threads and t.ident not in snap["threads"] and t.is_alive()]
@@ -155,8 +155,9 @@ IntegrityChecks::IntegrityChecks(bool cuda) {
 
 void IntegrityChecks::accept_current_threads() { scope()["rebaseline_threads"](snapshot_); }
 
-std::string IntegrityChecks::tampering(bool cuda, bool threads) const {
-  std::vector<std::string> problems = scope()["tampering"](snapshot_, threads).cast<std::vector<std::string>>();
+std::string IntegrityChecks::tampering(bool cuda, bool threads, bool functions) const {
+  std::vector<std::string> problems =
+      scope()["tampering"](snapshot_, threads, functions).cast<std::vector<std::string>>();
   if (cuda) {
     const DriverApi& api = driver();
     size_t persisting = 0;

@@ -1,92 +1,113 @@
 #include "cuda_agent/sandbox/kernel_provenance.h"
 
-#include <atomic>
+#include <algorithm>
 #include <cctype>
+#include <tuple>
 
 #include "cuda_agent/core/error.h"
-#include "cuda_agent/sandbox/cuda_libs.h"
 
 namespace cuda_agent::sandbox {
 namespace {
 
-std::atomic<bool> g_active{false};
-
 bool is_ident(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+std::string dims(const int32_t d[3]) { return fmt::format("{}x{}x{}", d[0], d[1], d[2]); }
+
+std::string forbidden_key(const KernelUse& u) {
+  return u.library.empty() ? fmt::format("{} [{}]", u.name, to_string(u.origin))
+                           : fmt::format("{} [{}: {}]", u.name, to_string(u.origin), u.library);
+}
 
 }  // namespace
 
-ProvenanceScope::ProvenanceScope(LaunchOrigin origin) {
-  if (!g_active.load(std::memory_order_relaxed)) return;
-  pushed_ = cupti().cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0,
-                                                           static_cast<uint64_t>(origin)) == CUPTI_SUCCESS;
+nlohmann::json KernelUse::to_json() const {
+  return {{"name", name},     {"origin", to_string(origin)}, {"library", library}, {"calls", calls},
+          {"total_us", total_us}, {"streams", std::vector<uint32_t>(streams.begin(), streams.end())},
+          {"grid", grid},     {"block", block}};
 }
 
-ProvenanceScope::~ProvenanceScope() {
-  if (pushed_) cupti().cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, nullptr);
+KernelUse KernelUse::from_json(const nlohmann::json& j) {
+  KernelUse u;
+  u.name = j.at("name").get<std::string>().substr(0, 4096);
+  u.origin = launch_origin_from_string(j.at("origin").get<std::string>());
+  u.library = j.value("library", "").substr(0, 512);
+  u.calls = j.at("calls").get<int64_t>();
+  u.total_us = j.at("total_us").get<double>();
+  for (const auto& s : j.value("streams", nlohmann::json::array())) u.streams.insert(s.get<uint32_t>());
+  u.grid = j.value("grid", "");
+  u.block = j.value("block", "");
+  CA_CHECK(u.calls >= 0 && u.total_us >= 0, "a kernel entry with negative counts");
+  return u;
 }
 
-std::string kernel_base_name(const std::string& demangled) {
-  std::string s = demangled;
-  // Cut the parameter list: the first '(' at template depth 0.
-  int depth = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '<') ++depth;
-    else if (s[i] == '>') --depth;
-    else if (s[i] == '(' && depth == 0) {
-      s.resize(i);
-      break;
-    }
+std::vector<KernelUse> summarize_kernels(const std::vector<KernelRecord>& records) {
+  std::map<std::tuple<std::string, LaunchOrigin, std::string>, KernelUse> by_key;
+  for (const auto& r : records) {
+    KernelUse& u = by_key[{r.name, r.origin, r.library}];
+    u.name = r.name;
+    u.origin = r.origin;
+    u.library = r.library;
+    u.calls++;
+    u.total_us += (r.end_ns - r.start_ns) / 1e3;
+    u.streams.insert(r.stream_id);
+    u.grid = dims(r.grid);
+    u.block = dims(r.block);
   }
-  // Cut trailing template arguments.
-  if (!s.empty() && s.back() == '>') {
-    depth = 0;
-    for (size_t i = s.size(); i-- > 0;) {
-      if (s[i] == '>') ++depth;
-      else if (s[i] == '<' && --depth == 0) {
-        s.resize(i);
-        break;
-      }
-    }
-  }
-  size_t end = s.size();
-  while (end > 0 && !is_ident(s[end - 1])) --end;
-  size_t begin = end;
-  while (begin > 0 && is_ident(s[begin - 1])) --begin;
-  return s.substr(begin, end - begin);
+  std::vector<KernelUse> out;
+  for (auto& [key, u] : by_key) out.push_back(std::move(u));
+  return out;
 }
 
-std::set<std::string> global_kernel_names(const std::string& source) {
-  std::set<std::string> names;
-  const std::string key = "__global__";
-  for (size_t pos = source.find(key); pos != std::string::npos; pos = source.find(key, pos + key.size())) {
-    // The declared name is the identifier right before the first '(' that is not part of an
-    // attribute such as __launch_bounds__(...).
-    size_t i = pos + key.size();
-    while (i < source.size()) {
-      const size_t paren = source.find('(', i);
-      if (paren == std::string::npos) break;
-      size_t end = paren;
-      while (end > i && std::isspace(static_cast<unsigned char>(source[end - 1]))) --end;
-      size_t begin = end;
-      while (begin > i && is_ident(source[begin - 1])) --begin;
-      const std::string ident = source.substr(begin, end - begin);
-      if (ident == "__launch_bounds__" || ident == "__cluster_dims__" || ident == "__maxnreg__" ||
-          ident == "__attribute__" || ident == "alignas") {
-        // Skip the attribute's balanced parentheses.
-        int depth = 0;
-        size_t j = paren;
-        for (; j < source.size(); ++j) {
-          if (source[j] == '(') ++depth;
-          else if (source[j] == ')' && --depth == 0) break;
-        }
-        i = j + 1;
-        continue;
-      }
-      if (!ident.empty()) names.insert(ident);
-      break;
+void merge_kernel_uses(std::vector<KernelUse>& into, const std::vector<KernelUse>& more) {
+  for (const KernelUse& m : more) {
+    auto it = std::find_if(into.begin(), into.end(), [&](const KernelUse& u) {
+      return u.name == m.name && u.origin == m.origin && u.library == m.library;
+    });
+    if (it == into.end()) {
+      into.push_back(m);
+      continue;
     }
+    it->calls += m.calls;
+    it->total_us += m.total_us;
+    it->streams.insert(m.streams.begin(), m.streams.end());
+    it->grid = m.grid;
+    it->block = m.block;
   }
-  return names;
+}
+
+nlohmann::json kernel_table(const std::vector<KernelUse>& uses, int runs) {
+  nlohmann::json table = nlohmann::json::array();
+  for (const auto& u : uses) {
+    if (u.origin == LaunchOrigin::kHarness) continue;
+    table.push_back({{"name", u.name},
+                     {"origin", to_string(u.origin)},
+                     {"calls_per_forward", runs > 0 ? static_cast<double>(u.calls) / runs : 0.0},
+                     {"mean_us", u.calls > 0 ? u.total_us / u.calls : 0.0},
+                     {"total_us_per_forward", runs > 0 ? u.total_us / runs : 0.0},
+                     {"streams", std::vector<uint32_t>(u.streams.begin(), u.streams.end())},
+                     {"grid", u.grid},
+                     {"block", u.block}});
+  }
+  std::sort(table.begin(), table.end(), [](const auto& a, const auto& b) {
+    return a["total_us_per_forward"].template get<double>() > b["total_us_per_forward"].template get<double>();
+  });
+  return table;
+}
+
+bool has_identifier(const std::string& name, const std::string& identifier) {
+  if (identifier.empty()) return false;
+  for (size_t pos = name.find(identifier); pos != std::string::npos; pos = name.find(identifier, pos + 1)) {
+    const bool starts = pos == 0 || !is_ident(name[pos - 1]);
+    const size_t end = pos + identifier.size();
+    const bool ends = end == name.size() || !is_ident(name[end]);
+    if (starts && ends) return true;
+  }
+  return false;
+}
+
+bool ProvenanceReport::violates() const {
+  return !forbidden.empty() || own + vendor == 0 || host_copy_bytes > kHostCopyLimit ||
+         allowed_us > kAllowedTimeFactor * (own_us + vendor_us) + 1.0;
 }
 
 std::string ProvenanceReport::message() const {
@@ -94,9 +115,9 @@ std::string ProvenanceReport::message() const {
     std::string list;
     for (const auto& [name, n] : forbidden) list += fmt::format("{}{} (x{})", list.empty() ? "" : "; ", name, n);
     return fmt::format(
-        "ModelNew.forward ran kernels the solution did not compile (PyTorch/ATen, Triton or library code): {}. "
-        "The computation must run in kernels compiled with cuda_agent.compile (or the nvcc path) or in the named "
-        "calls cuda_agent.gemm / cuda_agent.conv2d; fills and copies are allowed",
+        "ModelNew.forward ran kernels the solution did not launch (PyTorch/ATen, Triton or library code): {}. The "
+        "computation must run in kernels launched with cuda_agent.compile, built through the nvcc path, or in the "
+        "named calls cuda_agent.gemm / cuda_agent.conv2d; PyTorch's fills and copies are allowed",
         list);
   }
   if (host_copy_bytes > kHostCopyLimit)
@@ -104,8 +125,12 @@ std::string ProvenanceReport::message() const {
                        "Python, .cpu()) is not allowed; the computation must run in the solution's own kernels",
                        host_copy_bytes);
   if (own + vendor == 0)
-    return "none of the solution's own kernels ran in ModelNew.forward (a decoy kernel or no kernel at all): the "
-           "output must be computed by kernels the solution compiled";
+    return "none of the solution's own kernels ran in ModelNew.forward (no kernel at all, or only PyTorch's fills and "
+           "copies): the output must be computed by kernels the solution launched";
+  if (allowed_us > kAllowedTimeFactor * (own_us + vendor_us) + 1.0)
+    return fmt::format("PyTorch's fills and copies took {:.1f} us of GPU time against {:.1f} us for the solution's own "
+                       "kernels: the work was done by PyTorch, with a decoy kernel beside it",
+                       allowed_us, own_us + vendor_us);
   return "";
 }
 
@@ -113,53 +138,49 @@ void ProvenanceReport::merge(const ProvenanceReport& o) {
   own += o.own;
   vendor += o.vendor;
   allowed += o.allowed;
+  own_us += o.own_us;
+  vendor_us += o.vendor_us;
+  allowed_us += o.allowed_us;
   for (const auto& [k, v] : o.own_names) own_names[k] += v;
   for (const auto& [k, v] : o.forbidden) forbidden[k] += v;
   host_copy_bytes += o.host_copy_bytes;
-  if (o.attribution != "external_correlation") attribution = o.attribution;
 }
 
 nlohmann::json ProvenanceReport::to_json() const {
-  return {{"own_launches", own},         {"vendor_launches", vendor}, {"allowed_launches", allowed},
-          {"own_kernels", own_names},    {"forbidden_kernels", forbidden}, {"host_copy_bytes", host_copy_bytes},
-          {"attribution", attribution},  {"violation", violates() ? message() : ""}};
+  return {{"own_launches", own},         {"vendor_launches", vendor},        {"allowed_launches", allowed},
+          {"own_us", own_us},            {"vendor_us", vendor_us},           {"allowed_us", allowed_us},
+          {"own_kernels", own_names},    {"forbidden_kernels", forbidden},   {"host_copy_bytes", host_copy_bytes},
+          {"attribution", "correlation"}, {"violation", violates() ? message() : ""}};
 }
 
-ProvenanceReport classify_kernels(const std::vector<KernelRecord>& records, const std::vector<std::string>& allow,
-                                  const std::set<std::string>& source_names, const std::set<std::string>& runtime_names,
-                                  bool have_external) {
+ProvenanceReport classify_kernels(const std::vector<KernelUse>& uses, const std::vector<std::string>& allow) {
   ProvenanceReport r;
-  if (!have_external) r.attribution = "names";
-  for (const auto& k : records) {
-    const std::string base = kernel_base_name(k.name);
-    if (k.external_id == static_cast<uint64_t>(LaunchOrigin::kOwnKernel) ||
-        (!have_external && runtime_names.count(base)) || source_names.count(base)) {
-      ++r.own;
-      ++r.own_names[k.name];
-    } else if (k.external_id == static_cast<uint64_t>(LaunchOrigin::kVendorCall)) {
-      ++r.vendor;
-    } else {
-      bool ok = false;
-      for (const auto& a : allow) ok = ok || (!a.empty() && k.name.find(a) != std::string::npos);
-      if (ok) ++r.allowed;
-      else ++r.forbidden[k.name];
+  for (const auto& u : uses) {
+    switch (u.origin) {
+      case LaunchOrigin::kOwn:
+      case LaunchOrigin::kOwnNvcc:
+        r.own += u.calls;
+        r.own_us += u.total_us;
+        r.own_names[u.name] += u.calls;
+        break;
+      case LaunchOrigin::kVendor:
+        r.vendor += u.calls;
+        r.vendor_us += u.total_us;
+        break;
+      case LaunchOrigin::kHarness:
+        break;
+      case LaunchOrigin::kTorch:
+        if (std::any_of(allow.begin(), allow.end(), [&](const std::string& a) { return has_identifier(u.name, a); })) {
+          r.allowed += u.calls;
+          r.allowed_us += u.total_us;
+          break;
+        }
+        [[fallthrough]];
+      default:
+        r.forbidden[forbidden_key(u)] += u.calls;
     }
   }
   return r;
-}
-
-void ProvenanceRecorder::begin() {
-  CuptiKernelRecorder::instance().start(/*attribute=*/true);
-  g_active.store(true);
-}
-
-std::vector<KernelRecord> ProvenanceRecorder::end(bool* have_external, uint64_t* host_copy_bytes) {
-  g_active.store(false);
-  CuptiKernelRecorder& rec = CuptiKernelRecorder::instance();
-  std::vector<KernelRecord> records = rec.stop();
-  if (have_external) *have_external = rec.external_correlations() > 0;
-  if (host_copy_bytes) *host_copy_bytes = rec.host_copy_bytes();
-  return records;
 }
 
 }  // namespace cuda_agent::sandbox

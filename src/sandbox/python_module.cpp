@@ -10,7 +10,7 @@
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/sandbox/cuda_device.h"
 #include "cuda_agent/sandbox/cuda_libs.h"
-#include "cuda_agent/sandbox/kernel_provenance.h"
+#include "cuda_agent/sandbox/launch_origins.h"
 #include "cuda_agent/sandbox/kernel_signature.h"
 #include "cuda_agent/sandbox/nvrtc_compiler.h"
 #include "cuda_agent/sandbox/python_tensor.h"
@@ -120,7 +120,7 @@ class Kernel {
       pointers[i] = storage[i].data();
     }
     CUstream s = stream_from_python(stream);
-    ProvenanceScope tag(LaunchOrigin::kOwnKernel);
+    LaunchScope tag(LaunchOrigin::kOwn);
     CUresult status = driver().cuLaunchKernel(function(), g[0], g[1], g[2], b[0], b[1], b[2],
                                               static_cast<unsigned>(shared_mem), s, pointers.data(), nullptr);
     if (status != CUDA_SUCCESS) {

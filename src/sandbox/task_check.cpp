@@ -33,19 +33,25 @@ void TaskCheck::add(py::handle ref_out) {
   }
   if (first_.empty()) {
     for (auto& t : leaves) first_.push_back(t.attr("detach")().attr("clone")());
-  } else if (!compared_) {
-    compared_ = true;
-    same_as_first_ = leaves.size() == first_.size();
-    for (size_t i = 0; same_as_first_ && i < leaves.size(); ++i)
-      same_as_first_ = py::module_::import("torch").attr("equal")(leaves[i], first_[i]).cast<bool>();
+    return;
   }
+  // Input-independent: every later trial's outputs are within the tolerance of the first
+  // trial's, so the first trial's output, computed once (in __init__, say), passes them all.
+  compared_ = true;
+  bool close = leaves.size() == first_.size();
+  py::object allclose = py::module_::import("torch").attr("allclose");
+  for (size_t i = 0; close && i < leaves.size(); ++i) {
+    close = first_[i].attr("shape").equal(leaves[i].attr("shape")) &&
+            allclose(first_[i], leaves[i], py::arg("rtol") = rtol_, py::arg("atol") = atol_).cast<bool>();
+  }
+  all_close_to_first_ = all_close_to_first_ && close;
 }
 
 nlohmann::json TaskCheck::to_json() const {
   // Zeros pass |0 - ref| <= atol + rtol * |ref| exactly when |ref| <= atol / (1 - rtol).
   const bool near_zero = trials_ > 0 && (rtol_ >= 1 || max_abs_ <= atol_ / (1 - rtol_) || max_abs_ < 1e-6);
   const bool near_constant = trials_ > 0 && !any_varying_;
-  const bool input_independent = compared_ && same_as_first_;
+  const bool input_independent = compared_ && all_close_to_first_;
   return {{"trials_checked", trials_},
           {"max_abs_output", max_abs_},
           {"near_zero", near_zero},

@@ -4,7 +4,7 @@
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/sandbox/cuda_libs.h"
-#include "cuda_agent/sandbox/kernel_provenance.h"
+#include "cuda_agent/sandbox/launch_origins.h"
 
 namespace cuda_agent::sandbox {
 namespace {
@@ -108,7 +108,7 @@ void cublas_gemm(const GemmArgs& g) {
   CA_CHECK(g.m > 0 && g.n > 0 && g.k > 0, "gemm: empty or negative sizes m={} n={} k={}", g.m, g.n, g.k);
   const CublasApi& api = cublas();
   cublasHandle_t handle = cublas_handle();
-  ProvenanceScope tag(LaunchOrigin::kVendorCall);
+  LaunchScope tag(LaunchOrigin::kVendor);
   CA_CUBLAS_CHECK(api.cublasSetStream_v2(handle, g.stream));
   const bool tf32 = g.dtype == VendorDtype::kFloat32 && g.allow_tf32;
   // With CUBLAS_COMPUTE_32F and the default math mode cuBLAS keeps fp32 arithmetic, as PyTorch
@@ -154,7 +154,7 @@ size_t cudnn_conv2d_workspace_size(const Conv2dArgs& args) {
 void cudnn_conv2d(const Conv2dArgs& a, void* workspace, size_t workspace_bytes) {
   const CudnnApi& api = cudnn();
   cudnnHandle_t handle = cudnn_handle();
-  ProvenanceScope tag(LaunchOrigin::kVendorCall);
+  LaunchScope tag(LaunchOrigin::kVendor);
   CA_CUDNN_CHECK(api.cudnnSetStream(handle, reinterpret_cast<cudaStream_t>(a.stream)));
   ConvDescriptors d(a);
   const float one = 1.0f, zero = 0.0f;

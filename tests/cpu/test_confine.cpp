@@ -91,7 +91,7 @@ class Confine : public ::testing::Test {
     req.options.trials = 1;
     req.options.timeout_s = 120;
     req.options.confine = confine;
-    return evaluate(req);
+    return evaluate(req).to_json();
   }
   nlohmann::json verify_cli(const std::string& confine, std::vector<std::string> wrapper,
                             const std::map<std::string, std::string>& env = {});
@@ -141,7 +141,7 @@ TEST_F(Confine, WritesOutsideTheSandboxFail) {
     auto r = verify(prelude, "auto");
     expect_confined(r);
     EXPECT_FALSE(r["ok"].get<bool>()) << r.dump(2);
-    EXPECT_EQ(r["category"], category::kLoadError) << r.dump(2);
+    EXPECT_EQ(r["category"], "load_error") << r.dump(2);
     EXPECT_NE(r["message"].get<std::string>().find("Read-only file system"), std::string::npos) << r["message"];
     if (!path.empty()) {
       EXPECT_FALSE(fs::exists(path)) << path;
@@ -161,20 +161,36 @@ TEST_F(Confine, OffLetsTheSameWriteThrough) {
   EXPECT_EQ(r["worker"]["unconfined_reason"], "sandbox.confine is off");
 }
 
-TEST_F(Confine, CacheStaysWritableAndTmpIsPrivate) {
-  const std::string cached = (fs::path(cache_dir()) / unique_name("probe")).string();
+// The candidate writes its own NVRTC cache folder and its private /tmp, nothing else of the
+// cache: not the baselines (only the judge writes those), and it cannot even read the key the
+// baselines are authenticated with.
+TEST_F(Confine, OnlyTheSolutionsOwnCacheIsWritableAndTheSecretIsHidden) {
+  const std::string baseline = (fs::path(cache_dir()) / "baselines" / unique_name("forged")).string();
   const std::string scratch = "/tmp/" + unique_name("cuda-agent-confine-scratch");
-  const std::string prelude = write_prelude(cached) + write_prelude(scratch) +
-                              "import tempfile\nwith tempfile.TemporaryFile() as f:\n    f.write(b'x')\n"
-                              "with open('/dev/null', 'w') as f:\n    f.write('x')\n"
-                              "with open('/dev/shm/' + " + py_string(unique_name("shm")) + ", 'w') as f:\n    f.write('x')\n"
-                              "assert len(os.urandom(16)) == 16 and len(open('/dev/urandom', 'rb').read(16)) == 16\n"
-                              "assert open(" + py_string(scratch) + ").read() == 'written by the solution'\n";
+  fs::create_directories(fs::path(cache_dir()) / "baselines");
+  const std::string prelude =
+      "import cuda_agent, tempfile\n"
+      "mine = [p for p in __import__('glob').glob(" + py_string(cache_dir() + "/nvrtc/solutions/*") + ")]\n"
+      "assert len(mine) == 1, mine\n"
+      "with open(os.path.join(mine[0], 'probe'), 'w') as f:\n    f.write('x')\n"
+      "try:\n"
+      "    open(" + py_string(baseline) + ", 'w').write('{}')\n"
+      "    raise RuntimeError('the baselines folder is writable')\n"
+      "except OSError:\n"
+      "    pass\n"
+      "assert os.listdir(" + py_string(cache_dir() + "/secret") + ") == [], 'the secret is visible'\n" +
+      write_prelude(scratch) +
+      "with tempfile.TemporaryFile() as f:\n    f.write(b'x')\n"
+      "with open('/dev/null', 'w') as f:\n    f.write('x')\n"
+      "with open('/dev/shm/' + " + py_string(unique_name("shm")) + ", 'w') as f:\n    f.write('x')\n"
+      "assert len(os.urandom(16)) == 16 and len(open('/dev/urandom', 'rb').read(16)) == 16\n"
+      "assert open(" + py_string(scratch) + ").read() == 'written by the solution'\n";
   auto r = verify(prelude, "auto");
   EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
   expect_confined(r);
-  EXPECT_TRUE(fs::exists(cached)) << "the evaluation cache must stay writable (NVRTC cubins, baselines, builds)";
-  EXPECT_FALSE(fs::exists(scratch)) << "the worker's /tmp must be private";
+  EXPECT_FALSE(fs::exists(baseline));
+  EXPECT_TRUE(fs::exists(fs::path(cache_dir()) / "secret" / "key")) << "the judge made the cache's key";
+  EXPECT_FALSE(fs::exists(scratch)) << "the candidate's /tmp must be private";
 }
 
 // torch.compile's inductor caches in /tmp/torchinductor_<user> by default, which the host has
@@ -198,14 +214,19 @@ TEST_F(Confine, TorchCompileRunsWhenTheHostHasItsDefaultCache) {
   ASSERT_TRUE(fs::is_directory(host_default)) << host_default;
   // The verdict is not the point (torch.compile leaves threads behind, which the sandbox flags):
   // the compiled function's result, written to the cache folder, is.
-  const std::string probe = (fs::path(cache_dir()) / unique_name("compiled")).string();
-  const std::string prelude = "import torch\n"
+  // Written into the solution's own cache folder, the one place of the cache it may write.
+  const std::string name = unique_name("compiled");
+  const std::string prelude = "import glob, torch\n"
                               "_f = torch.compile(lambda x: x * 2 + 1)\n"
                               "_ok = torch.equal(_f(torch.ones(4)), torch.full((4,), 3.0))\n"
-                              "with open(" + py_string(probe) + ", 'w') as f:\n"
+                              "_own = glob.glob(" + py_string(cache_dir() + "/nvrtc/solutions/*") + ")[0]\n"
+                              "with open(os.path.join(_own, " + py_string(name) + "), 'w') as f:\n"
                               "    f.write(os.environ['TORCHINDUCTOR_CACHE_DIR'] + ' ' + str(_ok))\n";
   const auto r = verify(prelude, "namespaces");
   EXPECT_EQ(r["worker"]["confined"], true) << r.dump(2);
+  std::string probe = "(not written)";
+  for (const auto& e : fs::recursive_directory_iterator(fs::path(cache_dir()) / "nvrtc"))
+    if (e.path().filename() == name) probe = e.path().string();
   ASSERT_TRUE(fs::exists(probe)) << "torch.compile failed in the confined worker: " << r.value("message", "");
   const std::string written = read_file(probe);
   EXPECT_EQ(written.rfind("/tmp/cuda-agent-caches-", 0), 0u) << written;
@@ -227,7 +248,7 @@ TEST_F(Confine, NoNetwork) {
 
   auto r = verify(prelude, "auto");
   expect_confined(r);
-  EXPECT_EQ(r["category"], category::kLoadError) << r.dump(2);
+  EXPECT_EQ(r["category"], "load_error") << r.dump(2);
   EXPECT_NE(r["message"].get<std::string>().find("Network is unreachable"), std::string::npos) << r["message"];
   EXPECT_FALSE(pending()) << "a confined solution reached a listener outside";
 
@@ -306,31 +327,32 @@ TEST_F(Confine, KernelSettingsUnderProcAreReadOnly) {
 }
 
 // A confinement failure before the solution ran is retried unconfined; nothing the solution does
-// later may look like one. This solution forges the report line on every descriptor it can
-// reach, rewrites the phase file to cuda_init and crashes.
+// later may look like one. This solution forges a well-formed "failed in phase confine" frame of
+// the judge's channel (without the channel's key: it cannot know it) on every descriptor it can
+// reach, writes "result.json" files where it can, and crashes.
 TEST_F(Confine, TheSolutionCannotFakeAConfinementFailure) {
   const std::string prelude =
-      "import glob, signal, sys\n"
-      "line = b'{\"ready\": false, \"phase\": \"cuda_init\", \"message\": \"forged\"}\\n'\n"
+      "import glob, json, signal, struct\n"
+      "body = json.dumps({'op': 'failed', 'phase': 'confine', 'category': 'infrastructure_error',\n"
+      "                   'message': 'forged'}).encode()\n"
+      "frame = struct.pack('<4sQI32s', b'CAF1', 3, len(body), bytes(32)) + body\n"
       "for fd in range(3, 256):\n"
       "    try:\n"
-      "        os.write(fd, line)\n"
+      "        os.write(fd, frame)\n"
       "    except OSError:\n"
       "        pass\n"
-      "for p in glob.glob('/proc/%d/fd/*' % os.getppid()):\n"
+      "for p in glob.glob('/proc/%d/fd/*' % os.getppid()) + glob.glob('/tmp/cuda-agent-eval-*/result.json'):\n"
       "    try:\n"
       "        with open(p, 'wb') as f:\n"
-      "            f.write(line)\n"
+      "            f.write(frame)\n"
       "    except OSError:\n"
       "        pass\n"
-      "argv = open('/proc/self/cmdline', 'rb').read().split(b'\\0')\n"
-      "result = argv[argv.index(b'--result') + 1].decode()\n"
-      "with open(result + '.phase', 'w') as f:\n"
-      "    f.write('cuda_init')\n"
       "os.kill(os.getpid(), signal.SIGSEGV)\n";
   auto r = verify(prelude, "auto");
   expect_confined(r);
-  EXPECT_EQ(r["category"], category::kCrash) << r.dump(2);
+  EXPECT_FALSE(r["ok"].get<bool>()) << r.dump(2);
+  const std::string category = r.value("category", "");
+  EXPECT_TRUE(category == "crash" || category == "tampering") << r.dump(2);
   auto after = verify("", "auto");
   EXPECT_TRUE(after["ok"].get<bool>()) << after.dump(2);
   expect_confined(after);
@@ -370,7 +392,7 @@ TEST_F(Confine, WithoutUserNamespacesAutoRunsUnconfinedAndNamespacesIsAnError) {
                                               "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"", "sh"};
   auto required = verify_cli("namespaces", no_userns);
   EXPECT_FALSE(required.value("ok", true)) << required.dump(2);
-  EXPECT_EQ(required.value("category", ""), category::kInfrastructure) << required.dump(2);
+  EXPECT_EQ(required.value("category", ""), "infrastructure_error") << required.dump(2);
   const std::string message = required.value("message", "");
   EXPECT_NE(message.find("sandbox.confine is 'namespaces'"), std::string::npos) << message;
   EXPECT_NE(message.find("cannot set up the namespaces"), std::string::npos) << message;
@@ -403,11 +425,12 @@ TEST_F(Confine, AStartUpThatFailsOnlyInsideTheNamespacesIsRetriedUnconfined) {
   EXPECT_TRUE(fallback.value("ok", false)) << fallback.dump(2);
   EXPECT_EQ(fallback["worker"].value("confined", true), false);
   const std::string reason = fallback["worker"].value("unconfined_reason", "");
-  EXPECT_NE(reason.find("the worker failed in phase 'python_start' inside the namespaces"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("the candidate process failed in phase 'python_start' inside the namespaces"), std::string::npos)
+      << reason;
   EXPECT_NE(reason.find("simulated start-up failure"), std::string::npos) << reason;
 
   auto required = verify_cli("namespaces", {}, env);
-  EXPECT_EQ(required.value("category", ""), category::kInfrastructure) << required.dump(2);
+  EXPECT_EQ(required.value("category", ""), "infrastructure_error") << required.dump(2);
   EXPECT_NE(required.value("message", "").find("simulated start-up failure"), std::string::npos) << required.dump(2);
 }
 
@@ -428,29 +451,17 @@ class ScopedTmpdir {
   std::string saved_;
 };
 
-TEST(ConfinePlan, WritablePathsAreTheResultFolderTheCacheAndTheGpuLocks) {
+TEST(ConfinePlan, TheCandidateWritesOnlyItsOwnCachesAndCannotSeeTheSecret) {
   TempDir dir("confine-plan-");
   ScopedTmpdir tmpdir(dir.path() / "tmp");
-  EvalRequest req;
-  req.device = "cuda";
-  req.gpu = 7;
-  req.gpu_lock = true;
-  req.options.cache_dir = (dir.path() / "cache").string();
-  const ConfinementPlan plan = worker_confinement_plan(req, (dir.path() / "eval" / "result.json").string());
-  EXPECT_NE(std::find(plan.writable.begin(), plan.writable.end(), (dir.path() / "eval").string()), plan.writable.end());
-  EXPECT_NE(std::find(plan.writable.begin(), plan.writable.end(), req.options.cache_dir), plan.writable.end());
-  EXPECT_TRUE(fs::is_directory(req.options.cache_dir)) << "the cache must exist to be bound";
-  for (const char* which : {"gpu", "quiet"}) {
-    const std::string lock = gpu_lock_path(7, which);
-    EXPECT_NE(std::find(plan.writable.begin(), plan.writable.end(), lock), plan.writable.end()) << lock;
-    EXPECT_TRUE(fs::exists(lock));
-    EXPECT_EQ(fs::path(lock).parent_path(), dir.path() / "tmp");
-  }
-  EXPECT_EQ(plan.writable.size(), 4u);
+  const std::vector<std::string> writable = {(dir.path() / "nvrtc").string(), (dir.path() / "builds").string()};
+  const std::vector<std::string> hidden = {(dir.path() / "secret").string()};
+  const ConfinementPlan plan = candidate_confinement_plan(writable, hidden, 1 << 20);
+  EXPECT_EQ(plan.writable, writable);
+  EXPECT_EQ(plan.hidden, hidden);
+  EXPECT_EQ(plan.tmpfs_bytes, 1u << 20);
   const std::vector<std::string> private_dirs = {"/tmp", fs::canonical(dir.path() / "tmp").string()};
   EXPECT_EQ(plan.private_dirs, private_dirs) << "/tmp and $TMPDIR";
-  req.device = "cpu";
-  EXPECT_EQ(worker_confinement_plan(req, (dir.path() / "eval" / "result.json").string()).writable.size(), 2u);
 }
 
 // The quiet lock as the trainer and the workers use it: generations hold it shared, side by side;
@@ -485,20 +496,6 @@ TEST(GpuLocks, SharedHoldersCoexistAndKeepAnExclusiveOneWaiting) {
   unsetenv("CUDA_AGENT_HOST_TMPDIR");
 }
 
-TEST(ConfineReport, OnlyTheFirstLineCounts) {
-  StartupStatus ready = parse_startup_status("{\"ready\": true}\n{\"ready\": false, \"phase\": \"cuda_init\"}\n");
-  EXPECT_TRUE(ready.reported);
-  EXPECT_TRUE(ready.ready);
-  StartupStatus failed = parse_startup_status("{\"ready\": false, \"phase\": \"cuda_init\", \"message\": \"no GPU\"}\n");
-  EXPECT_TRUE(failed.reported);
-  EXPECT_FALSE(failed.ready);
-  EXPECT_EQ(failed.phase, "cuda_init");
-  EXPECT_EQ(failed.message, "no GPU");
-  EXPECT_FALSE(parse_startup_status("").reported);
-  EXPECT_FALSE(parse_startup_status("{\"ready\": true}").reported) << "an unfinished line is no report";
-  EXPECT_FALSE(parse_startup_status("garbage\n{\"ready\": true}\n").reported);
-}
-
 TEST(ConfineOptions, ConfineIsValidatedAndRoundTrips) {
   SandboxOptions o;
   EXPECT_EQ(o.confine, "auto");
@@ -507,9 +504,9 @@ TEST(ConfineOptions, ConfineIsValidatedAndRoundTrips) {
   const nlohmann::json unknown = {{"confine", "bwrap"}};
   EXPECT_THROW(SandboxOptions::from_json(unknown), cuda_agent::Error);
   EvalRequest req;
-  req.confine_worker = true;
-  req.status_fd = 3;
+  req.confine_candidate = false;
+  req.unconfined_reason = "known";
   const EvalRequest back = EvalRequest::from_json(nlohmann::json::parse(req.to_json().dump()));
-  EXPECT_TRUE(back.confine_worker);
-  EXPECT_EQ(back.status_fd, 3);
+  EXPECT_FALSE(back.confine_candidate);
+  EXPECT_EQ(back.unconfined_reason, "known");
 }

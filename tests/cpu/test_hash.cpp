@@ -69,5 +69,29 @@ TEST(Sha256, BinaryData) {
   EXPECT_EQ(sha256_hex(zeros), "709e80c88487a2411e1ee4dfb9f22a861492d20c4765150c0c794abd70f8147c");
 }
 
+// RFC 4231 test cases 1, 2 and 6 (a key longer than the block).
+TEST(HmacSha256, Rfc4231Vectors) {
+  EXPECT_EQ(hmac_sha256_hex(std::string(20, '\x0b'), "Hi There"),
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  EXPECT_EQ(hmac_sha256_hex("Jefe", "what do ya want for nothing?"),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  EXPECT_EQ(hmac_sha256_hex(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First"),
+            "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+}
+
+TEST(HmacSha256, DigestMatchesHexAndCompareIsExact) {
+  EXPECT_EQ(to_hex(hmac_sha256("k", "m")), hmac_sha256_hex("k", "m"));
+  EXPECT_TRUE(constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(constant_time_equal("abc", "abd"));
+  EXPECT_FALSE(constant_time_equal("abc", "ab"));
+}
+
+TEST(RandomBytes, AreFreshAndOfTheAskedLength) {
+  const std::string a = random_hex(16), b = random_hex(16);
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(random_bytes(7).size(), 7u);
+}
+
 }  // namespace
 }  // namespace cuda_agent

@@ -80,7 +80,7 @@ class PythonCpu : public ::testing::Test {
     req.mode = EvalMode::kVerify;
     req.device = "cpu";
     req.options.timeout_s = timeout_s;
-    nlohmann::json r = evaluate(req);
+    nlohmann::json r = evaluate(req).to_json();
     EXPECT_TRUE(r.is_object());
     return r;
   }
@@ -306,9 +306,15 @@ TEST_F(PythonCpu, KernelCompiledAtImportWorksAndIsCachedAcrossWorkers) {
   EXPECT_EQ(r["runtime"]["nvrtc_cache_hits"], 0) << dump(r["runtime"]);
   EXPECT_EQ(r["runtime"]["compiled_kernels"], nlohmann::json::array({"add_kernel"}));
   EXPECT_EQ(r["verify"]["trials"].size(), 5u);
-  // The CUBIN landed in the cache folder ($CUDA_AGENT_CACHE_DIR/nvrtc).
+  // The CUBIN landed in the solution's own cache folder ($CUDA_AGENT_CACHE_DIR/nvrtc/solutions/
+  // <the first 16 digits of its fingerprint>): one solution cannot plant cubins for another.
+  const fs::path own = cache_.path() / "nvrtc" / "solutions" / r["solution_sha256"].get<std::string>().substr(0, 16);
   int cubins = 0;
-  for (const auto& e : fs::directory_iterator(cache_.path() / "nvrtc")) cubins += e.path().extension() == ".cubin";
+  for (const auto& e : fs::recursive_directory_iterator(cache_.path() / "nvrtc"))
+    if (e.path().extension() == ".cubin") {
+      ++cubins;
+      EXPECT_EQ(e.path().parent_path(), own);
+    }
   EXPECT_EQ(cubins, 1);
 
   // A second worker finds the CUBIN on disk.
@@ -334,6 +340,59 @@ TEST_F(PythonCpu, KernelWithUntypableParameterIsACompileError) {
   nlohmann::json r = verify(small_task_, sol);
   EXPECT_EQ(r["category"], "compile_error") << dump(r);
   EXPECT_NE(message(r).find("structs and classes cannot be passed by value"), std::string::npos) << message(r);
+}
+
+// The candidate process shares its channel to the judge with the solution. Bytes the harness did
+// not write (junk, a flood, a frame forged without the channel's key) end the evaluation as
+// tampering; the judge neither hangs nor takes them for a reply.
+TEST_F(PythonCpu, SolutionCodeOnTheJudgesChannelIsTampering) {
+  const std::string junk = model_new_with_forward("        return a + b",
+                                                  "import os\n"
+                                                  "for fd in range(3, 64):\n"
+                                                  "    try:\n"
+                                                  "        os.write(fd, b'not a frame' * 100000)\n"
+                                                  "    except OSError:\n"
+                                                  "        pass\n");
+  nlohmann::json r = verify(small_task_, write("junk/model_new.py", junk));
+  EXPECT_EQ(r["category"], "tampering") << dump(r);
+  EXPECT_NE(message(r).find("channel"), std::string::npos) << message(r);
+
+  // A well-formed "ran" reply with a flattering time, written from forward before the real one.
+  const std::string forged = model_new_with_forward(
+      "        import json, struct\n"
+      "        body = json.dumps({'op': 'ran', 'ms': 0.001, 'outputs': {'t': 'value', 'value': None}}).encode()\n"
+      "        os.write(3, struct.pack('<4sQI32s', b'CAF1', 4, len(body), bytes(32)) + body)\n"
+      "        return a + b",
+      "import os\n");
+  r = verify(small_task_, write("forged/model_new.py", forged));
+  EXPECT_EQ(r["category"], "tampering") << dump(r);
+  EXPECT_NE(message(r).find("MAC"), std::string::npos) << message(r);
+}
+
+// A solution run unconfined can write anywhere the user can, the judge's result file included;
+// a result is taken only when its MAC verifies under the key the caller gave the judge.
+TEST_F(PythonCpu, AResultFileTheSolutionWroteIsNotAResult) {
+  const std::string prelude =
+      "import json, os, signal\n"
+      "args = open('/proc/%d/cmdline' % os.getppid(), 'rb').read().split(b'\\0')\n"
+      "result = args[args.index(b'--result') + 1].decode()\n"
+      "with open(result, 'w') as f:\n"
+      "    json.dump({'ok': True, 'correct': True, 'reward': 3.0, 'category': None, 'mode': 'verify'}, f)\n"
+      "with open(result + '.mac', 'w') as f:\n"
+      "    f.write('0' * 64)\n"
+      "os.kill(os.getppid(), signal.SIGKILL)\n";
+  EvalRequest req;
+  req.task_path = small_task_.string();
+  req.solution_path = write("forger/model_new.py", model_new_with_forward("        return a + b", prelude)).string();
+  req.mode = EvalMode::kVerify;
+  req.device = "cpu";
+  req.options.confine = "off";
+  req.options.timeout_s = 120;
+  nlohmann::json r = evaluate(req).to_json();
+  EXPECT_EQ(r["ok"], false) << dump(r);
+  EXPECT_EQ(r["category"], "tampering") << dump(r);
+  EXPECT_EQ(r["reward"], -1.0);
+  EXPECT_NE(message(r).find("not written by the evaluation's judge"), std::string::npos) << message(r);
 }
 
 }  // namespace

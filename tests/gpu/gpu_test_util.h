@@ -50,7 +50,7 @@ inline nlohmann::json run_eval(const std::string& task, const std::string& solut
   req.task_id = task;
   req.mode = mode;
   req.options = options;
-  return sandbox::evaluate(req);
+  return sandbox::evaluate(req).to_json();
 }
 
 inline std::string category_of(const nlohmann::json& r) {

@@ -29,6 +29,9 @@ struct ConfinementPlan {
   // Files and directories inside writable paths that are bound read-only on top of them (the
   // agent's locked task files inside its writable workspace). Each must exist.
   std::vector<std::string> read_only;
+  // Directories covered by an empty read-only tmpfs: their contents cannot be read at all (the
+  // evaluation cache's secret key). Each must exist.
+  std::vector<std::string> hidden;
   // Size limit of each tmpfs (the private directories and /dev/shm); 0: the kernel's default
   // (half the RAM).
   uint64_t tmpfs_bytes = 0;
@@ -50,7 +53,7 @@ struct ConfinementPlan {
 //           there /proc/sys, sysrq-trigger, irq, bus and fs are bound read-only; /dev replaced by a read-only tmpfs holding null,
 //           zero, full, random, urandom, tty, every /dev/nvidia* entry (bound from the host),
 //           a private writable /dev/shm and the fd/stdin/stdout/stderr links; private_dirs,
-//           writable and read_only as ConfinementPlan says. The working directory is entered again by its
+//           writable, read_only and hidden as ConfinementPlan says. The working directory is entered again by its
 //           path.
 // Unix sockets that exist as files (a daemon's socket under /run, say) stay reachable:
 // connecting to one is not a write.

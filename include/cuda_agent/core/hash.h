@@ -1,8 +1,10 @@
-// SHA-256 (FIPS 180-4), self-contained: used for content-addressed cache keys.
+// SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104), self-contained: content-addressed cache keys,
+// authenticated results and cache entries, and the random secrets that key them.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -21,6 +23,8 @@ class Sha256 {
   // Returns the digest of everything fed so far, as 64 lowercase hex digits. Does not
   // change the state: more data may be appended afterwards, and the digest asked again.
   std::string hex_digest() const;
+  // The same digest as 32 raw bytes.
+  std::array<uint8_t, 32> digest() const;
 
  private:
   void compress(const uint8_t* block);
@@ -33,5 +37,20 @@ class Sha256 {
 
 // SHA-256 of `data` as 64 lowercase hex digits. Thread-safe.
 std::string sha256_hex(std::string_view data);
+
+// Lowercase hex of `bytes`.
+std::string to_hex(std::span<const uint8_t> bytes);
+
+// HMAC-SHA256 of `message` under `key` (any length), raw or as 64 hex digits. Thread-safe.
+std::array<uint8_t, 32> hmac_sha256(std::string_view key, std::string_view message);
+std::string hmac_sha256_hex(std::string_view key, std::string_view message);
+
+// Compares two strings (MACs) in time that depends only on their length.
+bool constant_time_equal(std::string_view a, std::string_view b);
+
+// `n` bytes from the kernel's random source (getrandom), raw or as 2n hex digits: secrets for
+// keys. Throws Error when the kernel refuses. Thread-safe.
+std::string random_bytes(size_t n);
+std::string random_hex(size_t n);
 
 }  // namespace cuda_agent

@@ -11,6 +11,7 @@
 // Linux only: memory is measured by scanning /proc.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -45,6 +46,12 @@ struct SubprocessOptions {
   // A descriptor of the parent's that the child gets as its descriptor 3 (a pipe's write end
   // for a report, say); -1: none. The caller keeps owning it (close it after the call).
   int pass_fd = -1;
+  // Close pass_fd once the child has it (the call takes it over): the caller's end of a socket
+  // then sees the child's exit as end-of-file.
+  bool close_pass_fd = false;
+  // When set, the caller can stop the child from another thread: once *cancel is true the
+  // group gets SIGTERM, then SIGKILL after kill_grace_s, as on a timeout (result.cancelled).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct SubprocessResult {
@@ -52,6 +59,7 @@ struct SubprocessResult {
   int term_signal = 0;         // signal that ended the child, 0 if it exited
   bool timed_out = false;      // we stopped it: timeout_s passed
   bool memory_exceeded = false;  // we stopped it: the group went over max_rss_bytes
+  bool cancelled = false;        // we stopped it: the caller set *options.cancel
   double wall_s = 0;           // from start to the child's exit
   // Peak observed sum of RSS over the process group (sampled about every 100 ms; pages
   // shared between processes count once per process), raised to the child's own peak as the
@@ -61,10 +69,10 @@ struct SubprocessResult {
   double timeout_s = 0;
   int64_t max_rss_bytes = 0;
 
-  // True when the child exited with code 0 and was not stopped for a timeout or memory.
+  // True when the child exited with code 0 and was not stopped (timeout, memory, cancel).
   bool ok() const;
   // Human text: "exited with code 3", "killed by signal 11 (Segmentation fault)",
-  // "timed out after 5.0 s", "exceeded memory limit 1.0 GiB (peak 1.3 GiB)".
+  // "timed out after 5.0 s", "exceeded memory limit 1.0 GiB (peak 1.3 GiB)", "stopped by the caller".
   std::string describe() const;
 };
 

@@ -23,6 +23,8 @@ class UniqueFd {
   }
 
   int get() const { return fd_; }
+  // Gives the descriptor up: the caller closes it.
+  int release() { return std::exchange(fd_, -1); }
 
  private:
   int fd_;

@@ -3,7 +3,10 @@
 //
 // The key covers everything that changes a baseline: the task file's content, the GPU's name,
 // the torch version, the precision policy and the timing settings (runs, warm-up, L2 flush,
-// torch.compile mode). Entries are JSON files written atomically; an unreadable entry is a miss.
+// torch.compile mode). Entries are JSON files written atomically, each with an HMAC-SHA256
+// under a secret key of the cache (cache_secret()): only the judge, which never runs solution
+// code, holds the key; confined candidate processes cannot read it, so an entry a solution
+// wrote does not verify and is a miss. An unreadable or unverified entry is a miss.
 #pragma once
 
 #include <filesystem>
@@ -24,9 +27,16 @@ struct BaselineKey {
   nlohmann::json to_json() const;
 };
 
+// The folder of a cache that holds its secret key (hidden from confined candidate processes).
+std::filesystem::path cache_secret_dir(const std::filesystem::path& cache_dir);
+// The cache's secret key, created (32 random bytes, a 0600 file in a 0700 folder) on first use.
+// Throws Error when it can neither be read nor created.
+std::string cache_secret(const std::filesystem::path& cache_dir);
+
 class BaselineCache {
  public:
-  explicit BaselineCache(std::filesystem::path dir);
+  // `dir`: the baselines folder; `key`: the secret entries are authenticated with.
+  BaselineCache(std::filesystem::path dir, std::string key);
   // The cached entry ({"eager": ..., "compile": ...}) or nullopt. Never throws.
   std::optional<nlohmann::json> get(const BaselineKey& key) const;
   // Stores an entry; failures to write are logged, not thrown.
@@ -34,7 +44,9 @@ class BaselineCache {
   std::filesystem::path path_for(const BaselineKey& key) const;
 
  private:
+  std::string mac(const nlohmann::json& stored) const;
   std::filesystem::path dir_;
+  std::string key_;
 };
 
 }  // namespace cuda_agent::sandbox

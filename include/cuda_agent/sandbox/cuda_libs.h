@@ -31,7 +31,10 @@ namespace cuda_agent::sandbox {
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy) X(cuMemAlloc)           \
   X(cuMemFree) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuMemcpyDtoDAsync)              \
   X(cuGetErrorName) X(cuGetErrorString) X(cuStreamSynchronize) X(cuPointerGetAttribute) \
-  X(cuCtxGetLimit) X(cuMemGetInfo) X(cuCtxResetPersistingL2Cache) X(cuStreamGetAttribute)
+  X(cuCtxGetLimit) X(cuMemGetInfo) X(cuCtxResetPersistingL2Cache) X(cuStreamGetAttribute)   \
+  X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap)     \
+  X(cuMemUnmap) X(cuMemSetAccess) X(cuMemGetAllocationGranularity)                          \
+  X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) X(cuMemcpyDtoH)
 
 #define CA_NVRTC_FUNCTIONS(X)                                                            \
   X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram)    \
@@ -44,7 +47,8 @@ namespace cuda_agent::sandbox {
   X(cuptiGetVersion) X(cuptiGetResultString) X(cuptiActivityEnable)                   \
   X(cuptiActivityDisable) X(cuptiActivityRegisterCallbacks) X(cuptiActivityFlushAll)  \
   X(cuptiActivityGetNextRecord) X(cuptiActivityGetNumDroppedRecords) X(cuptiGetTimestamp) \
-  X(cuptiActivityPushExternalCorrelationId) X(cuptiActivityPopExternalCorrelationId)
+  X(cuptiActivityPushExternalCorrelationId) X(cuptiActivityPopExternalCorrelationId)   \
+  X(cuptiSubscribe) X(cuptiUnsubscribe) X(cuptiEnableCallback)
 
 #define CA_CUBLAS_FUNCTIONS(X)                                                     \
   X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSetMathMode) \

@@ -1,10 +1,16 @@
 // One evaluation of a solution against a task: verify (five seeded trials), profile (eager,
 // torch.compile and the candidate, timed the same way) and the reward.
 //
-// evaluate() runs it in a fresh worker process of this binary (isolation: a crash, hang or
-// poisoned CUDA context ends that worker only) and always returns a result JSON; it never
-// throws for anything the solution does. run_evaluation_in_process() is the worker's side.
-// docs/results.md documents every field of the result.
+// evaluate() runs it in two fresh processes of this binary (docs/integrity.md, "Trust"):
+//   the judge      loads the task, builds the reference, draws every input set right before the
+//                  run that uses it, times the baselines, compares every output under the
+//                  precision policy and writes the result, authenticated with a key only the
+//                  caller and the judge hold. It never imports solution code.
+//   the candidate  the only process that imports the solution: confined (sandbox.confine), it
+//                  runs ModelNew.forward on inputs the judge hands it through shared memory and
+//                  hands the outputs back. Its timings and kernel records are claims.
+// A crash, hang or poisoned CUDA context ends those processes only; evaluate() always returns a
+// result and never throws for anything the solution does. docs/results.md documents the result.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +18,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "cuda_agent/sandbox/eval_result.h"
 
 namespace cuda_agent::sandbox {
 
@@ -32,13 +40,16 @@ struct SandboxOptions {
   // The Python-level fallback guard around ModelNew.forward during verify: off, warn (record
   // PyTorch compute calls in the result) or enforce (fail with forbidden_fallback).
   std::string fallback = "warn";
-  // Kernel provenance from CUPTI during verify (the authoritative check): off, warn (recorded in
-  // result["provenance"]) or enforce (kernels the solution did not compile, or none of its own,
-  // fail with forbidden_fallback). provenance_allow: kernel-name substrings that are allowed
-  // (fills and copies by default).
+  // Kernel provenance from CUPTI in every run of the candidate's forward, verify and timed
+  // (the authoritative check): off, warn (recorded in result["provenance"]) or enforce (kernels
+  // the solution did not launch, or none of its own, fail with forbidden_fallback). Who launched
+  // a kernel is decided by correlation (launch_origins.h), never by its name. provenance_allow:
+  // identifiers of PyTorch's own fills and copies, allowed when torch's library launched them
+  // and the identifier occurs in the kernel's name as a whole token.
   std::string provenance = "enforce";
-  std::vector<std::string> provenance_allow = {"FillFunctor", "direct_copy_kernel", "copy_kernel",
-                                               "CatArrayBatchedCopy_contig"};
+  std::vector<std::string> provenance_allow = {"FillFunctor", "direct_copy_kernel_cuda", "CatArrayBatchedCopy",
+                                               "CatArrayBatchedCopy_contig", "CatArrayBatchedCopy_alignedK_contig",
+                                               "CatArrayBatchedCopy_vectorized"};
   // Inputs unchanged, plain-tensor outputs, poisoned free memory, a second run that must agree,
   // no patched timing/comparison functions, threads or persisting-L2 settings left behind.
   bool integrity_checks = true;
@@ -97,50 +108,35 @@ struct EvalRequest {
   // worker_confinement.h): the RL trainer while it generates beside its episodes' evaluations.
   bool gpu_lock = false;
   SandboxOptions options;
-  // Set by evaluate() for its worker, not by other callers: confine the worker process first
-  // thing, and report the end of its start-up on this descriptor (worker_confinement.h).
-  bool confine_worker = false;
-  int status_fd = -1;
+  // Set by evaluate() for its judge, not by other callers: whether the judge starts the
+  // candidate process confined (false when sandbox.confine is off, or this process already
+  // found that confinement does not work here), and why not.
+  bool confine_candidate = true;
+  std::string unconfined_reason;
 
   nlohmann::json to_json() const;
   static EvalRequest from_json(const nlohmann::json& j);
 };
 
-// Failure categories of a result (result["category"]).
-namespace category {
-inline constexpr const char* kCompileError = "compile_error";      // NVRTC or nvcc rejected the source
-inline constexpr const char* kLoadError = "load_error";            // model_new.py failed to import / no ModelNew
-inline constexpr const char* kInterfaceError = "interface_error";  // constructor or state_dict mismatch
-inline constexpr const char* kRuntimeError = "runtime_error";      // an exception in forward or a bad launch
-inline constexpr const char* kIllegalMemoryAccess = "illegal_memory_access";
-inline constexpr const char* kOutOfMemory = "out_of_memory";
-inline constexpr const char* kTimeout = "timeout";
-inline constexpr const char* kCrash = "crash";                     // the worker died (signal)
-inline constexpr const char* kMismatch = "mismatch";               // wrong values, shape, dtype, structure
-inline constexpr const char* kForbiddenFallback = "forbidden_fallback";  // PyTorch compute in forward (enforce)
-inline constexpr const char* kPrecision = "precision";             // within atol/rtol but less precise than fp32 (strict)
-inline constexpr const char* kInputModified = "input_modified";    // forward wrote into its inputs
-inline constexpr const char* kInvalidOutput = "invalid_output";    // a tensor subclass, meta or storage-less output
-inline constexpr const char* kNondeterministic = "nondeterministic";  // two runs on the same inputs disagree
-inline constexpr const char* kTimingMismatch = "timing_mismatch";  // an output produced while timed is wrong
-inline constexpr const char* kTampering = "tampering";             // patched timers/comparisons, threads, persisting L2
-inline constexpr const char* kTaskError = "task_error";            // the reference itself failed
-inline constexpr const char* kInfrastructure = "infrastructure_error";  // no GPU, no torch, ...
-}  // namespace category
-
 // SHA-256 over what a solution's result depends on: model_new.py and, when present, every file
 // of its kernels/ folder (names and contents, in name order). Empty when unreadable.
 std::string solution_fingerprint(const std::string& solution_path);
 
-// Runs the request in a worker process and returns its result. Thread-safe; never throws for
-// anything the solution or task does. Under options.confine "auto", the first worker that cannot
-// be confined for a reason of this machine's (the namespaces cannot be set up, or CUDA, Python
-// or torch fails inside them while it works outside) makes this and every later evaluation of
-// the process run unconfined, with the reason in result["worker"]["unconfined_reason"].
-nlohmann::json evaluate(const EvalRequest& request);
+// Runs the request in a judge process and its candidate process and returns the result.
+// Thread-safe; never throws for anything the solution or task does. Under options.confine
+// "auto", the first candidate that cannot be confined for a reason of this machine's (the
+// namespaces cannot be set up, or CUDA, Python or torch fails inside them while it works
+// outside) makes this and every later evaluation of the process run candidates unconfined, with
+// the reason in the result (worker.unconfined_reason).
+EvalResult evaluate(const EvalRequest& request);
 
-// The worker's body: runs the request in this process, writing progress beside result_path.
-// Returns the result (also written to result_path).
-nlohmann::json run_evaluation_in_process(const EvalRequest& request, const std::string& result_path);
+// The judge process's body (`cuda-agent worker --request R --result P`): runs the request,
+// writing progress beside result_path and the result to result_path with its MAC (keyed by
+// $CUDA_AGENT_RESULT_KEY) to result_path + ".mac". Returns the result.
+EvalResult run_judge_process(const EvalRequest& request, const std::string& result_path);
+
+// The candidate process's body (`cuda-agent worker --candidate REQUEST`, the judge's channel as
+// descriptor 3). Returns the process's exit code.
+int run_candidate_process(const std::string& request_path);
 
 }  // namespace cuda_agent::sandbox

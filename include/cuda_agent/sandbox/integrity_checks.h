@@ -25,9 +25,9 @@ class __attribute__((visibility("hidden"))) IntegrityChecks {
   // persisting-L2 limit when `cuda`). Call before the solution is imported.
   explicit IntegrityChecks(bool cuda);
 
-  // Names of patched functions, new threads still alive (with `threads`), persisting-L2
-  // settings of the context or the current stream; empty when clean.
-  std::string tampering(bool cuda, bool threads = true) const;
+  // Names of patched functions (with `functions`), new threads still alive (with `threads`),
+  // persisting-L2 settings of the context or the current stream; empty when clean.
+  std::string tampering(bool cuda, bool threads = true, bool functions = true) const;
   // Threads alive now are the sandbox's own (torch.compile's workers after the baselines ran).
   void accept_current_threads();
 

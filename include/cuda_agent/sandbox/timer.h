@@ -1,14 +1,15 @@
-// Timing a forward the same way for eager, torch.compile and the candidate.
+// Timing a forward the same way for eager, torch.compile and the candidate (whose forwards run
+// in different processes: the judge times the baselines, the candidate process its own).
 //
-// Per timed run: fresh clones of the inputs (outside the timed region; of the run's own input
-// set when input sets are given, as evaluation.cpp does for all three sides), an L2 flush (a memset
-// of a buffer larger than the L2 on the same stream), a CUDA event on the current stream, the
-// forward, a device-wide synchronize (so work on other streams counts), the end event. Warm-up
-// runs first, until both warmup_runs and warmup_ms are reached. CUPTI records the kernels that
-// start and end inside the timed regions. Call with the GIL held, on the thread that owns
-// torch's CUDA context.
+// timed_forward() is one timed run: persisting-L2 lines dropped, the L2 flushed (a memset of a
+// buffer four times its size on the legacy stream), the device synchronized; then the start
+// event, the forward under torch.no_grad(), a device-wide synchronize (so work on any stream
+// counts), the end event. Its window brackets the run on CUPTI's clock, so kernel records can be
+// sorted into "inside a forward" and "outside". warm_up() runs untimed forwards first. Call
+// with the GIL held, on the thread that owns torch's CUDA context.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include <pybind11/pybind11.h>
 
 #include "cuda_agent/sandbox/cupti_kernel_recorder.h"
+#include "cuda_agent/sandbox/timing_stats.h"
 
 namespace cuda_agent::sandbox {
 
@@ -27,30 +29,37 @@ struct TimingOptions {
   bool record_kernels = true;
 };
 
-struct TimingStats {
-  std::vector<double> ms;  // one per timed run, in order
-  double median_ms = 0, mean_ms = 0, min_ms = 0, max_ms = 0, stddev_ms = 0, p10_ms = 0, p90_ms = 0;
-  static TimingStats from_samples(std::vector<double> ms);
-  nlohmann::json to_json() const;
-  static TimingStats from_json(const nlohmann::json& j);
+// A stretch of CUPTI's clock (CuptiKernelRecorder::timestamp()).
+struct Window {
+  uint64_t start_ns = 0, end_ns = 0;
+  bool contains(uint64_t start, uint64_t end) const { return start >= start_ns && end <= end_ns; }
 };
+
+struct TimedRun {
+  pybind11::object output;
+  double ms = 0;
+  Window window;
+};
+
+// One timed run of model(*inputs). Exceptions from the model propagate
+// (pybind11::error_already_set); CUDA errors throw Error.
+TimedRun timed_forward(pybind11::handle model, pybind11::handle inputs, bool flush_l2);
+// The same around any forward (the candidate's under the fallback guard).
+TimedRun timed_call(const std::function<pybind11::object()>& forward, bool flush_l2);
+
+// Untimed forwards of model(*inputs), each after an L2 flush, until warmup_runs ran and
+// warmup_ms passed (at most 10000 runs): compilation, autotuning, allocator growth and clock
+// ramp-up happen here. Appends each forward's window to *windows when given. Returns the count.
+int warm_up(pybind11::handle model, pybind11::handle inputs, const TimingOptions& options,
+            std::vector<Window>* windows = nullptr);
 
 struct TimingResult {
   TimingStats stats;
-  std::vector<KernelRecord> kernels;  // inside the timed regions (empty unless recorded)
+  std::vector<KernelRecord> kernels;  // inside the timed windows (empty unless recorded)
 };
 
-// Called with each timed run's output after its timed region closed (outside the timing).
-using TimedOutputCheck = std::function<void(size_t run, pybind11::handle output)>;
-
-// Times model(*inputs). Exceptions from the model propagate (pybind11::error_already_set);
-// CUDA errors throw Error.
-//
-// With `input_sets` (a list of input lists), timed run i uses a clone of input_sets[i % n]
-// instead (the warm-up still uses `inputs`) and `check` sees its output, so the caller can check
-// outputs produced while timed: a solution that caches results across calls, or finishes work
-// after forward returns, is caught there.
-TimingResult time_forward(pybind11::handle model, pybind11::handle inputs, const TimingOptions& options,
-                          pybind11::handle input_sets = pybind11::none(), const TimedOutputCheck& check = {});
+// warm_up() then options.timed_runs timed runs of model(*inputs), each on fresh clones of the
+// inputs, with CUPTI recording kernels inside the timed windows when options.record_kernels.
+TimingResult time_forward(pybind11::handle model, pybind11::handle inputs, const TimingOptions& options);
 
 }  // namespace cuda_agent::sandbox

@@ -1,0 +1,56 @@
+// Moving input and output trees between the judge and the candidate process through shared
+// blocks: the tree's shape travels as JSON (a "spec"), the tensors' bytes in the block.
+//
+// A spec node is one of
+//   {"t": "tensor", "offset": N, "shape": [...], "dtype": "float32"}   contiguous bytes at N
+//   {"t": "tuple" | "list", "items": [...]}     {"t": "dict", "items": {"key": node, ...}}
+//   {"t": "value", "value": null | bool | int | string}   {"t": "float", "value": "repr"}
+// Offsets are 256-byte aligned. Each staged input tensor is followed by kPadBytes of poison
+// (NaN, or the dtype's largest value), so a kernel that reads past an input's end reads poison.
+//
+// Specs from the other process are untrusted: build_tree() checks every offset, size, dtype
+// and the tree's depth and size, and throws Error naming what is wrong. Call with the GIL held.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <pybind11/pybind11.h>
+
+namespace cuda_agent::sandbox {
+
+constexpr size_t kPadBytes = 4096;
+constexpr size_t kTensorAlign = 256;
+
+// Bytes a block needs to hold `tree`'s tensors staged (aligned, with the padding when `padded`).
+size_t staged_bytes(pybind11::handle tree, bool padded);
+
+// Copies `tree`'s tensors into `block` (a torch.uint8 tensor of the same device), padded, and
+// returns the spec. Throws Error for a leaf that is neither a tensor nor a plain value, or when
+// the block is too small (size it with staged_bytes first).
+nlohmann::json stage_tree(pybind11::handle tree, pybind11::handle block);
+
+// The tree a spec describes, its tensors as views into `block` (no copy). Throws Error for a
+// spec that does not fit the block or is not a spec.
+pybind11::object build_tree(const nlohmann::json& spec, pybind11::handle block);
+
+// The path of the first staged tensor whose bytes in `block` differ from `tree`'s (NaN equal
+// NaN), or "" when the candidate left its inputs as they were given.
+std::string changed_tensor(pybind11::handle tree, const nlohmann::json& spec, pybind11::handle block);
+
+// The candidate's side: reads an output tree through torch's C-level tensor methods (captured
+// by capture_tensor_methods() before any solution code ran, so patched Python methods are never
+// called) and copies each tensor's bytes into `block` at 256-byte-aligned offsets. Returns the
+// spec, or throws OutputError naming the first output that is not a plain tensor with storage
+// on the block's device, or that does not fit.
+struct OutputError {
+  std::string category;  // "invalid_output" or "mismatch"
+  std::string message;
+};
+void capture_tensor_methods();
+nlohmann::json export_tree(pybind11::handle outputs, pybind11::handle block, uint64_t block_address, size_t block_bytes,
+                           bool device);
+
+}  // namespace cuda_agent::sandbox

@@ -1,0 +1,194 @@
+#include "candidate_client.h"
+
+#include <chrono>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/core/hash.h"
+#include "evaluation_support.h"
+
+namespace fs = std::filesystem;
+
+namespace cuda_agent::sandbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a process that closed its end of the channel may take to be reaped.
+constexpr double kExitWaitS = 10.0;
+
+}  // namespace
+
+CandidateClient::CandidateClient(const Launch& launch)
+    : channel_(UniqueFd()), timeout_s_(launch.timeout_s), confined_(false) {
+  const fs::path request_path = launch.dir / "candidate-request.json";
+  log_path_ = launch.dir / "candidate.log";
+  write_file_atomic(request_path, launch.request.to_json().dump(2));
+  auto [ours, peer] = MessageChannel::pair();
+  channel_ = std::move(ours);
+  SubprocessOptions sp;
+  sp.argv = {self_executable(), "worker", "--candidate", request_path.string()};
+  sp.env_set["CUDA_VISIBLE_DEVICES"] = launch.request.device == "cpu" ? "" : std::to_string(launch.gpu);
+  sp.env_set["PYTHONUNBUFFERED"] = "1";
+  sp.env_set["PYTHONDONTWRITEBYTECODE"] = "1";
+  sp.env_unset = {"CUDA_AGENT_RESULT_KEY"};
+  sp.stdout_path = log_path_.string();
+  sp.stderr_path = log_path_.string();
+  sp.timeout_s = launch.timeout_s;
+  sp.max_rss_bytes = launch.max_rss_bytes;
+  sp.pass_fd = peer.release();  // run_subprocess closes it once the child has it
+  sp.close_pass_fd = true;
+  sp.cancel = &cancel_;
+  monitor_ = std::thread([this, sp] {
+    try {
+      result_ = run_subprocess(sp);
+    } catch (const std::exception& e) {
+      result_ = SubprocessResult{};
+      result_.exit_code = 127;
+      try {
+        std::ofstream(log_path_, std::ios::app) << "cuda-agent: cannot start the candidate process: " << e.what() << "\n";
+      } catch (...) {
+      }
+    }
+    done_ = true;
+  });
+}
+
+CandidateClient::~CandidateClient() {
+  cancel_ = true;
+  if (monitor_.joinable()) monitor_.join();
+}
+
+void CandidateClient::stop() {
+  cancel_ = true;
+  const auto until = Clock::now() + std::chrono::duration<double>(kExitWaitS);
+  while (!done_ && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+}
+
+void CandidateClient::died(const std::string& what, bool started) {
+  const auto until = Clock::now() + std::chrono::duration<double>(kExitWaitS);
+  while (!done_ && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!done_) stop();
+  const SubprocessResult& r = result_;
+  Category category = Category::kCrash;
+  std::string text;
+  if (r.memory_exceeded) {
+    category = Category::kOutOfMemory;
+    text = fmt::format("the candidate process exceeded the host memory limit in phase '{}' ({}): {}", phase_, what,
+                       r.describe());
+  } else if (r.timed_out) {
+    category = Category::kTimeout;
+    text = fmt::format("the evaluation did not finish within {} s (it was in phase '{}', {}); an endless kernel or a "
+                       "hanging Python call is the usual cause",
+                       timeout_s_, phase_, what);
+  } else if (r.term_signal != 0) {
+    text = fmt::format("the candidate process crashed in phase '{}' ({}): {}", phase_, what, r.describe());
+  } else {
+    text = fmt::format("the candidate process ended in phase '{}' ({}) without a reply: {}", phase_, what,
+                       r.describe());
+  }
+  if (!started) throw CandidateStartupFailure{"start", text};
+  throw Failure{category, text};
+}
+
+ChannelMessage CandidateClient::receive(const std::string& what, double timeout_s, bool started) {
+  try {
+    return channel_.receive(std::max(timeout_s, 0.0));
+  } catch (const ChannelError& e) {
+    if (e.kind() == ChannelError::Kind::kClosed) died(what, started);
+    stop();
+    if (e.kind() == ChannelError::Kind::kTimeout) {
+      out_of_time_ = true;
+      const std::string text = fmt::format(
+          "the evaluation did not finish within {} s (it was in phase '{}', {}); an endless kernel or a hanging "
+          "Python call is the usual cause",
+          timeout_s_, phase_, what);
+      if (!started) throw CandidateStartupFailure{"start", text};
+      throw Failure{Category::kTimeout, text};
+    }
+    // Frames the harness did not write: solution code wrote on (or read from) the channel.
+    throw Failure{Category::kTampering,
+                  fmt::format("{}: the channel to the judge was tampered with ({}); solution code must not touch the "
+                              "sandbox's descriptors",
+                              what, e.what())};
+  }
+}
+
+nlohmann::json CandidateClient::hello(double timeout_s) {
+  ChannelMessage m = receive("start-up", timeout_s, false);
+  const std::string op = m.body.value("op", "");
+  if (op == "hello") {
+    confined_ = m.body.value("confined", false);
+    return m.body;
+  }
+  if (op == "failed") throw CandidateStartupFailure{m.body.value("phase", "start"), m.body.value("message", "")};
+  throw CandidateStartupFailure{"start", "the candidate process sent '" + op + "' instead of its start-up report"};
+}
+
+nlohmann::json CandidateClient::init(nlohmann::json op, double timeout_s) {
+  key_ = random_bytes(32);
+  op["op"] = "init";
+  op["key"] = to_hex(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(key_.data()), key_.size()));
+  try {
+    channel_.send(op);
+  } catch (const ChannelError&) {
+    died("init", false);
+  }
+  // The reply and every frame after it carry a MAC under the key just sent.
+  channel_.set_receive_key(op["key"].get<std::string>());
+  ChannelMessage m = receive("init", timeout_s, false);
+  const std::string reply = m.body.value("op", "");
+  if (reply == "failed") throw CandidateStartupFailure{"init", m.body.value("message", "")};
+  if (reply != "ready") throw CandidateStartupFailure{"init", "the candidate process sent '" + reply + "' instead of 'ready'"};
+  started_ = true;
+  return m.body;
+}
+
+nlohmann::json CandidateClient::call(const std::string& what, const nlohmann::json& op, const std::string& expect,
+                                     double timeout_s, const std::vector<int>& fds) {
+  try {
+    channel_.send(op, fds);
+  } catch (const ChannelError&) {
+    died(what, started_);
+  }
+  ChannelMessage m = receive(what, timeout_s, started_);
+  const std::string reply = m.body.value("op", "");
+  if (m.body.contains("runtime") && m.body["runtime"].is_object()) runtime_ = m.body["runtime"];
+  if (reply == "failed") {
+    std::string category = m.body.value("category", "runtime_error");
+    if (!candidate_may_report(category, started_)) category = "runtime_error";
+    const std::string message = m.body.value("message", "");
+    throw Failure{category_from_string(category), what.empty() ? message : what + ": " + message};
+  }
+  if (reply != expect)
+    throw Failure{Category::kTampering,
+                  fmt::format("{}: the candidate process replied '{}' where '{}' was due", what, reply, expect)};
+  return m.body;
+}
+
+ProcessReport CandidateClient::wait(double timeout_s) {
+  const auto until = Clock::now() + std::chrono::duration<double>(timeout_s);
+  while (!done_ && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!done_) stop();
+  if (monitor_.joinable() && done_) monitor_.join();
+  ProcessReport p;
+  p.exit_code = result_.exit_code;
+  p.signal = result_.term_signal;
+  p.timed_out = result_.timed_out || out_of_time_;
+  p.memory_exceeded = result_.memory_exceeded;
+  p.peak_rss_bytes = result_.peak_rss_bytes;
+  return p;
+}
+
+std::string CandidateClient::log_tail(size_t max_bytes) const {
+  try {
+    const std::string text = read_file(log_path_);
+    return text.size() <= max_bytes ? text : "...\n" + text.substr(text.size() - max_bytes);
+  } catch (...) {
+    return "";
+  }
+}
+
+}  // namespace cuda_agent::sandbox

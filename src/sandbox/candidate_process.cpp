@@ -1,0 +1,353 @@
+// The candidate's side of an evaluation: the only process that imports solution code. It holds
+// no reference outputs, no baselines and nothing it could write for the caller: it runs
+// ModelNew.forward on inputs the judge hands it through a shared block, copies the outputs into
+// another, and reports timings and kernel records, which the judge treats as claims.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include <pybind11/embed.h>
+#include <pybind11/stl.h>
+
+#include "candidate_protocol.h"
+#include "cuda_agent/core/confinement.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/core/message_channel.h"
+#include "cuda_agent/sandbox/cuda_device.h"
+#include "cuda_agent/sandbox/cuda_libs.h"
+#include "cuda_agent/sandbox/fallback_guard.h"
+#include "cuda_agent/sandbox/integrity_checks.h"
+#include "cuda_agent/sandbox/kernel_provenance.h"
+#include "cuda_agent/sandbox/launch_origins.h"
+#include "cuda_agent/sandbox/nvrtc_compiler.h"
+#include "cuda_agent/sandbox/python_module.h"
+#include "cuda_agent/sandbox/python_runtime.h"
+#include "cuda_agent/sandbox/shared_block.h"
+#include "cuda_agent/sandbox/task_runner.h"
+#include "cuda_agent/sandbox/tensor_exchange.h"
+#include "cuda_agent/sandbox/timer.h"
+#include "cuda_agent/sandbox/worker_confinement.h"
+#include "evaluation_support.h"
+
+namespace py = pybind11;
+namespace fs = std::filesystem;
+
+namespace cuda_agent::sandbox {
+namespace {
+
+nlohmann::json runtime_json() {
+  const RuntimeStats& stats = runtime_stats();
+  return {{"nvrtc_compiles", stats.compiles},
+          {"nvrtc_cache_hits", stats.cache_hits},
+          {"nvrtc_compile_seconds", stats.compile_seconds},
+          {"compiled_kernels", stats.compiled_kernels},
+          {"launches", stats.launches},
+          {"vendor_calls", stats.vendor_calls},
+          {"nvcc_used", stats.nvcc_used}};
+}
+
+nlohmann::json uses_json(const std::vector<KernelRecord>& records) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const KernelUse& u : summarize_kernels(records)) out.push_back(u.to_json());
+  return out;
+}
+
+class Candidate {
+ public:
+  Candidate(CandidateRequest request, MessageChannel channel)
+      : req_(std::move(request)), channel_(std::move(channel)), gpu_(req_.device != "cpu") {}
+
+  int serve();
+
+ private:
+  void fail(const std::string& phase, Category category, const std::string& message) {
+    try {
+      nlohmann::json body = {{"op", "failed"}, {"phase", phase}, {"category", to_string(category)}, {"message", message}};
+      if (python_started()) body["runtime"] = runtime_json();
+      channel_.send(body);
+    } catch (...) {
+    }
+  }
+  void start(std::string& phase);
+  nlohmann::json init(const nlohmann::json& body);
+  nlohmann::json load(const nlohmann::json& body);
+  nlohmann::json map_blocks(const nlohmann::json& body, std::vector<UniqueFd>& fds);
+  nlohmann::json run(const nlohmann::json& body);
+  nlohmann::json warmup(const nlohmann::json& body);
+  nlohmann::json finish();
+  // Kernel records since the last take, split by the windows of forwards run since.
+  void audit(const std::vector<Window>& windows, nlohmann::json& reply);
+
+  CandidateRequest req_;
+  MessageChannel channel_;
+  bool gpu_;
+  bool flush_l2_ = true;
+  std::optional<IntegrityChecks> checks_;
+  std::unique_ptr<FallbackGuard> guard_;
+  py::module_ task_, solution_;
+  py::object model_;
+  std::unique_ptr<SharedBlock> in_block_, out_block_;
+  py::object in_tensor_, out_tensor_;
+};
+
+void Candidate::start(std::string& phase) {
+  phase = "confine";
+  if (req_.confine) {
+    const ConfinementPlan plan = candidate_confinement_plan({req_.nvrtc_dir, req_.build_dir}, req_.hidden, req_.tmpfs_bytes);
+    try {
+      confine_this_process(plan);
+    } catch (const std::exception& e) {
+      throw Failure{Category::kInfrastructure, std::string("confining the candidate process: ") + e.what()};
+    }
+  }
+  phase = "python_start";
+  ::setenv("TORCH_EXTENSIONS_DIR", (fs::path(req_.build_dir) / "torch_extensions").c_str(), 1);
+  try {
+    set_environment(private_cache_env());
+    register_python_module();
+    set_runtime_cache_dir(req_.nvrtc_dir);
+    start_python();
+  } catch (const std::exception& e) {
+    throw Failure{Category::kInfrastructure, std::string("starting the embedded Python: ") + e.what()};
+  }
+  py::module_ torch = py::module_::import("torch");
+  channel_.send({{"op", "hello"},
+                 {"confined", req_.confine},
+                 {"versions",
+                  {{"torch", py::str(torch.attr("__version__")).cast<std::string>()},
+                   {"python", py::str(py::module_::import("sys").attr("version")).cast<std::string>()}}}});
+}
+
+nlohmann::json Candidate::init(const nlohmann::json& body) {
+  // From here on every frame this process sends carries the MAC: the key is in this process's
+  // memory before any solution code runs, and solution code writing on the socket cannot make one.
+  channel_.set_send_key(body.at("key").get<std::string>());
+  flush_l2_ = body.value("flush_l2", true);
+  py::module_ torch = py::module_::import("torch");
+  nlohmann::json reply = {{"op", "ready"}};
+  if (gpu_) {
+    guarded(Category::kInfrastructure, "initialising CUDA in the candidate process", [&] {
+      CA_CHECK(torch.attr("cuda").attr("is_available")().cast<bool>(), "torch sees no CUDA GPU in the candidate process");
+      torch.attr("cuda").attr("set_per_process_memory_fraction")(body.value("gpu_memory_fraction", 0.9));
+      const bool tf32 = body.value("tf32", false);
+      torch.attr("backends").attr("cuda").attr("matmul").attr("allow_tf32") = tf32;
+      torch.attr("backends").attr("cudnn").attr("allow_tf32") = tf32;
+      torch.attr("zeros")(1, py::arg("device") = "cuda");
+      ensure_context();
+      reply["device"] = current_device_info();
+      reply["nvrtc"] = NvrtcCompiler::nvrtc_version();
+      const std::string torch_lib = (fs::path(py::str(torch.attr("__file__")).cast<std::string>()).parent_path() / "lib").string();
+      install_launch_origins({req_.build_dir}, torch_lib);
+    });
+  }
+  capture_generators();
+  capture_tensor_methods();
+  return reply;
+}
+
+nlohmann::json Candidate::load(const nlohmann::json& body) {
+  const int64_t seed = body.at("seed").get<int64_t>();
+  if (body.value("integrity_checks", true)) checks_.emplace(gpu_);  // before the solution's code runs
+  guard_ = std::make_unique<FallbackGuard>(body.value("fallback", std::string("warn")));
+  task_ = load_task(req_.task_path);
+  solution_ = load_solution(req_.solution_path, (fs::path(req_.build_dir) / "kernels").string());
+  const std::string device = gpu_ ? "cuda" : "cpu";
+  py::object init_inputs, reference;
+  guarded(Category::kRuntimeError, "building the reference Model for its weights",
+          [&] { reference = build_reference(task_, device, seed, &init_inputs); });
+  guarded(Category::kInterfaceError, "building ModelNew with get_init_inputs()",
+          [&] { model_ = build_model(solution_.attr("ModelNew"), init_inputs, device, seed); });
+  guarded(Category::kInterfaceError,
+          "copying the reference weights into ModelNew (load_state_dict, strict): ModelNew must have the same "
+          "parameter and buffer names and shapes as Model",
+          [&] { model_.attr("load_state_dict")(reference.attr("state_dict")(), py::arg("strict") = true); });
+  reference = py::none();
+  py::module_::import("gc").attr("collect")();
+  if (checks_) {
+    std::string why;
+    guarded(Category::kRuntimeError, "integrity checks after loading the solution",
+            [&] { why = checks_->tampering(gpu_, /*threads=*/false); });
+    if (!why.empty()) throw Failure{Category::kTampering, "the solution tampered with the sandbox while loading: " + why};
+  }
+  if (gpu_) {
+    guarded(Category::kRuntimeError, "after building ModelNew", [] { CA_CU_CHECK(driver().cuCtxSynchronize()); });
+    // From here on every kernel the process runs is recorded: one outside a forward is work
+    // the solution does where it is not timed.
+    CuptiKernelRecorder::instance().start();
+  }
+  return {{"op", "loaded"}, {"runtime", runtime_json()}};
+}
+
+nlohmann::json Candidate::map_blocks(const nlohmann::json& body, std::vector<UniqueFd>& fds) {
+  const nlohmann::json& blocks = body.at("blocks");
+  CA_CHECK(blocks.is_array() && blocks.size() == fds.size(), "a blocks message without a descriptor per block");
+  const MemoryKind kind = gpu_ ? MemoryKind::kDevice : MemoryKind::kHost;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const std::string role = blocks[i].at("role");
+    auto block = SharedBlock::import(kind, std::move(fds[i]), blocks[i].at("bytes").get<size_t>());
+    py::object tensor = block->byte_tensor();
+    if (role == "input") in_block_ = std::move(block), in_tensor_ = tensor;
+    else out_block_ = std::move(block), out_tensor_ = tensor;
+  }
+  return {{"op", "mapped"}};
+}
+
+void Candidate::audit(const std::vector<Window>& windows, nlohmann::json& reply) {
+  uint64_t host_bytes = 0;
+  std::vector<KernelRecord> records = CuptiKernelRecorder::instance().take(&host_bytes);
+  std::vector<KernelRecord> inside, outside;
+  for (auto& r : records) {
+    const bool in = std::any_of(windows.begin(), windows.end(), [&](const Window& w) { return w.contains(r.start_ns, r.end_ns); });
+    if (in) inside.push_back(std::move(r));
+    else if (r.origin != LaunchOrigin::kHarness) outside.push_back(std::move(r));
+  }
+  reply["kernels"] = uses_json(inside);
+  reply["outside"] = uses_json(outside);
+  reply["host_copy_bytes"] = host_bytes;
+  reply["dropped_records"] = CuptiKernelRecorder::instance().dropped();
+}
+
+nlohmann::json Candidate::run(const nlohmann::json& body) {
+  CA_CHECK(in_tensor_ && out_tensor_, "a run before the shared blocks were mapped");
+  py::object inputs = build_tree(body.at("inputs"), in_tensor_);
+  const bool guard = body.value("guard", false);
+  if (body.value("poison", false) && gpu_) {
+    LaunchScope harness(LaunchOrigin::kHarness);
+    guarded(Category::kRuntimeError, "poisoning free memory", [] { IntegrityChecks::poison_free_memory("cuda"); });
+  }
+  auto forward = [&]() -> py::object { return guard ? guard_->call(model_, inputs) : call_model(model_, inputs); };
+  nlohmann::json reply = {{"op", "ran"}, {"ms", 0.0}};
+  TimedRun run;
+  guarded(Category::kRuntimeError, "ModelNew.forward", [&] {
+    if (gpu_) run = timed_call(forward, flush_l2_);
+    else run.output = forward();
+  });
+  reply["ms"] = run.ms;
+  // Straight after the forward, before any Python-level code of ours could let another thread
+  // run: the outputs' bytes go to the judge's block through C-level calls only.
+  try {
+    LaunchScope harness(LaunchOrigin::kHarness);
+    reply["outputs"] = export_tree(run.output, out_tensor_, out_block_->address(), out_block_->bytes(), gpu_);
+  } catch (const OutputError& e) {
+    throw Failure{category_from_string(e.category), e.message};
+  } catch (const std::exception& e) {
+    throw Failure{cuda_error_category(e.what(), Category::kRuntimeError), std::string("copying the outputs: ") + e.what()};
+  }
+  run.output = py::none();
+  if (guard) reply["fallback"] = guard_->report();
+  if (checks_) {
+    std::string why;
+    guarded(Category::kRuntimeError, "integrity checks",
+            [&] { why = checks_->tampering(gpu_, /*threads=*/true, body.value("full_checks", false)); });
+    reply["tampering"] = why;
+  }
+  if (gpu_) audit({run.window}, reply);
+  return reply;
+}
+
+nlohmann::json Candidate::warmup(const nlohmann::json& body) {
+  CA_CHECK(gpu_ && in_tensor_, "a warm-up needs the GPU and the shared blocks");
+  py::object inputs = build_tree(body.at("inputs"), in_tensor_);
+  TimingOptions options;
+  options.warmup_runs = body.value("runs", 3);
+  options.warmup_ms = body.value("ms", 100.0);
+  options.flush_l2 = flush_l2_;
+  std::vector<Window> windows;
+  nlohmann::json reply = {{"op", "warmed"}};
+  guarded(Category::kRuntimeError, "ModelNew.forward (warm-up)",
+          [&] { reply["runs"] = warm_up(model_, inputs, options, &windows); });
+  audit(windows, reply);
+  reply.erase("kernels");
+  return reply;
+}
+
+nlohmann::json Candidate::finish() {
+  nlohmann::json reply = {{"op", "finished"}, {"tampering", ""}};
+  if (checks_) {
+    std::string why;
+    guarded(Category::kRuntimeError, "integrity checks at the end", [&] { why = checks_->tampering(gpu_); });
+    reply["tampering"] = why;
+  }
+  if (gpu_ && CuptiKernelRecorder::instance().recording()) audit({}, reply), reply.erase("kernels");
+  reply["runtime"] = runtime_json();
+  return reply;
+}
+
+int Candidate::serve() {
+  std::string phase = "start";
+  try {
+    start(phase);
+    for (;;) {
+      ChannelMessage m = channel_.receive(-1);
+      phase = m.body.value("op", std::string("?"));
+      nlohmann::json reply;
+      if (phase == "init") reply = init(m.body);
+      else if (phase == "load") reply = load(m.body);
+      else if (phase == "blocks") reply = map_blocks(m.body, m.fds);
+      else if (phase == "run") reply = run(m.body);
+      else if (phase == "warmup") reply = warmup(m.body);
+      else if (phase == "finish") reply = finish();
+      else CA_FAIL("unknown op '{}'", phase);
+      channel_.send(reply);
+      if (phase == "finish") return 0;
+    }
+  } catch (const Failure& f) {
+    fail(phase, f.category, f.message);
+  } catch (const ChannelError& e) {
+    return 2;  // the judge is gone or the channel is broken: nobody to tell
+  } catch (const std::exception& e) {
+    fail(phase, Category::kInfrastructure, e.what());
+  }
+  return 1;
+}
+
+}  // namespace
+
+nlohmann::json CandidateRequest::to_json() const {
+  return {{"task_path", task_path}, {"solution_path", solution_path}, {"device", device},
+          {"confine", confine},     {"nvrtc_dir", nvrtc_dir},         {"build_dir", build_dir},
+          {"hidden", hidden},       {"tmpfs_bytes", tmpfs_bytes}};
+}
+
+CandidateRequest CandidateRequest::from_json(const nlohmann::json& j) {
+  CandidateRequest r;
+  r.task_path = j.at("task_path");
+  r.solution_path = j.at("solution_path");
+  r.device = j.value("device", "cuda");
+  r.confine = j.value("confine", false);
+  r.nvrtc_dir = j.at("nvrtc_dir");
+  r.build_dir = j.at("build_dir");
+  r.hidden = j.value("hidden", std::vector<std::string>{});
+  r.tmpfs_bytes = j.value("tmpfs_bytes", uint64_t{0});
+  return r;
+}
+
+bool candidate_may_report(const std::string& category, bool started) {
+  static const char* const kAllowed[] = {"compile_error",   "load_error",         "interface_error", "runtime_error",
+                                         "illegal_memory_access", "out_of_memory", "mismatch",        "invalid_output",
+                                         "forbidden_fallback", "tampering",       "timing_mismatch"};
+  for (const char* c : kAllowed)
+    if (category == c) return true;
+  return !started && category == "infrastructure_error";
+}
+
+int run_candidate_process(const std::string& request_path) {
+  // The judge's death ends this process too: nothing of the solution's outlives its evaluation.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  CandidateRequest request;
+  try {
+    request = CandidateRequest::from_json(nlohmann::json::parse(read_file(request_path)));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda-agent: unreadable candidate request %s: %s\n", request_path.c_str(), e.what());
+    return 2;
+  }
+  Candidate candidate(std::move(request), MessageChannel(UniqueFd(3)));
+  return candidate.serve();
+}
+
+}  // namespace cuda_agent::sandbox

@@ -1,0 +1,48 @@
+// The channel between the judge and the candidate process (the one process of an evaluation
+// that imports solution code). Internal to the sandbox library.
+//
+// The judge starts the process with a CandidateRequest file and a socket as its descriptor 3,
+// then drives it op by op; each op gets exactly one reply, or "failed" (after which the process
+// exits):
+//
+//   (process start)  -> hello  {versions, confined}             before any task or solution code
+//   init {key,...}   -> ready  {device, nvrtc}                  CUDA started; replies MAC'd from here
+//   load {seed,...}  -> loaded {runtime}                        task, solution, ModelNew built
+//   blocks + fds     -> mapped                                  shared input/output blocks
+//   run {inputs, guard, poison, full_checks}
+//                    -> ran {ms, outputs, kernels, outside, host_copy_bytes, fallback, tampering}
+//   warmup {inputs, runs, ms} -> warmed {runs, outside}
+//   finish           -> finished {runtime, tampering}           then the process exits
+//   any              -> failed {category, message, phase}
+//
+// Everything the process reports after "ready" is a claim of code that shares a process with
+// the solution: the judge uses failures as they are, checks outputs and inputs itself, and
+// treats timings and kernel records as claims (docs/integrity.md, "Trust").
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace cuda_agent::sandbox {
+
+struct CandidateRequest {
+  std::string task_path, solution_path;
+  std::string device = "cuda";  // cuda or cpu
+  bool confine = false;
+  std::string nvrtc_dir;        // the solution's own NVRTC cache folder (writable when confined)
+  std::string build_dir;        // the solution's own nvcc builds (kernels/, TORCH_EXTENSIONS_DIR)
+  std::vector<std::string> hidden;  // folders the confinement empties (the cache's secret)
+  uint64_t tmpfs_bytes = 0;
+
+  nlohmann::json to_json() const;
+  static CandidateRequest from_json(const nlohmann::json& j);
+};
+
+// The categories a candidate process may report; anything else it reports is a runtime_error.
+// Before "ready" (nothing of the solution's has run) infrastructure_error is taken too.
+bool candidate_may_report(const std::string& category, bool started);
+
+}  // namespace cuda_agent::sandbox

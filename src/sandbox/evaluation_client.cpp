@@ -1,0 +1,183 @@
+// The caller's side of an evaluation: one fresh judge process per request (which starts the
+// candidate process), and its result, taken only when its MAC verifies under the key this
+// process gave the judge: a file the solution wrote is not a result.
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/core/hash.h"
+#include "cuda_agent/core/log.h"
+#include "cuda_agent/core/subprocess.h"
+#include "cuda_agent/sandbox/evaluation.h"
+
+namespace fs = std::filesystem;
+
+namespace cuda_agent::sandbox {
+namespace {
+
+// The judge's own work (loading, references, comparisons, the result) after the evaluation's
+// time is up for the candidate: it stops the candidate itself at timeout_s.
+constexpr double kJudgeGraceS = 60;
+
+std::string tail(const std::string& text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  return "...\n" + text.substr(text.size() - max_bytes);
+}
+
+// Under confine: auto, why this process runs its candidates unconfined, once that is known.
+std::mutex g_unconfinable_mutex;
+std::optional<std::string> g_unconfinable;
+
+std::optional<std::string> known_unconfinable() {
+  std::lock_guard<std::mutex> lock(g_unconfinable_mutex);
+  return g_unconfinable;
+}
+
+void remember_unconfinable(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(g_unconfinable_mutex);
+  if (g_unconfinable) return;
+  g_unconfinable = reason;
+  CA_LOG_WARN("sandbox", "candidate processes run unconfined from now on (sandbox.confine: auto): {}", reason);
+}
+
+EvalResult failure_header(const EvalRequest& request) {
+  EvalResult r;
+  r.task_id = request.task_id;
+  r.task_path = request.task_path;
+  r.solution_path = request.solution_path;
+  r.task_sha256 = file_sha256(request.task_path);
+  r.solution_sha256 = solution_fingerprint(request.solution_path);
+  r.mode = to_string(request.mode);
+  r.reward = -1.0;
+  r.reward_kind = request.options.reward;
+  r.precision = request.options.precision;
+  r.options = request.options.to_json();
+  r.gpu = request.gpu;
+  r.confine = request.options.confine;
+  return r;
+}
+
+ProcessReport report_of(const SubprocessResult& run) {
+  ProcessReport p;
+  p.exit_code = run.exit_code;
+  p.signal = run.term_signal;
+  p.timed_out = run.timed_out;
+  p.memory_exceeded = run.memory_exceeded;
+  p.peak_rss_bytes = run.peak_rss_bytes;
+  return p;
+}
+
+// The judge's result when it verifies, else nullopt; *forged is set when a file is there that
+// the judge did not write.
+std::optional<EvalResult> read_result(const fs::path& path, const std::string& key, bool* forged) {
+  *forged = false;
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  std::string text, mac;
+  try {
+    text = read_file(path);
+    mac = read_file(path.string() + ".mac");
+  } catch (...) {
+    *forged = true;
+    return std::nullopt;
+  }
+  if (!constant_time_equal(mac, hmac_sha256_hex(key, text))) {
+    *forged = true;
+    return std::nullopt;
+  }
+  try {
+    return EvalResult::from_json(nlohmann::json::parse(text));
+  } catch (const std::exception&) {
+    *forged = true;
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+EvalResult evaluate(const EvalRequest& request) {
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  EvalResult failure = failure_header(request);
+  try {
+    EvalRequest judged = request;
+    if (request.options.confine == "off") {
+      judged.confine_candidate = false;
+      judged.unconfined_reason = "sandbox.confine is off";
+    } else if (request.options.confine == "auto") {
+      if (auto why = known_unconfinable()) {
+        judged.confine_candidate = false;
+        judged.unconfined_reason = *why;
+      }
+    }
+    TempDir dir("cuda-agent-eval-");
+    const fs::path request_path = dir.path() / "request.json";
+    const fs::path result_path = dir.path() / "result.json";
+    const fs::path log_path = dir.path() / "judge.log";
+    write_file_atomic(request_path, judged.to_json().dump(2));
+    const std::string key = random_hex(32);
+
+    SubprocessOptions sp;
+    sp.argv = {self_executable(), "worker", "--request", request_path.string(), "--result", result_path.string()};
+    sp.env_set["CUDA_VISIBLE_DEVICES"] = request.device != "cpu" ? std::to_string(request.gpu) : "";
+    sp.env_set["PYTHONUNBUFFERED"] = "1";
+    sp.env_set["PYTHONDONTWRITEBYTECODE"] = "1";
+    sp.env_set["CUDA_AGENT_RESULT_KEY"] = key;
+    sp.stdout_path = log_path.string();
+    sp.stderr_path = log_path.string();
+    sp.timeout_s = request.options.timeout_s + kJudgeGraceS;
+    sp.max_rss_bytes = static_cast<int64_t>(request.options.host_memory_gb * (1LL << 30));
+    const SubprocessResult run = run_subprocess(sp);
+
+    std::string judge_log;
+    try {
+      judge_log = read_file(log_path);
+    } catch (...) {
+    }
+    bool forged = false;
+    std::optional<EvalResult> result = read_result(result_path, key, &forged);
+    if (!result) {
+      EvalResult r = failure;
+      std::string phase = "start";
+      try {
+        phase = read_file(result_path.string() + ".phase");
+      } catch (...) {
+      }
+      if (forged) {
+        r.fail(Category::kTampering,
+               "the result file was not written by the evaluation's judge (its MAC does not verify): solution code "
+               "wrote it");
+      } else if (run.timed_out) {
+        r.fail(Category::kTimeout, fmt::format("the evaluation did not finish within {} s (it was in phase '{}'); an "
+                                               "endless kernel or a hanging Python call is the usual cause",
+                                               request.options.timeout_s, phase));
+      } else if (run.memory_exceeded) {
+        r.fail(Category::kOutOfMemory, fmt::format("the judge exceeded the host memory limit of {} GB in phase '{}' ({})",
+                                                   request.options.host_memory_gb, phase, run.describe()));
+      } else if (run.term_signal != 0) {
+        r.fail(Category::kCrash, fmt::format("the judge crashed in phase '{}': {}", phase, run.describe()));
+      } else {
+        r.fail(Category::kInfrastructure,
+               fmt::format("the judge ended without a result in phase '{}': {}", phase, run.describe()));
+      }
+      r.unconfined_reason = judged.unconfined_reason;
+      r.log = tail(judge_log, 8000);
+      result = std::move(r);
+    } else if (!result->ok) {
+      result->log = tail(result->log.empty() ? judge_log : result->log + "\n--- judge ---\n" + tail(judge_log, 2000), 10000);
+    }
+    if (result->confinement_unavailable) remember_unconfinable(result->unconfined_reason);
+    result->judge = report_of(run);
+    result->wall_seconds = seconds();
+    return *result;
+  } catch (const std::exception& e) {
+    failure.fail(Category::kInfrastructure, fmt::format("cannot run the evaluation: {}", e.what()));
+    failure.wall_seconds = seconds();
+    return failure;
+  }
+}
+
+}  // namespace cuda_agent::sandbox

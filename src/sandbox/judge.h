@@ -1,0 +1,95 @@
+// The judge: the trusted process of an evaluation. It loads the task, builds the reference,
+// draws every input set right before the run that uses it, times the baselines, hands inputs to
+// the candidate process through a shared block, compares every output the candidate produces
+// under the precision policy, and writes the authenticated result. It never imports solution
+// code. Internal to the sandbox library; judge_process.cpp runs the phases, judge_verify.cpp
+// and judge_profile.cpp are two of them. Call with the GIL held.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <pybind11/pybind11.h>
+
+#include "candidate_client.h"
+#include "cuda_agent/sandbox/compare.h"
+#include "cuda_agent/sandbox/eval_result.h"
+#include "cuda_agent/sandbox/evaluation.h"
+#include "cuda_agent/sandbox/kernel_provenance.h"
+#include "cuda_agent/sandbox/shared_block.h"
+
+namespace cuda_agent::sandbox {
+
+// What the judge makes of one run of the candidate's forward.
+struct CandidateRun {
+  double ms = 0;               // the candidate process's claim
+  double round_trip_ms = 0;    // the judge's own clock: inputs sent to outputs back
+  pybind11::object outputs;    // views into the output block: compare before the next run
+  std::vector<KernelUse> kernels;  // what ran inside the forward, by origin (claims)
+  nlohmann::json reply;
+};
+
+// The flags of one run: verify's runs are watched closer (guard, poisoned memory, every check).
+struct RunFlags {
+  bool guard = false;
+  bool poison = false;
+  bool full_checks = false;
+};
+
+struct Judge {
+  using Clock = std::chrono::steady_clock;
+
+  Judge(const EvalRequest& request, const SandboxOptions& options, EvalResult& out)
+      : req(request), opt(options), result(out) {}
+
+  const EvalRequest& req;
+  const SandboxOptions& opt;
+  EvalResult& result;
+  bool gpu = false;
+  std::string device = "cpu";
+  Clock::time_point deadline;
+  int64_t base_seed = 0;
+
+  pybind11::module_ task;
+  pybind11::object init_inputs, reference;
+  pybind11::object reference64;  // strict: float64 copy of the reference, built on first use
+  CandidateClient* candidate = nullptr;
+
+  // Provenance over every run of the candidate (verify and timed), enforced per run.
+  ProvenanceReport provenance;
+  std::vector<KernelUse> timed_kernels;  // the candidate's, inside the timed runs
+
+  double remaining() const;
+
+  // The reference's output on a clone of `inputs` and, under strict, the float64 reference's.
+  void reference_outputs(pybind11::handle inputs, pybind11::object* out, pybind11::object* out64);
+  // Runs the candidate's forward on a staged copy of `inputs`; checks what the judge can check
+  // without the reference (the reply, provenance, work outside forward, tampering, inputs left
+  // as given). `where` prefixes failure messages. Throws Failure.
+  CandidateRun run_candidate(pybind11::handle inputs, const RunFlags& flags, const std::string& where);
+  // Compares the candidate's outputs with the reference's under the precision policy.
+  CompareResult compare(pybind11::handle ref, pybind11::handle ref64, pybind11::handle outputs) const;
+  // Untimed forwards of the candidate on a staged copy of `inputs` (the warm-up); checks for work
+  // outside them. Throws Failure.
+  void warm_up_candidate(pybind11::handle inputs);
+  // Room for outputs `like` the reference's in the output block (grown when too small).
+  void reserve_outputs(pybind11::handle like);
+
+ private:
+  nlohmann::json stage(pybind11::handle inputs);
+  void send_blocks(bool input, bool output);
+  std::unique_ptr<SharedBlock> in_block_, out_block_;
+  pybind11::object in_tensor_, out_tensor_;
+};
+
+// The phases after the models are built. Each throws Failure.
+void judge_verify(Judge& judge);
+void judge_profile(Judge& judge);
+
+// The candidate's share of the kernel table, warm-up excluded.
+nlohmann::json candidate_kernel_table(const Judge& judge);
+
+}  // namespace cuda_agent::sandbox

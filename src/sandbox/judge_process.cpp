@@ -1,0 +1,333 @@
+// The judge process's body: start-up (its own and the candidate's), loading, the phases, and
+// the authenticated result. Everything the solution does that goes wrong becomes a result with
+// a category; nothing escapes as an exception.
+#include <sys/prctl.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <random>
+
+#include <pybind11/embed.h>
+#include <pybind11/stl.h>
+
+#include "candidate_client.h"
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/core/hash.h"
+#include "cuda_agent/sandbox/baseline_cache.h"
+#include "cuda_agent/sandbox/cuda_device.h"
+#include "cuda_agent/sandbox/cuda_libs.h"
+#include "cuda_agent/sandbox/launch_origins.h"
+#include "cuda_agent/sandbox/nvrtc_compiler.h"
+#include "cuda_agent/sandbox/python_module.h"
+#include "cuda_agent/sandbox/python_runtime.h"
+#include "cuda_agent/sandbox/task_runner.h"
+#include "cuda_agent/sandbox/worker_confinement.h"
+#include "evaluation_support.h"
+#include "judge.h"
+
+namespace py = pybind11;
+namespace fs = std::filesystem;
+
+namespace cuda_agent::sandbox {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+EvalResult result_header(const EvalRequest& req) {
+  EvalResult r;
+  r.task_id = req.task_id;
+  r.task_path = req.task_path;
+  r.task_sha256 = file_sha256(req.task_path);
+  r.solution_path = req.solution_path;
+  r.solution_sha256 = req.mode == EvalMode::kBaselines ? "" : solution_fingerprint(req.solution_path);
+  r.mode = to_string(req.mode);
+  r.reward = -1.0;
+  r.reward_kind = req.options.reward;
+  r.precision = req.options.precision;
+  r.options = req.options.to_json();
+  r.gpu = req.gpu;
+  r.confine = req.options.confine;
+  return r;
+}
+
+// What the candidate process may write and what it must not see.
+CandidateRequest candidate_request(const EvalRequest& req, const std::string& fingerprint) {
+  const fs::path cache = req.options.resolved_cache_dir();
+  const std::string scope = fingerprint.empty() ? "unreadable" : fingerprint.substr(0, 16);
+  CandidateRequest c;
+  c.task_path = req.task_path;
+  c.solution_path = req.solution_path;
+  c.device = req.device;
+  c.confine = req.confine_candidate && req.options.confine != "off";
+  // A solution's caches are its own: one it poisons can only mislead its own later evaluations.
+  c.nvrtc_dir = (cache / "nvrtc" / "solutions" / scope).string();
+  c.build_dir = (cache / "builds" / scope).string();
+  for (const std::string& dir : {c.nvrtc_dir, c.build_dir}) {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    CA_CHECK(!ec, "cannot create the solution's cache folder {}: {}", dir, ec.message());
+  }
+  c.hidden = {cache_secret_dir(cache).string()};
+  c.tmpfs_bytes = static_cast<uint64_t>(req.options.host_memory_gb * (1ULL << 30));
+  return c;
+}
+
+void init_cuda(EvalResult& result, const SandboxOptions& opt) {
+  py::module_ torch = py::module_::import("torch");
+  if (!torch.attr("cuda").attr("is_available")().cast<bool>()) {
+    // The driver's own answer names the cause (no device node, a driver/library mismatch...).
+    std::string driver_says = "cuInit succeeds when called directly";
+    try {
+      driver();
+    } catch (const std::exception& e) {
+      driver_says = e.what();
+    }
+    CA_FAIL("torch sees no CUDA GPU (torch {}); evaluations need one. The driver: {}",
+            result.reports["versions"]["torch"].get<std::string>(), driver_says);
+  }
+  torch.attr("cuda").attr("set_per_process_memory_fraction")(opt.gpu_memory_fraction);
+  const bool tf32 = opt.precision == "tf32";
+  torch.attr("backends").attr("cuda").attr("matmul").attr("allow_tf32") = tf32;
+  torch.attr("backends").attr("cudnn").attr("allow_tf32") = tf32;
+  torch.attr("zeros")(1, py::arg("device") = "cuda");  // creates torch's context first
+  ensure_context();
+  result.reports["device"] = current_device_info();
+  result.reports["versions"]["nvrtc"] = NvrtcCompiler::nvrtc_version();
+  result.reports["versions"]["cuda_driver"] = result.reports["device"]["driver_version"];
+  // The baselines' launches pass through the same launch callbacks as the candidate's.
+  const std::string torch_lib = (fs::path(py::str(torch.attr("__file__")).cast<std::string>()).parent_path() / "lib").string();
+  install_launch_origins({}, torch_lib);
+}
+
+// Starts the candidate process and takes it through its start-up (hello, then init once the
+// judge's own CUDA is up). A candidate that fails to start confined, before any task or
+// solution code ran, is started again unconfined under confine: auto.
+class CandidateStart {
+ public:
+  CandidateStart(Judge& j, const fs::path& dir, CandidateRequest request)
+      : j_(j), dir_(dir), request_(std::move(request)) {
+    spawn();
+  }
+  CandidateClient* client() { return client_.get(); }
+  std::unique_ptr<CandidateClient>& owned() { return client_; }
+
+  void hello() {
+    for (;;) {
+      try {
+        client_->hello(j_.remaining());
+        return;
+      } catch (const CandidateStartupFailure& f) {
+        retry_or_fail(f);
+      }
+    }
+  }
+
+  void init() {
+    nlohmann::json op = {{"gpu_memory_fraction", j_.opt.gpu_memory_fraction},
+                         {"tf32", j_.opt.precision == "tf32"},
+                         {"flush_l2", j_.opt.flush_l2}};
+    for (;;) {
+      try {
+        client_->init(op, j_.remaining());
+        if (retried_) j_.result.confinement_unavailable = true;
+        return;
+      } catch (const CandidateStartupFailure& f) {
+        retry_or_fail(f);
+        hello();
+      }
+    }
+  }
+
+ private:
+  void spawn() {
+    CandidateClient::Launch launch;
+    launch.request = request_;
+    launch.dir = dir_;
+    launch.gpu = j_.req.gpu;
+    launch.timeout_s = j_.opt.timeout_s;
+    launch.max_rss_bytes = static_cast<int64_t>(j_.opt.host_memory_gb * (1LL << 30));
+    client_.reset();
+    client_ = std::make_unique<CandidateClient>(launch);
+    j_.candidate = client_.get();
+  }
+
+  void retry_or_fail(const CandidateStartupFailure& f) {
+    const std::string reason =
+        f.phase == "confine" ? "cannot set up the namespaces: " + f.message
+        : f.phase == "init"  ? "CUDA unavailable inside the namespaces: " + f.message
+                             : fmt::format("the candidate process failed in phase '{}' inside the namespaces: {}", f.phase,
+                                           f.message);
+    if (request_.confine && j_.opt.confine == "auto" && !retried_) {
+      // No solution code had run, so running it again unconfined cannot be the solution's doing.
+      retried_ = true;
+      j_.result.unconfined_reason = reason;
+      request_.confine = false;
+      spawn();
+      return;
+    }
+    if (request_.confine && j_.opt.confine == "namespaces")
+      throw Failure{Category::kInfrastructure,
+                    fmt::format("sandbox.confine is 'namespaces', but the candidate cannot run confined on this "
+                                "machine: {}. Set sandbox.confine to auto (confine where it works, else run "
+                                "unconfined) or off",
+                                reason)};
+    throw Failure{Category::kInfrastructure,
+                  fmt::format("the candidate process did not start (phase '{}'): {}", f.phase, f.message)};
+  }
+
+  Judge& j_;
+  fs::path dir_;
+  CandidateRequest request_;
+  std::unique_ptr<CandidateClient> client_;
+  bool retried_ = false;
+};
+
+void write_result(const EvalResult& result, const std::string& path, const std::string& key) {
+  const std::string text = result.to_json().dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  write_file_atomic(path + ".mac", hmac_sha256_hex(key, text));
+  write_file_atomic(path, text);
+}
+
+}  // namespace
+
+EvalResult run_judge_process(const EvalRequest& req, const std::string& result_path) {
+  const auto wall_start = Clock::now();
+  // Nothing else of this user's (a candidate process run unconfined, say) may read this process's
+  // memory or descriptors through /proc.
+  ::prctl(PR_SET_DUMPABLE, 0);
+  std::string key;
+  if (const char* k = std::getenv("CUDA_AGENT_RESULT_KEY")) key = k;
+  ::unsetenv("CUDA_AGENT_RESULT_KEY");
+
+  const SandboxOptions& opt = req.options;
+  EvalResult result = result_header(req);
+  result.confined = false;
+  if (!req.confine_candidate) result.unconfined_reason = req.unconfined_reason;
+  Judge j{req, opt, result};
+  j.gpu = req.device != "cpu";
+  j.device = j.gpu ? "cuda" : "cpu";
+  j.deadline = wall_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.timeout_s));
+  Progress progress(result_path.empty() ? "" : result_path + ".phase");
+  std::unique_ptr<CandidateStart> start;
+  nlohmann::json runtime;
+  auto enter = [&](const char* phase) {
+    progress.enter(phase, result.phase_seconds);
+    if (j.candidate) j.candidate->set_phase(phase);
+  };
+
+  try {
+    const bool with_candidate = req.mode != EvalMode::kBaselines;
+    if (with_candidate) {
+      // Started first, so that its Python starts beside the judge's.
+      enter("candidate_start");
+      const fs::path cache = opt.resolved_cache_dir();
+      guarded(Category::kInfrastructure, "preparing the candidate process", [&] {
+        (void)cache_secret(cache);  // the folder the candidate's confinement hides must exist
+        start = std::make_unique<CandidateStart>(j, fs::absolute(result_path).parent_path(),
+                                                 candidate_request(req, result.solution_sha256));
+      });
+    }
+    enter("python_start");
+    GpuLock starting = j.gpu && req.gpu_lock ? GpuLock(req.gpu, "quiet", false) : GpuLock();
+    guarded(Category::kInfrastructure, "starting the embedded Python", [&] {
+      register_python_module();
+      set_runtime_cache_dir(fs::path(opt.resolved_cache_dir()) / "nvrtc");
+      start_python();
+    });
+    py::module_ torch = py::module_::import("torch");
+    result.reports["versions"] = {{"torch", py::str(torch.attr("__version__")).cast<std::string>()},
+                                  {"python", py::str(py::module_::import("sys").attr("version")).cast<std::string>()}};
+    if (start) start->hello();
+    starting.release();
+    if (j.gpu && req.gpu_lock) {
+      enter("gpu_wait");
+      GpuLock(req.gpu, "gpu", true).hold_until_exit();
+    }
+    if (j.gpu) {
+      enter("cuda_init");
+      guarded(Category::kInfrastructure, "initialising CUDA", [&] { init_cuda(result, opt); });
+    }
+    if (start) start->init();
+
+    enter("load_task");
+    j.task = load_task(req.task_path);
+    // Secret seeds: a solution cannot know (and precompute for) the inputs it will be given.
+    j.base_seed = opt.secret_seeds ? static_cast<int64_t>(std::random_device{}() & 0x3fffffff) : opt.seed;
+    result.input_seed = j.base_seed;
+    capture_generators();
+    if (j.candidate) {
+      enter("load_solution");
+      j.candidate->call(
+          "", {{"op", "load"}, {"seed", opt.seed}, {"fallback", opt.fallback}, {"integrity_checks", opt.integrity_checks}},
+          "loaded", j.remaining());
+    }
+    enter("build_models");
+    guarded(Category::kTaskError, "building the reference Model",
+            [&] { j.reference = build_reference(j.task, j.device, opt.seed, &j.init_inputs); });
+
+    if (req.mode == EvalMode::kVerify || req.mode == EvalMode::kEvaluate) {
+      enter("verify");
+      judge_verify(j);
+    }
+    if (req.mode != EvalMode::kVerify) {
+      if (!j.gpu) throw Failure{Category::kInfrastructure, "profiling needs a GPU; use --device cuda on a GPU machine"};
+      if (req.gpu_lock) enter("quiet_wait");
+      GpuLock quiet = req.gpu_lock ? GpuLock(req.gpu, "quiet", true) : GpuLock();  // nothing starts beside the timing
+      enter("profile");
+      judge_profile(j);
+    }
+    if (j.candidate) {
+      enter("finish");
+      const nlohmann::json finished = j.candidate->call("finishing", {{"op", "finish"}}, "finished", j.remaining());
+      const std::string why = finished.value("tampering", "");
+      if (opt.integrity_checks && !why.empty())
+        throw Failure{Category::kTampering, "the solution tampered with the sandbox: " + why};
+      const nlohmann::json outside = finished.value("outside", nlohmann::json::array());
+      if (opt.integrity_checks && !outside.empty())
+        throw Failure{Category::kTampering,
+                      "GPU work ran in the candidate process after its last forward: " + outside.dump().substr(0, 1000)};
+    }
+    progress.close(result.phase_seconds);
+    result.ok = true;
+    result.category = Category::kNone;
+    if (req.mode != EvalMode::kEvaluate) result.reward = std::nullopt;  // only evaluate scores
+  } catch (const Failure& f) {
+    progress.close(result.phase_seconds);
+    result.fail(f.category, f.message);
+  } catch (const CandidateStartupFailure& f) {
+    progress.close(result.phase_seconds);
+    result.fail(Category::kInfrastructure, "the candidate process did not start: " + f.message);
+  } catch (const std::exception& e) {
+    progress.close(result.phase_seconds);
+    result.fail(Category::kInfrastructure, e.what());
+  }
+
+  if (start && start->client()) {
+    CandidateClient& c = *start->client();
+    if (c.runtime().is_object()) runtime = c.runtime();
+    result.worker = c.wait(result.ok ? 10.0 : 0.0);
+    result.confined = c.confined();
+    if (!result.ok) result.log = c.log_tail(8000);
+  } else {
+    result.worker.exit_code = 0;
+  }
+  if (result.confined) result.unconfined_reason.clear();
+  else if (result.unconfined_reason.empty())
+    result.unconfined_reason = opt.confine == "off" ? "sandbox.confine is off" : "no candidate process (baselines only)";
+  if (runtime.is_object()) {
+    result.build_path = runtime.value("nvcc_used", false)                          ? "nvcc"
+                        : !runtime.value("compiled_kernels", nlohmann::json::array()).empty() ? "nvrtc"
+                        : !runtime.value("vendor_calls", nlohmann::json::object()).empty()   ? "vendor"
+                                                                                            : "python";
+    runtime.erase("nvcc_used");
+    result.reports["runtime"] = runtime;
+  }
+  result.worker_seconds = std::chrono::duration<double>(Clock::now() - wall_start).count();
+  if (!result_path.empty()) write_result(result, result_path, key);
+  return result;
+}
+
+}  // namespace cuda_agent::sandbox

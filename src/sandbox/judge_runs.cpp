@@ -1,0 +1,152 @@
+// The judge's side of one run of the candidate's forward: staging the inputs, checking the
+// reply, reading the outputs back; and the reference and the comparison under the policy.
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <pybind11/embed.h>
+#include <pybind11/stl.h>
+
+#include "cuda_agent/sandbox/task_check.h"
+#include "cuda_agent/sandbox/task_runner.h"
+#include "cuda_agent/sandbox/tensor_exchange.h"
+#include "evaluation_support.h"
+#include "judge.h"
+
+namespace py = pybind11;
+
+namespace cuda_agent::sandbox {
+namespace {
+
+std::vector<KernelUse> parse_uses(const nlohmann::json& list, const std::string& where) {
+  std::vector<KernelUse> uses;
+  try {
+    for (const auto& j : list) uses.push_back(KernelUse::from_json(j));
+  } catch (const std::exception& e) {
+    throw Failure{Category::kTampering, fmt::format("{}: the candidate process's kernel records are malformed ({})", where, e.what())};
+  }
+  return uses;
+}
+
+std::string list_kernels(const std::vector<KernelUse>& uses) {
+  std::string out;
+  for (const auto& u : uses)
+    out += fmt::format("{}{} [{}{}{}] x{}", out.empty() ? "" : "; ", u.name, to_string(u.origin),
+                       u.library.empty() ? "" : ": ", u.library, u.calls);
+  return out;
+}
+
+}  // namespace
+
+double Judge::remaining() const {
+  return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
+}
+
+void Judge::reference_outputs(py::handle inputs, py::object* out, py::object* out64) {
+  *out = call_model(reference, clone_tree(inputs));
+  if (out64 && opt.precision == "strict") {
+    if (!reference64) reference64 = py::module_::import("copy").attr("deepcopy")(reference).attr("double")();
+    *out64 = call_model(reference64, to_float64(clone_tree(inputs)));
+  }
+  synchronize(device);
+}
+
+CompareResult Judge::compare(py::handle ref, py::handle ref64, py::handle outputs) const {
+  return opt.precision == "strict"
+             ? compare_outputs_strict(ref, ref64, outputs, opt.atol, opt.rtol, opt.strict_factor, opt.strict_floor)
+             : compare_outputs(ref, outputs, opt.atol, opt.rtol);
+}
+
+void Judge::send_blocks(bool input, bool output) {
+  nlohmann::json blocks = nlohmann::json::array();
+  std::vector<int> fds;
+  if (input) blocks.push_back({{"role", "input"}, {"bytes", in_block_->bytes()}}), fds.push_back(in_block_->fd());
+  if (output) blocks.push_back({{"role", "output"}, {"bytes", out_block_->bytes()}}), fds.push_back(out_block_->fd());
+  candidate->call("sharing the input and output blocks", {{"op", "blocks"}, {"blocks", blocks}}, "mapped", remaining(), fds);
+}
+
+nlohmann::json Judge::stage(py::handle inputs) {
+  const size_t need = std::max<size_t>(staged_bytes(inputs, /*padded=*/true), 1);
+  if (!in_block_ || in_block_->bytes() < need) {
+    in_block_ = SharedBlock::create(gpu ? MemoryKind::kDevice : MemoryKind::kHost, need);
+    in_tensor_ = in_block_->byte_tensor();
+    send_blocks(true, false);
+  }
+  nlohmann::json spec = stage_tree(inputs, in_tensor_);
+  synchronize(device);
+  return spec;
+}
+
+void Judge::reserve_outputs(py::handle like) {
+  // Twice the reference's bytes: room for a candidate output that is a view with gaps.
+  const size_t need = 2 * staged_bytes(like, /*padded=*/false) + (size_t{1} << 20);
+  if (out_block_ && out_block_->bytes() >= need) return;
+  out_block_ = SharedBlock::create(gpu ? MemoryKind::kDevice : MemoryKind::kHost, need);
+  out_tensor_ = out_block_->byte_tensor();
+  send_blocks(false, true);
+}
+
+void Judge::warm_up_candidate(py::handle inputs) {
+  nlohmann::json spec;
+  guarded(Category::kTaskError, "warm-up: handing the inputs to the candidate", [&] { spec = stage(inputs); });
+  const nlohmann::json reply = candidate->call(
+      "warm-up", {{"op", "warmup"}, {"inputs", spec}, {"runs", opt.warmup_runs}, {"ms", opt.warmup_ms}}, "warmed",
+      remaining());
+  const std::vector<KernelUse> outside = parse_uses(reply.value("outside", nlohmann::json::array()), "warm-up");
+  if (opt.integrity_checks && !outside.empty())
+    throw Failure{Category::kTampering, fmt::format("warm-up: GPU work ran in the candidate process while no forward was "
+                                                    "running: {}",
+                                                    list_kernels(outside))};
+}
+
+CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, const std::string& where) {
+  nlohmann::json spec;
+  guarded(Category::kTaskError, where + ": handing the inputs to the candidate", [&] { spec = stage(inputs); });
+  const nlohmann::json op = {{"op", "run"},
+                             {"inputs", spec},
+                             {"guard", flags.guard},
+                             {"poison", flags.poison},
+                             {"full_checks", flags.full_checks}};
+  CandidateRun run;
+  const auto sent = Clock::now();
+  run.reply = candidate->call(where, op, "ran", remaining());
+  run.round_trip_ms = std::chrono::duration<double, std::milli>(Clock::now() - sent).count();
+  const nlohmann::json& r = run.reply;
+  if (!r.contains("ms") || !r["ms"].is_number() || r["ms"].get<double>() < 0)
+    throw Failure{Category::kTampering, where + ": the candidate process's reply has no timing"};
+  run.ms = r["ms"].get<double>();
+
+  if (gpu) {
+    std::vector<KernelUse> inside = parse_uses(r.value("kernels", nlohmann::json::array()), where);
+    if (opt.provenance != "off") {
+      ProvenanceReport p = classify_kernels(inside, opt.provenance_allow);
+      p.host_copy_bytes = r.value("host_copy_bytes", uint64_t{0});
+      provenance.merge(p);
+      if (opt.provenance == "enforce" && p.violates()) throw Failure{Category::kForbiddenFallback, where + ": " + p.message()};
+    }
+    run.kernels = std::move(inside);
+    const std::vector<KernelUse> outside = parse_uses(r.value("outside", nlohmann::json::array()), where);
+    if (opt.integrity_checks && !outside.empty())
+      throw Failure{Category::kTampering,
+                    fmt::format("{}: GPU work ran in the candidate process while no forward was running: {} (a "
+                                "background thread, or work moved out of the timed forward)",
+                                where, list_kernels(outside))};
+  }
+  if (opt.integrity_checks) {
+    const std::string why = r.value("tampering", "");
+    if (!why.empty()) throw Failure{Category::kTampering, where + ": the solution tampered with the sandbox: " + why};
+    std::string changed;
+    guarded(Category::kRuntimeError, where + ": checking the inputs", [&] { changed = changed_tensor(inputs, spec, in_tensor_); });
+    if (!changed.empty())
+      throw Failure{Category::kInputModified, fmt::format("{}: ModelNew.forward modified its inputs: {} was modified in "
+                                                          "place",
+                                                          where, changed)};
+  }
+  try {
+    run.outputs = build_tree(r.at("outputs"), out_tensor_);
+  } catch (const std::exception& e) {
+    throw Failure{Category::kTampering, fmt::format("{}: the candidate process described its outputs wrongly ({})", where, e.what())};
+  }
+  return run;
+}
+
+}  // namespace cuda_agent::sandbox

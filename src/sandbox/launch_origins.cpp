@@ -1,0 +1,190 @@
+#include "cuda_agent/sandbox/launch_origins.h"
+
+#include <dlfcn.h>
+#include <execinfo.h>
+
+#include <filesystem>
+#include <mutex>
+#include <unordered_map>
+
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/sandbox/cuda_libs.h"
+
+namespace cuda_agent::sandbox {
+namespace {
+
+thread_local LaunchOrigin t_scope = LaunchOrigin::kUnknown;
+
+struct State {
+  std::mutex mutex;
+  bool installed = false;
+  CUpti_SubscriberHandle subscriber = nullptr;
+  std::vector<std::string> own_dirs;
+  std::string torch_dir;
+  std::string self_file;                                          // this binary, as dladdr names it
+  std::unordered_map<const void*, LaunchAttribution> by_handle;   // the stack walk, once per kernel
+  std::unordered_map<uint32_t, LaunchAttribution> by_correlation;
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+constexpr size_t kMaxPending = 1 << 20;  // launches whose kernel records never came (failed launches)
+
+bool under(const std::string& path, const std::string& dir) {
+  return !dir.empty() && path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/';
+}
+
+bool cuda_own_frame(const std::string& file, const std::string& self) {
+  const std::string name = std::filesystem::path(file).filename().string();
+  return file == self || name.rfind("libcupti", 0) == 0 || name.rfind("libcuda.", 0) == 0 ||
+         name.rfind("libcudart", 0) == 0;
+}
+
+// The library of the first frame above CUDA's own, classified. Called with the state unlocked.
+LaunchAttribution walk_stack(const State& s) {
+  void* frames[64];
+  const int n = ::backtrace(frames, 64);
+  for (int i = 0; i < n; ++i) {
+    Dl_info info{};
+    if (::dladdr(frames[i], &info) == 0 || info.dli_fname == nullptr) continue;
+    std::error_code ec;
+    std::string file = std::filesystem::weakly_canonical(info.dli_fname, ec).string();
+    if (ec) file = info.dli_fname;
+    if (cuda_own_frame(file, s.self_file)) continue;
+    LaunchAttribution a;
+    a.library = std::filesystem::path(file).filename().string();
+    a.origin = LaunchOrigin::kOther;
+    for (const auto& dir : s.own_dirs)
+      if (under(file, dir)) a.origin = LaunchOrigin::kOwnNvcc;
+    if (a.origin == LaunchOrigin::kOther && under(file, s.torch_dir)) a.origin = LaunchOrigin::kTorch;
+    return a;
+  }
+  return {LaunchOrigin::kOther, "(no caller outside CUDA)"};
+}
+
+// The kernel handle a launch call names: its cache key.
+const void* launch_handle(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* params) {
+  if (params == nullptr) return nullptr;
+  const void* const* fields = static_cast<const void* const*>(params);
+  const bool ex = (domain == CUPTI_CB_DOMAIN_DRIVER_API &&
+                   (cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx || cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz)) ||
+                  (domain == CUPTI_CB_DOMAIN_RUNTIME_API && (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060 ||
+                                                             cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060));
+  return ex ? fields[1] : fields[0];
+}
+
+bool is_graph_launch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  return (domain == CUPTI_CB_DOMAIN_DRIVER_API &&
+          (cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch || cbid == CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz)) ||
+         (domain == CUPTI_CB_DOMAIN_RUNTIME_API &&
+          (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 || cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000));
+}
+
+void CUPTIAPI on_launch(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  const auto* d = static_cast<const CUpti_CallbackData*>(data);
+  if (d == nullptr || d->callbackSite != CUPTI_API_ENTER) return;
+  State& s = state();
+  LaunchAttribution a;
+  if (t_scope != LaunchOrigin::kUnknown) {
+    a.origin = t_scope;
+  } else if (is_graph_launch(domain, cbid)) {
+    a = {LaunchOrigin::kOther, "a CUDA graph replay"};
+  } else {
+    const void* handle = launch_handle(domain, cbid, d->functionParams);
+    bool cached = false;
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      if (auto it = s.by_handle.find(handle); it != s.by_handle.end()) a = it->second, cached = true;
+    }
+    if (!cached) {
+      a = walk_stack(s);
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.by_handle.emplace(handle, a);
+    }
+  }
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.by_correlation.size() >= kMaxPending) s.by_correlation.clear();
+  s.by_correlation[d->correlationId] = std::move(a);
+}
+
+}  // namespace
+
+const char* to_string(LaunchOrigin origin) {
+  switch (origin) {
+    case LaunchOrigin::kUnknown: return "unknown";
+    case LaunchOrigin::kOwn: return "own";
+    case LaunchOrigin::kVendor: return "vendor";
+    case LaunchOrigin::kHarness: return "harness";
+    case LaunchOrigin::kOwnNvcc: return "own_nvcc";
+    case LaunchOrigin::kTorch: return "torch";
+    case LaunchOrigin::kOther: return "other";
+  }
+  return "unknown";
+}
+
+LaunchOrigin launch_origin_from_string(const std::string& name) {
+  for (LaunchOrigin o : {LaunchOrigin::kOwn, LaunchOrigin::kVendor, LaunchOrigin::kHarness, LaunchOrigin::kOwnNvcc,
+                         LaunchOrigin::kTorch, LaunchOrigin::kOther})
+    if (name == to_string(o)) return o;
+  return LaunchOrigin::kUnknown;
+}
+
+LaunchScope::LaunchScope(LaunchOrigin origin) : previous_(t_scope) { t_scope = origin; }
+LaunchScope::~LaunchScope() { t_scope = previous_; }
+
+void install_launch_origins(const std::vector<std::string>& own_dirs, const std::string& torch_lib_dir) {
+  State& s = state();
+  auto canonical = [](const std::string& p) {
+    std::error_code ec;
+    const std::string c = std::filesystem::weakly_canonical(p, ec).string();
+    return ec ? p : c;
+  };
+  std::lock_guard<std::mutex> lock(s.mutex);
+  s.own_dirs.clear();
+  for (const auto& d : own_dirs) s.own_dirs.push_back(canonical(d));
+  s.torch_dir = canonical(torch_lib_dir);
+  s.by_handle.clear();
+  if (s.installed) return;
+  Dl_info self{};
+  if (::dladdr(reinterpret_cast<void*>(&install_launch_origins), &self) && self.dli_fname)
+    s.self_file = canonical(self.dli_fname);
+  void* warm[1];
+  ::backtrace(warm, 1);  // loads the unwinder now, not inside the first callback
+  const CuptiApi& api = cupti();
+  CA_CUPTI_CHECK(api.cuptiSubscribe(&s.subscriber, reinterpret_cast<CUpti_CallbackFunc>(on_launch), nullptr));
+  for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+                              CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+                              CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+                              CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+                              CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz})
+    CA_CUPTI_CHECK(api.cuptiEnableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id));
+  for (CUpti_CallbackId id :
+       {CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+        CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+        CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+        CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
+        CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000, CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
+        CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000})
+    CA_CUPTI_CHECK(api.cuptiEnableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id));
+  s.installed = true;
+}
+
+bool launch_origins_installed() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().installed;
+}
+
+LaunchAttribution take_launch_origin(uint32_t correlation_id) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.by_correlation.find(correlation_id);
+  if (it == s.by_correlation.end()) return {};
+  LaunchAttribution a = std::move(it->second);
+  s.by_correlation.erase(it);
+  return a;
+}
+
+}  // namespace cuda_agent::sandbox

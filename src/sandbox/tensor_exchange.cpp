@@ -1,0 +1,392 @@
+#include "cuda_agent/sandbox/tensor_exchange.h"
+
+#include <cstring>
+#include <limits>
+#include <map>
+
+#include <pybind11/embed.h>
+#include <pybind11/stl.h>
+
+#include "cuda_agent/core/error.h"
+#include "cuda_agent/sandbox/cuda_libs.h"
+
+namespace py = pybind11;
+
+namespace cuda_agent::sandbox {
+namespace {
+
+constexpr int kMaxDepth = 64;
+constexpr size_t kMaxNodes = 100000;
+
+size_t align_up(size_t n) { return (n + kTensorAlign - 1) / kTensorAlign * kTensorAlign; }
+
+py::module_& torch() {
+  static py::module_ t = py::module_::import("torch");
+  return t;
+}
+
+bool is_tensor(py::handle obj) {
+  static py::object type = torch().attr("Tensor");
+  return py::isinstance(obj, type);
+}
+
+const std::map<std::string, int>& element_sizes() {
+  static const std::map<std::string, int> sizes = {
+      {"float32", 4}, {"float64", 8}, {"float16", 2}, {"bfloat16", 2}, {"complex64", 8}, {"complex128", 16},
+      {"int8", 1},    {"uint8", 1},   {"int16", 2},   {"int32", 4},    {"int64", 8},     {"bool", 1}};
+  return sizes;
+}
+
+// "torch.float32" -> "float32"; throws for a dtype the exchange does not carry.
+std::string dtype_name(py::handle dtype) {
+  std::string s = py::str(dtype).cast<std::string>();
+  if (s.rfind("torch.", 0) == 0) s = s.substr(6);
+  CA_CHECK(element_sizes().count(s), "tensors of dtype {} cannot be passed between the judge and the candidate", s);
+  return s;
+}
+
+size_t tensor_bytes(py::handle t) {
+  return t.attr("numel")().cast<size_t>() * t.attr("element_size")().cast<size_t>();
+}
+
+size_t staged_bytes_of(py::handle tree, bool padded, int depth) {
+  CA_CHECK(depth < kMaxDepth, "the tree is nested more than {} levels deep", kMaxDepth);
+  if (is_tensor(tree)) return align_up(tensor_bytes(tree) + (padded ? kPadBytes : 0));
+  size_t n = 0;
+  if (py::isinstance<py::tuple>(tree) || py::isinstance<py::list>(tree)) {
+    for (py::handle x : tree) n += staged_bytes_of(x, padded, depth + 1);
+  } else if (py::isinstance<py::dict>(tree)) {
+    for (auto kv : py::reinterpret_borrow<py::dict>(tree)) n += staged_bytes_of(kv.second, padded, depth + 1);
+  }
+  return n;
+}
+
+nlohmann::json value_spec(py::handle v, const std::string& path) {
+  if (v.is_none()) return {{"t", "value"}, {"value", nullptr}};
+  if (py::isinstance<py::bool_>(v)) return {{"t", "value"}, {"value", v.cast<bool>()}};
+  if (py::isinstance<py::int_>(v)) {
+    try {
+      return {{"t", "value"}, {"value", v.cast<int64_t>()}};
+    } catch (const py::cast_error&) {
+      CA_FAIL("{} is an int that does not fit in 64 bits", path);
+    }
+  }
+  if (py::isinstance<py::float_>(v)) return {{"t", "float"}, {"value", py::repr(v).cast<std::string>()}};
+  if (py::isinstance<py::str>(v)) return {{"t", "value"}, {"value", v.cast<std::string>()}};
+  CA_FAIL("{} is a {}: inputs and outputs must be tensors, tuples, lists, dicts, None, bools, ints, floats or strings",
+          path, py::str(py::type::of(v).attr("__name__")).cast<std::string>());
+}
+
+struct Stager {
+  py::handle block;
+  size_t capacity;
+  size_t offset = 0;
+
+  nlohmann::json stage(py::handle tree, const std::string& path, int depth) {
+    CA_CHECK(depth < kMaxDepth, "{} is nested more than {} levels deep", path, kMaxDepth);
+    if (is_tensor(tree)) {
+      const std::string dtype = dtype_name(tree.attr("dtype"));
+      const size_t bytes = tensor_bytes(tree);
+      CA_CHECK(offset + bytes + kPadBytes <= capacity, "the shared block is too small for {}", path);
+      py::object shape = tree.attr("shape");
+      py::object dt = torch().attr(dtype.c_str());
+      if (bytes > 0)
+        block.attr("narrow")(0, offset, bytes).attr("view")(dt).attr("view")(shape).attr("copy_")(tree);
+      py::object pad = block.attr("narrow")(0, offset + bytes, kPadBytes).attr("view")(dt);
+      if (dtype == "bool") pad.attr("fill_")(true);
+      else if (tree.attr("is_floating_point")().cast<bool>() || tree.attr("is_complex")().cast<bool>())
+        pad.attr("fill_")(std::numeric_limits<double>::quiet_NaN());
+      else pad.attr("fill_")(torch().attr("iinfo")(dt).attr("max"));
+      nlohmann::json spec = {{"t", "tensor"}, {"offset", offset}, {"shape", shape.cast<std::vector<int64_t>>()},
+                             {"dtype", dtype}};
+      offset = align_up(offset + bytes + kPadBytes);
+      return spec;
+    }
+    if (py::isinstance<py::tuple>(tree) || py::isinstance<py::list>(tree)) {
+      nlohmann::json items = nlohmann::json::array();
+      size_t i = 0;
+      for (py::handle x : tree) items.push_back(stage(x, path + "[" + std::to_string(i++) + "]", depth + 1));
+      return {{"t", py::isinstance<py::tuple>(tree) ? "tuple" : "list"}, {"items", items}};
+    }
+    if (py::isinstance<py::dict>(tree)) {
+      nlohmann::json items = nlohmann::json::object();
+      for (auto kv : py::reinterpret_borrow<py::dict>(tree)) {
+        CA_CHECK(py::isinstance<py::str>(kv.first), "{} has a key that is not a string", path);
+        const std::string key = kv.first.cast<std::string>();
+        items[key] = stage(kv.second, path + "['" + key + "']", depth + 1);
+      }
+      return {{"t", "dict"}, {"items", items}};
+    }
+    return value_spec(tree, path);
+  }
+};
+
+struct Builder {
+  py::handle block;
+  size_t capacity;
+  size_t nodes = 0;
+
+  int64_t checked_int(const nlohmann::json& j, const char* what) {
+    CA_CHECK(j.is_number_integer(), "the spec's {} is not an integer", what);
+    const int64_t v = j.get<int64_t>();
+    CA_CHECK(v >= 0, "the spec's {} is negative", what);
+    return v;
+  }
+
+  py::object tensor(const nlohmann::json& spec) {
+    CA_CHECK(spec.contains("dtype") && spec["dtype"].is_string(), "a tensor spec without a dtype");
+    const std::string dtype = spec["dtype"];
+    auto size_it = element_sizes().find(dtype);
+    CA_CHECK(size_it != element_sizes().end(), "a tensor spec with the unknown dtype '{}'", dtype);
+    const int64_t esize = size_it->second;
+    const int64_t offset = checked_int(spec.value("offset", nlohmann::json()), "offset");
+    CA_CHECK(offset % esize == 0, "a tensor spec whose offset {} is not a multiple of its element size", offset);
+    CA_CHECK(spec.contains("shape") && spec["shape"].is_array() && spec["shape"].size() <= 32,
+             "a tensor spec without a shape of at most 32 dimensions");
+    std::vector<int64_t> shape, strides;
+    for (const auto& d : spec["shape"]) shape.push_back(checked_int(d, "shape"));
+    const bool strided = spec.contains("strides");
+    if (strided) {
+      CA_CHECK(spec["strides"].is_array() && spec["strides"].size() == shape.size(), "a tensor spec's strides do not "
+                                                                                      "match its shape");
+      for (const auto& s : spec["strides"]) strides.push_back(checked_int(s, "stride"));
+    } else {
+      strides.assign(shape.size(), 0);
+      int64_t step = 1;
+      for (size_t i = shape.size(); i-- > 0;) {
+        strides[i] = step;
+        CA_CHECK(shape[i] == 0 || step <= std::numeric_limits<int64_t>::max() / std::max<int64_t>(shape[i], 1),
+                 "a tensor spec whose shape overflows");
+        step *= std::max<int64_t>(shape[i], 1);
+      }
+    }
+    // The elements the view can reach: one past the largest offset.
+    bool empty = false;
+    __int128 extent = 1;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (shape[i] == 0) empty = true;
+      extent += static_cast<__int128>(shape[i] > 0 ? shape[i] - 1 : 0) * strides[i];
+    }
+    const __int128 end = static_cast<__int128>(offset) + (empty ? 0 : extent * esize);
+    CA_CHECK(end <= static_cast<__int128>(capacity), "a tensor spec that reaches past the end of its shared block");
+    py::object dt = torch().attr(dtype.c_str());
+    const int64_t elements = empty ? 0 : static_cast<int64_t>(extent);
+    py::object flat = block.attr("narrow")(0, offset, elements * esize).attr("view")(dt);
+    return flat.attr("as_strided")(shape, strides);
+  }
+
+  py::object build(const nlohmann::json& spec, int depth) {
+    CA_CHECK(depth < kMaxDepth && ++nodes <= kMaxNodes, "a spec nested too deep or with too many nodes");
+    CA_CHECK(spec.is_object() && spec.contains("t") && spec["t"].is_string(), "a spec node without a type");
+    const std::string t = spec["t"];
+    if (t == "tensor") return tensor(spec);
+    if (t == "tuple" || t == "list") {
+      CA_CHECK(spec.contains("items") && spec["items"].is_array(), "a {} spec without items", t);
+      py::list items;
+      for (const auto& item : spec["items"]) items.append(build(item, depth + 1));
+      return t == "tuple" ? py::object(py::tuple(items)) : py::object(items);
+    }
+    if (t == "dict") {
+      CA_CHECK(spec.contains("items") && spec["items"].is_object(), "a dict spec without items");
+      py::dict d;
+      for (const auto& [key, item] : spec["items"].items()) d[py::str(key)] = build(item, depth + 1);
+      return d;
+    }
+    if (t == "float") {
+      CA_CHECK(spec.contains("value") && spec["value"].is_string() && spec["value"].get<std::string>().size() < 64,
+               "a float spec without its value");
+      return py::module_::import("builtins").attr("float")(spec["value"].get<std::string>());
+    }
+    if (t == "value") {
+      const nlohmann::json& v = spec.value("value", nlohmann::json());
+      if (v.is_null()) return py::none();
+      if (v.is_boolean()) return py::bool_(v.get<bool>());
+      if (v.is_number_integer()) return py::int_(v.get<int64_t>());
+      if (v.is_string()) return py::str(v.get<std::string>());
+      CA_FAIL("a value spec holding a {}", v.type_name());
+    }
+    CA_FAIL("a spec node of the unknown type '{}'", t);
+  }
+};
+
+void changed_walk(py::handle tree, const nlohmann::json& spec, Builder& builder, const std::string& path,
+                  std::string& first) {
+  if (!first.empty()) return;
+  if (is_tensor(tree)) {
+    py::object staged = builder.tensor(spec);
+    py::object want = tree.attr("reshape")(-1).attr("view")(torch().attr("uint8"));
+    py::object have = staged.attr("reshape")(-1).attr("view")(torch().attr("uint8"));
+    if (!torch().attr("equal")(want, have).cast<bool>()) first = path;
+    return;
+  }
+  if (py::isinstance<py::tuple>(tree) || py::isinstance<py::list>(tree)) {
+    size_t i = 0;
+    for (py::handle x : tree) {
+      changed_walk(x, spec["items"][i], builder, path + "[" + std::to_string(i) + "]", first);
+      ++i;
+    }
+  } else if (py::isinstance<py::dict>(tree)) {
+    for (auto kv : py::reinterpret_borrow<py::dict>(tree)) {
+      const std::string key = kv.first.cast<std::string>();
+      changed_walk(kv.second, spec["items"][key], builder, path + "['" + key + "']", first);
+    }
+  }
+}
+
+// torch's C-level tensor methods and types, taken before any solution code ran: a solution can
+// replace torch.Tensor's Python attributes, not these.
+struct TensorMethods {
+  py::object tensor_type, parameter_type, data_ptr, numel, element_size, size, stride, dtype, device, is_meta,
+      function_modes;
+};
+
+TensorMethods& methods() {
+  static TensorMethods m;
+  return m;
+}
+
+struct Exporter {
+  py::handle block;
+  uint64_t address;
+  size_t capacity;
+  bool device;
+  size_t offset = 0;
+  size_t nodes = 0;
+
+  [[noreturn]] void fail(const char* category, std::string message) { throw OutputError{category, std::move(message)}; }
+
+  nlohmann::json tensor(py::handle t, const std::string& path) {
+    const TensorMethods& m = methods();
+    PyTypeObject* type = Py_TYPE(t.ptr());
+    if (type != reinterpret_cast<PyTypeObject*>(m.tensor_type.ptr()) &&
+        type != reinterpret_cast<PyTypeObject*>(m.parameter_type.ptr()))
+      fail("invalid_output",
+           fmt::format("{} is a {}, a subclass of torch.Tensor: outputs must be plain tensors", path, type->tp_name));
+    if (m.is_meta(t).cast<bool>()) fail("invalid_output", path + " is a meta tensor without data");
+    const std::string dev = py::str(m.device(t).attr("type")).cast<std::string>();
+    if (dev != (device ? "cuda" : "cpu"))
+      fail("mismatch", fmt::format("{} is on the {}; the reference's outputs are on the {}", path, dev,
+                                   device ? "GPU (cuda)" : "CPU"));
+    const std::string dtype_text = py::str(m.dtype(t)).cast<std::string>();
+    const std::string dtype = dtype_text.rfind("torch.", 0) == 0 ? dtype_text.substr(6) : dtype_text;
+    auto size_it = element_sizes().find(dtype);
+    if (size_it == element_sizes().end()) fail("mismatch", fmt::format("{} has the dtype {}", path, dtype));
+    const size_t esize = size_it->second;
+    const std::vector<int64_t> shape = m.size(t).cast<std::vector<int64_t>>();
+    const std::vector<int64_t> strides = m.stride(t).cast<std::vector<int64_t>>();
+    bool empty = false;
+    size_t extent = 1;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (shape[i] == 0) empty = true;
+      if (strides[i] < 0) fail("invalid_output", path + " has a negative stride");
+      extent += static_cast<size_t>(shape[i] > 0 ? shape[i] - 1 : 0) * static_cast<size_t>(strides[i]);
+    }
+    const size_t bytes = empty ? 0 : extent * esize;
+    if (offset + bytes > capacity)
+      fail("mismatch", fmt::format("{} ({} bytes) does not fit where the reference's outputs fit: the outputs are "
+                                   "larger than the reference's",
+                                   path, bytes));
+    if (bytes > 0) {
+      const uint64_t src = m.data_ptr(t).cast<uint64_t>();
+      if (src == 0) fail("invalid_output", path + " has no storage");
+      if (device) {
+        CA_CU_CHECK(driver().cuMemcpyDtoDAsync(static_cast<CUdeviceptr>(address + offset), static_cast<CUdeviceptr>(src),
+                                               bytes, nullptr));
+      } else {
+        std::memcpy(reinterpret_cast<void*>(address + offset), reinterpret_cast<const void*>(src), bytes);
+      }
+    }
+    nlohmann::json spec = {{"t", "tensor"}, {"offset", offset}, {"shape", shape}, {"strides", strides}, {"dtype", dtype}};
+    offset = align_up(offset + bytes);
+    return spec;
+  }
+
+  nlohmann::json walk(py::handle tree, const std::string& path, int depth) {
+    if (depth >= kMaxDepth || ++nodes > kMaxNodes) fail("mismatch", "the output is nested too deep or is too large");
+    // Exact types only: a subclass of tuple or dict could run code when walked.
+    if (PyTuple_CheckExact(tree.ptr()) || PyList_CheckExact(tree.ptr())) {
+      nlohmann::json items = nlohmann::json::array();
+      const Py_ssize_t n = PySequence_Fast_GET_SIZE(tree.ptr());
+      for (Py_ssize_t i = 0; i < n; ++i)
+        items.push_back(walk(PySequence_Fast_GET_ITEM(tree.ptr(), i), path + "[" + std::to_string(i) + "]", depth + 1));
+      return {{"t", PyTuple_CheckExact(tree.ptr()) ? "tuple" : "list"}, {"items", items}};
+    }
+    if (PyDict_CheckExact(tree.ptr())) {
+      nlohmann::json items = nlohmann::json::object();
+      PyObject *key, *value;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(tree.ptr(), &pos, &key, &value)) {
+        if (!PyUnicode_CheckExact(key)) fail("mismatch", path + " has a key that is not a string");
+        const std::string k = py::handle(key).cast<std::string>();
+        items[k] = walk(value, path + "['" + k + "']", depth + 1);
+      }
+      return {{"t", "dict"}, {"items", items}};
+    }
+    if (tree.is_none() || PyBool_Check(tree.ptr())) return value_spec(tree, path);
+    if (PyLong_CheckExact(tree.ptr()) || PyFloat_CheckExact(tree.ptr()) || PyUnicode_CheckExact(tree.ptr())) {
+      try {
+        return value_spec(tree, path);
+      } catch (const Error& e) {
+        fail("mismatch", e.what());
+      }
+    }
+    // The C-level subtype test: isinstance() could run a __class__ property of the solution's.
+    if (PyType_IsSubtype(Py_TYPE(tree.ptr()), reinterpret_cast<PyTypeObject*>(methods().tensor_type.ptr())))
+      return tensor(tree, path);
+    fail("mismatch", fmt::format("{} is a {}: outputs must be tensors, tuples, lists, dicts or plain numbers", path,
+                                 Py_TYPE(tree.ptr())->tp_name));
+  }
+};
+
+}  // namespace
+
+size_t staged_bytes(py::handle tree, bool padded) { return staged_bytes_of(tree, padded, 0); }
+
+nlohmann::json stage_tree(py::handle tree, py::handle block) {
+  Stager s{block, block.attr("numel")().cast<size_t>()};
+  return s.stage(tree, "input", 0);
+}
+
+py::object build_tree(const nlohmann::json& spec, py::handle block) {
+  Builder b{block, block.attr("numel")().cast<size_t>()};
+  return b.build(spec, 0);
+}
+
+std::string changed_tensor(py::handle tree, const nlohmann::json& spec, py::handle block) {
+  Builder b{block, block.attr("numel")().cast<size_t>()};
+  std::string first;
+  changed_walk(tree, spec, b, "input", first);
+  return first;
+}
+
+void capture_tensor_methods() {
+  TensorMethods& m = methods();
+  if (m.data_ptr) return;
+  py::object base = torch().attr("_C").attr("TensorBase");
+  py::dict props = base.attr("__dict__");
+  m.tensor_type = torch().attr("Tensor");
+  m.parameter_type = torch().attr("nn").attr("Parameter");
+  m.data_ptr = base.attr("data_ptr");
+  m.numel = base.attr("numel");
+  m.element_size = base.attr("element_size");
+  m.size = base.attr("size");
+  m.stride = base.attr("stride");
+  m.dtype = props["dtype"].attr("__get__");
+  m.device = props["device"].attr("__get__");
+  m.is_meta = props["is_meta"].attr("__get__");
+  m.function_modes = torch().attr("_C").attr("_len_torch_function_stack");
+}
+
+nlohmann::json export_tree(py::handle outputs, py::handle block, uint64_t block_address, size_t block_bytes,
+                           bool device) {
+  CA_ASSERT(methods().data_ptr, "capture_tensor_methods() must run before export_tree()");
+  // A TorchFunctionMode left active would see (and could answer) the calls below.
+  if (methods().function_modes().cast<int64_t>() > 0)
+    throw OutputError{"tampering", "a TorchFunctionMode is still active after forward returned"};
+  Exporter e{block, block_address, block_bytes, device};
+  nlohmann::json spec = e.walk(outputs, "output", 0);
+  if (device) CA_CU_CHECK(driver().cuCtxSynchronize());
+  return spec;
+}
+
+}  // namespace cuda_agent::sandbox
