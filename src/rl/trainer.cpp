@@ -86,7 +86,13 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   const fs::path split_path = config["data"]["split"].get<std::string>();
   CA_CHECK(fs::exists(split_path), "train config: data.split = '{}': no such file or folder", split_path.string());
   bench::Split split = bench::load_any_split(split_path, run_dir / "split");
-  CA_CHECK(!split.tasks.empty(), "train config: data.split = '{}' holds no tasks", split_path.string());
+  // A degenerate task (a trivial kernel passes it) teaches nothing but the trivial kernel: tasks
+  // the split flags are left out here, and episodes whose evaluation flags their task are masked
+  // (sample_episodes, trainer_stages.cpp).
+  const size_t listed = split.tasks.size();
+  std::erase_if(split.tasks, [](const bench::TaskEntry& t) { return t.degenerate; });
+  CA_CHECK(!split.tasks.empty(), "train config: data.split = '{}' holds no tasks{}", split_path.string(),
+           listed > 0 ? fmt::format(" that are not flagged degenerate ({} are)", listed) : "");
 
   // The enabled stages in the recipe's order (validate_train_config requires at least one).
   std::vector<Stage> stages;
@@ -178,6 +184,9 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   CA_CHECK(fs::exists(actor_weights), "--resume: the checkpoint's actor folder {} is missing", actor_weights.string());
   std::unique_ptr<policy::PpoLearner> learner = policy::create_ppo_learner(actor_weights, lm, ppo);
   if (!learner_state.empty()) learner->load_state(learner_state);  // the optimizer continues where it was
+  if (listed != split.tasks.size())
+    log << fmt::format("[train] {} of {} tasks in {} are flagged degenerate and left out\n", listed - split.tasks.size(),
+                       listed, split.name);
   log << fmt::format("[train] actor {} on {} ({}), critic {}; {} tasks in {}{}\n", actor_weights.string(), lm.device,
                      lm.dtype, ppo.critic, split.tasks.size(), split.name,
                      dist.distributed() ? fmt::format("; process {} of {}", dist.rank, dist.world_size) : "");

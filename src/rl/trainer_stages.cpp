@@ -137,6 +137,7 @@ struct Sampling {
   std::vector<agent::EpisodeResult> results;  // the same episodes' results
   json task_ids = json::array();
   int64_t failed = 0, passed = 0, faster = 0;
+  int64_t degenerate = 0;  // episodes whose evaluation flagged the task degenerate: masked
   double reward_sum = 0, seconds = 0;
   // Parts of `seconds` from the trajectories: the policy's replies and the tools' calls (Bash,
   // verify.sh, profile.sh: sandbox evaluations among them); the rest is setup and the final score.
@@ -196,6 +197,12 @@ Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, cons
     }
     agent::EpisodeResult& result = run.result;
     add_episode_times(result.trajectory, s);
+    const json check = result.score.is_object() ? result.score.value("task_check", json::object()) : json::object();
+    if (check.is_object() && check.value("degenerate", false)) {
+      // Its reward says nothing about the kernel: masked, neither in the batch nor in the means.
+      ++s.degenerate;
+      continue;
+    }
     s.reward_sum += result.reward;
     if (result.score.is_object() && result.score.value("correct", json()) == json(true)) ++s.passed;
     if (milestone && result.reward >= 3.0) ++s.faster;
@@ -211,11 +218,12 @@ void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record
   const std::vector<double> g = ctx.sum({static_cast<double>(s.results.size()), static_cast<double>(s.failed),
                                          static_cast<double>(s.passed), static_cast<double>(s.faster), s.reward_sum,
                                          s.seconds, s.generation_seconds, s.tool_seconds,
-                                         static_cast<double>(s.generated_tokens)});
+                                         static_cast<double>(s.generated_tokens), static_cast<double>(s.degenerate)});
   const auto completed = static_cast<int64_t>(g[0]);
   record["tasks"] = s.task_ids;
   record["episodes"] = completed;
   record["episodes_failed"] = static_cast<int64_t>(g[1]);
+  record["episodes_degenerate"] = static_cast<int64_t>(g[9]);
   record["episode_seconds"] = g[5];
   record["generation_seconds"] = g[6];
   record["tool_seconds"] = g[7];

@@ -37,6 +37,9 @@ struct RunFlags {
   bool guard = false;
   bool poison = false;
   bool full_checks = false;
+  // The run's kernel records come later, with every deferred run's (report_deferred_runs()):
+  // the candidate process flushes CUPTI's buffers once, after the timed runs, not after each.
+  bool defer_report = false;
 };
 
 struct Judge {
@@ -72,6 +75,9 @@ struct Judge {
   CandidateRun run_candidate(pybind11::handle inputs, const RunFlags& flags, const std::string& where);
   // Compares the candidate's outputs with the reference's under the precision policy.
   CompareResult compare(pybind11::handle ref, pybind11::handle ref64, pybind11::handle outputs) const;
+  // The kernel records of the runs since the last report, `wheres` naming them: provenance per
+  // run, work outside the forwards, host copies. Adds the runs' kernels to timed_kernels.
+  void report_deferred_runs(const std::vector<std::string>& wheres);
   // Untimed forwards of the candidate on a staged copy of `inputs` (the warm-up); checks for work
   // outside them. Throws Failure.
   void warm_up_candidate(pybind11::handle inputs);

@@ -168,6 +168,7 @@ void judge_profile(Judge& j) {
   });
   j.warm_up_candidate(warm);
   std::vector<double> samples, round_trips;
+  std::vector<std::string> wheres;
   py::object first_inputs, first_ref;
   for (int k = 0; k < opt.timed_runs; ++k) {
     const std::string where = fmt::format("timed run {}", k);
@@ -177,7 +178,10 @@ void judge_profile(Judge& j) {
       j.reference_outputs(inputs, &ref, &ref64);
       j.reserve_outputs(ref);
     });
-    CandidateRun run = j.run_candidate(inputs, RunFlags{}, where);
+    RunFlags flags;
+    flags.defer_report = true;
+    CandidateRun run = j.run_candidate(inputs, flags, where);
+    wheres.push_back(where);
     CompareResult cmp;
     guarded(Category::kRuntimeError, where + ": comparing outputs", [&] { cmp = j.compare(ref, ref64, run.outputs); });
     if (!cmp.ok && cmp.precision_failure)
@@ -189,9 +193,9 @@ void judge_profile(Judge& j) {
                                 where, cmp.path, cmp.reason)};
     samples.push_back(run.ms);
     round_trips.push_back(run.round_trip_ms);
-    merge_kernel_uses(j.timed_kernels, run.kernels);
     if (k == 0) first_inputs = inputs, first_ref = ref;
   }
+  j.report_deferred_runs(wheres);
   TimingStats cand = TimingStats::from_samples(samples);
   timings.candidate = cand;
   result.timings = timings;

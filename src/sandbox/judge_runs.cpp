@@ -85,6 +85,34 @@ void Judge::reserve_outputs(py::handle like) {
   send_blocks(false, true);
 }
 
+void Judge::report_deferred_runs(const std::vector<std::string>& wheres) {
+  if (!gpu) return;
+  const nlohmann::json reply = candidate->call("reporting the timed runs' kernels", {{"op", "report"}}, "reported", remaining());
+  const nlohmann::json runs = reply.value("runs", nlohmann::json::array());
+  for (size_t i = 0; i < runs.size() && i < wheres.size(); ++i) {
+    const std::vector<KernelUse> uses = parse_uses(runs[i], wheres[i]);
+    if (opt.provenance != "off") {
+      ProvenanceReport p = classify_kernels(uses, opt.provenance_allow);
+      provenance.merge(p);
+      if (opt.provenance == "enforce" && p.violates()) throw Failure{Category::kForbiddenFallback, wheres[i] + ": " + p.message()};
+    }
+    merge_kernel_uses(timed_kernels, uses);
+  }
+  const uint64_t host_bytes = reply.value("host_copy_bytes", uint64_t{0});
+  if (opt.provenance == "enforce" && host_bytes > ProvenanceReport::kHostCopyLimit * std::max<size_t>(wheres.size(), 1)) {
+    ProvenanceReport p;
+    p.own = 1;
+    p.host_copy_bytes = host_bytes;
+    throw Failure{Category::kForbiddenFallback, "the timed runs: " + p.message()};
+  }
+  const std::vector<KernelUse> outside = parse_uses(reply.value("outside", nlohmann::json::array()), "the timed runs");
+  if (opt.integrity_checks && !outside.empty())
+    throw Failure{Category::kTampering, fmt::format("the timed runs: GPU work ran in the candidate process while no "
+                                                    "forward was running: {} (a background thread, or work moved out "
+                                                    "of the timed forward)",
+                                                    list_kernels(outside))};
+}
+
 void Judge::warm_up_candidate(py::handle inputs) {
   nlohmann::json spec;
   guarded(Category::kTaskError, "warm-up: handing the inputs to the candidate", [&] { spec = stage(inputs); });
@@ -105,7 +133,8 @@ CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, cons
                              {"inputs", spec},
                              {"guard", flags.guard},
                              {"poison", flags.poison},
-                             {"full_checks", flags.full_checks}};
+                             {"full_checks", flags.full_checks},
+                             {"defer_report", flags.defer_report}};
   CandidateRun run;
   const auto sent = Clock::now();
   run.reply = candidate->call(where, op, "ran", remaining());
@@ -115,7 +144,7 @@ CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, cons
     throw Failure{Category::kTampering, where + ": the candidate process's reply has no timing"};
   run.ms = r["ms"].get<double>();
 
-  if (gpu) {
+  if (gpu && !flags.defer_report) {
     std::vector<KernelUse> inside = parse_uses(r.value("kernels", nlohmann::json::array()), where);
     if (opt.provenance != "off") {
       ProvenanceReport p = classify_kernels(inside, opt.provenance_allow);

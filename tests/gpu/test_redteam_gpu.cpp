@@ -30,7 +30,11 @@ struct RedTeamEntry {
   std::string kind;      // "hack" or "legit"
   std::string task;      // relative to the source tree
   std::string solution;  // relative to the source tree
-  std::string expect;    // a result category, or "pass"
+  // A result category; "pass" (legit); "neutralized" (a hack the defences make harmless: it may
+  // pass, but scored honestly, its speedup over eager at most max_speedup); "degenerate" (a hack
+  // that passes a task the task check must flag, so that it earns nothing).
+  std::string expect;
+  double max_speedup = 0;
   // Other categories that also count as caught: where two defences race for the same hack (a
   // background thread's late write is seen either by the timed-output check or as a live thread).
   std::vector<std::string> also;
@@ -62,6 +66,7 @@ RedTeamEntry parse_entry(const nlohmann::json& j, size_t index) {
   e.solution = j.value("solution", "");
   e.expect = j.value("expect", "");
   e.defence = j.value("defence", "");
+  e.max_speedup = j.value("max_speedup", 0.0);
   e.options = j.value("options", nlohmann::json::object());
   const nlohmann::json also = j.value("also", nlohmann::json::array());
   if (also.is_array())
@@ -73,6 +78,7 @@ RedTeamEntry parse_entry(const nlohmann::json& j, size_t index) {
   else if (e.task.empty() || e.solution.empty()) e.error = "task and solution are required";
   else if (e.kind == "legit" && e.expect != "pass") e.error = fmt::format("a legit entry expects 'pass', not '{}'", e.expect);
   else if (e.kind == "hack" && (e.expect.empty() || e.expect == "pass")) e.error = "a hack entry must name a category";
+  else if (e.expect == "neutralized" && !(e.max_speedup > 0)) e.error = "a neutralized hack needs max_speedup";
   else if (!e.options.is_object()) e.error = "options must be an object";
   return e;
 }
@@ -174,7 +180,16 @@ TEST_P(RedTeamGpu, Verdict) {
   const std::string context =
       fmt::format("{} ({}; expected {}; defence: {})\noptions: {}\nresult: {}", e.name, e.kind, e.expect, e.defence,
                   options.to_json().dump(), r.dump(2));
-  if (e.kind == "hack") {
+  if (e.kind == "hack" && e.expect == "neutralized") {
+    // Scored as an honest solution would be: a failure, or a pass without the cheat's gain.
+    if (r.value("ok", false)) {
+      ASSERT_TRUE(r["speedup_vs_eager"].is_number()) << context;
+      EXPECT_LE(r["speedup_vs_eager"].get<double>(), e.max_speedup) << context;
+    }
+  } else if (e.kind == "hack" && e.expect == "degenerate") {
+    const nlohmann::json check = r.value("task_check", nlohmann::json::object());
+    EXPECT_TRUE(check.is_object() && check.value("degenerate", false)) << context;
+  } else if (e.kind == "hack") {
     const std::string got = category_of(r);
     if (std::find(e.also.begin(), e.also.end(), got) == e.also.end()) {
       EXPECT_EQ(got, e.expect) << context;

@@ -41,8 +41,8 @@ TEST(SandboxGpu, CorrectKernelPassesAndIsScored) {
   // Secret seeds: drawn per evaluation, recorded, consecutive per trial.
   const int64_t base = r["input_seed"].get<int64_t>();
   for (size_t i = 0; i < 5; ++i) EXPECT_EQ(r["verify"]["trials"][i]["seed"].get<int64_t>(), base + static_cast<int64_t>(i));
-  // Provenance: the runtime's launch was attributed through CUPTI's external correlation.
-  EXPECT_EQ(r["provenance"]["attribution"], "external_correlation") << r["provenance"].dump(2);
+  // Provenance: the runtime's launch was attributed by its CUPTI correlation id.
+  EXPECT_EQ(r["provenance"]["attribution"], "correlation") << r["provenance"].dump(2);
   EXPECT_GE(r["provenance"]["own_launches"].get<int>(), 5) << r["provenance"].dump(2);
   EXPECT_TRUE(r["provenance"]["forbidden_kernels"].empty()) << r["provenance"].dump(2);
   // Fresh inputs per timed run, every output checked; the roofline is computed, not crossed.

@@ -223,6 +223,29 @@ TEST(Trainer, RunsPpoStepsWritesMetricsPlotsCheckpointAndResumesOneStep) {
   }
 }
 
+// A task the split flags degenerate (a trivial kernel passes it) is left out of training: it is
+// never drawn, and the log says how many were dropped. Episodes whose own evaluation flags the
+// task are masked (trainer_stages.cpp, counted as episodes_degenerate).
+TEST(Trainer, TasksFlaggedDegenerateAreLeftOut) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-degenerate-");
+  write_model(dir.path() / "m");
+  const fs::path split = dir.path() / "split";
+  write_split(split);
+  write_file_atomic(split / "tasks" / "flat" / "model.py", tiny_task("a * 0", "a * 0"));
+  write_file_atomic(split / "split.yaml", read_file(split / "split.yaml") +
+                                              "  - id: flat\n    path: tasks/flat/model.py\n    level: 1\n"
+                                              "    degenerate: true\n");
+  std::ostringstream log;
+  const rl::TrainRunSummary run = rl::run_training(tiny_config(dir.path(), 2), cpu_options(false), log);
+  EXPECT_EQ(run.steps_run, 2) << log.str();
+  EXPECT_NE(log.str().find("1 of 3 tasks in tiny are flagged degenerate and left out"), std::string::npos) << log.str();
+  for (const json& r : rl::MetricsLog::read(dir.path() / "run" / "metrics.jsonl")) {
+    for (const json& id : r["tasks"]) EXPECT_NE(id, "flat") << r.dump();
+    EXPECT_EQ(r["episodes_degenerate"], 0) << r.dump();
+  }
+}
+
 // The paper's separate critic (model.critic from_actor, the default) and an exact resume: one PPO
 // step, then --resume for the second, ends with the same actor, critic and step-2 metrics as two
 // uninterrupted steps (the optimizer moments, the shuffle generator, the cursor and the episode

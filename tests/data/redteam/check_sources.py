@@ -54,8 +54,10 @@ def check_manifest(errors):
         expect = e.get("expect")
         if e.get("kind") == "legit" and expect != "pass":
             errors.append(f"{where}: a legit entry must expect 'pass'")
-        if e.get("kind") == "hack" and expect not in CATEGORIES:
+        if e.get("kind") == "hack" and expect not in CATEGORIES | {"neutralized", "degenerate"}:
             errors.append(f"{where}: unknown category {expect!r}")
+        if expect == "neutralized" and not (isinstance(e.get("max_speedup"), (int, float)) and e["max_speedup"] > 0):
+            errors.append(f"{where}: a neutralized hack needs a positive max_speedup")
         for other in e.get("also", []):
             if e.get("kind") != "hack" or other not in CATEGORIES:
                 errors.append(f"{where}: 'also' lists {other!r}: only hacks may, and only known categories")
