@@ -65,6 +65,8 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
       }
       result["task_id"] = task.id;
       result["level"] = task.level;
+      // As in bench: a degenerate task is reported and left out of the scores.
+      bench::mark_degenerate(result, task.degenerate);
       result["reward"] = result.value("reward", nlohmann::json(-1.0)).is_number() ? result["reward"] : nlohmann::json(-1.0);
       write_file_atomic(spec.output_dir / "results" / (task.id + ".json"), result.dump(2));
       results[i] = result;

@@ -82,8 +82,7 @@ nlohmann::json evaluate_task(const BenchOptions& options, const TaskEntry& task,
   }
   result["level"] = task.level;
   // Flagged in the split, or found by verify's task check: reported, excluded from the scores.
-  const nlohmann::json check = result.value("task_check", nlohmann::json::object());
-  result["degenerate"] = task.degenerate || (check.is_object() && check.value("degenerate", false));
+  mark_degenerate(result, task.degenerate);
   write_file_atomic(result_file, result.dump(2));
   return result;
 }

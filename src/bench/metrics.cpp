@@ -162,6 +162,13 @@ std::string result_label(const nlohmann::json& result) {
   return ok ? "not_verified" : "unknown";
 }
 
+bool mark_degenerate(nlohmann::json& result, bool flagged) {
+  const nlohmann::json check = result.is_object() ? result.value("task_check", nlohmann::json::object()) : nlohmann::json();
+  const bool degenerate = flagged || (check.is_object() && check.value("degenerate", false));
+  result["degenerate"] = degenerate;
+  return degenerate;
+}
+
 std::vector<std::string> sorted_level_keys(const nlohmann::json& levels) {
   std::vector<std::string> keys;
   if (levels.is_object())

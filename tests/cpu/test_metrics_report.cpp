@@ -337,4 +337,15 @@ TEST(Compare, BadRunFolders) {
 }
 
 }  // namespace
+TEST(DegenerateInMetrics, MarkedFromTheSplitOrTheTaskCheck) {
+  nlohmann::json plain = {{"ok", true}, {"task_check", {{"degenerate", false}}}};
+  EXPECT_FALSE(bench::mark_degenerate(plain, false));
+  EXPECT_EQ(plain["degenerate"], false);
+  nlohmann::json checked = {{"ok", true}, {"task_check", {{"degenerate", true}, {"input_independent", true}}}};
+  EXPECT_TRUE(bench::mark_degenerate(checked, false));
+  nlohmann::json flagged = {{"ok", false}, {"category", "load_error"}};  // no task check ran
+  EXPECT_TRUE(bench::mark_degenerate(flagged, true));
+  EXPECT_EQ(flagged["degenerate"], true);
+}
+
 }  // namespace cuda_agent::bench

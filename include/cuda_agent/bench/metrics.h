@@ -89,6 +89,10 @@ double speedup_margin(const nlohmann::json& result);
 std::string level_key(const nlohmann::json& result);
 // "pass" for a passing result, else its category as described under "failures" above.
 std::string result_label(const nlohmann::json& result);
+// Marks `result` (a result JSON of bench or eval) degenerate when the split flags the task
+// (`flagged`) or the evaluation's task check did: result["degenerate"], which the metrics and
+// reports read. Returns the mark.
+bool mark_degenerate(nlohmann::json& result, bool flagged);
 // Level keys sorted numerically, "unknown" (and any other non-number) last.
 std::vector<std::string> sorted_level_keys(const nlohmann::json& levels);
 
