@@ -1,4 +1,5 @@
 #include "cuda_agent/agent/eval_runner.h"
+#include "cuda_agent/agent/policy.h"
 
 #include <atomic>
 #include <thread>
@@ -34,6 +35,8 @@ std::string place_policy_on_gpu(const std::string& policy, int gpu) {
 }
 
 nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
+  // A policy that cannot work fails the run before its first episode, as solve does.
+  validate_policy_spec(spec.episode.policy);
   bench::Split split = bench::load_any_split(spec.split, spec.output_dir / "imported");
   CA_CHECK(!spec.gpus.empty(), "no GPUs to run on: pass --gpus 0,1,...");
   fs::create_directories(spec.output_dir / "results");

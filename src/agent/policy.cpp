@@ -1,5 +1,6 @@
 #include "cuda_agent/agent/policy.h"
 
+#include <filesystem>
 #include <mutex>
 #include <sstream>
 
@@ -71,6 +72,7 @@ namespace {
 struct RegisteredPolicy {
   std::string prefix, usage;
   PolicyFactory factory;
+  PolicySpecCheck check;
 };
 
 struct PolicyRegistry {
@@ -85,36 +87,60 @@ PolicyRegistry& registry() {
 
 }  // namespace
 
-void register_policy_factory(const std::string& prefix, PolicyFactory factory, const std::string& usage) {
+void register_policy_factory(const std::string& prefix, PolicyFactory factory, const std::string& usage,
+                             PolicySpecCheck check) {
   CA_CHECK(!prefix.empty() && factory, "register_policy_factory needs a prefix and a factory");
   PolicyRegistry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   std::erase_if(r.entries, [&](const RegisteredPolicy& e) { return e.prefix == prefix; });
-  r.entries.push_back({prefix, usage, std::move(factory)});
+  r.entries.push_back({prefix, usage, std::move(factory), std::move(check)});
 }
+
+namespace {
+
+// The registered form `spec` starts with (and the text after its prefix); throws Error naming
+// every form when none matches.
+RegisteredPolicy find_registered(const std::string& spec, std::string* rest) {
+  std::vector<std::string> forms = {"replay:PATH.jsonl (scripted tool calls)",
+                                    "openai:MODEL@BASE_URL (an OpenAI-compatible server)"};
+  PolicyRegistry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (const auto& e : r.entries) {
+    if (spec.rfind(e.prefix, 0) == 0) {
+      *rest = spec.substr(e.prefix.size());
+      return e;
+    }
+    forms.push_back(e.usage.empty() ? e.prefix + "..." : e.usage);
+  }
+  CA_FAIL("unknown policy '{}': use {}", spec, fmt::join(forms, ", or "));
+}
+
+}  // namespace
 
 std::unique_ptr<Policy> make_policy(const std::string& spec) {
   if (spec.rfind("replay:", 0) == 0) return std::make_unique<ReplayPolicy>(spec.substr(7));
   if (spec.rfind("openai:", 0) == 0) return std::make_unique<OpenAiPolicy>(parse_openai_spec(spec));
-  PolicyFactory factory;
   std::string rest;
-  std::vector<std::string> forms = {"replay:PATH.jsonl (scripted tool calls)",
-                                    "openai:MODEL@BASE_URL (an OpenAI-compatible server)"};
-  {
-    PolicyRegistry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    for (const auto& e : r.entries) {
-      if (spec.rfind(e.prefix, 0) == 0) {
-        factory = e.factory;
-        rest = spec.substr(e.prefix.size());
-        break;
-      }
-      forms.push_back(e.usage.empty() ? e.prefix + "..." : e.usage);
-    }
-  }
+  const RegisteredPolicy e = find_registered(spec, &rest);
   // Outside the lock: loading a model takes a while and other threads may want other policies.
-  if (factory) return factory(rest);
-  CA_FAIL("unknown policy '{}': use {}", spec, fmt::join(forms, ", or "));
+  return e.factory(rest);
+}
+
+void validate_policy_spec(const std::string& spec) {
+  if (spec.rfind("replay:", 0) == 0) {
+    const std::string path = spec.substr(7);
+    CA_CHECK(!path.empty() && std::filesystem::is_regular_file(path),
+             "policy '{}': no replay file {}; expected replay:PATH.jsonl", spec, path.empty() ? "given" : path);
+    ReplayPolicy check(path);  // parses every line
+    return;
+  }
+  if (spec.rfind("openai:", 0) == 0) {
+    (void)parse_openai_spec(spec);
+    return;
+  }
+  std::string rest;
+  const RegisteredPolicy e = find_registered(spec, &rest);
+  if (e.check) e.check(rest);
 }
 
 }  // namespace cuda_agent::agent

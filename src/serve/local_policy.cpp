@@ -1,6 +1,7 @@
 #include "cuda_agent/policy/local_policy.h"
 
 #include <charconv>
+#include <filesystem>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -205,7 +206,12 @@ void register_local_policy() {
         return std::make_unique<LocalPolicy>(parse_local_policy_spec("local:" + rest));
       },
       "local:MODEL[?temperature=T&top_p=P&top_k=K&max_new_tokens=N&seed=S&device=D&dtype=DT&thinking=0|1] "
-      "(the in-process libtorch model: a Hugging Face folder or a .gguf file)");
+      "(the in-process libtorch model: a Hugging Face folder or a .gguf file)",
+      [](const std::string& rest) {
+        const LocalPolicyOptions o = parse_local_policy_spec("local:" + rest);
+        CA_CHECK(std::filesystem::exists(o.model), "policy 'local:{}': no model at {}: give a Hugging Face folder or a "
+                 ".gguf file (scripts/setup.sh fetches models/SmolLM2-135M-Instruct.Q4_1.gguf)", rest, o.model.string());
+      });
 }
 
 }  // namespace cuda_agent::policy

@@ -332,3 +332,32 @@ TEST(AgentEval, EpisodesOverASplitFeedTheBenchReport) {
     EXPECT_TRUE(std::filesystem::exists(spec.output_dir / f)) << f;
   EXPECT_NE(progress.str().find("2/2"), std::string::npos) << progress.str();
 }
+
+// A policy that cannot work fails eval before its first episode, with the error solve gives,
+// for every policy form: an unknown one, a malformed OpenAI spec, a replay file that is not
+// there (local: ones in EvalCheckpoint). No episode folder or result is written.
+TEST(AgentEval, AnUnusablePolicyIsRejectedBeforeAnyEpisode) {
+  TempDir dir("agent-eval-policy-");
+  write_file_atomic(dir.path() / "split" / "split.yaml",
+                    "name: tiny\ntasks:\n  - id: add\n    path: " + kSource + "/tests/data/tasks/add/model.py\n    level: 1\n");
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"nonsense", "unknown policy 'nonsense'"},
+      {"openai:foo", "expected openai:MODEL@BASE_URL"},
+      {"replay:" + (dir.path() / "missing.jsonl").string(), "no replay file"},
+  };
+  for (const auto& [policy, fragment] : bad) {
+    EvalSpec spec;
+    spec.split = dir.path() / "split";
+    spec.output_dir = dir.path() / "run";
+    spec.episode.policy = policy;
+    spec.episode.device = "cpu";
+    std::ostringstream progress;
+    try {
+      run_eval(spec, progress);
+      ADD_FAILURE() << policy << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << policy << ": " << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(spec.output_dir / "results")) << policy;
+  }
+}

@@ -88,11 +88,21 @@ using PolicyFactory = std::function<std::unique_ptr<Policy>(const std::string& r
 // "local:MODEL[?key=value&...] (an in-process libtorch model)") is listed in make_policy's
 // unknown-spec error. Lets libraries that depend on ca_agent (ca_serve's LocalPolicy) plug in
 // without ca_agent depending on them; call it explicitly (main() does, before parsing verbs).
-// Registering a prefix again replaces the earlier factory. Thread-safe.
-void register_policy_factory(const std::string& prefix, PolicyFactory factory, const std::string& usage);
+// Registering a prefix again replaces the earlier factory. `check` (optional) validates the text
+// after the prefix without building the policy (no model load): validate_policy_spec calls it.
+// Thread-safe.
+using PolicySpecCheck = std::function<void(const std::string& rest)>;
+void register_policy_factory(const std::string& prefix, PolicyFactory factory, const std::string& usage,
+                             PolicySpecCheck check = {});
 
 // "replay:PATH.jsonl" -> ReplayPolicy, "openai:MODEL@BASE_URL" -> OpenAiPolicy, then the
 // registered prefixes. Throws Error for an unknown spec, listing every form. Thread-safe.
 std::unique_ptr<Policy> make_policy(const std::string& spec);
+
+// Checks a spec as make_policy would take it, without loading a model or reaching a server: the
+// form, the replay file (read and parsed), the OpenAI model@URL, a registered form's own check
+// (local: its options and that the model file or folder exists). Throws Error naming what is
+// wrong; callers that run many episodes call it before the first. Thread-safe.
+void validate_policy_spec(const std::string& spec);
 
 }  // namespace cuda_agent::agent

@@ -9,6 +9,7 @@
 
 #include "chatml_test_util.h"
 #include "cuda_agent/agent/eval_runner.h"
+#include "cuda_agent/agent/policy.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/policy/chat_session.h"
@@ -170,3 +171,31 @@ TEST(EvalPlacement, LocalPoliciesOnCudaGoToTheWorkersGpu) {
 }
 
 }  // namespace
+
+// The local: policies eval would take: checked before any episode, without loading a model.
+TEST(EvalPolicySpec, LocalPoliciesThatCannotWorkAreRejectedBeforeAnyEpisode) {
+  policy::register_local_policy();
+  TempDir dir("ca-eval-local-spec-");
+  write_file_atomic(dir.path() / "split" / "tasks" / "add" / "model.py", "import torch\n");
+  write_file_atomic(dir.path() / "split" / "split.yaml", "name: one\ntasks:\n  - id: add\n    path: tasks/add/model.py\n");
+  for (const auto& [spec_text, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"local:", "no model"},
+           {"local:" + (dir.path() / "missing.gguf").string(), "no model at"},
+           {"local:" + (dir.path() / "split").string() + "?temperature=-1", "temperature=-1 must not be negative"}}) {
+    agent::EvalSpec spec;
+    spec.split = dir.path() / "split";
+    spec.output_dir = dir.path() / "eval";
+    spec.episode.policy = spec_text;
+    spec.episode.device = "cpu";
+    std::ostringstream progress;
+    try {
+      agent::run_eval(spec, progress);
+      ADD_FAILURE() << spec_text << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << spec_text << ": " << e.what();
+    }
+    EXPECT_FALSE(fs::exists(spec.output_dir / "results")) << spec_text;
+  }
+  // A model that is there passes the check (nothing is loaded).
+  EXPECT_NO_THROW(agent::validate_policy_spec("local:" + (dir.path() / "split").string() + "?temperature=0"));
+}
