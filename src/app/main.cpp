@@ -17,6 +17,7 @@
 #include "cuda_agent/core/config.h"
 #include "cuda_agent/core/confinement.h"
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/stop_request.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/log.h"
 #include "cuda_agent/core/progress.h"
@@ -488,10 +489,22 @@ int main(int argc, char** argv) {
       opts.gpu = gpu;
       opts.skill_file = skill_file;
       if (device == "cuda") require_gpu("train");
-      const rl::TrainRunSummary summary = rl::run_training(config, opts, std::cerr);
-      std::cout << fmt::format("run: {} ({} steps run, last step {})\n", summary.run_dir.string(), summary.steps_run,
-                               summary.last_step);
-      return 0;
+      install_stop_handlers();
+      try {
+        const rl::TrainRunSummary summary = rl::run_training(config, opts, std::cerr);
+        std::cout << fmt::format("run: {} ({} steps run, last step {})\n", summary.run_dir.string(), summary.steps_run,
+                                 summary.last_step);
+        return 0;
+      } catch (const StopRequested& stop) {
+        const fs::path run_dir = config["run"]["output_dir"].get<std::string>();
+        const rl::CheckpointInfo ckpt = rl::latest_checkpoint(run_dir);
+        std::cerr << fmt::format("[train] {}. {}\n", stop.what(),
+                                 ckpt.step >= 0 ? fmt::format("The last checkpoint is step {} ({}): continue with --resume",
+                                                              ckpt.step, ckpt.dir.string())
+                                                : std::string("No checkpoint was written yet: running the same command "
+                                                              "again starts over"));
+        return 128 + stop.signal();
+      }
     }
     if (doctor->parsed()) {
       set_log_level("error");

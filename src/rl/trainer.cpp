@@ -8,6 +8,7 @@
 
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/stop_request.h"
 #include "cuda_agent/policy/distributed.h"
 #include "cuda_agent/policy/ppo_learner.h"
 #include "cuda_agent/rl/run_state.h"
@@ -117,10 +118,19 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   int first_step_in_stage = 0;  // steps of first_stage already done
   int64_t step = 0;
   json cursor_state;
-  if (options.resume) {
-    const CheckpointInfo ckpt = latest_checkpoint(run_dir);
-    CA_CHECK(ckpt.step >= 0, "--resume: {} has no checkpoint (checkpoints/latest); start without --resume",
-             run_dir.string());
+  const CheckpointInfo latest = latest_checkpoint(run_dir);
+  const bool leftovers = fs::exists(run_dir / "metrics.jsonl") || fs::exists(run_dir / "rollouts");
+  if (latest.step < 0 && leftovers && writer) {
+    // A run stopped before its first checkpoint: nothing to resume from, so either way it starts
+    // over; what it left is cleared first.
+    log << fmt::format("[train] {} holds a run stopped before its first checkpoint: starting over{}\n",
+                       run_dir.string(), options.resume ? " (--resume has nothing to resume from)" : "");
+    for (const char* part : {"metrics.jsonl", "rollouts", "plots", "checkpoints"}) fs::remove_all(run_dir / part);
+  } else if (options.resume && latest.step < 0) {
+    log << fmt::format("[train] --resume: {} has no checkpoint yet: starting from the beginning\n", run_dir.string());
+  }
+  if (options.resume && latest.step >= 0) {
+    const CheckpointInfo& ckpt = latest;
     const std::vector<std::string> diffs = config_differences(ckpt.state.at("config"), config, kResumeMayChange);
     if (!diffs.empty()) {
       std::string list;
@@ -158,12 +168,11 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
     log << fmt::format("[train] resuming {} after step {} (stage {}, step {} of it) from {}\n", run_dir.string(), step,
                        stage_name, ckpt.state.at("step_in_stage").get<int>(), ckpt.dir.string());
     learner_state = ckpt.dir;
-  } else {
-    CA_CHECK(!fs::exists(run_dir / "metrics.jsonl") && !fs::exists(run_dir / "checkpoints") &&
-                 !fs::exists(run_dir / "rollouts"),
-             "run.output_dir = '{}' already holds a training run: pass --resume to continue it, or choose another "
-             "run.output_dir",
-             run_dir.string());
+  } else if (!options.resume) {
+    CA_CHECK(latest.step < 0,
+             "run.output_dir = '{}' already holds a training run (checkpoint at step {}): pass --resume to continue "
+             "it, or choose another run.output_dir",
+             run_dir.string(), latest.step);
   }
 
   policy::PpoOptions ppo = policy::PpoOptions::from_config(config["ppo"]);
@@ -176,6 +185,12 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   lm.value_head = ppo.critic == "shared";
   lm.dtype = config["model"]["dtype"].get<std::string>();
   const bool on_cpu = options.device == "cpu" || config["model"]["device"].get<std::string>() == "cpu";
+  if (on_cpu && lm.dtype != "float32") {
+    // PyTorch runs half-precision matrix work on the CPU through a slow generic path (a cut-down
+    // quickstart sat in its first update for over 17 minutes): float32 there.
+    log << fmt::format("[train] model.dtype {} is slow on the CPU: the model runs in float32 there\n", lm.dtype);
+    lm.dtype = "float32";
+  }
   const int gpu = dist.distributed() ? dist.local_rank : options.gpu;  // torchrun: LOCAL_RANK's GPU
   lm.device = on_cpu ? "cpu" : fmt::format("cuda:{}", gpu);
   lm.seed = config["run"]["seed"].get<uint64_t>();
@@ -217,6 +232,7 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
     log << fmt::format("[train] stage {}: steps {}..{} of {}{}\n", stage.name, start + 1, stage.steps, stage.steps,
                        samples && stage.single_turn ? " (single-turn)" : "");
     for (int k = start + 1; k <= stage.steps; ++k) {
+      throw_if_stop_requested(fmt::format("before step {}", step + 1));
       ++step;
       if (summary.first_step == 0) summary.first_step = step;
       const json record = run_stage_step(ctx, stage, step, k);

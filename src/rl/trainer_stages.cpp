@@ -18,6 +18,8 @@
 #include "cuda_agent/agent/policy.h"
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/stop_request.h"
+#include "cuda_agent/core/progress.h"
 #include "cuda_agent/policy/chat_session.h"
 #include "cuda_agent/policy/local_policy.h"
 #include "cuda_agent/policy/ppo_learner.h"
@@ -118,17 +120,37 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
   run.seconds = seconds_since(t0);
 }
 
-// Runs every episode of `runs`, up to `concurrent` at a time (threads of this process).
+// Generated tokens of an episode's trajectory events.
+int64_t generated_tokens(const json& events) {
+  int64_t n = 0;
+  for (const json& e : events)
+    if (e.value("type", "") == "assistant") n += e.value("completion_tokens", int64_t{0});
+  return n;
+}
+
+// Runs every episode of `runs`, up to `concurrent` at a time (threads of this process), with a
+// progress line per finished episode (a step can take minutes). Once a stop is asked for
+// (SIGINT, SIGTERM) no further episode starts, and the step ends with StopRequested.
 void run_episodes(const RunContext& ctx, const Stage& stage, int64_t step, int concurrent, std::vector<EpisodeRun>& runs) {
   const size_t threads = std::min(static_cast<size_t>(std::max(concurrent, 1)), runs.size());
   std::atomic<size_t> next{0};
+  ProgressReporter progress(ctx.log, runs.size(), "episode", stderr_is_terminal());
   auto work = [&] {
-    for (size_t k = next++; k < runs.size(); k = next++) run_one_episode(ctx, stage, step, threads > 1, runs[k]);
+    for (size_t k = next++; k < runs.size() && stop_signal() == 0; k = next++) {
+      run_one_episode(ctx, stage, step, threads > 1, runs[k]);
+      const EpisodeRun& r = runs[k];
+      progress.step(r.ok ? fmt::format("step {}, {}: reward {:g}, {} tokens", step, r.dir.filename().string(),
+                                       r.result.reward, generated_tokens(r.result.trajectory))
+                         : fmt::format("step {}, {}: failed", step, r.dir.filename().string()));
+    }
   };
   std::vector<std::thread> pool;
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
   for (auto& t : pool) t.join();
+  throw_if_stop_requested(fmt::format("during step {} ({} of {} episodes had finished)", step,
+                                      std::count_if(runs.begin(), runs.end(), [](const EpisodeRun& r) { return r.ok; }),
+                                      runs.size()));
 }
 
 // The episodes of one batch of tasks.

@@ -5,7 +5,9 @@
 // their order and metrics, what each moves (RFT the actor, value pretraining the critic only),
 // RFT alone, a resume between them that ends where an uninterrupted run does, RFT keeping nothing,
 // and value pretraining sampling its own trajectories when there are no RFT ones.
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 #include <sstream>
@@ -244,6 +246,83 @@ TEST(Trainer, TasksFlaggedDegenerateAreLeftOut) {
     for (const json& id : r["tasks"]) EXPECT_NE(id, "flat") << r.dump();
     EXPECT_EQ(r["episodes_degenerate"], 0) << r.dump();
   }
+}
+
+// A run stopped before its first checkpoint leaves metrics and rollouts but nothing to resume
+// from: a fresh start and --resume both start over (and say so) instead of refusing each other.
+TEST(Trainer, ARunStoppedBeforeItsFirstCheckpointStartsOverEitherWay) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-dead-");
+  write_model(dir.path() / "m");
+  write_split(dir.path() / "split");
+  const fs::path run = dir.path() / "run";
+  auto leave_a_dead_run = [&] {
+    write_file_atomic(run / "metrics.jsonl", "{\"step\": 1}\n");
+    write_file_atomic(run / "rollouts" / "step-000001" / "add-e0" / "trajectory.jsonl", "{}\n");
+  };
+  for (const bool resume : {false, true}) {
+    SCOPED_TRACE(resume ? "--resume" : "fresh start");
+    leave_a_dead_run();
+    std::ostringstream log;
+    const rl::TrainRunSummary summary = rl::run_training(tiny_config(dir.path(), 1), cpu_options(resume), log);
+    EXPECT_EQ(summary.steps_run, 1) << log.str();
+    EXPECT_NE(log.str().find("stopped before its first checkpoint: starting over"), std::string::npos) << log.str();
+    EXPECT_EQ(rl::MetricsLog::read(run / "metrics.jsonl").size(), 1u);
+    EXPECT_EQ(rl::latest_checkpoint(run).step, 1);
+    fs::remove_all(run / "checkpoints");  // dead again for the next round
+  }
+  // With a checkpoint there, a fresh start still refuses and names --resume.
+  std::ostringstream log;
+  rl::run_training(tiny_config(dir.path(), 1), cpu_options(false), log);
+  try {
+    rl::run_training(tiny_config(dir.path(), 1), cpu_options(false), log);
+    ADD_FAILURE() << "a fresh start over a checkpoint was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--resume"), std::string::npos) << e.what();
+  }
+}
+
+// SIGTERM (or Ctrl-C) stops training after the episode under way, with a message that says
+// where it stopped and how to go on, and the exit status 128 + the signal.
+TEST(Trainer, ASignalStopsTheRunWithAMessage) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-signal-");
+  write_model(dir.path() / "m");
+  write_split(dir.path() / "split");
+  json config = tiny_config(dir.path(), 3);
+  config["model"]["dtype"] = "bfloat16";  // the CPU picks float32 itself, and says so
+  write_file_atomic(dir.path() / "train.yaml", config.dump(2));
+  SubprocessOptions sp;
+  sp.argv = {CUDA_AGENT_BINARY, "train", "--config", (dir.path() / "train.yaml").string(), "--device", "cpu"};
+  sp.stdout_path = (dir.path() / "out.txt").string();
+  sp.stderr_path = (dir.path() / "err.txt").string();
+  sp.timeout_s = 600;
+  std::thread stopper([&] {
+    // Once the first episode has started (its folder exists), ask the run to stop.
+    const fs::path episode = dir.path() / "run" / "rollouts" / "step-000001";
+    for (int i = 0; i < 1200 && !fs::exists(episode); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      const std::string name = e.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string cmdline;
+      try {
+        cmdline = read_file(e.path() / "cmdline");
+      } catch (...) {
+        continue;
+      }
+      if (cmdline.find((dir.path() / "train.yaml").string()) != std::string::npos) ::kill(std::stoi(name), SIGTERM);
+    }
+  });
+  const SubprocessResult r = run_subprocess(sp);
+  stopper.join();
+  const std::string err = read_file(sp.stderr_path);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.describe() << "\n" << err;
+  EXPECT_NE(err.find("model.dtype bfloat16 is slow on the CPU: the model runs in float32"), std::string::npos) << err;
+  EXPECT_NE(err.find("SIGTERM received"), std::string::npos) << err;
+  EXPECT_NE(err.find("[train] stopped by SIGTERM during step 1"), std::string::npos) << err;
+  EXPECT_NE(err.find("No checkpoint was written yet"), std::string::npos) << err;
+  EXPECT_NE(err.find("episode/min"), std::string::npos) << "progress inside the step: " << err;
+  EXPECT_NE(err.find("step 1, "), std::string::npos) << "progress inside the step: " << err;
 }
 
 // The paper's separate critic (model.critic from_actor, the default) and an exact resume: one PPO
