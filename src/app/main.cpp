@@ -38,8 +38,8 @@ using namespace cuda_agent;
 namespace {
 
 // Exit codes: 0 done; 1 the solution failed (verify/profile/evaluate/compile) or doctor found
-// something missing; 2 bad input or a machine that cannot do the job. Command-line syntax
-// errors exit with CLI11's own codes (non-zero). bench exits 0 whenever it produced a report.
+// something missing; 2 bad input (command-line syntax included) or a machine that cannot do the
+// job. bench exits 0 whenever it produced a report.
 constexpr int kExitFailed = 1;
 constexpr int kExitUsage = 2;
 
@@ -112,19 +112,32 @@ void print_result(const nlohmann::json& r) {
   if (r.value("mode", "") == "evaluate") std::cout << fmt::format("reward    {:g} ({})\n", r.value("reward", -1.0), r.value("reward_kind", ""));
 }
 
+// The file an option names: the path itself, or a folder's `conventional` file (a task folder's
+// model.py, a solution folder's model_new.py), as bench reads split folders. Anything else is a
+// usage error that says what the path is.
+fs::path python_file_argument(const char* option, const std::string& path, const char* conventional) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (fs::is_regular_file(st)) return path;
+  CA_CHECK(fs::exists(st), "{} {}: no such file", option, path);
+  CA_CHECK(fs::is_directory(st), "{} {}: not a regular file", option, path);
+  const fs::path inside = fs::path(path) / conventional;
+  CA_CHECK(fs::is_regular_file(inside), "{} {}: is a folder without a {}; give the Python file itself", option, path,
+           conventional);
+  return inside;
+}
+
 int run_single(const std::string& mode, const std::string& task, const std::string& solution, const std::string& device,
                int gpu, bool gpu_lock, const std::string& output, bool json, const CommonFlags& flags) {
   sandbox::EvalRequest req;
   req.gpu_lock = gpu_lock;
   req.options = resolve_options(flags);
   req.mode = sandbox::eval_mode_from_string(mode);
-  req.task_path = fs::absolute(task).string();
-  req.solution_path = fs::absolute(solution).string();
+  req.task_path = fs::absolute(python_file_argument("--task", task, "model.py")).string();
+  req.solution_path = fs::absolute(python_file_argument("--solution", solution, "model_new.py")).string();
   req.task_id = fs::path(req.task_path).parent_path().filename().string();
   req.device = device;
   req.gpu = gpu;
-  CA_CHECK(fs::is_regular_file(req.task_path), "--task {}: no such file", task);
-  CA_CHECK(fs::is_regular_file(req.solution_path), "--solution {}: no such file", solution);
   CA_CHECK(device == "cuda" || device == "cpu", "--device must be cuda or cpu, got '{}'", device);
   // The task's own tolerance (task.yaml beside model.py) applies unless --set overrides it.
   bench::TaskEntry sidecar;
@@ -238,9 +251,11 @@ int main(int argc, char** argv) {
                        : std::string(verb) == "profile" ? "time eager, torch.compile and the solution"
                                                         : "verify, then profile, then score the solution (reward -1/1/2/3)";
     CLI::App* cmd = app.add_subcommand(verb, help);
-    cmd->add_option("--task", task, "the task's model.py (KernelBench format)")->required();
-    cmd->add_option("--solution", solution, "the solution's model_new.py")->required();
-    cmd->add_option("--device", device, "cuda (default) or cpu (verify only)");
+    cmd->add_option("--task", task, "the task's model.py (KernelBench format), or its folder")->required();
+    cmd->add_option("--solution", solution, "the solution's model_new.py, or its folder")->required();
+    cmd->add_option("--device", device,
+                    std::string(verb) == "verify" ? "cuda (default), or cpu: no GPU, the checks only"
+                                                  : "cuda (the default and the only choice: timing needs a GPU)");
     cmd->add_option("--gpu", gpu, "GPU index to pin the worker to");
     cmd->add_option("--output", output, "write the result JSON here");
     cmd->add_flag("--json", json, "print the result JSON instead of the summary");
@@ -354,7 +369,8 @@ int main(int argc, char** argv) {
   std::string serve_log_level = "info";
   serve->add_option("--model", gen.model, "Hugging Face folder or .gguf file")->required();
   serve->add_option("--host", serve_opts.host, "address to listen on (default 127.0.0.1)");
-  serve->add_option("--port", serve_opts.port, "port (default 8000; 0 picks a free one)");
+  serve->add_option("--port", serve_opts.port, "port (default 8000; 0 picks a free one)")
+      ->check(CLI::Range(0, 65535).description("a port number from 0 (any free one) to 65535"));
   serve->add_option("--device", gen.device, "cpu (default), cuda or cuda:N");
   serve->add_option("--dtype", gen.dtype, "float32 (default) or bfloat16");
   serve->add_option("--model-name", serve_opts.model_name, "model id in replies (default: the file or folder name)");
@@ -382,7 +398,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // app.exit prints the message (or the help); CLI11's own codes (105, 106, ...) become ours.
+    return app.exit(e) == 0 ? 0 : kExitUsage;
   }
   if (confined->parsed()) {
     ConfinementPlan plan;

@@ -113,7 +113,10 @@ void Candidate::start(std::string& phase) {
   phase = "python_start";
   ::setenv("TORCH_EXTENSIONS_DIR", (fs::path(req_.build_dir) / "torch_extensions").c_str(), 1);
   try {
-    set_environment(private_cache_env());
+    // Confined, the tools' default caches (the host's /tmp/torchinductor_<user>, ...) are
+    // read-only: they go to a fresh folder of the private /tmp, gone with the process. Unconfined
+    // they stay where they are (a folder in the host's /tmp would outlive the process).
+    if (req_.confine) set_environment(private_cache_env());
     register_python_module();
     set_runtime_cache_dir(req_.nvrtc_dir);
     start_python();

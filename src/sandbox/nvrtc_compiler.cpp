@@ -144,7 +144,9 @@ CompiledProgram NvrtcCompiler::compile(const std::string& source, const CompileO
   for (const auto& opt : options.options) result.effective_options.push_back(opt);
 
   const int version = nvrtc_version();
-  nlohmann::json key_material = {{"source", source},
+  // The source by its digest: a key of bytes, not text (a Latin-1 byte in a comment is valid C++
+  // to NVRTC but not a JSON string).
+  nlohmann::json key_material = {{"source_sha256", sha256_hex(source)},
                                  {"options", result.effective_options},
                                  {"name_expressions", options.name_expressions},
                                  {"arch", options.arch},

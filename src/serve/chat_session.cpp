@@ -281,7 +281,9 @@ ChatReply ChatSession::generate(std::vector<int64_t> prompt, const ChatRequestOp
   reply.content = reply.text;
   reply.prompt_tokens = static_cast<int64_t>(prompt.size());
   reply.completion_tokens = static_cast<int64_t>(g.tokens.size());
-  reply.finish_reason = g.finish_reason == "length" && !decoder.stopped() ? "length" : "stop";
+  // Cut short by the caller (a server that is stopping, a client that left): "abort", as vLLM
+  // reports it, not a natural "stop".
+  reply.finish_reason = caller_stopped ? "abort" : g.finish_reason == "length" && !decoder.stopped() ? "length" : "stop";
   CA_ASSERT(g.logprobs.size() == g.tokens.size(), "generation returned {} log-probs for {} tokens", g.logprobs.size(),
             g.tokens.size());
   reply.prompt_token_ids = std::move(prompt);

@@ -104,15 +104,14 @@ bool read_request(int fd, const HttpServerOptions& opt, HttpRequest& req, Refusa
   }
   size_t length = 0;
   if (auto it = req.headers.find("content-length"); it != req.headers.end()) {
-    try {
-      size_t used = 0;
-      unsigned long long v = std::stoull(it->second, &used);
-      if (used != it->second.size()) throw std::invalid_argument("trailing text");
-      length = static_cast<size_t>(v);
-    } catch (const std::exception&) {
-      refusal = {400, fmt::format("Content-Length '{}' is not a number", it->second), ""};
+    // Digits only: std::stoull takes "-5" as 2^64 - 5.
+    const std::string& text = it->second;
+    const bool digits = !text.empty() && text.size() <= 19 && text.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits) {
+      refusal = {400, fmt::format("Content-Length '{}' is not a number of bytes", text), ""};
       return false;
     }
+    length = static_cast<size_t>(std::stoull(text));
   }
   if (length > opt.max_body_bytes) {
     refusal = {413, fmt::format("the request body is {} bytes; this server accepts at most {}", length,
@@ -196,6 +195,8 @@ void serve_http(const HttpServerOptions& opt, const HttpHandler& handler, const 
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
+  CA_CHECK(opt.port >= 0 && opt.port <= 65535, "port {} is out of range: give 1 to 65535, or 0 for any free port",
+           opt.port);
   const std::string port_text = std::to_string(opt.port);
   int rc = getaddrinfo(opt.host.c_str(), port_text.c_str(), &hints, &res);
   CA_CHECK(rc == 0, "cannot resolve host '{}': {}", opt.host, gai_strerror(rc));

@@ -128,6 +128,49 @@ TEST_F(Cli, CompileBadSourcePrintsLogAndNumberedSource) {
   EXPECT_NE(r.output.find("absent.cu"), std::string::npos) << r.output;
 }
 
+// NVRTC takes source bytes as they are: a Latin-1 byte in a comment compiles (it used to stop on
+// a JSON-library error naming no file); a compile error in such a file shows its log.
+TEST_F(Cli, CompileSourceThatIsNotUtf8) {
+  const fs::path cu = write("latin1.cu", "extern \"C\" __global__ void k(float* x) { x[0] = 1.0f; }  // caf\xe9\n");
+  CliRun r = run("compile " + quote(cu.string()));
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_EQ(r.output.rfind("ok: ", 0), 0u) << r.output;
+  const fs::path bad = write("latin1_bad.cu", "// caf\xe9\nextern \"C\" __global__ void k(float* x) { x[0] = 1.0f }\n");
+  r = run("compile " + quote(bad.string()));
+  EXPECT_EQ(r.rc, 1) << r.output;
+  EXPECT_NE(r.output.find("latin1_bad.cu("), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("json.exception"), std::string::npos) << r.output;
+}
+
+// A folder for --task or --solution: its model.py / model_new.py, as bench reads split folders;
+// a folder without one says so.
+TEST_F(Cli, VerifyTakesATaskOrSolutionFolder) {
+  const std::string task_dir = quote((kSourceDir / "tests/data/tasks/add").string());
+  const std::string solution_dir = quote((kSourceDir / "tests/data/solutions/add_torch_cpu").string());
+  CliRun r = run("verify --task " + task_dir + " --solution " + solution_dir + " --device cpu");
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("result    pass"), std::string::npos) << r.output;
+
+  r = run("verify --task " + quote(work_.path().string()) + " --solution " + solution_dir + " --device cpu");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("is a folder without a model.py"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("no such file"), std::string::npos) << r.output;
+  r = run("verify --task " + task_dir + " --solution " + quote(work_.path().string()) + " --device cpu");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("is a folder without a model_new.py"), std::string::npos) << r.output;
+}
+
+// serve --port outside 0-65535 is a usage error naming the option (99999 used to serve on 34463).
+TEST_F(Cli, ServePortOutOfRange) {
+  for (const char* port : {"99999", "65536", "-1"}) {
+    CliRun r = run(std::string("serve --model /nonexistent --port ") + port);
+    EXPECT_EQ(r.rc, 2) << port << ": " << r.output;
+    EXPECT_NE(r.output.find("--port"), std::string::npos) << port << ": " << r.output;
+    EXPECT_NE(r.output.find("65535"), std::string::npos) << port << ": " << r.output;
+    EXPECT_EQ(r.output.find("host"), std::string::npos) << port << ": " << r.output;
+  }
+}
+
 TEST_F(Cli, VerifyUsageErrors) {
   // A task that does not exist: exit 2 naming it.
   CliRun r = run("verify --task /nonexistent/dir/model.py --solution " + solution("add_torch_cpu") + " --device cpu");

@@ -48,7 +48,7 @@ struct ChatReply {
   std::vector<std::string> tool_call_errors;  // blocks that were not valid calls (left in content)
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;  // tokens sampled, the end-of-turn token included
-  std::string finish_reason;      // "stop", "length" or "tool_calls"
+  std::string finish_reason;      // "stop", "length", "tool_calls", or "abort" (the caller's callback stopped it)
   double seconds = 0;             // generation wall time (prefill included)
   // What the model saw and sampled, for the RL trainer: the prompt's ids; every sampled token
   // (Generation::tokens: the end-of-turn token included, special tokens and a stop string's

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <memory>
+
 #include <gtest/gtest.h>
 
 #include "../test_util.h"
@@ -26,7 +28,8 @@ struct ChatOracle {
 };
 
 ChatOracle& chat_oracle() {
-  static ChatOracle* o = [] {
+  // Held by a unique_ptr so that it is destroyed at exit and its folder removed.
+  static std::unique_ptr<ChatOracle> o([] {
     auto* o = new ChatOracle;
     const fs::path script = fs::path(CUDA_AGENT_SOURCE_DIR) / "tests/cpu/policy/chat_template_oracle.py";
     SubprocessOptions opt;
@@ -50,7 +53,7 @@ ChatOracle& chat_oracle() {
       o->data = ojson::parse(read_file(o->dir.path() / "chat.json"));
     }
     return o;
-  }();
+  }());
   return *o;
 }
 

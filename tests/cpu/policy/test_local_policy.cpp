@@ -132,6 +132,26 @@ TEST_F(LocalPolicyTiny, GreedyRepliesAreDeterministicAndSeedsDiffer) {
 // previous prompt + completion ids, which stay the sampled ids exactly. The sampled text is random
 // bytes (invalid UTF-8 included); seed 4 samples no special token mid-reply, which would make the
 // template's text differ from the kept text and end the chain (the edited-reply case below).
+// A reply the caller's callback cut short (a server that is stopping) says "abort", not "stop".
+TEST_F(LocalPolicyTiny, AReplyTheCallerStoppedFinishesWithAbort) {
+  policy::LocalPolicy local(policy::parse_local_policy_spec(spec("temperature=1&seed=3&max_new_tokens=64")));
+  policy::ChatRequestOptions opt;
+  opt.sampling.temperature = 1.0;
+  opt.sampling.seed = 3;
+  opt.sampling.max_new_tokens = 64;
+  const ojson messages = ojson::array({{{"role", "user"}, {"content", "Make it fast."}}});
+  int deltas = 0;
+  const policy::ChatReply cut =
+      local.session().chat(messages, nullptr, opt, [&](const std::string&) { return ++deltas < 2; });
+  ASSERT_GE(deltas, 2) << "the reply never streamed two pieces: " << cut.text;
+  EXPECT_EQ(cut.finish_reason, "abort");
+  EXPECT_EQ(deltas, 2);  // no callback after it said stop
+  // The same request left alone ends on its own terms.
+  const policy::ChatReply whole = local.session().chat(messages, nullptr, opt);
+  EXPECT_TRUE(whole.finish_reason == "stop" || whole.finish_reason == "length") << whole.finish_reason;
+  EXPECT_LT(cut.completion_tokens, whole.completion_tokens);
+}
+
 TEST_F(LocalPolicyTiny, TurnsOfOneConversationChainTheirTokenIds) {
   policy::LocalPolicy local(policy::parse_local_policy_spec(spec("temperature=1&seed=4&max_new_tokens=12")));
   const policy::Tokenizer& tok = local.session().tokenizer();

@@ -422,6 +422,9 @@ TEST_F(ServeSmolLM2, BadRequestsNameTheField) {
   expect_error(http(port_, "POST", "/v1/models", "{}"), 405, "", "takes GET");
   expect_error(http(port_, "GET", "/v1/completions"), 404, "", "no endpoint");
   expect_error(http(port_, "POST", "/v1/chat/completions", "", "Content-Length: 100000000\r\n"), 413, "", "at most");
+  // A negative or non-numeric length is a bad request, not a huge body.
+  expect_error(http(port_, "POST", "/v1/chat/completions", "", "Content-Length: -5\r\n"), 400, "", "not a number of bytes");
+  expect_error(http(port_, "POST", "/v1/chat/completions", "", "Content-Length: 12abc\r\n"), 400, "", "not a number of bytes");
   // The server is still healthy after all of that.
   EXPECT_EQ(http(port_, "GET", "/health").status, 200);
 }

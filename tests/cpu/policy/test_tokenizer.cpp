@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <optional>
 
+#include <memory>
+
 #include <gtest/gtest.h>
 
 #include "../test_util.h"
@@ -62,7 +64,8 @@ fs::path smollm2_gguf() {
 }
 
 Oracle& oracle() {
-  static Oracle* o = [] {
+  // Held by a unique_ptr so that it is destroyed at exit and its folder removed.
+  static std::unique_ptr<Oracle> o([] {
     auto* o = new Oracle;
     const fs::path script = fs::path(CUDA_AGENT_SOURCE_DIR) / "tests/cpu/policy/tokenizer_oracle.py";
     SubprocessOptions opt;
@@ -90,7 +93,7 @@ Oracle& oracle() {
     o->strings = json::parse(read_file(o->dir.path() / "strings.json")).get<std::vector<std::string>>();
     o->data = json::parse(read_file(o->dir.path() / "oracle.json"));
     return o;
-  }();
+  }());
   return *o;
 }
 
