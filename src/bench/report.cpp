@@ -301,7 +301,7 @@ std::string render_fast_p_svg(const nlohmann::json& metrics) {
     curves.push_back(std::move(c));
   }
   return fraction_curves_svg(curves, "fast_p: share of all tasks that are correct and faster than p",
-                             "p (speedup threshold)", "fast_p (share of all tasks)");
+                             "p (speedup threshold)", "fast_p (share of all tasks)", XMarker{1, "p = 1 (as fast)"});
 }
 
 void write_report(const fs::path& run_dir, const nlohmann::json& results, const nlohmann::json& meta) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -165,19 +166,32 @@ std::string speedup_strip_svg(const std::vector<SpeedupGroup>& groups, const std
 
 namespace {
 
-// The y axis of a line chart: fractions (0%..100%, values clamped) or a linear range fitted to
-// the data.
+// The y axis of a line chart: fractions (0%..100%, values clamped) or a range fitted to the data
+// and widened to whole ticks.
 struct YAxis {
   bool fraction = true;
-  double lo = 0, hi = 1;
+  double lo = 0, hi = 1, step = 0.2;
 };
 
+// Decimals that show a tick step exactly: 0.05 -> 2, 0.2 -> 1, 5 -> 0.
+int decimals_for(double step) { return std::max(0, static_cast<int>(std::ceil(-std::log10(step) - 1e-9))); }
+
+// "0.0984" on a 0.02 step reads "0.10"; trailing zeros of one step's decimals stay (0.10, 0.12).
+std::string tick_label(double v, double step) {
+  if (std::fabs(v) < step * 1e-6) v = 0;  // no "-0.00"
+  return fmt::format("{:.{}f}", v, decimals_for(step));
+}
+
 std::string curves_svg(const std::vector<Curve>& curves, const std::string& title, const std::string& x_label,
-                       const std::string& y_label, const YAxis& axis) {
+                       const std::string& y_label, const YAxis& axis, const std::optional<XMarker>& marker) {
   double x_max = 0;
+  bool whole_x = true;  // steps, counts: ticks at whole numbers only
   for (const Curve& c : curves)
     for (const auto& [x, y] : c.points)
-      if (std::isfinite(x) && std::isfinite(y)) x_max = std::max(x_max, x);
+      if (std::isfinite(x) && std::isfinite(y)) {
+        x_max = std::max(x_max, x);
+        whole_x = whole_x && x == std::round(x);
+      }
   if (x_max <= 0) x_max = 1;
   auto xmap = [&](double x) { return kLeft + x / x_max * (kRight - kLeft); };
   auto ymap = [&](double y) {
@@ -185,14 +199,16 @@ std::string curves_svg(const std::vector<Curve>& curves, const std::string& titl
   };
 
   std::string s = open_svg(title);
-  for (int i = 0; i <= 5; ++i) {
-    const double v = axis.lo + (axis.hi - axis.lo) * i / 5.0;
+  const int y_ticks = static_cast<int>(std::lround((axis.hi - axis.lo) / axis.step));
+  for (int i = 0; i <= y_ticks; ++i) {
+    const double v = axis.lo + axis.step * i;
     const double y = ymap(v);
     s += line(kLeft, y, kRight, y, "#e5e5e5");
     s += line(kLeft - 5, y, kLeft, y, "#333333");
-    s += text(kLeft - 8, y + 4, axis.fraction ? fmt::format("{}%", i * 20) : fmt::format("{:.3g}", v), "end");
+    s += text(kLeft - 8, y + 4, axis.fraction ? fmt::format("{:g}%", std::round(v * 1000) / 10) : tick_label(v, axis.step),
+              "end");
   }
-  const double step = nice_step(x_max, 10);
+  const double step = whole_x ? std::max(1.0, nice_step(x_max, 10)) : nice_step(x_max, 10);
   for (int i = 0; i * step <= x_max * (1 + 1e-9); ++i) {
     const double x = xmap(i * step);
     s += line(x, kBottom, x, kBottom + 5, "#333333");
@@ -200,9 +216,9 @@ std::string curves_svg(const std::vector<Curve>& curves, const std::string& titl
   }
   s += line(kLeft, kTop, kLeft, kBottom, "#333333");
   s += line(kLeft, kBottom, kRight, kBottom, "#333333");
-  if (axis.fraction && x_max > 1) {
-    s += line(xmap(1), kTop, xmap(1), kBottom, "#888888", " stroke-dasharray=\"2 3\"");
-    s += text(xmap(1) + 4, kTop + 12, "p = 1", "start", " fill=\"#666666\"");
+  if (marker && marker->x > 0 && marker->x < x_max) {
+    s += line(xmap(marker->x), kTop, xmap(marker->x), kBottom, "#888888", " stroke-dasharray=\"2 3\"");
+    s += text(xmap(marker->x) + 4, kTop + 12, marker->label, "start", " fill=\"#666666\"");
   }
   s += y_axis_title(y_label);
   s += text((kLeft + kRight) / 2, kHeight - 18, x_label);
@@ -214,8 +230,8 @@ std::string curves_svg(const std::vector<Curve>& curves, const std::string& titl
     for (const auto& [x, y] : curves[c].points) {
       if (!std::isfinite(x) || !std::isfinite(y)) continue;
       pts += fmt::format("{}{},{}", pts.empty() ? "" : " ", n2(xmap(x)), n2(ymap(y)));
-      const std::string tip = axis.fraction ? fmt::format("{}: p = {:g}, {:.1f}%", curves[c].label, x, 100 * y)
-                                            : fmt::format("{}: {:g}, {:g}", curves[c].label, x, y);
+      const std::string tip = axis.fraction ? fmt::format("{}: {} {:g}, {:.1f}%", curves[c].label, x_label, x, 100 * y)
+                                            : fmt::format("{}: {} {:g}, {:.4g}", curves[c].label, x_label, x, y);
       markers += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3.5\" fill=\"{}\"><title>{}</title></circle>\n",
                              n2(xmap(x)), n2(ymap(y)), color, xml_escape(tip));
     }
@@ -223,17 +239,14 @@ std::string curves_svg(const std::vector<Curve>& curves, const std::string& titl
       s += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", pts, color);
     s += markers;
   }
-  // Legend: top right, inside the plot area.
-  const double lx = kRight - 200, ly = kTop + 8;
-  s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"190\" height=\"{}\" fill=\"#ffffff\" fill-opacity=\"0.85\" "
-                   "stroke=\"#cccccc\"/>\n",
-                   n2(lx), n2(ly), n2(10 + 18.0 * std::max<size_t>(curves.size(), 1)));
+  // Legend: one row between the title and the plot, where it hides no data.
+  double lx = kLeft;
   for (size_t c = 0; c < curves.size(); ++c) {
-    const double y = ly + 18 + 18.0 * c;
-    s += line(lx + 8, y - 4, lx + 32, y - 4, kPalette[c % kPaletteSize], " stroke-width=\"2\"");
-    s += text(lx + 38, y, curves[c].label, "start");
+    s += line(lx, 50, lx + 24, 50, kPalette[c % kPaletteSize], " stroke-width=\"2\"");
+    s += text(lx + 30, 54, curves[c].label, "start");
+    lx += 30 + 7.0 * static_cast<double>(curves[c].label.size()) + 24;
   }
-  if (curves.empty()) s += text(lx + 95, ly + 18, "no data");
+  if (curves.empty()) s += text((kLeft + kRight) / 2, (kTop + kBottom) / 2, "no data", "middle", " fill=\"#777777\"");
   s += "</svg>\n";
   return s;
 }
@@ -241,32 +254,33 @@ std::string curves_svg(const std::vector<Curve>& curves, const std::string& titl
 }  // namespace
 
 std::string fraction_curves_svg(const std::vector<Curve>& curves, const std::string& title, const std::string& x_label,
-                                const std::string& y_label) {
-  return curves_svg(curves, title, x_label, y_label, YAxis{});
+                                const std::string& y_label, const std::optional<XMarker>& marker) {
+  return curves_svg(curves, title, x_label, y_label, YAxis{}, marker);
 }
 
 std::string line_chart_svg(const std::vector<Curve>& curves, const std::string& title, const std::string& x_label,
                            const std::string& y_label) {
-  YAxis axis{false, 0, 0};
+  double lo = 0, hi = 0;
   bool any = false;
   for (const Curve& c : curves)
     for (const auto& [x, y] : c.points)
       if (std::isfinite(x) && std::isfinite(y)) {
-        axis.lo = any ? std::min(axis.lo, y) : y;
-        axis.hi = any ? std::max(axis.hi, y) : y;
+        lo = any ? std::min(lo, y) : y;
+        hi = any ? std::max(hi, y) : y;
         any = true;
       }
-  if (!any) axis = YAxis{false, 0, 1};
-  if (axis.hi - axis.lo < 1e-12) {  // a flat line: a band around it
-    const double pad = std::max(std::fabs(axis.lo) * 0.1, 1e-3);
-    axis.lo -= pad;
-    axis.hi += pad;
-  } else {
-    const double pad = (axis.hi - axis.lo) * 0.05;
-    axis.lo -= pad;
-    axis.hi += pad;
+  if (!any) lo = 0, hi = 1;
+  if (hi - lo < 1e-12) {  // a flat line: a band around it
+    const double pad = std::max(std::fabs(lo) * 0.1, 1e-3);
+    lo -= pad;
+    hi += pad;
   }
-  return curves_svg(curves, title, x_label, y_label, axis);
+  // Whole ticks of a 1-2-5 step, about five of them, around the data.
+  YAxis axis{false, 0, 0, nice_step(hi - lo, 5)};
+  axis.lo = std::floor(lo / axis.step + 1e-9) * axis.step;
+  axis.hi = std::ceil(hi / axis.step - 1e-9) * axis.step;
+  if (axis.hi <= axis.lo) axis.hi = axis.lo + axis.step;
+  return curves_svg(curves, title, x_label, y_label, axis, std::nullopt);
 }
 
 }  // namespace cuda_agent::bench

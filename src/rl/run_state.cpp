@@ -105,31 +105,37 @@ void MetricsLog::truncate_after(const fs::path& path, int64_t step) {
 }
 
 std::vector<fs::path> write_training_plots(const std::vector<nlohmann::json>& records, const fs::path& dir) {
+  struct Series {
+    const char* key;    // the metrics.jsonl field
+    const char* label;  // the legend's words
+  };
   struct Chart {
     const char* file;
     const char* title;
     const char* y_label;
-    std::vector<const char*> keys;
-    bool fraction;
+    std::vector<Series> series;
+    bool fraction;  // a 0-100% axis; otherwise fitted to the data (clip shares are a few percent)
   };
   const std::vector<Chart> charts = {
-      {"reward.svg", "Reward per step (mean over episodes)", "reward", {"reward_mean"}, false},
+      {"reward.svg", "Reward per step (mean over episodes)", "reward", {{"reward_mean", "mean reward"}}, false},
       {"rates.svg", "Pass and faster-than-torch.compile rates", "share of episodes",
-       {"pass_rate", "faster_than_compile_rate"}, true},
-      {"kl.svg", "KL to the reference policy", "KL", {"kl"}, false},
-      {"entropy.svg", "Policy entropy per token", "nats", {"entropy"}, false},
-      {"losses.svg", "Losses", "loss", {"policy_loss", "value_loss"}, false},
-      {"clip_fraction.svg", "Clipped share of policy tokens", "share of tokens", {"clip_fraction"}, true},
-      {"response_length.svg", "Response length (tokens per episode)", "tokens", {"response_length_mean"}, false},
+       {{"pass_rate", "correct"}, {"faster_than_compile_rate", "correct and faster than torch.compile"}}, true},
+      {"kl.svg", "KL to the reference policy", "KL", {{"kl", "KL (per token)"}}, false},
+      {"entropy.svg", "Policy entropy per token", "nats", {{"entropy", "entropy"}}, false},
+      {"losses.svg", "Losses", "loss", {{"policy_loss", "policy loss"}, {"value_loss", "value loss"}}, false},
+      {"clip_fraction.svg", "Clipped share of policy tokens", "share of tokens", {{"clip_fraction", "clipped share"}},
+       false},
+      {"response_length.svg", "Response length (tokens per episode)", "tokens",
+       {{"response_length_mean", "mean tokens"}}, false},
   };
   std::vector<fs::path> written;
   for (const Chart& chart : charts) {
     std::vector<bench::Curve> curves;
-    for (const char* key : chart.keys) {
-      bench::Curve c{key, {}};
+    for (const Series& series : chart.series) {
+      bench::Curve c{series.label, {}};
       for (const auto& r : records)
-        if (r.contains(key) && r[key].is_number() && r.contains("step") && r["step"].is_number())
-          c.points.emplace_back(r["step"].get<double>(), r[key].get<double>());
+        if (r.contains(series.key) && r[series.key].is_number() && r.contains("step") && r["step"].is_number())
+          c.points.emplace_back(r["step"].get<double>(), r[series.key].get<double>());
       if (!c.points.empty()) curves.push_back(std::move(c));
     }
     if (curves.empty()) continue;

@@ -254,7 +254,8 @@ TEST(Report, WriteReportWritesFourFiles) {
     EXPECT_NE(strip.find(s), std::string::npos) << s;
   const std::string fast = read_file(dir.path() / "run" / "fast_p.svg");
   expect_svg(fast, "fast_p.svg");
-  for (const char* s : {"vs eager", "vs torch.compile", "<polyline", ">100%<"}) EXPECT_NE(fast.find(s), std::string::npos) << s;
+  for (const char* s : {"vs eager", "vs torch.compile", "<polyline", ">100%<", ">p = 1 (as fast)<"})
+    EXPECT_NE(fast.find(s), std::string::npos) << s;
 }
 
 TEST(SvgPlot, EscapesAndIsDeterministic) {

@@ -6,6 +6,7 @@
 // Thread-safe (pure functions).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -34,15 +35,24 @@ struct Curve {
   std::vector<std::pair<double, double>> points;
 };
 
-// A line chart of curves whose y values are fractions in [0, 1] (drawn as 0%..100%), over a
-// linear x axis from 0 to the largest x. Each point gets a marker with a <title> tooltip; a
-// dotted vertical line marks x = 1 when it lies inside the axis. Colours follow the order of
-// `curves`. Non-finite points are skipped.
-std::string fraction_curves_svg(const std::vector<Curve>& curves, const std::string& title,
-                                const std::string& x_label, const std::string& y_label);
+// A dotted vertical line at `x` with a label beside its top ("p = 1" on a fast_p chart).
+struct XMarker {
+  double x = 0;
+  std::string label;
+};
 
-// A line chart of curves over linear axes, the y range fitted to the data (training curves:
-// reward, KL, losses). Same conventions as fraction_curves_svg otherwise.
+// A line chart of curves whose y values are fractions in [0, 1] (drawn as 0%..100%, ticks every
+// 20%), over a linear x axis from 0 to the largest x; when every x is a whole number (steps) the
+// x ticks are whole numbers too. Each point gets a marker with a <title> tooltip; the legend is a
+// row under the title; `marker`, when given and inside the axis, draws its line. Colours follow
+// the order of `curves`. Non-finite points are skipped.
+std::string fraction_curves_svg(const std::vector<Curve>& curves, const std::string& title,
+                                const std::string& x_label, const std::string& y_label,
+                                const std::optional<XMarker>& marker = std::nullopt);
+
+// A line chart of curves over linear axes, the y range fitted to the data and widened to whole
+// ticks of a 1-2-5 step, labelled with that step's decimals (0.10, 0.12; 450, 500) (training
+// curves: reward, KL, losses). Same conventions as fraction_curves_svg otherwise.
 std::string line_chart_svg(const std::vector<Curve>& curves, const std::string& title, const std::string& x_label,
                            const std::string& y_label);
 

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <algorithm>
+#include <cctype>
 #include <set>
 
 #include "cuda_agent/core/error.h"
@@ -62,8 +64,45 @@ TEST(TrainingPlots, OneFilePerMetricPresent) {
   EXPECT_EQ(names, (std::set<std::string>{"reward.svg", "rates.svg", "kl.svg"}));
   const std::string svg = read_file(dir.path() / "plots" / "reward.svg");
   EXPECT_NE(svg.find("<svg"), std::string::npos);
-  EXPECT_NE(svg.find("reward_mean: 4, 3"), std::string::npos);  // the last point's tooltip
+  EXPECT_NE(svg.find("mean reward: step 4, 3"), std::string::npos);  // the last point's tooltip
   EXPECT_TRUE(write_training_plots({}, dir.path() / "none").empty());
+}
+
+// The charts as a reader sees them: whole steps on the x axis, y ticks on round values, no
+// marker borrowed from the fast_p chart, legends in words.
+TEST(TrainingPlots, AxesReadAsARoundedScale) {
+  TempDir dir("ca-rl-plots-");
+  std::vector<nlohmann::json> records;
+  for (int s = 1; s <= 3; ++s)
+    records.push_back({{"step", s}, {"reward_mean", -0.9 + 0.0371 * s}, {"pass_rate", 0.0984 * s}, {"kl", 0.00123 * s},
+                       {"response_length_mean", 451.3 + 13.7 * s}});
+  write_training_plots(records, dir.path());
+  // The x tick labels of a chart: the <text> elements on the axis line's baseline.
+  auto texts = [](const std::string& svg) {
+    std::vector<std::string> out;
+    for (size_t at = svg.find("<text"); at != std::string::npos; at = svg.find("<text", at + 1)) {
+      const size_t open = svg.find('>', at), close = svg.find("</text>", at);
+      out.push_back(svg.substr(open + 1, close - open - 1));
+    }
+    return out;
+  };
+  const std::string rates = read_file(dir.path() / "rates.svg");
+  EXPECT_EQ(rates.find("p = 1"), std::string::npos);
+  const auto rate_texts = texts(rates);
+  for (const char* t : {"0%", "20%", "100%", "correct", "0", "1", "2", "3"})
+    EXPECT_NE(std::find(rate_texts.begin(), rate_texts.end(), t), rate_texts.end()) << t;
+  for (const std::string& t : rate_texts) EXPECT_EQ(t.find(".5"), std::string::npos) << "a fractional step: " << t;
+  const auto reward = texts(read_file(dir.path() / "reward.svg"));
+  for (const char* t : {"-0.88", "-0.80", "mean reward"})
+    EXPECT_NE(std::find(reward.begin(), reward.end(), t), reward.end()) << t;
+  const auto kl = texts(read_file(dir.path() / "kl.svg"));
+  for (const char* t : {"0.001", "0.004"}) EXPECT_NE(std::find(kl.begin(), kl.end(), t), kl.end()) << t;
+  const auto length = texts(read_file(dir.path() / "response_length.svg"));
+  for (const char* t : {"460", "500"}) EXPECT_NE(std::find(length.begin(), length.end(), t), length.end()) << t;
+  for (const auto* chart : {&reward, &kl, &length})
+    for (const std::string& t : *chart)  // no unrounded tick such as 0.0984 or 45.1
+      if (!t.empty() && (std::isdigit(static_cast<unsigned char>(t.back())) != 0))
+        EXPECT_LE(t.size(), 6u) << t;
 }
 
 TEST(TaskCursor, EveryTaskOncePerEpochAndResumable) {
