@@ -5,6 +5,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cuda_agent/bench/metrics.h"
 #include "cuda_agent/bench/report.h"
@@ -86,7 +87,9 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
   nlohmann::json all = nlohmann::json::array();
   for (auto& r : results) all.push_back(r);
   nlohmann::json meta = {{"split", split.name}, {"policy", spec.episode.policy}, {"run_dir", spec.output_dir.string()},
-                         {"max_turns", spec.episode.agent.max_turns}, {"single_turn", spec.episode.agent.single_turn}};
+                         {"max_turns", spec.episode.agent.max_turns}, {"single_turn", spec.episode.agent.single_turn},
+                         {"device", spec.episode.device == "cpu" ? "cpu (verified only: nothing timed)"
+                                                                 : fmt::format("cuda (GPUs {})", fmt::join(spec.gpus, ","))}};
   bench::write_report(spec.output_dir, all, meta);
   return {{"split", split.name}, {"results", all}, {"metrics", bench::compute_metrics(all)}};
 }

@@ -29,6 +29,7 @@ bool is_raw_speedup_kind(const json& r) {
 // Running sums for one level (or the whole run).
 struct Tally {
   int tasks = 0, passed = 0, faster_eager = 0, faster_compile = 0;
+  int not_timed = 0;                       // passing results that were verified only (mode "verify": no GPU)
   int n_eager = 0, n_compile = 0;          // passing results with that speedup
   double log_eager = 0, log_compile = 0;   // sums of log(speedup) over those
   double reward_sum = 0;
@@ -53,6 +54,7 @@ struct Tally {
       return;
     }
     ++passed;
+    if (string_field(r, "mode") == "verify") ++not_timed;
     const double bar = 1.0 + speedup_margin(r);
     const std::optional<double> eager = usable_speedup(r, "speedup_vs_eager");
     const std::optional<double> compile = usable_speedup(r, "speedup_vs_compile");
@@ -83,6 +85,7 @@ struct Tally {
     return {{"tasks", tasks},
             {"passed", passed},
             {"pass_rate", rate(passed)},
+            {"passed_not_timed", not_timed},
             {"faster_than_eager", faster_eager},
             {"faster_than_eager_rate", rate(faster_eager)},
             {"faster_than_compile", faster_compile},
@@ -192,6 +195,9 @@ nlohmann::json metric_conventions() {
                       "count as not passing and not faster"},
       {"faster", "speedup > 1 + margin (strictly), margin = the result's options.speedup_margin (default 0.05), as in "
                  "the reward; a speedup counts only when it is a finite number > 0"},
+      {"not_timed", "passed_not_timed counts passing results that were verified only (mode verify: a run without a "
+                    "GPU); they have no speedup, count as not faster, and the report marks their speed columns "
+                    "'not timed' instead of showing 0%"},
       {"faster_than_compile", "where torch.compile was not timed for a passing result (speedup_vs_compile null), it "
                               "counts as faster than compile iff it is faster than eager, as in the reward"},
       {"geomean_correct_only", "geometric mean over the passing results that have that speedup (null if none)"},

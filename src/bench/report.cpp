@@ -53,6 +53,20 @@ void meta_section(std::ostringstream& out, const json& meta) {
   out << "\n";
 }
 
+// Passing results of a row that were verified only (no GPU): their speed is unknown, not 0%.
+int not_timed(const json& m) { return static_cast<int>(number_field(m, "passed_not_timed").value_or(0)); }
+bool nothing_timed(const json& m) {
+  const int passed = static_cast<int>(number_field(m, "passed").value_or(0));
+  return passed > 0 && not_timed(m) == passed;
+}
+
+// A speed cell: "not timed" where every correct result was verified only, and the count of those
+// that were beside the figure where some were.
+std::string speed_cell(const json& m, const std::string& figure) {
+  if (nothing_timed(m)) return "not timed";
+  return not_timed(m) > 0 ? fmt::format("{} ({} correct not timed)", figure, not_timed(m)) : figure;
+}
+
 void table1_section(std::ostringstream& out, const json& metrics) {
   out << "## Results (Table 1 of the CUDA Agent paper)\n\n"
       << "| level | tasks | pass | faster than eager | faster than compile | geomean vs eager | geomean vs compile |\n"
@@ -60,12 +74,16 @@ void table1_section(std::ostringstream& out, const json& metrics) {
   for (const auto& [label, m] : table_rows(metrics))
     out << fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", label, meta_value(field(*m, "tasks")),
                        fmt_fraction(*m, "passed", "pass_rate"),
-                       fmt_fraction(*m, "faster_than_eager", "faster_than_eager_rate"),
-                       fmt_fraction(*m, "faster_than_compile", "faster_than_compile_rate"),
-                       fmt_speedup(field(*m, "geomean_vs_eager_correct_only")),
-                       fmt_speedup(field(*m, "geomean_vs_compile_correct_only")));
+                       speed_cell(*m, fmt_fraction(*m, "faster_than_eager", "faster_than_eager_rate")),
+                       speed_cell(*m, fmt_fraction(*m, "faster_than_compile", "faster_than_compile_rate")),
+                       nothing_timed(*m) ? "not timed" : fmt_speedup(field(*m, "geomean_vs_eager_correct_only")),
+                       nothing_timed(*m) ? "not timed" : fmt_speedup(field(*m, "geomean_vs_compile_correct_only")));
   out << "\nRates are over all tasks of the level; geomeans here are over correct results only (see the next "
          "table and the conventions at the end).\n\n";
+  if (not_timed(field(metrics, "overall")) > 0)
+    out << fmt::format("{} correct result(s) were verified only (a run without a GPU: `--device cpu`): their "
+                       "speed was not measured, so they count as correct and not faster.\n\n",
+                       not_timed(field(metrics, "overall")));
 
   out << "## Geomean speedup: correct only vs failures as 1.0x\n\n"
       << "| level | vs eager, correct only | vs eager, failures as 1.0x | vs compile, correct only | "
@@ -83,6 +101,10 @@ void table1_section(std::ostringstream& out, const json& metrics) {
 }
 
 void fast_p_section(std::ostringstream& out, const json& metrics) {
+  if (nothing_timed(field(metrics, "overall"))) {
+    out << "## fast_p\n\nNot measured: every correct result was verified only, nothing was timed.\n\n";
+    return;
+  }
   for (const auto& [key, name] : {std::pair{"fast_p_eager", "eager"}, std::pair{"fast_p_compile", "torch.compile"}}) {
     out << fmt::format("## fast_p vs {} (KernelBench; denominator: all tasks)\n\n| level |", name);
     for (double p : kFastPThresholds) out << fmt::format(" fast_{:g} |", p);
@@ -293,6 +315,9 @@ std::string render_speedup_by_level_svg(const nlohmann::json& results) {
 std::string render_fast_p_svg(const nlohmann::json& metrics) {
   const json& overall = field(metrics, "overall");
   std::vector<Curve> curves;
+  if (nothing_timed(overall))  // no data, rather than curves that fall to 0% past p = 0
+    return fraction_curves_svg(curves, "fast_p: not measured (verified only, nothing timed)", "p (speedup threshold)",
+                               "fast_p (share of all tasks)");
   for (const auto& [key, label] :
        {std::pair{"fast_p_eager", "vs eager"}, std::pair{"fast_p_compile", "vs torch.compile"}}) {
     Curve c{label, {}};

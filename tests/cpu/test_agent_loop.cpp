@@ -331,6 +331,17 @@ TEST(AgentEval, EpisodesOverASplitFeedTheBenchReport) {
                         "episodes/add/trajectory.jsonl", "episodes/linear/workspace/model_new.py"})
     EXPECT_TRUE(std::filesystem::exists(spec.output_dir / f)) << f;
   EXPECT_NE(progress.str().find("2/2"), std::string::npos) << progress.str();
+  // Without a GPU nothing is timed: the report records the device and says "not timed" where a
+  // GPU run has speeds, rather than "0% faster".
+  EXPECT_EQ(out["results"][0]["mode"], "verify");
+  EXPECT_EQ(out["metrics"]["overall"]["passed_not_timed"], 1);
+  const std::string md = read_file(spec.output_dir / "report.md");
+  EXPECT_NE(md.find("- **device**: cpu (verified only: nothing timed)"), std::string::npos) << md;
+  EXPECT_NE(md.find("| **Overall** | 2 | 50.0% (1/2) | not timed | not timed | not timed | not timed |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("Not measured: every correct result was verified only"), std::string::npos) << md;
+  EXPECT_EQ(md.find("fast_1.5"), std::string::npos) << md;
 }
 
 // A policy that cannot work fails eval before its first episode, with the error solve gives,

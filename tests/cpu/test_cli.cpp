@@ -229,6 +229,27 @@ TEST_F(Cli, GpuVerbsOnAGpuLessMachine) {
   EXPECT_NE(r.output.find("only verify runs with --device cpu"), std::string::npos) << r.output;
 }
 
+// The main job on a machine without a GPU says so before installing or building anything, and
+// names what works on the CPU.
+TEST_F(Cli, MainJobOnAGpuLessMachineStopsBeforeSetup) {
+  if (machine_has_gpu()) GTEST_SKIP() << "this machine has a GPU";
+  const fs::path build = work_.path() / "never-built";
+  const std::string cmd = "cd " + quote(kSourceDir.string()) + " && CUDA_AGENT_BUILD=" + quote(build.string()) +
+                          " scripts/run.sh 2>&1";
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
+  const int status = ::pclose(pipe);
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2) << output;
+  EXPECT_NE(output.find("no NVIDIA GPU"), std::string::npos) << output;
+  EXPECT_NE(output.find("Nothing was installed or built"), std::string::npos) << output;
+  EXPECT_NE(output.find("scripts/run.sh --device cpu"), std::string::npos) << output;
+  EXPECT_EQ(output.find("[setup]"), std::string::npos) << output;
+  EXPECT_FALSE(fs::exists(build)) << "setup ran";
+}
+
 TEST_F(Cli, DoctorReportsTheMissingGpu) {
   if (machine_has_gpu()) GTEST_SKIP() << "this machine has a GPU";
   CliRun r = run("doctor");

@@ -238,6 +238,33 @@ TEST(Report, MarkdownTables) {
   EXPECT_NE(md.find("over ALL tasks"), std::string::npos);
 }
 
+// Verified-only results (a run without a GPU) have no speed: "not timed", never "0% faster";
+// where some results were timed, the count of the others stands beside the figure.
+TEST(Report, VerifiedOnlyResultsAreNotTimedRatherThanSlow) {
+  json verified = pass("v", 1, 1, 1.0, 1.0);
+  verified["mode"] = "verify";
+  verified.erase("speedup_vs_eager"), verified.erase("speedup_vs_compile"), verified.erase("timings");
+  const json only = json::array({verified, fail("f", 1, "mismatch")});
+  json metrics = compute_metrics(only);
+  EXPECT_EQ(metrics["overall"]["passed_not_timed"], 1);
+  std::string md = render_report_md(metrics, only, json::object());
+  EXPECT_NE(md.find("| **Overall** | 2 | 50.0% (1/2) | not timed | not timed | not timed | not timed |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("Not measured"), std::string::npos) << md;
+  EXPECT_EQ(render_fast_p_svg(metrics).find("<polyline"), std::string::npos);
+
+  const json mixed = json::array({verified, pass("t", 1, 3, 2.0, 1.5)});
+  metrics = compute_metrics(mixed);
+  md = render_report_md(metrics, mixed, json::object());
+  EXPECT_NE(md.find("50.0% (1/2) (1 correct not timed)"), std::string::npos) << md;
+  EXPECT_NE(md.find("fast_1.5"), std::string::npos) << md;
+  // A timed run has no such marks.
+  md = render_report_md(compute_metrics(fixture()), fixture(), json::object());
+  EXPECT_EQ(md.find("| not timed"), std::string::npos) << md;
+  EXPECT_EQ(md.find("correct not timed"), std::string::npos) << md;
+}
+
 TEST(Report, WriteReportWritesFourFiles) {
   TempDir dir("ca-report-");
   const json meta = {{"split", "<fixture & co>"}, {"date", "2026-12-01"}};
