@@ -4,6 +4,7 @@
 
 #include "background_shells.h"
 #include "builtin_tools.h"
+#include "cuda_agent/core/confinement.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 
@@ -20,7 +21,10 @@ std::map<std::string, std::string> shell_environment(const Workspace& workspace,
   std::map<std::string, std::string> out = {
       {"PATH", path != nullptr && path[0] != '\0' ? path : kDefaultPath},
       {"HOME", workspace.root().string()},
-      {"LANG", lang != nullptr && lang[0] != '\0' ? lang : "C.UTF-8"}};
+      {"LANG", lang != nullptr && lang[0] != '\0' ? lang : "C.UTF-8"},
+      // The host's temporary directory, where the GPU lock files are: an evaluation the shell
+      // starts (verify.sh) takes the same locks as ours, whatever TMPDIR the shell gets.
+      {"CUDA_AGENT_HOST_TMPDIR", host_temp_directory().string()}};
   for (const auto& [name, value] : env) {
     CA_CHECK(!name.empty() && name.find('=') == std::string::npos,
              "invalid environment variable name '{}' for the tools' shells", name);

@@ -405,7 +405,11 @@ void confine_this_process(const ConfinementPlan& plan) {
 
 std::vector<std::pair<std::string, std::string>> private_cache_env() {
   std::random_device random;
-  const std::string root = fmt::format("/tmp/cuda-agent-caches-{:08x}{:08x}", random(), random());
+  return private_cache_env(fmt::format("/tmp/cuda-agent-caches-{:08x}{:08x}", random(), random()));
+}
+
+std::vector<std::pair<std::string, std::string>> private_cache_env(const std::filesystem::path& root_path) {
+  const std::string root = root_path.string();
   return {{"CUDA_AGENT_HOST_TMPDIR", host_temp_directory().string()},
           {"TORCHINDUCTOR_CACHE_DIR", root + "/inductor"},
           {"TRITON_CACHE_DIR", root + "/triton"},

@@ -113,10 +113,15 @@ void Candidate::start(std::string& phase) {
   phase = "python_start";
   ::setenv("TORCH_EXTENSIONS_DIR", (fs::path(req_.build_dir) / "torch_extensions").c_str(), 1);
   try {
-    // Confined, the tools' default caches (the host's /tmp/torchinductor_<user>, ...) are
-    // read-only: they go to a fresh folder of the private /tmp, gone with the process. Unconfined
-    // they stay where they are (a folder in the host's /tmp would outlive the process).
-    if (req_.confine) set_environment(private_cache_env());
+    // The tools' caches (torch.compile's, Triton's, ...) and TMPDIR: confined, in a fresh folder
+    // of the private /tmp, gone with the process (the host's defaults, /tmp/torchinductor_<user>,
+    // are read-only there); unconfined, in the judge's scratch folder, removed after the
+    // evaluation (neither leaves anything in the host's /tmp).
+    if (req_.confine) {
+      set_environment(private_cache_env());
+    } else if (!req_.scratch_dir.empty()) {
+      set_environment(private_cache_env(req_.scratch_dir));
+    }
     register_python_module();
     set_runtime_cache_dir(req_.nvrtc_dir);
     start_python();
@@ -344,7 +349,7 @@ int Candidate::serve() {
 nlohmann::json CandidateRequest::to_json() const {
   return {{"task_path", task_path}, {"solution_path", solution_path}, {"device", device},
           {"confine", confine},     {"nvrtc_dir", nvrtc_dir},         {"build_dir", build_dir},
-          {"hidden", hidden},       {"tmpfs_bytes", tmpfs_bytes}};
+          {"hidden", hidden},       {"tmpfs_bytes", tmpfs_bytes},     {"scratch_dir", scratch_dir}};
 }
 
 CandidateRequest CandidateRequest::from_json(const nlohmann::json& j) {
@@ -357,6 +362,7 @@ CandidateRequest CandidateRequest::from_json(const nlohmann::json& j) {
   r.build_dir = j.at("build_dir");
   r.hidden = j.value("hidden", std::vector<std::string>{});
   r.tmpfs_bytes = j.value("tmpfs_bytes", uint64_t{0});
+  r.scratch_dir = j.value("scratch_dir", "");
   return r;
 }
 

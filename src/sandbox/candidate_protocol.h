@@ -36,6 +36,9 @@ struct CandidateRequest {
   std::string build_dir;        // the solution's own nvcc builds (kernels/, TORCH_EXTENSIONS_DIR)
   std::vector<std::string> hidden;  // folders the confinement empties (the cache's secret)
   uint64_t tmpfs_bytes = 0;
+  // Unconfined, the tools' caches and TMPDIR go here (a folder of the judge's scratch, removed
+  // with it); confined they go to the private /tmp.
+  std::string scratch_dir;
 
   nlohmann::json to_json() const;
   static CandidateRequest from_json(const nlohmann::json& j);

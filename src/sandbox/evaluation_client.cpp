@@ -43,23 +43,6 @@ void remember_unconfinable(const std::string& reason) {
   CA_LOG_WARN("sandbox", "candidate processes run unconfined from now on (sandbox.confine: auto): {}", reason);
 }
 
-EvalResult failure_header(const EvalRequest& request) {
-  EvalResult r;
-  r.task_id = request.task_id;
-  r.task_path = request.task_path;
-  r.solution_path = request.solution_path;
-  r.task_sha256 = file_sha256(request.task_path);
-  r.solution_sha256 = solution_fingerprint(request.solution_path);
-  r.mode = to_string(request.mode);
-  r.reward = -1.0;
-  r.reward_kind = request.options.reward;
-  r.precision = request.options.precision;
-  r.options = request.options.to_json();
-  r.gpu = request.gpu;
-  r.confine = request.options.confine;
-  return r;
-}
-
 ProcessReport report_of(const SubprocessResult& run) {
   ProcessReport p;
   p.exit_code = run.exit_code;
@@ -98,10 +81,27 @@ std::optional<EvalResult> read_result(const fs::path& path, const std::string& k
 
 }  // namespace
 
+EvalResult result_header(const EvalRequest& req) {
+  EvalResult r;
+  r.task_id = req.task_id;
+  r.task_path = req.task_path;
+  r.task_sha256 = file_sha256(req.task_path);
+  r.solution_path = req.solution_path;
+  r.solution_sha256 = req.mode == EvalMode::kBaselines ? "" : solution_fingerprint(req.solution_path);
+  r.mode = to_string(req.mode);
+  r.reward = -1.0;
+  r.reward_kind = req.options.reward;
+  r.precision = req.options.precision;
+  r.options = req.options.to_json();
+  r.gpu = req.gpu;
+  r.confine = req.options.confine;
+  return r;
+}
+
 EvalResult evaluate(const EvalRequest& request) {
   const auto start = std::chrono::steady_clock::now();
   auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  EvalResult failure = failure_header(request);
+  EvalResult failure = result_header(request);
   try {
     EvalRequest judged = request;
     if (request.options.confine == "off") {

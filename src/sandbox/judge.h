@@ -23,8 +23,9 @@
 
 namespace cuda_agent::sandbox {
 
-// What the judge makes of one run of the candidate's forward.
-struct CandidateRun {
+// What the judge makes of one run of the candidate's forward. Hidden visibility, as pybind11
+// requires for types holding Python objects (and Judge below).
+struct __attribute__((visibility("hidden"))) CandidateRun {
   double ms = 0;               // the candidate process's claim
   double round_trip_ms = 0;    // the judge's own clock: inputs sent to outputs back
   pybind11::object outputs;    // views into the output block: compare before the next run
@@ -42,7 +43,7 @@ struct RunFlags {
   bool defer_report = false;
 };
 
-struct Judge {
+struct __attribute__((visibility("hidden"))) Judge {
   using Clock = std::chrono::steady_clock;
 
   Judge(const EvalRequest& request, const SandboxOptions& options, EvalResult& out)

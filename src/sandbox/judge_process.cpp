@@ -36,23 +36,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-EvalResult result_header(const EvalRequest& req) {
-  EvalResult r;
-  r.task_id = req.task_id;
-  r.task_path = req.task_path;
-  r.task_sha256 = file_sha256(req.task_path);
-  r.solution_path = req.solution_path;
-  r.solution_sha256 = req.mode == EvalMode::kBaselines ? "" : solution_fingerprint(req.solution_path);
-  r.mode = to_string(req.mode);
-  r.reward = -1.0;
-  r.reward_kind = req.options.reward;
-  r.precision = req.options.precision;
-  r.options = req.options.to_json();
-  r.gpu = req.gpu;
-  r.confine = req.options.confine;
-  return r;
-}
-
 // What the candidate process may write and what it must not see.
 CandidateRequest candidate_request(const EvalRequest& req, const std::string& fingerprint) {
   const fs::path cache = req.options.resolved_cache_dir();
@@ -109,6 +92,7 @@ class CandidateStart {
  public:
   CandidateStart(Judge& j, const fs::path& dir, CandidateRequest request)
       : j_(j), dir_(dir), request_(std::move(request)) {
+    request_.scratch_dir = (dir_ / "candidate-scratch").string();  // the evaluation's folder: removed with it
     spawn();
   }
   CandidateClient* client() { return client_.get(); }

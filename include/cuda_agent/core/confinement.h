@@ -81,6 +81,9 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
 // callers create it once confined (set_environment). CUDA_AGENT_HOST_TMPDIR keeps the temporary
 // directory the process had before (host_temp_directory()).
 std::vector<std::pair<std::string, std::string>> private_cache_env();
+// The same variables under `root` instead (an unconfined process, whose /tmp is the host's: a
+// folder its parent removes afterwards, so nothing outlives the process there).
+std::vector<std::pair<std::string, std::string>> private_cache_env(const std::filesystem::path& root);
 
 // Sets each variable of `env` (private_cache_env()'s, say) in this process and creates the folder
 // its TMPDIR names, if it names one. Throws Error naming the folder when it cannot be created.

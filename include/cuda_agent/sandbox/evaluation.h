@@ -122,6 +122,11 @@ struct EvalRequest {
 // of its kernels/ folder (names and contents, in name order). Empty when unreadable.
 std::string solution_fingerprint(const std::string& solution_path);
 
+// A result that names the request (task, solution and their digests, mode, options, GPU) with
+// reward -1 and nothing measured: where the judge's result starts, and the caller's when no
+// judge result comes back.
+EvalResult result_header(const EvalRequest& request);
+
 // Runs the request in a judge process and its candidate process and returns the result.
 // Thread-safe; never throws for anything the solution or task does. Under options.confine
 // "auto", the first candidate that cannot be confined for a reason of this machine's (the

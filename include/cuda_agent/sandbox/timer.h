@@ -35,7 +35,8 @@ struct Window {
   bool contains(uint64_t start, uint64_t end) const { return start >= start_ns && end <= end_ns; }
 };
 
-struct TimedRun {
+// Hidden visibility, as pybind11 requires for types holding Python objects.
+struct __attribute__((visibility("hidden"))) TimedRun {
   pybind11::object output;
   double ms = 0;
   Window window;
