@@ -135,6 +135,11 @@ void write_file_atomic(const std::filesystem::path& path, std::string_view conte
   }
 }
 
+std::string tail_text(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  return "...\n" + std::string(text.substr(text.size() - max_bytes));
+}
+
 TempDir::TempDir(const std::string& prefix, const std::filesystem::path& base) {
   CA_CHECK(prefix.find('/') == std::string::npos,
            "TempDir prefix '{}' contains '/'; give a plain name and pass the parent as base",

@@ -61,16 +61,25 @@ CandidateClient::~CandidateClient() {
   if (monitor_.joinable()) monitor_.join();
 }
 
+bool CandidateClient::wait_done(double seconds) {
+  const auto until = Clock::now() + std::chrono::duration<double>(seconds);
+  while (!done_ && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  return done_;
+}
+
 void CandidateClient::stop() {
   cancel_ = true;
-  const auto until = Clock::now() + std::chrono::duration<double>(kExitWaitS);
-  while (!done_ && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  wait_done(kExitWaitS);
+}
+
+std::string CandidateClient::timeout_text(const std::string& what) const {
+  return fmt::format("the evaluation did not finish within {} s (it was in phase '{}', {}); an endless kernel or a "
+                     "hanging Python call is the usual cause",
+                     timeout_s_, phase_, what);
 }
 
 void CandidateClient::died(const std::string& what, bool started) {
-  const auto until = Clock::now() + std::chrono::duration<double>(kExitWaitS);
-  while (!done_ && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  if (!done_) stop();
+  if (!wait_done(kExitWaitS)) stop();
   const SubprocessResult& r = result_;
   Category category = Category::kCrash;
   std::string text;
@@ -80,9 +89,7 @@ void CandidateClient::died(const std::string& what, bool started) {
                        r.describe());
   } else if (r.timed_out) {
     category = Category::kTimeout;
-    text = fmt::format("the evaluation did not finish within {} s (it was in phase '{}', {}); an endless kernel or a "
-                       "hanging Python call is the usual cause",
-                       timeout_s_, phase_, what);
+    text = timeout_text(what);
   } else if (r.term_signal != 0) {
     text = fmt::format("the candidate process crashed in phase '{}' ({}): {}", phase_, what, r.describe());
   } else {
@@ -101,10 +108,7 @@ ChannelMessage CandidateClient::receive(const std::string& what, double timeout_
     stop();
     if (e.kind() == ChannelError::Kind::kTimeout) {
       out_of_time_ = true;
-      const std::string text = fmt::format(
-          "the evaluation did not finish within {} s (it was in phase '{}', {}); an endless kernel or a hanging "
-          "Python call is the usual cause",
-          timeout_s_, phase_, what);
+      const std::string text = timeout_text(what);
       if (!started) throw CandidateStartupFailure{"start", text};
       throw Failure{Category::kTimeout, text};
     }
@@ -169,23 +173,16 @@ nlohmann::json CandidateClient::call(const std::string& what, const nlohmann::js
 }
 
 ProcessReport CandidateClient::wait(double timeout_s) {
-  const auto until = Clock::now() + std::chrono::duration<double>(timeout_s);
-  while (!done_ && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  if (!done_) stop();
+  if (!wait_done(timeout_s)) stop();
   if (monitor_.joinable() && done_) monitor_.join();
-  ProcessReport p;
-  p.exit_code = result_.exit_code;
-  p.signal = result_.term_signal;
-  p.timed_out = result_.timed_out || out_of_time_;
-  p.memory_exceeded = result_.memory_exceeded;
-  p.peak_rss_bytes = result_.peak_rss_bytes;
+  ProcessReport p = ProcessReport::of(result_);
+  p.timed_out = p.timed_out || out_of_time_;
   return p;
 }
 
 std::string CandidateClient::log_tail(size_t max_bytes) const {
   try {
-    const std::string text = read_file(log_path_);
-    return text.size() <= max_bytes ? text : "...\n" + text.substr(text.size() - max_bytes);
+    return tail_text(read_file(log_path_), max_bytes);
   } catch (...) {
     return "";
   }

@@ -68,7 +68,11 @@ class CandidateClient {
  private:
   ChannelMessage receive(const std::string& what, double timeout_s, bool started);
   [[noreturn]] void died(const std::string& what, bool started);
+  // Stops the process and waits (a while) for it to end.
   void stop();
+  // Waits up to `seconds` for the process to end; whether it has.
+  bool wait_done(double seconds);
+  std::string timeout_text(const std::string& what) const;
 
   MessageChannel channel_;
   std::filesystem::path log_path_;

@@ -6,6 +6,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -82,8 +83,10 @@ class Candidate {
   nlohmann::json warmup(const nlohmann::json& body);
   nlohmann::json finish();
   nlohmann::json report();
-  // Kernel records since the last take, split by the windows of forwards run since.
-  void audit(const std::vector<Window>& windows, nlohmann::json& reply);
+  // The kernel records since the last take, those inside each of `windows` (forwards run since)
+  // returned; into `reply` the solution's records inside none ("outside": work while no forward
+  // ran), the device-to-host copy bytes and CUPTI's dropped records.
+  std::vector<std::vector<KernelRecord>> take_records(const std::vector<Window>& windows, nlohmann::json& reply);
 
   CandidateRequest req_;
   MessageChannel channel_;
@@ -210,19 +213,20 @@ nlohmann::json Candidate::map_blocks(const nlohmann::json& body, std::vector<Uni
   return {{"op", "mapped"}};
 }
 
-void Candidate::audit(const std::vector<Window>& windows, nlohmann::json& reply) {
+std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector<Window>& windows, nlohmann::json& reply) {
   uint64_t host_bytes = 0;
   std::vector<KernelRecord> records = CuptiKernelRecorder::instance().take(&host_bytes);
-  std::vector<KernelRecord> inside, outside;
+  std::vector<std::vector<KernelRecord>> inside(windows.size());
+  std::vector<KernelRecord> outside;
   for (auto& r : records) {
-    const bool in = std::any_of(windows.begin(), windows.end(), [&](const Window& w) { return w.contains(r.start_ns, r.end_ns); });
-    if (in) inside.push_back(std::move(r));
+    const auto w = std::find_if(windows.begin(), windows.end(), [&](const Window& w) { return w.contains(r.start_ns, r.end_ns); });
+    if (w != windows.end()) inside[static_cast<size_t>(w - windows.begin())].push_back(std::move(r));
     else if (r.origin != LaunchOrigin::kHarness) outside.push_back(std::move(r));
   }
-  reply["kernels"] = uses_json(inside);
   reply["outside"] = uses_json(outside);
   reply["host_copy_bytes"] = host_bytes;
   reply["dropped_records"] = CuptiKernelRecorder::instance().dropped();
+  return inside;
 }
 
 nlohmann::json Candidate::run(const nlohmann::json& body) {
@@ -261,7 +265,7 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
   }
   if (gpu_ && CuptiKernelRecorder::instance().recording()) {
     if (body.value("defer_report", false)) pending_.push_back(run.window);
-    else audit({run.window}, reply);
+    else reply["kernels"] = uses_json(take_records({run.window}, reply).front());
   }
   return reply;
 }
@@ -269,20 +273,7 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
 nlohmann::json Candidate::report() {
   nlohmann::json reply = {{"op", "reported"}, {"runs", nlohmann::json::array()}};
   if (!gpu_ || !CuptiKernelRecorder::instance().recording()) return reply;
-  uint64_t host_bytes = 0;
-  std::vector<KernelRecord> records = CuptiKernelRecorder::instance().take(&host_bytes);
-  std::vector<std::vector<KernelRecord>> inside(pending_.size());
-  std::vector<KernelRecord> outside;
-  for (auto& r : records) {
-    bool placed = false;
-    for (size_t i = 0; i < pending_.size() && !placed; ++i)
-      if (pending_[i].contains(r.start_ns, r.end_ns)) inside[i].push_back(r), placed = true;
-    if (!placed && r.origin != LaunchOrigin::kHarness) outside.push_back(std::move(r));
-  }
-  for (const auto& run : inside) reply["runs"].push_back(uses_json(run));
-  reply["outside"] = uses_json(outside);
-  reply["host_copy_bytes"] = host_bytes;
-  reply["dropped_records"] = CuptiKernelRecorder::instance().dropped();
+  for (const auto& run : take_records(pending_, reply)) reply["runs"].push_back(uses_json(run));
   pending_.clear();
   return reply;
 }
@@ -298,8 +289,7 @@ nlohmann::json Candidate::warmup(const nlohmann::json& body) {
   nlohmann::json reply = {{"op", "warmed"}};
   guarded(Category::kRuntimeError, "ModelNew.forward (warm-up)",
           [&] { reply["runs"] = warm_up(model_, inputs, options, &windows); });
-  if (CuptiKernelRecorder::instance().recording()) audit(windows, reply);
-  reply.erase("kernels");
+  if (CuptiKernelRecorder::instance().recording()) (void)take_records(windows, reply);
   return reply;
 }
 
@@ -310,7 +300,7 @@ nlohmann::json Candidate::finish() {
     guarded(Category::kRuntimeError, "integrity checks at the end", [&] { why = checks_->tampering(gpu_); });
     reply["tampering"] = why;
   }
-  if (gpu_ && CuptiKernelRecorder::instance().recording()) audit({}, reply), reply.erase("kernels");
+  if (gpu_ && CuptiKernelRecorder::instance().recording()) (void)take_records({}, reply);
   reply["runtime"] = runtime_json();
   return reply;
 }

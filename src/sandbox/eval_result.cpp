@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/subprocess.h"
 
 namespace cuda_agent::sandbox {
 namespace {
@@ -82,6 +83,16 @@ nlohmann::json ProcessReport::to_json() const {
           {"timed_out", timed_out},
           {"memory_exceeded", memory_exceeded},
           {"peak_rss_bytes", peak_rss_bytes}};
+}
+
+ProcessReport ProcessReport::of(const SubprocessResult& run) {
+  ProcessReport p;
+  p.exit_code = run.exit_code;
+  p.signal = run.term_signal;
+  p.timed_out = run.timed_out;
+  p.memory_exceeded = run.memory_exceeded;
+  p.peak_rss_bytes = run.peak_rss_bytes;
+  return p;
 }
 
 ProcessReport ProcessReport::from_json(const nlohmann::json& j) {

@@ -22,11 +22,6 @@ namespace {
 // time is up for the candidate: it stops the candidate itself at timeout_s.
 constexpr double kJudgeGraceS = 60;
 
-std::string tail(const std::string& text, size_t max_bytes) {
-  if (text.size() <= max_bytes) return text;
-  return "...\n" + text.substr(text.size() - max_bytes);
-}
-
 // Under confine: auto, why this process runs its candidates unconfined, once that is known.
 std::mutex g_unconfinable_mutex;
 std::optional<std::string> g_unconfinable;
@@ -41,16 +36,6 @@ void remember_unconfinable(const std::string& reason) {
   if (g_unconfinable) return;
   g_unconfinable = reason;
   CA_LOG_WARN("sandbox", "candidate processes run unconfined from now on (sandbox.confine: auto): {}", reason);
-}
-
-ProcessReport report_of(const SubprocessResult& run) {
-  ProcessReport p;
-  p.exit_code = run.exit_code;
-  p.signal = run.term_signal;
-  p.timed_out = run.timed_out;
-  p.memory_exceeded = run.memory_exceeded;
-  p.peak_rss_bytes = run.peak_rss_bytes;
-  return p;
 }
 
 // The judge's result when it verifies, else nullopt; *forged is set when a file is there that
@@ -164,13 +149,13 @@ EvalResult evaluate(const EvalRequest& request) {
                fmt::format("the judge ended without a result in phase '{}': {}", phase, run.describe()));
       }
       r.unconfined_reason = judged.unconfined_reason;
-      r.log = tail(judge_log, 8000);
+      r.log = tail_text(judge_log, 8000);
       result = std::move(r);
     } else if (!result->ok) {
-      result->log = tail(result->log.empty() ? judge_log : result->log + "\n--- judge ---\n" + tail(judge_log, 2000), 10000);
+      result->log = tail_text(result->log.empty() ? judge_log : result->log + "\n--- judge ---\n" + tail_text(judge_log, 2000), 10000);
     }
     if (result->confinement_unavailable) remember_unconfinable(result->unconfined_reason);
-    result->judge = report_of(run);
+    result->judge = ProcessReport::of(run);
     result->wall_seconds = seconds();
     return *result;
   } catch (const std::exception& e) {

@@ -79,6 +79,12 @@ struct __attribute__((visibility("hidden"))) Judge {
   // The kernel records of the runs since the last report, `wheres` naming them: provenance per
   // run, work outside the forwards, host copies. Adds the runs' kernels to timed_kernels.
   void report_deferred_runs(const std::vector<std::string>& wheres);
+  // Classifies one run's kernels into `provenance`; under provenance: enforce, a run that
+  // violates it throws Failure (forbidden_fallback) naming `where`.
+  void enforce_provenance(const std::vector<KernelUse>& uses, uint64_t host_copy_bytes, const std::string& where);
+  // Under integrity checks, kernels of the candidate's in `reply`'s "outside" (they ran `when`:
+  // while no forward was running, after the last one) throw Failure (tampering) naming `where`.
+  void reject_work_outside(const nlohmann::json& reply, const std::string& where, const std::string& when) const;
   // Untimed forwards of the candidate on a staged copy of `inputs` (the warm-up); checks for work
   // outside them. Throws Failure.
   void warm_up_candidate(pybind11::handle inputs);

@@ -96,7 +96,6 @@ class CandidateStart {
     spawn();
   }
   CandidateClient* client() { return client_.get(); }
-  std::unique_ptr<CandidateClient>& owned() { return client_; }
 
   void hello() {
     for (;;) {
@@ -269,10 +268,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       const std::string why = finished.value("tampering", "");
       if (opt.integrity_checks && !why.empty())
         throw Failure{Category::kTampering, "the solution tampered with the sandbox: " + why};
-      const nlohmann::json outside = finished.value("outside", nlohmann::json::array());
-      if (opt.integrity_checks && !outside.empty())
-        throw Failure{Category::kTampering,
-                      "GPU work ran in the candidate process after its last forward: " + outside.dump().substr(0, 1000)};
+      j.reject_work_outside(finished, "finishing", "after its last forward");
     }
     progress.close(result.phase_seconds);
     result.ok = true;

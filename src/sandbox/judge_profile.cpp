@@ -49,36 +49,10 @@ nlohmann::json roofline_check(py::handle inputs, py::handle outputs, double cand
 // One baseline (eager or compiled), timed the way the candidate is: warm-up, then one timed run
 // per freshly drawn input set.
 TimingStats time_baseline(Judge& j, py::handle model, py::handle warm_inputs, std::vector<KernelUse>* kernels) {
-  const TimingOptions topt = timing_options(j.opt);
-  CuptiKernelRecorder* recorder = topt.record_kernels ? &CuptiKernelRecorder::instance() : nullptr;
-  if (recorder) recorder->start();
-  std::vector<Window> windows;
-  std::vector<double> samples;
-  try {
-    warm_up(model, warm_inputs, topt);
-    for (int k = 0; k < topt.timed_runs; ++k) {
-      py::object inputs = draw_inputs(j.task, j.device, timed_seed(j, k));
-      TimedRun run = timed_forward(model, inputs, topt.flush_l2);
-      samples.push_back(run.ms);
-      windows.push_back(run.window);
-    }
-  } catch (...) {
-    if (recorder) {
-      try {
-        recorder->stop();
-      } catch (...) {
-      }
-    }
-    throw;
-  }
-  if (recorder) {
-    std::vector<KernelRecord> inside;
-    for (auto& r : recorder->stop())
-      if (std::any_of(windows.begin(), windows.end(), [&](const Window& w) { return w.contains(r.start_ns, r.end_ns); }))
-        inside.push_back(std::move(r));
-    *kernels = summarize_kernels(inside);
-  }
-  return TimingStats::from_samples(std::move(samples));
+  TimingResult t = time_forward(model, warm_inputs, timing_options(j.opt),
+                                [&](int k) { return draw_inputs(j.task, j.device, timed_seed(j, k)); });
+  *kernels = summarize_kernels(t.kernels);
+  return t.stats;
 }
 
 // The eager and torch.compile timings: from the cache when an entry with the same key exists

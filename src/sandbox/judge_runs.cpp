@@ -37,6 +37,23 @@ std::string list_kernels(const std::vector<KernelUse>& uses) {
 
 }  // namespace
 
+void Judge::enforce_provenance(const std::vector<KernelUse>& uses, uint64_t host_copy_bytes, const std::string& where) {
+  if (opt.provenance == "off") return;
+  ProvenanceReport p = classify_kernels(uses, opt.provenance_allow);
+  p.host_copy_bytes = host_copy_bytes;
+  provenance.merge(p);
+  if (opt.provenance == "enforce" && p.violates()) throw Failure{Category::kForbiddenFallback, where + ": " + p.message()};
+}
+
+void Judge::reject_work_outside(const nlohmann::json& reply, const std::string& where, const std::string& when) const {
+  const std::vector<KernelUse> outside = parse_uses(reply.value("outside", nlohmann::json::array()), where);
+  if (opt.integrity_checks && !outside.empty())
+    throw Failure{Category::kTampering,
+                  fmt::format("{}: GPU work ran in the candidate process {}: {} (a background thread, or work moved "
+                              "out of the timed forward)",
+                              where, when, list_kernels(outside))};
+}
+
 double Judge::remaining() const {
   return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
 }
@@ -91,11 +108,7 @@ void Judge::report_deferred_runs(const std::vector<std::string>& wheres) {
   const nlohmann::json runs = reply.value("runs", nlohmann::json::array());
   for (size_t i = 0; i < runs.size() && i < wheres.size(); ++i) {
     const std::vector<KernelUse> uses = parse_uses(runs[i], wheres[i]);
-    if (opt.provenance != "off") {
-      ProvenanceReport p = classify_kernels(uses, opt.provenance_allow);
-      provenance.merge(p);
-      if (opt.provenance == "enforce" && p.violates()) throw Failure{Category::kForbiddenFallback, wheres[i] + ": " + p.message()};
-    }
+    enforce_provenance(uses, 0, wheres[i]);  // the host copies are reported for all the runs together
     merge_kernel_uses(timed_kernels, uses);
   }
   const uint64_t host_bytes = reply.value("host_copy_bytes", uint64_t{0});
@@ -105,12 +118,7 @@ void Judge::report_deferred_runs(const std::vector<std::string>& wheres) {
     p.host_copy_bytes = host_bytes;
     throw Failure{Category::kForbiddenFallback, "the timed runs: " + p.message()};
   }
-  const std::vector<KernelUse> outside = parse_uses(reply.value("outside", nlohmann::json::array()), "the timed runs");
-  if (opt.integrity_checks && !outside.empty())
-    throw Failure{Category::kTampering, fmt::format("the timed runs: GPU work ran in the candidate process while no "
-                                                    "forward was running: {} (a background thread, or work moved out "
-                                                    "of the timed forward)",
-                                                    list_kernels(outside))};
+  reject_work_outside(reply, "the timed runs", "while no forward was running");
 }
 
 void Judge::warm_up_candidate(py::handle inputs) {
@@ -119,11 +127,7 @@ void Judge::warm_up_candidate(py::handle inputs) {
   const nlohmann::json reply = candidate->call(
       "warm-up", {{"op", "warmup"}, {"inputs", spec}, {"runs", opt.warmup_runs}, {"ms", opt.warmup_ms}}, "warmed",
       remaining());
-  const std::vector<KernelUse> outside = parse_uses(reply.value("outside", nlohmann::json::array()), "warm-up");
-  if (opt.integrity_checks && !outside.empty())
-    throw Failure{Category::kTampering, fmt::format("warm-up: GPU work ran in the candidate process while no forward was "
-                                                    "running: {}",
-                                                    list_kernels(outside))};
+  reject_work_outside(reply, "warm-up", "while no forward was running");
 }
 
 CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, const std::string& where) {
@@ -145,20 +149,9 @@ CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, cons
   run.ms = r["ms"].get<double>();
 
   if (gpu && !flags.defer_report) {
-    std::vector<KernelUse> inside = parse_uses(r.value("kernels", nlohmann::json::array()), where);
-    if (opt.provenance != "off") {
-      ProvenanceReport p = classify_kernels(inside, opt.provenance_allow);
-      p.host_copy_bytes = r.value("host_copy_bytes", uint64_t{0});
-      provenance.merge(p);
-      if (opt.provenance == "enforce" && p.violates()) throw Failure{Category::kForbiddenFallback, where + ": " + p.message()};
-    }
-    run.kernels = std::move(inside);
-    const std::vector<KernelUse> outside = parse_uses(r.value("outside", nlohmann::json::array()), where);
-    if (opt.integrity_checks && !outside.empty())
-      throw Failure{Category::kTampering,
-                    fmt::format("{}: GPU work ran in the candidate process while no forward was running: {} (a "
-                                "background thread, or work moved out of the timed forward)",
-                                where, list_kernels(outside))};
+    run.kernels = parse_uses(r.value("kernels", nlohmann::json::array()), where);
+    enforce_provenance(run.kernels, r.value("host_copy_bytes", uint64_t{0}), where);
+    reject_work_outside(r, where, "while no forward was running");
   }
   if (opt.integrity_checks) {
     const std::string why = r.value("tampering", "");

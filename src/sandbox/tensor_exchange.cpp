@@ -1,5 +1,6 @@
 #include "cuda_agent/sandbox/tensor_exchange.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -37,12 +38,31 @@ const std::map<std::string, int>& element_sizes() {
   return sizes;
 }
 
+// "torch.float32" -> "float32".
+std::string short_dtype(const std::string& text) { return text.rfind("torch.", 0) == 0 ? text.substr(6) : text; }
+
+// The element size of a dtype the exchange carries; 0 for any other.
+int element_size_of(const std::string& dtype) {
+  const auto it = element_sizes().find(dtype);
+  return it == element_sizes().end() ? 0 : it->second;
+}
+
 // "torch.float32" -> "float32"; throws for a dtype the exchange does not carry.
 std::string dtype_name(py::handle dtype) {
-  std::string s = py::str(dtype).cast<std::string>();
-  if (s.rfind("torch.", 0) == 0) s = s.substr(6);
-  CA_CHECK(element_sizes().count(s), "tensors of dtype {} cannot be passed between the judge and the candidate", s);
+  const std::string s = short_dtype(py::str(dtype).cast<std::string>());
+  CA_CHECK(element_size_of(s) > 0, "tensors of dtype {} cannot be passed between the judge and the candidate", s);
   return s;
+}
+
+// The elements a view of `shape` and (non-negative) `strides` reaches, one past its largest
+// offset; 0 for an empty view. 128 bits: a spec's or an output's strides may be anything.
+__int128 view_elements(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  __int128 extent = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0) return 0;
+    extent += static_cast<__int128>(shape[i] - 1) * strides[i];
+  }
+  return extent;
 }
 
 size_t tensor_bytes(py::handle t) {
@@ -136,9 +156,8 @@ struct Builder {
   py::object tensor(const nlohmann::json& spec) {
     CA_CHECK(spec.contains("dtype") && spec["dtype"].is_string(), "a tensor spec without a dtype");
     const std::string dtype = spec["dtype"];
-    auto size_it = element_sizes().find(dtype);
-    CA_CHECK(size_it != element_sizes().end(), "a tensor spec with the unknown dtype '{}'", dtype);
-    const int64_t esize = size_it->second;
+    const int64_t esize = element_size_of(dtype);
+    CA_CHECK(esize > 0, "a tensor spec with the unknown dtype '{}'", dtype);
     const int64_t offset = checked_int(spec.value("offset", nlohmann::json()), "offset");
     CA_CHECK(offset % esize == 0, "a tensor spec whose offset {} is not a multiple of its element size", offset);
     CA_CHECK(spec.contains("shape") && spec["shape"].is_array() && spec["shape"].size() <= 32,
@@ -160,18 +179,11 @@ struct Builder {
         step *= std::max<int64_t>(shape[i], 1);
       }
     }
-    // The elements the view can reach: one past the largest offset.
-    bool empty = false;
-    __int128 extent = 1;
-    for (size_t i = 0; i < shape.size(); ++i) {
-      if (shape[i] == 0) empty = true;
-      extent += static_cast<__int128>(shape[i] > 0 ? shape[i] - 1 : 0) * strides[i];
-    }
-    const __int128 end = static_cast<__int128>(offset) + (empty ? 0 : extent * esize);
-    CA_CHECK(end <= static_cast<__int128>(capacity), "a tensor spec that reaches past the end of its shared block");
+    const __int128 elements = view_elements(shape, strides);
+    CA_CHECK(static_cast<__int128>(offset) + elements * esize <= static_cast<__int128>(capacity),
+             "a tensor spec that reaches past the end of its shared block");
     py::object dt = torch().attr(dtype.c_str());
-    const int64_t elements = empty ? 0 : static_cast<int64_t>(extent);
-    py::object flat = block.attr("narrow")(0, offset, elements * esize).attr("view")(dt);
+    py::object flat = block.attr("narrow")(0, offset, static_cast<int64_t>(elements * esize)).attr("view")(dt);
     return flat.attr("as_strided")(shape, strides);
   }
 
@@ -267,25 +279,19 @@ struct Exporter {
     if (dev != (device ? "cuda" : "cpu"))
       fail("mismatch", fmt::format("{} is on the {}; the reference's outputs are on the {}", path, dev,
                                    device ? "GPU (cuda)" : "CPU"));
-    const std::string dtype_text = py::str(m.dtype(t)).cast<std::string>();
-    const std::string dtype = dtype_text.rfind("torch.", 0) == 0 ? dtype_text.substr(6) : dtype_text;
-    auto size_it = element_sizes().find(dtype);
-    if (size_it == element_sizes().end()) fail("mismatch", fmt::format("{} has the dtype {}", path, dtype));
-    const size_t esize = size_it->second;
+    const std::string dtype = short_dtype(py::str(m.dtype(t)).cast<std::string>());
+    const int esize = element_size_of(dtype);
+    if (esize == 0) fail("mismatch", fmt::format("{} has the dtype {}", path, dtype));
     const std::vector<int64_t> shape = m.size(t).cast<std::vector<int64_t>>();
     const std::vector<int64_t> strides = m.stride(t).cast<std::vector<int64_t>>();
-    bool empty = false;
-    size_t extent = 1;
-    for (size_t i = 0; i < shape.size(); ++i) {
-      if (shape[i] == 0) empty = true;
-      if (strides[i] < 0) fail("invalid_output", path + " has a negative stride");
-      extent += static_cast<size_t>(shape[i] > 0 ? shape[i] - 1 : 0) * static_cast<size_t>(strides[i]);
-    }
-    const size_t bytes = empty ? 0 : extent * esize;
-    if (offset + bytes > capacity)
+    if (std::any_of(strides.begin(), strides.end(), [](int64_t s) { return s < 0; }))
+      fail("invalid_output", path + " has a negative stride");
+    const __int128 reach = view_elements(shape, strides) * esize;
+    if (static_cast<__int128>(offset) + reach > static_cast<__int128>(capacity))
       fail("mismatch", fmt::format("{} ({} bytes) does not fit where the reference's outputs fit: the outputs are "
                                    "larger than the reference's",
-                                   path, bytes));
+                                   path, static_cast<double>(reach)));
+    const size_t bytes = static_cast<size_t>(reach);
     if (bytes > 0) {
       const uint64_t src = m.data_ptr(t).cast<uint64_t>();
       if (src == 0) fail("invalid_output", path + " has no storage");

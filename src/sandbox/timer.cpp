@@ -98,6 +98,11 @@ int warm_up(py::handle model, py::handle inputs, const TimingOptions& options, s
 }
 
 TimingResult time_forward(py::handle model, py::handle inputs, const TimingOptions& options) {
+  return time_forward(model, inputs, options, [&](int) { return clone_tree(inputs); });
+}
+
+TimingResult time_forward(py::handle model, py::handle warm_inputs, const TimingOptions& options,
+                          const std::function<py::object(int)>& run_inputs) {
   CA_CHECK(options.timed_runs >= 1, "timed_runs must be at least 1, got {}", options.timed_runs);
   CuptiKernelRecorder* recorder = options.record_kernels ? &CuptiKernelRecorder::instance() : nullptr;
   // CUPTI is switched on before the warm-up, so that its own start-up cost lands there.
@@ -106,9 +111,9 @@ TimingResult time_forward(py::handle model, py::handle inputs, const TimingOptio
   std::vector<Window> windows;
   std::vector<double> samples;
   try {
-    warm_up(model, inputs, options);
+    warm_up(model, warm_inputs, options);
     for (int i = 0; i < options.timed_runs; ++i) {
-      TimedRun run = timed_forward(model, clone_tree(inputs), options.flush_l2);
+      TimedRun run = timed_forward(model, run_inputs(i), options.flush_l2);
       samples.push_back(run.ms);
       windows.push_back(run.window);
     }

@@ -21,6 +21,9 @@ std::string read_file(const std::filesystem::path& path);
 // leave exactly one writer's complete content.
 void write_file_atomic(const std::filesystem::path& path, std::string_view content);
 
+// The last `max_bytes` bytes of `text` after "...\n" when it is longer (the end of a log).
+std::string tail_text(std::string_view text, size_t max_bytes);
+
 // A scratch directory removed when this object dies.
 //
 // The constructor creates a new, uniquely named directory (mode 0700) `base`/`prefix`XXXXXX,

@@ -16,6 +16,10 @@
 
 #include "cuda_agent/sandbox/timing_stats.h"
 
+namespace cuda_agent {
+struct SubprocessResult;
+}
+
 namespace cuda_agent::sandbox {
 
 // Failure categories (result["category"]); docs/results.md, "Failure categories".
@@ -55,6 +59,8 @@ struct ProcessReport {
   int64_t peak_rss_bytes = 0;
   nlohmann::json to_json() const;
   static ProcessReport from_json(const nlohmann::json& j);
+  // How a process run_subprocess ran ended.
+  static ProcessReport of(const SubprocessResult& run);
 };
 
 struct TimingSummary {

@@ -62,5 +62,9 @@ struct TimingResult {
 // warm_up() then options.timed_runs timed runs of model(*inputs), each on fresh clones of the
 // inputs, with CUPTI recording kernels inside the timed windows when options.record_kernels.
 TimingResult time_forward(pybind11::handle model, pybind11::handle inputs, const TimingOptions& options);
+// The same with the warm-up on `warm_inputs` and timed run k on run_inputs(k) (an input set drawn
+// right before it, as the judge times the baselines).
+TimingResult time_forward(pybind11::handle model, pybind11::handle warm_inputs, const TimingOptions& options,
+                          const std::function<pybind11::object(int)>& run_inputs);
 
 }  // namespace cuda_agent::sandbox
