@@ -171,13 +171,10 @@ struct Sampling {
 void add_episode_times(const json& events, Sampling& s) {
   for (const json& e : events) {
     const std::string type = e.value("type", "");
-    if (type == "assistant") {
-      s.generation_seconds += e.value("generation_s", 0.0);
-      s.generated_tokens += e.value("completion_tokens", int64_t{0});
-    } else if (type == "observation") {
-      s.tool_seconds += e.value("tool_s", 0.0);
-    }
+    if (type == "assistant") s.generation_seconds += e.value("generation_s", 0.0);
+    else if (type == "observation") s.tool_seconds += e.value("tool_s", 0.0);
   }
+  s.generated_tokens += generated_tokens(events);
 }
 
 // rollout.episodes_per_task episodes of each task in `picks`, each in folder/<task>-eE/ and seeded
