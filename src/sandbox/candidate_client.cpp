@@ -131,7 +131,7 @@ nlohmann::json CandidateClient::hello(double timeout_s) {
   throw CandidateStartupFailure{"start", "the candidate process sent '" + op + "' instead of its start-up report"};
 }
 
-nlohmann::json CandidateClient::init(nlohmann::json op, double timeout_s) {
+void CandidateClient::send_init(nlohmann::json op) {
   key_ = random_bytes(32);
   op["op"] = "init";
   op["key"] = to_hex(std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(key_.data()), key_.size()));
@@ -142,6 +142,9 @@ nlohmann::json CandidateClient::init(nlohmann::json op, double timeout_s) {
   }
   // The reply and every frame after it carry a MAC under the key just sent.
   channel_.set_receive_key(op["key"].get<std::string>());
+}
+
+nlohmann::json CandidateClient::await_ready(double timeout_s) {
   ChannelMessage m = receive("init", timeout_s, false);
   const std::string reply = m.body.value("op", "");
   if (reply == "failed") throw CandidateStartupFailure{"init", m.body.value("message", "")};

@@ -47,8 +47,10 @@ class CandidateClient {
   // The start-up report (the first frame): "hello" with versions. Throws
   // CandidateStartupFailure when the process reported a failure or died before it.
   nlohmann::json hello(double timeout_s);
-  // "init" (with the channel key) -> "ready". Throws CandidateStartupFailure as hello() does.
-  nlohmann::json init(nlohmann::json op, double timeout_s);
+  // "init" (with the channel key) -> "ready", in two halves so that the judge can initialise its
+  // own CUDA meanwhile. Throw CandidateStartupFailure as hello() does.
+  void send_init(nlohmann::json op);
+  nlohmann::json await_ready(double timeout_s);
   // Sends `op` and returns the reply `expect`ed. `what` prefixes failure messages ("trial 0 (seed
   // 1): ModelNew.forward"). Throws Failure.
   nlohmann::json call(const std::string& what, const nlohmann::json& op, const std::string& expect, double timeout_s,

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 
+#include <fmt/format.h>
 #include <pybind11/embed.h>
 #include <pybind11/stl.h>
 
@@ -30,6 +31,7 @@
 #include "cuda_agent/sandbox/python_module.h"
 #include "cuda_agent/sandbox/python_runtime.h"
 #include "cuda_agent/sandbox/shared_block.h"
+#include "cuda_agent/sandbox/solution_processes.h"
 #include "cuda_agent/sandbox/task_runner.h"
 #include "cuda_agent/sandbox/tensor_exchange.h"
 #include "cuda_agent/sandbox/timer.h"
@@ -84,9 +86,12 @@ class Candidate {
   nlohmann::json finish();
   nlohmann::json report();
   // The kernel records since the last take, those inside each of `windows` (forwards run since)
-  // returned; into `reply` the solution's records inside none ("outside": work while no forward
-  // ran), the device-to-host copy bytes and CUPTI's dropped records.
-  std::vector<std::vector<KernelRecord>> take_records(const std::vector<Window>& windows, nlohmann::json& reply);
+  // returned; into `reply` what the judge audits: the solution's records inside none ("outside":
+  // work while no forward ran), the device-to-host copy bytes, CUPTI's dropped records, the
+  // probe's record, launches left without a record, and the solution's processes (alive, or,
+  // with `ended_count`, ended since the warm-up began).
+  std::vector<std::vector<KernelRecord>> take_records(const std::vector<Window>& windows, nlohmann::json& reply,
+                                                      bool ended_count);
 
   CandidateRequest req_;
   MessageChannel channel_;
@@ -101,6 +106,8 @@ class Candidate {
   // The windows of timed runs whose kernel records are reported together ("report"): flushing
   // CUPTI after every run would put its cost into the next run's timed region.
   std::vector<Window> pending_;
+  SolutionProcesses processes_;
+  double ended_cpu_mark_ = -1;  // the solution's ended processes' CPU seconds when the warm-up began
 };
 
 void Candidate::start(std::string& phase) {
@@ -113,8 +120,16 @@ void Candidate::start(std::string& phase) {
       throw Failure{Category::kInfrastructure, std::string("confining the candidate process: ") + e.what()};
     }
   }
+  try {
+    processes_.start();
+  } catch (const std::exception& e) {
+    throw Failure{Category::kInfrastructure, std::string("watching the solution's processes: ") + e.what()};
+  }
   phase = "python_start";
   ::setenv("TORCH_EXTENSIONS_DIR", (fs::path(req_.build_dir) / "torch_extensions").c_str(), 1);
+  // torch.compile inside a solution compiles in this process, not in a pool of workers that
+  // would stay alive beside the forwards (SolutionProcesses).
+  ::setenv("TORCHINDUCTOR_COMPILE_THREADS", "1", 1);
   try {
     // The tools' caches (torch.compile's, Triton's, ...) and TMPDIR: confined, in a fresh folder
     // of the private /tmp, gone with the process (the host's defaults, /tmp/torchinductor_<user>,
@@ -213,12 +228,26 @@ nlohmann::json Candidate::map_blocks(const nlohmann::json& body, std::vector<Uni
   return {{"op", "mapped"}};
 }
 
-std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector<Window>& windows, nlohmann::json& reply) {
+std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector<Window>& windows, nlohmann::json& reply,
+                                                                bool ended_count) {
+  // The probe, then everything finished: every launch entered before the mark has its record by
+  // now or never gets one.
+  guarded(Category::kRuntimeError, "auditing the kernel records", [] {
+    CuptiKernelRecorder::launch_probe();
+    CA_CU_CHECK(driver().cuCtxSynchronize());
+  });
+  const uint64_t mark = launch_mark();
   uint64_t host_bytes = 0;
   std::vector<KernelRecord> records = CuptiKernelRecorder::instance().take(&host_bytes);
+  const UnrecordedLaunches unrecorded = take_unrecorded_launches(mark);
   std::vector<std::vector<KernelRecord>> inside(windows.size());
   std::vector<KernelRecord> outside;
+  bool probe_seen = false;
   for (auto& r : records) {
+    if (CuptiKernelRecorder::is_probe(r)) {
+      probe_seen = true;
+      continue;
+    }
     const auto w = std::find_if(windows.begin(), windows.end(), [&](const Window& w) { return w.contains(r.start_ns, r.end_ns); });
     if (w != windows.end()) inside[static_cast<size_t>(w - windows.begin())].push_back(std::move(r));
     else if (r.origin != LaunchOrigin::kHarness) outside.push_back(std::move(r));
@@ -226,6 +255,21 @@ std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector
   reply["outside"] = uses_json(outside);
   reply["host_copy_bytes"] = host_bytes;
   reply["dropped_records"] = CuptiKernelRecorder::instance().dropped();
+  reply["recording_probe"] = probe_seen;
+  nlohmann::json first = nlohmann::json::array();
+  for (const auto& a : unrecorded.first) first.push_back({{"origin", to_string(a.origin)}, {"library", a.library}});
+  reply["unrecorded_launches"] = {{"count", unrecorded.count}, {"first", first}};
+  std::string processes = processes_.alive();
+  if (!processes.empty()) {
+    processes = "processes the solution started are running beside ModelNew: " + processes;
+  } else if (ended_count && ended_cpu_mark_ >= 0) {
+    const double cpu = processes_.ended_cpu_seconds() - ended_cpu_mark_;
+    if (cpu > 0)
+      processes = fmt::format("processes the solution started ran and ended during the warm-up or the timed runs ({:.2f} "
+                              "s of CPU)",
+                              cpu);
+  }
+  reply["solution_processes"] = processes;
   return inside;
 }
 
@@ -265,7 +309,7 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
   }
   if (gpu_ && CuptiKernelRecorder::instance().recording()) {
     if (body.value("defer_report", false)) pending_.push_back(run.window);
-    else reply["kernels"] = uses_json(take_records({run.window}, reply).front());
+    else reply["kernels"] = uses_json(take_records({run.window}, reply, false).front());
   }
   return reply;
 }
@@ -273,7 +317,7 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
 nlohmann::json Candidate::report() {
   nlohmann::json reply = {{"op", "reported"}, {"runs", nlohmann::json::array()}};
   if (!gpu_ || !CuptiKernelRecorder::instance().recording()) return reply;
-  for (const auto& run : take_records(pending_, reply)) reply["runs"].push_back(uses_json(run));
+  for (const auto& run : take_records(pending_, reply, true)) reply["runs"].push_back(uses_json(run));
   pending_.clear();
   return reply;
 }
@@ -287,9 +331,10 @@ nlohmann::json Candidate::warmup(const nlohmann::json& body) {
   options.flush_l2 = flush_l2_;
   std::vector<Window> windows;
   nlohmann::json reply = {{"op", "warmed"}};
+  ended_cpu_mark_ = processes_.ended_cpu_seconds();
   guarded(Category::kRuntimeError, "ModelNew.forward (warm-up)",
           [&] { reply["runs"] = warm_up(model_, inputs, options, &windows); });
-  if (CuptiKernelRecorder::instance().recording()) (void)take_records(windows, reply);
+  if (CuptiKernelRecorder::instance().recording()) (void)take_records(windows, reply, true);
   return reply;
 }
 
@@ -300,7 +345,7 @@ nlohmann::json Candidate::finish() {
     guarded(Category::kRuntimeError, "integrity checks at the end", [&] { why = checks_->tampering(gpu_); });
     reply["tampering"] = why;
   }
-  if (gpu_ && CuptiKernelRecorder::instance().recording()) (void)take_records({}, reply);
+  if (gpu_ && CuptiKernelRecorder::instance().recording()) (void)take_records({}, reply, true);
   reply["runtime"] = runtime_json();
   return reply;
 }
@@ -368,6 +413,9 @@ bool candidate_may_report(const std::string& category, bool started) {
 int run_candidate_process(const std::string& request_path) {
   // The judge's death ends this process too: nothing of the solution's outlives its evaluation.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // A write to a closed pipe (a solution's helper gone, say) is an error to the writer, as in
+  // the python3 program, not the end of this process.
+  ::signal(SIGPIPE, SIG_IGN);
   CandidateRequest request;
   try {
     request = CandidateRequest::from_json(nlohmann::json::parse(read_file(request_path)));

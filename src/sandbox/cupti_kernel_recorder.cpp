@@ -88,7 +88,37 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
   CuptiKernelRecorder::instance().append(std::move(records));
 }
 
+constexpr const char* kProbeName = "cuda_agent_recording_probe";
+constexpr const char* kProbePtx = R"(.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry cuda_agent_recording_probe()
+{
+	ret;
+}
+)";
+
 }  // namespace
+
+void CuptiKernelRecorder::launch_probe() {
+  static std::mutex mutex;
+  static CUfunction probe = nullptr;
+  const DriverApi& d = driver();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (probe == nullptr) {
+      CUmodule module = nullptr;
+      CA_CU_CHECK(d.cuModuleLoadData(&module, kProbePtx));
+      CA_CU_CHECK(d.cuModuleGetFunction(&probe, module, kProbeName));
+    }
+  }
+  LaunchScope harness(LaunchOrigin::kHarness);
+  CA_CU_CHECK(d.cuLaunchKernel(probe, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr));
+}
+
+bool CuptiKernelRecorder::is_probe(const KernelRecord& r) {
+  return r.name == kProbeName && r.origin == LaunchOrigin::kHarness;
+}
 
 CuptiKernelRecorder& CuptiKernelRecorder::instance() {
   static CuptiKernelRecorder recorder;
@@ -125,6 +155,8 @@ void CuptiKernelRecorder::start() {
   }
   dropped_ = 0;
   host_copy_bytes_ = 0;
+  // Launches before recording started have no record to wait for.
+  if (launch_origins_installed()) forget_launches();
   if (!recording_) {
     CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
     CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));

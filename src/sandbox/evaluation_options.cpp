@@ -50,6 +50,7 @@ nlohmann::json SandboxOptions::to_json() const {
           {"profile_compile", profile_compile},
           {"record_kernels", record_kernels},
           {"use_baseline_cache", use_baseline_cache},
+          {"quiet_start", quiet_start},
           {"reward", reward},
           {"speedup_margin", speedup_margin},
           {"timeout_s", timeout_s},
@@ -85,6 +86,7 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.profile_compile = merged["profile_compile"];
   o.record_kernels = merged["record_kernels"];
   o.use_baseline_cache = merged["use_baseline_cache"];
+  o.quiet_start = merged["quiet_start"];
   o.reward = merged["reward"];
   o.speedup_margin = merged["speedup_margin"];
   o.timeout_s = merged["timeout_s"];

@@ -82,9 +82,12 @@ struct __attribute__((visibility("hidden"))) Judge {
   // Classifies one run's kernels into `provenance`; under provenance: enforce, a run that
   // violates it throws Failure (forbidden_fallback) naming `where`.
   void enforce_provenance(const std::vector<KernelUse>& uses, uint64_t host_copy_bytes, const std::string& where);
-  // Under integrity checks, kernels of the candidate's in `reply`'s "outside" (they ran `when`:
-  // while no forward was running, after the last one) throw Failure (tampering) naming `where`.
-  void reject_work_outside(const nlohmann::json& reply, const std::string& where, const std::string& when) const;
+  // The audit of a reply's kernel records (under integrity checks or enforced provenance): dropped
+  // records (infrastructure), a missing probe record or launches without a record (tampering:
+  // the auditor blinded), and, under integrity checks, kernels of the candidate's in "outside"
+  // (they ran `when`: while no forward was running, after the last one). Throws Failure naming
+  // `where`.
+  void audit_records(const nlohmann::json& reply, const std::string& where, const std::string& when) const;
   // Untimed forwards of the candidate on a staged copy of `inputs` (the warm-up); checks for work
   // outside them. Throws Failure.
   void warm_up_candidate(pybind11::handle inputs);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <memory>
 #include <random>
 
@@ -108,23 +109,41 @@ class CandidateStart {
     }
   }
 
+  // Sends "init" (the candidate initialises CUDA while the judge does); init() takes the reply.
+  void begin_init() {
+    try {
+      client_->send_init(init_op());
+    } catch (const CandidateStartupFailure& f) {
+      failed_init_ = f;
+    }
+  }
+
   void init() {
-    nlohmann::json op = {{"gpu_memory_fraction", j_.opt.gpu_memory_fraction},
-                         {"tf32", j_.opt.precision == "tf32"},
-                         {"flush_l2", j_.opt.flush_l2}};
     for (;;) {
       try {
-        client_->init(op, j_.remaining());
+        if (failed_init_) {
+          const CandidateStartupFailure f = *failed_init_;
+          failed_init_.reset();
+          throw f;
+        }
+        client_->await_ready(j_.remaining());
         if (retried_) j_.result.confinement_unavailable = true;
         return;
       } catch (const CandidateStartupFailure& f) {
         retry_or_fail(f);
         hello();
+        begin_init();
       }
     }
   }
 
  private:
+  nlohmann::json init_op() const {
+    return {{"gpu_memory_fraction", j_.opt.gpu_memory_fraction},
+            {"tf32", j_.opt.precision == "tf32"},
+            {"flush_l2", j_.opt.flush_l2}};
+  }
+
   void spawn() {
     CandidateClient::Launch launch;
     launch.request = request_;
@@ -166,6 +185,7 @@ class CandidateStart {
   CandidateRequest request_;
   std::unique_ptr<CandidateClient> client_;
   bool retried_ = false;
+  std::optional<CandidateStartupFailure> failed_init_;
 };
 
 void write_result(const EvalResult& result, const std::string& path, const std::string& key) {
@@ -214,7 +234,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       });
     }
     enter("python_start");
-    GpuLock starting = j.gpu && req.gpu_lock ? GpuLock(req.gpu, "quiet", false) : GpuLock();
+    GpuLock starting = j.gpu && req.gpu_lock && opt.quiet_start ? GpuLock(req.gpu, "quiet", false) : GpuLock();
     guarded(Category::kInfrastructure, "starting the embedded Python", [&] {
       register_python_module();
       set_runtime_cache_dir(fs::path(opt.resolved_cache_dir()) / "nvrtc");
@@ -229,10 +249,9 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       enter("gpu_wait");
       GpuLock(req.gpu, "gpu", true).hold_until_exit();
     }
-    if (j.gpu) {
-      enter("cuda_init");
-      guarded(Category::kInfrastructure, "initialising CUDA", [&] { init_cuda(result, opt); });
-    }
+    if (j.gpu) enter("cuda_init");
+    if (start) start->begin_init();  // both processes initialise CUDA at once
+    if (j.gpu) guarded(Category::kInfrastructure, "initialising CUDA", [&] { init_cuda(result, opt); });
     if (start) start->init();
 
     enter("load_task");
@@ -268,7 +287,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       const std::string why = finished.value("tampering", "");
       if (opt.integrity_checks && !why.empty())
         throw Failure{Category::kTampering, "the solution tampered with the sandbox: " + why};
-      j.reject_work_outside(finished, "finishing", "after its last forward");
+      j.audit_records(finished, "finishing", "after its last forward");
     }
     progress.close(result.phase_seconds);
     result.ok = true;

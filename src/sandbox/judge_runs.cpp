@@ -45,7 +45,36 @@ void Judge::enforce_provenance(const std::vector<KernelUse>& uses, uint64_t host
   if (opt.provenance == "enforce" && p.violates()) throw Failure{Category::kForbiddenFallback, where + ": " + p.message()};
 }
 
-void Judge::reject_work_outside(const nlohmann::json& reply, const std::string& where, const std::string& when) const {
+void Judge::audit_records(const nlohmann::json& reply, const std::string& where, const std::string& when) const {
+  if (!reply.contains("outside")) return;  // no kernel records in this reply (the CPU)
+  const std::string processes = reply.value("solution_processes", std::string());
+  if (opt.integrity_checks && !processes.empty())
+    throw Failure{Category::kTampering,
+                  fmt::format("{}: {}: work outside the candidate process is out of the auditor's sight", where, processes)};
+  if (!opt.integrity_checks && opt.provenance != "enforce") return;
+  if (reply.value("dropped_records", uint64_t{0}) > 0)
+    throw Failure{Category::kInfrastructure,
+                  fmt::format("{}: CUPTI dropped {} kernel records in the candidate process, so its kernels cannot be "
+                              "audited (it could not get a buffer for them)",
+                              where, reply.value("dropped_records", uint64_t{0}))};
+  if (!reply.value("recording_probe", false))
+    throw Failure{Category::kTampering,
+                  fmt::format("{}: the sandbox's probe kernel left no record in the candidate process: CUPTI stopped "
+                              "recording kernels or calling its launch callbacks there (switched off, its buffers "
+                              "taken or CUPTI detached by the solution)",
+                              where)};
+  const nlohmann::json unrecorded = reply.value("unrecorded_launches", nlohmann::json::object());
+  const uint64_t hidden = unrecorded.value("count", uint64_t{0});
+  if (hidden > 0) {
+    std::string first;
+    for (const auto& a : unrecorded.value("first", nlohmann::json::array()))
+      first += fmt::format("{}{} [{}]", first.empty() ? "" : "; ", a.value("library", std::string("?")),
+                           a.value("origin", std::string("?")));
+    throw Failure{Category::kTampering,
+                  fmt::format("{}: {} kernel launch{} in the candidate process left no CUPTI kernel record (first: {}): "
+                              "kernels ran unaudited, CUPTI's kernel activity switched off or redirected by the solution",
+                              where, hidden, hidden == 1 ? "" : "es", first.empty() ? "?" : first)};
+  }
   const std::vector<KernelUse> outside = parse_uses(reply.value("outside", nlohmann::json::array()), where);
   if (opt.integrity_checks && !outside.empty())
     throw Failure{Category::kTampering,
@@ -118,7 +147,7 @@ void Judge::report_deferred_runs(const std::vector<std::string>& wheres) {
     p.host_copy_bytes = host_bytes;
     throw Failure{Category::kForbiddenFallback, "the timed runs: " + p.message()};
   }
-  reject_work_outside(reply, "the timed runs", "while no forward was running");
+  audit_records(reply, "the timed runs", "while no forward was running");
 }
 
 void Judge::warm_up_candidate(py::handle inputs) {
@@ -127,7 +156,7 @@ void Judge::warm_up_candidate(py::handle inputs) {
   const nlohmann::json reply = candidate->call(
       "warm-up", {{"op", "warmup"}, {"inputs", spec}, {"runs", opt.warmup_runs}, {"ms", opt.warmup_ms}}, "warmed",
       remaining());
-  reject_work_outside(reply, "warm-up", "while no forward was running");
+  audit_records(reply, "warm-up", "while no forward was running");
 }
 
 CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, const std::string& where) {
@@ -151,7 +180,7 @@ CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, cons
   if (gpu && !flags.defer_report) {
     run.kernels = parse_uses(r.value("kernels", nlohmann::json::array()), where);
     enforce_provenance(run.kernels, r.value("host_copy_bytes", uint64_t{0}), where);
-    reject_work_outside(r, where, "while no forward was running");
+    audit_records(r, where, "while no forward was running");
   }
   if (opt.integrity_checks) {
     const std::string why = r.value("tampering", "");

@@ -14,6 +14,7 @@ namespace cuda_agent::sandbox {
 namespace {
 
 thread_local LaunchOrigin t_scope = LaunchOrigin::kUnknown;
+thread_local LaunchLedger::ThreadState t_launch;
 
 struct State {
   std::mutex mutex;
@@ -23,15 +24,13 @@ struct State {
   std::string torch_dir;
   std::string self_file;                                          // this binary, as dladdr names it
   std::unordered_map<const void*, LaunchAttribution> by_handle;   // the stack walk, once per kernel
-  std::unordered_map<uint32_t, LaunchAttribution> by_correlation;
+  LaunchLedger ledger;
 };
 
 State& state() {
   static State s;
   return s;
 }
-
-constexpr size_t kMaxPending = 1 << 20;  // launches whose kernel records never came (failed launches)
 
 bool under(const std::string& path, const std::string& dir) {
   return !dir.empty() && path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/';
@@ -83,14 +82,36 @@ bool is_graph_launch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
           (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 || cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000));
 }
 
-void CUPTIAPI on_launch(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
-  const auto* d = static_cast<const CUpti_CallbackData*>(data);
-  if (d == nullptr || d->callbackSite != CUPTI_API_ENTER) return;
+void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   State& s = state();
+  if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    if (cbid == CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED && t_launch.depth > 0) {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      s.ledger.captured(t_launch);
+    }
+    return;
+  }
+  const auto* d = static_cast<const CUpti_CallbackData*>(data);
+  if (d == nullptr) return;
+  if (d->callbackSite == CUPTI_API_EXIT) {
+    if (t_launch.depth == 0) return;
+    // cudaError_t and CUresult alike: 0 is success.
+    const bool ok = d->functionReturnValue == nullptr || *static_cast<const int*>(d->functionReturnValue) == 0;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.ledger.exit(t_launch, ok);
+    return;
+  }
+  if (d->callbackSite != CUPTI_API_ENTER) return;
+  if (t_launch.depth > 0) {  // the driver's launch inside a runtime launch: the same launch
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.ledger.enter(t_launch, d->correlationId, false, {});
+    return;
+  }
   LaunchAttribution a;
+  const bool graph = is_graph_launch(domain, cbid);
   if (t_scope != LaunchOrigin::kUnknown) {
     a.origin = t_scope;
-  } else if (is_graph_launch(domain, cbid)) {
+  } else if (graph) {
     a = {LaunchOrigin::kOther, "a CUDA graph replay"};
   } else {
     const void* handle = launch_handle(domain, cbid, d->functionParams);
@@ -106,8 +127,7 @@ void CUPTIAPI on_launch(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbi
     }
   }
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.by_correlation.size() >= kMaxPending) s.by_correlation.clear();
-  s.by_correlation[d->correlationId] = std::move(a);
+  s.ledger.enter(t_launch, d->correlationId, graph, std::move(a));
 }
 
 }  // namespace
@@ -154,7 +174,7 @@ void install_launch_origins(const std::vector<std::string>& own_dirs, const std:
   void* warm[1];
   ::backtrace(warm, 1);  // loads the unwinder now, not inside the first callback
   const CuptiApi& api = cupti();
-  CA_CUPTI_CHECK(api.cuptiSubscribe(&s.subscriber, reinterpret_cast<CUpti_CallbackFunc>(on_launch), nullptr));
+  CA_CUPTI_CHECK(api.cuptiSubscribe(&s.subscriber, reinterpret_cast<CUpti_CallbackFunc>(on_callback), nullptr));
   for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
                               CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
                               CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
@@ -169,6 +189,7 @@ void install_launch_origins(const std::vector<std::string>& own_dirs, const std:
         CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_v13000, CUPTI_RUNTIME_TRACE_CBID___cudaLaunchKernel_ptsz_v13000,
         CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000, CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000})
     CA_CUPTI_CHECK(api.cuptiEnableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id));
+  CA_CUPTI_CHECK(api.cuptiEnableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_GRAPHNODE_CREATED));
   s.installed = true;
 }
 
@@ -180,11 +201,96 @@ bool launch_origins_installed() {
 LaunchAttribution take_launch_origin(uint32_t correlation_id) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
-  auto it = s.by_correlation.find(correlation_id);
-  if (it == s.by_correlation.end()) return {};
-  LaunchAttribution a = std::move(it->second);
-  s.by_correlation.erase(it);
+  return s.ledger.take(correlation_id);
+}
+
+uint64_t launch_mark() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().ledger.mark();
+}
+
+UnrecordedLaunches take_unrecorded_launches(uint64_t before_mark) {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().ledger.take_unrecorded(before_mark);
+}
+
+void forget_launches() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  state().ledger.clear();
+}
+
+void LaunchLedger::enter(ThreadState& t, uint32_t correlation_id, bool graph, LaunchAttribution a) {
+  if (t.depth++ > 0) {
+    if (auto it = launches_.find(t.open); it != launches_.end()) {
+      it->second.ids.push_back(correlation_id);
+      by_correlation_[correlation_id] = t.open;
+    }
+    return;
+  }
+  if (launches_.size() >= kMaxPending) forget(launches_.begin()), ++overflow_;
+  t.open = next_++;
+  Launch& l = launches_[t.open];
+  l.a = std::move(a);
+  l.ids.push_back(correlation_id);
+  l.graph = graph;
+  by_correlation_[correlation_id] = t.open;
+}
+
+void LaunchLedger::exit(ThreadState& t, bool succeeded) {
+  if (t.depth == 0 || --t.depth > 0) return;
+  if (!succeeded)
+    if (auto it = launches_.find(t.open); it != launches_.end()) forget(it);
+  t.open = 0;
+}
+
+void LaunchLedger::captured(const ThreadState& t) {
+  if (t.depth == 0) return;
+  if (auto it = launches_.find(t.open); it != launches_.end()) it->second.no_record = true;
+}
+
+LaunchAttribution LaunchLedger::take(uint32_t correlation_id) {
+  auto id = by_correlation_.find(correlation_id);
+  if (id == by_correlation_.end()) return {};
+  auto it = launches_.find(id->second);
+  if (it == launches_.end()) {
+    by_correlation_.erase(id);
+    return {};
+  }
+  if (it->second.graph) {  // its other kernels carry the same id
+    it->second.recorded = true;
+    return it->second.a;
+  }
+  LaunchAttribution a = std::move(it->second.a);
+  forget(it);
   return a;
+}
+
+UnrecordedLaunches LaunchLedger::take_unrecorded(uint64_t before, size_t examples) {
+  UnrecordedLaunches out;
+  out.count = overflow_;
+  overflow_ = 0;
+  for (auto it = launches_.begin(); it != launches_.end() && it->first < before;) {
+    const auto next = std::next(it);
+    if (!it->second.recorded && !it->second.no_record) {
+      ++out.count;
+      if (out.first.size() < examples) out.first.push_back(it->second.a);
+    }
+    forget(it);
+    it = next;
+  }
+  return out;
+}
+
+void LaunchLedger::forget(std::map<uint64_t, Launch>::iterator it) {
+  for (uint32_t id : it->second.ids)
+    if (auto c = by_correlation_.find(id); c != by_correlation_.end() && c->second == it->first) by_correlation_.erase(c);
+  launches_.erase(it);
+}
+
+void LaunchLedger::clear() {
+  by_correlation_.clear();
+  launches_.clear();
+  overflow_ = 0;
 }
 
 }  // namespace cuda_agent::sandbox

@@ -3,6 +3,10 @@
 // confinement or fake a confinement failure. Each hostile solution also runs with confine: off,
 // where it must succeed, so that a test cannot pass because the hack itself was broken.
 #include <poll.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -10,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -20,6 +25,7 @@
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/sandbox/evaluation.h"
+#include "cuda_agent/sandbox/solution_processes.h"
 #include "cuda_agent/sandbox/worker_confinement.h"
 #include "test_util.h"
 
@@ -509,4 +515,92 @@ TEST(ConfineOptions, ConfineIsValidatedAndRoundTrips) {
   const EvalRequest back = EvalRequest::from_json(nlohmann::json::parse(req.to_json().dump()));
   EXPECT_FALSE(back.confine_candidate);
   EXPECT_EQ(back.unconfined_reason, "known");
+}
+
+namespace {
+
+// Runs `body` in a forked child (its exit code: 0 passes, else the failed step's number), so
+// that namespaces and the subreaper flag stay out of the test process.
+int in_child(const std::function<int()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(body());
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+}
+
+// A process whose parent exits at once (an orphan), sleeping or busy on the CPU for `seconds`.
+void start_orphan(bool busy, double seconds) {
+  const pid_t middle = ::fork();
+  if (middle == 0) {
+    if (::fork() == 0) {
+      if (!busy) ::execlp("sleep", "sleep", std::to_string(seconds).c_str(), nullptr);
+      const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+      volatile uint64_t x = 0;
+      while (std::chrono::steady_clock::now() < end) x = x + 1;
+      ::_exit(0);
+    }
+    ::_exit(0);
+  }
+  ::waitpid(middle, nullptr, 0);
+}
+
+template <typename F>
+bool eventually(F condition) {
+  for (int i = 0; i < 100; ++i) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// An orphan of a double fork stays the solution's process while it runs, and its CPU counts once
+// it ended (reaped or not).
+int watch_checks(SolutionProcesses& watch) {
+  if (!watch.alive().empty()) return 1;
+  start_orphan(false, 0.5);
+  if (!eventually([&] { return watch.alive().find("(sleep)") != std::string::npos; })) {
+    std::fprintf(stderr, "alive: '%s'\n", watch.alive().c_str());
+    return 2;
+  }
+  if (!eventually([&] { return watch.alive().empty(); })) return 3;
+  const double before = watch.ended_cpu_seconds();
+  start_orphan(true, 0.3);
+  if (!eventually([&] { return watch.alive().empty() && watch.ended_cpu_seconds() >= before + 0.1; })) return 4;
+  return 0;
+}
+
+}  // namespace
+
+TEST(SolutionProcesses, AnOrphanStaysInSightOfTheCandidateAsItsSubreaper) {
+  EXPECT_EQ(in_child([] {
+              SolutionProcesses watch;
+              watch.start();
+              return watch_checks(watch);
+            }),
+            0);
+}
+
+// The filter keeps the watch: the subreaper flag stays on, no child of the candidate's parent
+// can be made, and threads, fork and posix_spawn (through clone once clone3 answers ENOSYS)
+// still work.
+TEST(SolutionProcesses, TheFilterKeepsTheSubreaperAndTheParentage) {
+  EXPECT_EQ(in_child([] {
+              SolutionProcesses watch;
+              watch.start();
+              if (::prctl(PR_SET_CHILD_SUBREAPER, 0) == 0 || errno != EPERM) return 1;
+              if (!watch.alive().empty()) return 2;
+              if (::syscall(SYS_clone, CLONE_PARENT | SIGCHLD, nullptr, nullptr, nullptr, nullptr) != -1 || errno != EPERM)
+                return 3;
+              if (::syscall(SYS_clone3, nullptr, 0) != -1 || errno != ENOSYS) return 4;
+              std::thread t([] {});
+              t.join();
+              const pid_t child = ::fork();
+              if (child == 0) ::_exit(7);
+              int status = 0;
+              if (child < 0 || ::waitpid(child, &status, 0) != child || WEXITSTATUS(status) != 7) return 5;
+              if (::system("exit 3") != 3 << 8) return 6;  // posix_spawn
+              return 0;
+            }),
+            0);
 }

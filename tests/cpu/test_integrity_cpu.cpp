@@ -9,6 +9,7 @@
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/kernel_provenance.h"
+#include "cuda_agent/sandbox/launch_origins.h"
 
 using namespace cuda_agent;
 using namespace cuda_agent::sandbox;
@@ -311,4 +312,74 @@ TEST(KernelProvenance, KernelUsesRoundTripAndSummarize) {
   EXPECT_EQ(back.calls, 2);
   EXPECT_EQ(kernel_table(uses, 2)[0]["calls_per_forward"], 1.0);
   EXPECT_THROW(KernelUse::from_json(nlohmann::json{{"name", "x"}}), std::exception);
+}
+
+// The launch ledger behind the auditor's cross-check: every launch the callbacks saw must get a
+// kernel record, whichever of its correlation ids the record carries.
+TEST(LaunchLedger, ARuntimeLaunchAndTheDriverLaunchInsideItAreOneLaunch) {
+  for (uint32_t record_id : {10u, 11u}) {  // CUPTI's record may carry either id
+    LaunchLedger ledger;
+    LaunchLedger::ThreadState t;
+    ledger.enter(t, 10, false, {LaunchOrigin::kTorch, "libtorch_cuda.so"});  // cudaLaunchKernel
+    ledger.enter(t, 11, false, {});                                          // cuLaunchKernel in it
+    ledger.exit(t, true);
+    ledger.exit(t, true);
+    EXPECT_EQ(t.depth, 0);
+    const LaunchAttribution a = ledger.take(record_id);
+    EXPECT_EQ(a.origin, LaunchOrigin::kTorch);
+    EXPECT_EQ(a.library, "libtorch_cuda.so");
+    EXPECT_EQ(ledger.take(record_id == 10 ? 11 : 10).origin, LaunchOrigin::kUnknown) << "one launch, one record";
+    EXPECT_EQ(ledger.take_unrecorded(ledger.mark()).count, 0u);
+    EXPECT_EQ(ledger.pending(), 0u);
+  }
+}
+
+TEST(LaunchLedger, ALaunchWithoutARecordIsReportedOnce) {
+  LaunchLedger ledger;
+  LaunchLedger::ThreadState t;
+  ledger.enter(t, 1, false, {LaunchOrigin::kOwn, ""});
+  ledger.exit(t, true);
+  ledger.enter(t, 2, false, {LaunchOrigin::kTorch, "libtorch_cuda.so"});  // its record never comes
+  ledger.exit(t, true);
+  const uint64_t mark = ledger.mark();
+  ledger.enter(t, 3, false, {LaunchOrigin::kTorch, "late.so"});  // after the mark: not yet due
+  ledger.exit(t, true);
+  EXPECT_EQ(ledger.take(1).origin, LaunchOrigin::kOwn);
+  const UnrecordedLaunches u = ledger.take_unrecorded(mark);
+  ASSERT_EQ(u.count, 1u);
+  ASSERT_EQ(u.first.size(), 1u);
+  EXPECT_EQ(u.first[0].library, "libtorch_cuda.so");
+  EXPECT_EQ(ledger.take_unrecorded(mark).count, 0u) << "reported once";
+  EXPECT_EQ(ledger.take(3).library, "late.so");
+}
+
+TEST(LaunchLedger, FailedCapturedAndGraphLaunches) {
+  LaunchLedger ledger;
+  LaunchLedger::ThreadState t;
+  ledger.enter(t, 1, false, {LaunchOrigin::kOther, "bad.so"});
+  ledger.enter(t, 2, false, {});
+  ledger.exit(t, true);
+  ledger.exit(t, false);  // the outer call failed: nothing ran, no record is due
+  ledger.enter(t, 3, false, {LaunchOrigin::kOwn, ""});
+  ledger.captured(t);     // a graph node made during stream capture: it did not run
+  ledger.exit(t, true);
+  ledger.enter(t, 4, true, {LaunchOrigin::kOther, "a CUDA graph replay"});
+  ledger.exit(t, true);
+  EXPECT_EQ(ledger.take(4).origin, LaunchOrigin::kOther);
+  EXPECT_EQ(ledger.take(4).origin, LaunchOrigin::kOther) << "a graph's kernels share its correlation id";
+  ledger.enter(t, 5, true, {LaunchOrigin::kOther, "a CUDA graph replay"});  // a replay whose kernels left no record
+  ledger.exit(t, true);
+  const UnrecordedLaunches u = ledger.take_unrecorded(ledger.mark());
+  EXPECT_EQ(u.count, 1u);
+  EXPECT_EQ(ledger.pending(), 0u);
+}
+
+TEST(LaunchLedger, ClearForgetsEverything) {
+  LaunchLedger ledger;
+  LaunchLedger::ThreadState t;
+  ledger.enter(t, 1, false, {LaunchOrigin::kTorch, ""});
+  ledger.exit(t, true);
+  ledger.clear();
+  EXPECT_EQ(ledger.take_unrecorded(ledger.mark()).count, 0u);
+  EXPECT_EQ(ledger.take(1).origin, LaunchOrigin::kUnknown);
 }

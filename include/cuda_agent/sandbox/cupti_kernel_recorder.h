@@ -51,6 +51,13 @@ class CuptiKernelRecorder {
   // Records CUPTI reported as dropped since start().
   size_t dropped() const { return dropped_; }
 
+  // Launches the sandbox's probe: an empty kernel of its own (loaded once from PTX), on the
+  // harness's account, into the legacy stream of the current context. Its record, attributed to
+  // the harness, shows that CUPTI still records kernels and still calls the launch callbacks;
+  // synchronize before take(). Throws Error.
+  static void launch_probe();
+  static bool is_probe(const KernelRecord& r);
+
   // Used by CUPTI's callbacks.
   void append(std::vector<KernelRecord>&& records);
   void add_host_copy(uint64_t bytes) { host_copy_bytes_ += bytes; }

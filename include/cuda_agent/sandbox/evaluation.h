@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,11 @@ struct SandboxOptions {
   bool profile_compile = true;       // time torch.compile as a baseline
   bool record_kernels = true;        // CUPTI kernel table
   bool use_baseline_cache = true;
+  // Under a runner's GPU locks (EvalRequest::gpu_lock): whether a worker's Python and torch
+  // start-up holds the GPU's quiet lock shared, so that no other worker's timed runs share the
+  // host's CPUs with it. Off by default: on a host with cores to spare the timed runs do not
+  // notice (docs/benchmarks.md), and the lock costs the bench a fifth of its rate.
+  bool quiet_start = false;
   // reward
   std::string reward = "milestone";  // milestone: {-1,1,2,3}; raw_speedup: speedup vs torch.compile
   double speedup_margin = 0.05;      // "faster" means more than 5% faster
@@ -80,6 +86,10 @@ struct SandboxOptions {
   // inside them; "namespaces" requires it (an infrastructure_error otherwise); "off" never
   // confines. Every result records the outcome in result["worker"]["confined"].
   std::string confine = "auto";
+  // Keys the run set explicitly (its --config file's sandbox section, --set sandbox.KEY=...):
+  // a task's own tolerance and precision (bench::apply_task_options) do not override them.
+  // Not part of to_json.
+  std::set<std::string> pinned;
 
   static nlohmann::json defaults();  // the fields above as JSON, for config merging
   static SandboxOptions from_json(const nlohmann::json& j);  // j already merged onto defaults()
@@ -101,9 +111,9 @@ struct EvalRequest {
   int gpu = 0;                  // physical GPU index the worker is pinned to
   // Take this GPU's locks (files in the temporary directory, shared by every run of this user
   // on the host): the GPU lock after Python and torch are imported and before CUDA is touched,
-  // held until the worker exits, so GPU phases run one at a time; and the quiet lock, shared
-  // while torch is imported and exclusive while timing, so no worker starts up beside another's
-  // timed runs. Lets a runner start the next worker while the current one runs. Other work on
+  // held until the worker exits, so GPU phases run one at a time; and the quiet lock, exclusive
+  // while timing (and, with options.quiet_start, shared while torch is imported, so that no
+  // worker starts up beside another's timed runs). Lets a runner start the next worker while the current one runs. Other work on
   // the GPU that must not run beside timed runs holds the quiet lock shared (GpuLock in
   // worker_confinement.h): the RL trainer while it generates beside its episodes' evaluations.
   bool gpu_lock = false;

@@ -14,10 +14,17 @@
 // per correlation id, the calling thread's LaunchScope or, outside one, the library of the first
 // stack frame that is not CUDA's, CUPTI's or this binary's (found once per kernel handle and
 // cached). Installed once per process (CUPTI allows one subscriber).
+//
+// Every successful launch is kept until its kernel record is taken: a launch that never got a
+// record (the kernel activity switched off, or its buffers taken, by the solution) is hidden
+// work, reported by take_unrecorded_launches. A launch made while its stream is being captured
+// into a CUDA graph creates a graph node instead of running and expects no record.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace cuda_agent::sandbox {
@@ -53,5 +60,61 @@ bool launch_origins_installed();
 // The attribution recorded for `correlation_id`, forgotten once read (kUnknown: none recorded).
 // Thread-safe.
 LaunchAttribution take_launch_origin(uint32_t correlation_id);
+
+struct UnrecordedLaunches {
+  size_t count = 0;
+  std::vector<LaunchAttribution> first;  // the first few, oldest first
+};
+
+// The launch bookkeeping behind the callbacks, without CUDA (tested on the CPU). One API call is
+// one launch under every correlation id it had: a runtime launch calls the driver's launch
+// inside it, and either id may be the one CUPTI's kernel record carries. Not thread-safe: the
+// callbacks hold a lock around it; each thread passes its own ThreadState.
+class LaunchLedger {
+ public:
+  struct ThreadState {
+    int depth = 0;      // launch calls open on the thread (nested ones included)
+    uint64_t open = 0;  // the outermost one's serial
+  };
+  static constexpr size_t kMaxPending = 1 << 20;
+
+  // A launch call entered (CUPTI_API_ENTER): the outermost one on the thread opens a launch
+  // attributed to `a`; a nested one joins it. `graph`: a graph launch, whose kernels all carry
+  // its correlation id.
+  void enter(ThreadState& t, uint32_t correlation_id, bool graph, LaunchAttribution a);
+  // A launch call returned; the outermost one's failure (nothing was launched) forgets it.
+  void exit(ThreadState& t, bool succeeded);
+  // A graph node was created inside the thread's open launch: it was captured, not run.
+  void captured(const ThreadState& t);
+  // take_launch_origin's bookkeeping.
+  LaunchAttribution take(uint32_t correlation_id);
+  // Launches entered so far (a mark for take_unrecorded).
+  uint64_t mark() const { return next_; }
+  // The launches entered before `before` that never got a record, forgotten once reported;
+  // launches beyond kMaxPending, dropped unrecorded, count too.
+  UnrecordedLaunches take_unrecorded(uint64_t before, size_t examples = 4);
+  void clear();
+  size_t pending() const { return launches_.size(); }
+
+ private:
+  struct Launch {
+    LaunchAttribution a;
+    std::vector<uint32_t> ids;
+    bool graph = false;
+    bool recorded = false;      // a graph launch's first record came
+    bool no_record = false;     // captured into a graph
+  };
+  void forget(std::map<uint64_t, Launch>::iterator it);
+  std::unordered_map<uint32_t, uint64_t> by_correlation_;
+  std::map<uint64_t, Launch> launches_;  // by serial, oldest first
+  uint64_t next_ = 1;
+  size_t overflow_ = 0;
+};
+
+// The process-wide ledger's mark and unrecorded launches (LaunchLedger), and a fresh start
+// (when kernel recording starts, launches before it have no records to wait for).
+uint64_t launch_mark();
+UnrecordedLaunches take_unrecorded_launches(uint64_t before_mark);
+void forget_launches();
 
 }  // namespace cuda_agent::sandbox

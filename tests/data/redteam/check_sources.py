@@ -29,6 +29,8 @@ CATEGORIES = {
 }
 OPTION_KEYS = {"precision", "fallback", "provenance", "integrity_checks", "secret_seeds", "trials", "atol", "rtol",
                "timed_runs", "timeout_s"}
+OPTION_VALUES = {"precision": {"loose", "strict", "tf32"}, "fallback": {"off", "warn", "enforce"},
+                 "provenance": {"off", "warn", "enforce"}}
 SIMPLE_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.JoinedStr, ast.FormattedValue, ast.List,
                 ast.Tuple, ast.BinOp, ast.Add, ast.Mult)
 
@@ -66,6 +68,10 @@ def check_manifest(errors):
         unknown = set(e.get("options", {})) - OPTION_KEYS
         if unknown:
             errors.append(f"{where}: unknown option keys {sorted(unknown)}")
+        for key, allowed in OPTION_VALUES.items():
+            value = e.get("options", {}).get(key)
+            if value is not None and value not in allowed:
+                errors.append(f"{where}: option {key} is {value!r}, not one of {sorted(allowed)}")
         used.add(os.path.normpath(os.path.dirname(os.path.join(ROOT, e.get("solution", "")))))
     for kind in ("hacks", "legit"):
         for folder in sorted(os.listdir(os.path.join(HERE, kind))):

@@ -1,13 +1,13 @@
-# HACK (expect forbidden_fallback): blinds the auditor. The candidate process's kernel records
+# HACK (expect tampering): blinds the auditor. The candidate process's kernel records
 # come from CUPTI's activity API inside that same process, and CUPTI is a shared library any
 # solution can reach with ctypes. This one launches a decoy kernel of its own (so "an own kernel
 # ran" holds), waits for it, switches CUPTI's kernel activity off, computes the output with
 # ATen's softmax, waits, and switches it back on before forward returns: the run's records show
 # the decoy alone, and the later runs are recorded as usual. The fallback guard only warns
 # (its default), so nothing but provenance stands in the way.
-# Caught by (needed, OPEN): nothing yet. The launch callbacks (launch_origins) still see ATen's
-# launch while the activity records do not; the candidate must cross-check the two (a launch
-# without a kernel record is hidden work) or probe that CUPTI still records after each forward.
+# Caught by: the launch callbacks (launch_origins) still see ATen's launch while the activity
+# records do not; the candidate cross-checks the two after every audited stretch, and a launch
+# without a kernel record is hidden work (tampering).
 import ctypes
 import ctypes.util
 

@@ -1,0 +1,129 @@
+#include "cuda_agent/sandbox/solution_processes.h"
+
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "cuda_agent/core/error.h"
+
+namespace cuda_agent::sandbox {
+namespace {
+
+struct ProcStat {
+  bool ok = false;
+  std::string comm;
+  char state = '?';
+  pid_t ppid = 0;
+  unsigned long long ticks = 0;  // utime + stime + cutime + cstime
+  unsigned long long child_ticks = 0;  // cutime + cstime
+};
+
+// /proc/<pid>/stat: "pid (comm) state ppid ..." (comm may hold spaces and parentheses).
+ProcStat read_stat(const std::string& pid) {
+  ProcStat s;
+  std::ifstream in("/proc/" + pid + "/stat");
+  std::string line;
+  if (!in || !std::getline(in, line)) return s;
+  const size_t open = line.find('('), close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close < open) return s;
+  s.comm = line.substr(open + 1, close - open - 1);
+  std::istringstream rest(line.substr(close + 1));
+  std::string field[15];
+  for (auto& f : field) rest >> f;  // state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
+  if (!rest) return s;
+  s.state = field[0].empty() ? '?' : field[0][0];
+  s.ppid = static_cast<pid_t>(std::atol(field[1].c_str()));
+  const auto n = [&](int i) { return std::strtoull(field[i].c_str(), nullptr, 10); };
+  s.child_ticks = n(13) + n(14);
+  s.ticks = n(11) + n(12) + s.child_ticks;
+  s.ok = true;
+  return s;
+}
+
+}  // namespace
+
+void install_process_filter() {
+#if defined(__x86_64__)
+  constexpr uint32_t kArch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+  constexpr uint32_t kArch = AUDIT_ARCH_AARCH64;
+#else
+#error "the process filter knows x86_64 and aarch64 only"
+#endif
+  constexpr uint32_t kArgLow = offsetof(seccomp_data, args);  // args[0]'s low half (little-endian)
+  sock_filter program[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, arch)),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, kArch, 1, 0),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),  // another ABI (i386 on x86_64)
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(seccomp_data, nr)),
+#if defined(__x86_64__)
+      BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1),  // x32 numbers
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+#endif
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone3, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_prctl, 0, 2),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, kArgLow),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, PR_SET_CHILD_SUBREAPER, 3, 4),
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_clone, 0, 3),
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, kArgLow),
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, CLONE_PARENT, 0, 1),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof(program) / sizeof(program[0])), program};
+  CA_CHECK(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "prctl(PR_SET_NO_NEW_PRIVS) failed: errno {}", errno);
+  CA_CHECK(::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0, "installing the seccomp filter failed: errno {}",
+           errno);
+}
+
+void SolutionProcesses::start() {
+  CA_CHECK(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0, "prctl(PR_SET_CHILD_SUBREAPER) failed: errno {}", errno);
+  install_process_filter();
+  self_ = ::getpid();
+  started_ = true;
+}
+
+SolutionProcesses::Scan SolutionProcesses::scan() const {
+  Scan out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str()));
+    if (pid == self_) continue;
+    const ProcStat s = read_stat(name);
+    if (!s.ok || s.ppid != self_) continue;
+    if (s.state == 'Z' || s.state == 'X') out.zombie_ticks += s.ticks;  // ended, not yet reaped
+    else out.alive += fmt::format("{}pid {} ({})", out.alive.empty() ? "" : ", ", pid, s.comm);
+  }
+  return out;
+}
+
+std::string SolutionProcesses::alive() const {
+  if (!started_) return "";
+  int on = 0;
+  if (::prctl(PR_GET_CHILD_SUBREAPER, &on) != 0 || on == 0) return "the candidate process's subreaper flag was switched off";
+  return scan().alive;
+}
+
+double SolutionProcesses::ended_cpu_seconds() const {
+  if (!started_) return 0.0;
+  const unsigned long long ticks = read_stat("self").child_ticks + scan().zombie_ticks;
+  return static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+}  // namespace cuda_agent::sandbox
