@@ -7,6 +7,7 @@
 #include "cuda_agent/agent/policy.h"
 #include "cuda_agent/agent/tool_registry.h"
 #include "cuda_agent/agent/workspace.h"
+#include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
@@ -82,9 +83,15 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   WorkspaceOptions wopts;
   wopts.root = ws_root;
   wopts.task_file = task;
-  wopts.verify_command = fmt::format("{} verify --task {} --solution model_new.py{}", bin, shell_quote(task.string()), device_flag);
+  // The scripts check with the tolerance and precision the episode is scored with.
+  sandbox::SandboxOptions sandbox_options = spec.sandbox;
+  bench::apply_task_options(sandbox_options, task);
+  const std::string pinned = bench::pinned_task_option_flags(sandbox_options);
+  wopts.verify_command =
+      fmt::format("{} verify --task {} --solution model_new.py{}{}", bin, shell_quote(task.string()), device_flag, pinned);
   wopts.profile_command = spec.device == "cpu" ? ""
-                          : fmt::format("{} profile --task {} --solution model_new.py{}", bin, shell_quote(task.string()), device_flag);
+                          : fmt::format("{} profile --task {} --solution model_new.py{}{}", bin, shell_quote(task.string()),
+                                        device_flag, pinned);
   Workspace workspace = Workspace::create(wopts);
   std::map<std::string, std::string> env = {{"CUDA_AGENT_CACHE_DIR", spec.sandbox.resolved_cache_dir()}};
   if (spec.device == "cuda") env["CUDA_VISIBLE_DEVICES"] = std::to_string(spec.gpu);
@@ -97,7 +104,6 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   options.task_text = read_file(task);
   if (!spec.skill_file.empty()) options.skill = read_file(spec.skill_file);
 
-  sandbox::SandboxOptions sandbox_options = spec.sandbox;
   // Bash runs confined where bubblewrap works (tool option confine); where it does not, file
   // modes do not stop a root shell. Either way, if the original task changed during the
   // episode, the episode fails instead of being scored against it.

@@ -53,8 +53,7 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
       episode.gpu = gpu;
       episode.policy = place_policy_on_gpu(spec.episode.policy, gpu);
       episode.output_dir = spec.output_dir / "episodes" / task.id;
-      if (task.atol) episode.sandbox.atol = *task.atol;
-      if (task.rtol) episode.sandbox.rtol = *task.rtol;
+      bench::apply_task_options(episode.sandbox, task);
       nlohmann::json result;
       try {
         fs::remove_all(episode.output_dir);  // an eval run re-runs its episodes

@@ -58,10 +58,33 @@ void add_common(CLI::App* cmd, CommonFlags& f) {
 sandbox::SandboxOptions resolve_options(const CommonFlags& f, nlohmann::json* resolved = nullptr) {
   set_log_level(f.log_level);
   nlohmann::json config = {{"sandbox", sandbox::SandboxOptions::defaults()}};
-  if (!f.config.empty()) merge_checked(config, load_yaml_file(f.config), f.config);
-  for (const auto& s : f.sets) apply_override(config, s);
+  std::set<std::string> pinned;
+  if (!f.config.empty()) {
+    const nlohmann::json file = load_yaml_file(f.config);
+    if (file.is_object() && file.contains("sandbox") && file["sandbox"].is_object())
+      for (const auto& [key, _] : file["sandbox"].items()) pinned.insert(key);
+    merge_checked(config, file, f.config);
+  }
+  for (const auto& s : f.sets) {
+    apply_override(config, s);
+    if (s.rfind("sandbox.", 0) == 0) pinned.insert(s.substr(8, s.find('=') - 8));
+  }
   if (resolved) *resolved = config;
-  return sandbox::SandboxOptions::from_json(config["sandbox"]);
+  sandbox::SandboxOptions options = sandbox::SandboxOptions::from_json(config["sandbox"]);
+  options.pinned = std::move(pinned);
+  return options;
+}
+
+// The name a default run folder takes from --split: its last component, whether the path ends
+// in a slash or names split.yaml itself ("data/core/" and "data/core/split.yaml" both: "core").
+std::string split_name(const std::string& split) {
+  fs::path p = fs::absolute(split).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  if (p.filename() == "split.yaml" || p.extension() == ".yaml" || p.extension() == ".yml") {
+    if (p.filename() == "split.yaml") p = p.parent_path();
+    else return p.stem().string();
+  }
+  return p.filename().string();
 }
 
 void require_gpu(const char* verb) {
@@ -139,13 +162,8 @@ int run_single(const std::string& mode, const std::string& task, const std::stri
   req.device = device;
   req.gpu = gpu;
   CA_CHECK(device == "cuda" || device == "cpu", "--device must be cuda or cpu, got '{}'", device);
-  // The task's own tolerance (task.yaml beside model.py) applies unless --set overrides it.
-  bench::TaskEntry sidecar;
-  bench::read_task_sidecar(req.task_path, sidecar);
-  const bool atol_set = std::any_of(flags.sets.begin(), flags.sets.end(), [](const std::string& s) { return s.rfind("sandbox.atol=", 0) == 0; });
-  const bool rtol_set = std::any_of(flags.sets.begin(), flags.sets.end(), [](const std::string& s) { return s.rfind("sandbox.rtol=", 0) == 0; });
-  if (sidecar.atol && !atol_set) req.options.atol = *sidecar.atol;
-  if (sidecar.rtol && !rtol_set) req.options.rtol = *sidecar.rtol;
+  // The task's own tolerance and precision (task.yaml beside model.py) unless the run pins them.
+  bench::apply_task_options(req.options, fs::path(req.task_path));
   if (device == "cuda") require_gpu(mode.c_str());
   CA_CHECK(device == "cuda" || mode == "verify", "{} needs a GPU; only verify runs with --device cpu", mode);
   nlohmann::json result = sandbox::evaluate(req).to_json();
@@ -428,7 +446,7 @@ int main(int argc, char** argv) {
       opts.gpus = parse_gpus(gpus);
       opts.resume = !no_resume;
       opts.workers_per_gpu = workers_per_gpu;
-      opts.output_dir = bench_out.empty() ? fs::path("runs") / ("bench-" + fs::path(split).filename().string()) : fs::path(bench_out);
+      opts.output_dir = bench_out.empty() ? fs::path("runs") / ("bench-" + split_name(split)) : fs::path(bench_out);
       require_gpu("bench");
       opts.interactive_progress = stderr_is_terminal();
       nlohmann::json report = bench::run_bench(opts, std::cerr);
@@ -443,7 +461,7 @@ int main(int argc, char** argv) {
       opts.split = split;
       opts.gpus = parse_gpus(gpus);
       opts.workers_per_gpu = workers_per_gpu;
-      opts.output_dir = bench_out.empty() ? fs::path("runs") / ("baselines-" + fs::path(split).filename().string())
+      opts.output_dir = bench_out.empty() ? fs::path("runs") / ("baselines-" + split_name(split))
                                           : fs::path(bench_out);
       opts.interactive_progress = stderr_is_terminal();
       require_gpu("baselines");
@@ -476,7 +494,7 @@ int main(int argc, char** argv) {
       spec.split = split;
       spec.gpus = parse_gpus(gpus);
       spec.output_dir = bench_out.empty()
-                            ? fs::path("runs") / fmt::format("eval-{}-{}", fs::path(split).filename().string(), std::time(nullptr))
+                            ? fs::path("runs") / fmt::format("eval-{}-{}", split_name(split), std::time(nullptr))
                             : fs::path(bench_out);
       spec.interactive_progress = stderr_is_terminal();
       spec.episode.sandbox = resolve_options(flags);

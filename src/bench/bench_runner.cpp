@@ -40,8 +40,7 @@ nlohmann::json evaluate_task(const BenchOptions& options, const TaskEntry& task,
                              bool* reused) {
   const fs::path result_file = results_dir / (task.id + ".json");
   sandbox::SandboxOptions task_options = options.sandbox;
-  if (task.atol) task_options.atol = *task.atol;
-  if (task.rtol) task_options.rtol = *task.rtol;
+  apply_task_options(task_options, task);
   sandbox::EvalRequest req;
   req.task_path = task.path.string();
   req.task_id = task.id;

@@ -84,6 +84,28 @@ void read_task_sidecar(const fs::path& model_py, TaskEntry& entry) {
   read_common_fields(side, sidecar.string(), entry);
 }
 
+void apply_task_options(sandbox::SandboxOptions& options, const TaskEntry& task) {
+  auto take = [&](const char* key, bool has, auto apply) {
+    if (!has || options.pinned.count(key)) return;
+    apply();
+    options.pinned.insert(key);
+  };
+  take("atol", task.atol.has_value(), [&] { options.atol = *task.atol; });
+  take("rtol", task.rtol.has_value(), [&] { options.rtol = *task.rtol; });
+  take("precision", !task.precision.empty(), [&] { options.precision = task.precision; });
+}
+
+void apply_task_options(sandbox::SandboxOptions& options, const fs::path& model_py) {
+  TaskEntry sidecar;
+  read_task_sidecar(model_py, sidecar);
+  apply_task_options(options, sidecar);
+}
+
+std::string pinned_task_option_flags(const sandbox::SandboxOptions& options) {
+  return fmt::format(" --set sandbox.atol={} --set sandbox.rtol={} --set sandbox.precision={}", nlohmann::json(options.atol).dump(),
+                     nlohmann::json(options.rtol).dump(), options.precision);
+}
+
 Split load_split(const fs::path& path) {
   fs::path file = fs::is_directory(path) ? path / "split.yaml" : path;
   CA_CHECK(fs::is_regular_file(file), "no split at {}: expected a folder with split.yaml or the split.yaml itself",
@@ -113,6 +135,11 @@ Split load_split(const fs::path& path) {
     CA_CHECK(t.contains("path") && t["path"].is_string(), "{}: 'path' is required", at);
     TaskEntry e;
     e.id = t["id"];
+    // Ids name files (results/<id>.json, episodes/<id>/): no path separators, no "." or "..".
+    CA_CHECK(e.id.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") ==
+                     std::string::npos &&
+                 e.id != "." && e.id != ".." && e.id.size() <= 200,
+             "{}: task id '{}' must be 1-200 letters, digits, '.', '_' or '-' (it names result files)", at, e.id);
     CA_CHECK(seen.insert(e.id).second, "{}: duplicate task id '{}'", at, e.id);
     e.path = fs::weakly_canonical(split.root / t["path"].get<std::string>());
     CA_CHECK(fs::is_regular_file(e.path), "{}: task file {} does not exist", at, e.path.string());

@@ -112,6 +112,7 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
     spec.sandbox.timeout_s = rollout["sandbox_timeout_s"].get<double>();
     spec.sandbox.reward = ctx.config["reward"]["kind"].get<std::string>();
     spec.sandbox.speedup_margin = ctx.config["reward"]["speedup_margin"].get<double>();
+    bench::apply_task_options(spec.sandbox, ctx.split.tasks[run.task_index]);  // as bench and eval score it
     run.result = agent::run_task_episode(spec);
     run.ok = true;
   } catch (const std::exception& e) {

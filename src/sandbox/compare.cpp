@@ -38,15 +38,22 @@ void compare_tensors(CompareResult& r, py::handle ref, py::handle cand, const st
   const int64_t numel = ref.attr("numel")().cast<int64_t>();
   r.compared += numel;
   if (numel == 0) return;
-  const bool is_bool = ref_dtype == "torch.bool";
+  // Integer and boolean outputs (indices, counts, masks) compare exactly under every policy, in
+  // their own dtype (a float64 copy would round int64 beyond 2^53).
+  const bool exact = !ref.attr("is_floating_point")().cast<bool>() && !ref.attr("is_complex")().cast<bool>();
   py::object a = ref.attr("detach")().attr("to")(torch.attr("float64"));
   py::object b = cand.attr("detach")().attr("to")(torch.attr("float64"));
   py::object diff = (b - a).attr("abs")();
-  py::object tol = a.attr("abs")() * py::float_(is_bool ? 0.0 : rtol) + py::float_(is_bool ? 0.0 : atol);
-  // Equal infinities have a NaN difference but match; NaN never matches.
-  py::object both_equal = a.attr("eq")(b);
-  py::object within = diff.attr("le")(tol).attr("logical_or")(both_equal);
-  const int64_t bad = numel - within.attr("sum")().attr("item")().cast<int64_t>();
+  int64_t bad = 0;
+  if (exact) {
+    bad = ref.attr("ne")(cand).attr("sum")().attr("item")().cast<int64_t>();
+  } else {
+    py::object tol = a.attr("abs")() * py::float_(rtol) + py::float_(atol);
+    // Equal infinities have a NaN difference but match; NaN never matches.
+    py::object both_equal = a.attr("eq")(b);
+    py::object within = diff.attr("le")(tol).attr("logical_or")(both_equal);
+    bad = numel - within.attr("sum")().attr("item")().cast<int64_t>();
+  }
   py::object finite_diff = torch.attr("where")(torch.attr("isfinite")(diff), diff, torch.attr("zeros_like")(diff));
   const double max_abs = finite_diff.attr("max")().attr("item")().cast<double>();
   py::object rel = finite_diff / (a.attr("abs")() + py::float_(1e-12));
@@ -55,8 +62,12 @@ void compare_tensors(CompareResult& r, py::handle ref, py::handle cand, const st
   r.max_rel_diff = std::max(r.max_rel_diff, max_rel);
   r.mismatched += bad;
   if (bad > 0) {
-    fail(r, path, fmt::format("{} of {} elements differ beyond atol={} rtol={} (max abs diff {:.6g}, max rel diff {:.6g})",
-                              bad, numel, atol, rtol, max_abs, max_rel));
+    if (exact)
+      fail(r, path, fmt::format("{} of {} elements differ ({} output: compared exactly; max abs diff {:.6g})", bad,
+                                numel, ref_dtype, max_abs));
+    else
+      fail(r, path, fmt::format("{} of {} elements differ beyond atol={} rtol={} (max abs diff {:.6g}, max rel diff {:.6g})",
+                                bad, numel, atol, rtol, max_abs, max_rel));
   }
 }
 

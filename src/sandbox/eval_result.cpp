@@ -9,7 +9,7 @@
 namespace cuda_agent::sandbox {
 namespace {
 
-constexpr std::array<std::pair<Category, const char*>, 19> kNames = {{
+constexpr std::array<std::pair<Category, const char*>, 20> kNames = {{
     {Category::kNone, ""},
     {Category::kCompileError, "compile_error"},
     {Category::kLoadError, "load_error"},
@@ -28,13 +28,15 @@ constexpr std::array<std::pair<Category, const char*>, 19> kNames = {{
     {Category::kTimingMismatch, "timing_mismatch"},
     {Category::kTampering, "tampering"},
     {Category::kTaskError, "task_error"},
+    {Category::kTaskDependencyMissing, "task_dependency_missing"},
     {Category::kInfrastructure, "infrastructure_error"},
 }};
 
 // Reports written at the top level of the result, in this order, when present.
-constexpr std::array<const char*, 12> kReports = {"verify",        "task_check",   "fallback", "provenance",
+constexpr std::array<const char*, 13> kReports = {"verify",        "task_check",   "fallback", "provenance",
                                                   "timing_inputs", "timing_check", "roofline", "kernels",
-                                                  "versions",      "device",       "runtime",  "memory"};
+                                                  "versions",      "device",       "runtime",  "memory",
+                                                  "reference64"};
 
 template <typename T>
 nlohmann::json optional_json(const std::optional<T>& v) {

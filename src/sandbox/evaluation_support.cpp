@@ -65,7 +65,19 @@ py::object draw_inputs(py::module_& task, const std::string& device, int64_t see
 
 py::module_ load_task(const std::string& path) {
   py::module_ task;
-  guarded(Category::kTaskError, "loading the task " + path, [&] { task = load_python_file(path, "cuda_agent_task"); });
+  guarded(Category::kTaskError, "loading the task " + path, [&] {
+    try {
+      task = load_python_file(path, "cuda_agent_task");
+    } catch (py::error_already_set& e) {
+      if (!e.matches(PyExc_ModuleNotFoundError)) throw;
+      const std::string name = py::str(e.value().attr("name")).cast<std::string>();
+      const std::string python = py::str(py::module_::import("sys").attr("executable")).cast<std::string>();
+      throw Failure{Category::kTaskDependencyMissing,
+                    fmt::format("the task {} imports '{}', which this environment lacks: install it into the Python "
+                                "environment cuda-agent uses ({} -m pip install {}), or leave the task out",
+                                path, name, python, name)};
+    }
+  });
   for (const char* name : {"Model", "get_inputs", "get_init_inputs"})
     if (!py::hasattr(task, name)) throw Failure{Category::kTaskError, fmt::format("the task {} defines no {}", path, name)};
   return task;

@@ -60,6 +60,8 @@ struct __attribute__((visibility("hidden"))) Judge {
   pybind11::module_ task;
   pybind11::object init_inputs, reference;
   pybind11::object reference64;  // strict: float64 copy of the reference, built on first use
+  // Why no float64 reference could run (strict then compares as loose; recorded); "" if it ran.
+  std::string reference64_unavailable;
   CandidateClient* candidate = nullptr;
 
   // Provenance over every run of the candidate (verify and timed), enforced per run.

@@ -1,6 +1,7 @@
 // The judge process's body: start-up (its own and the candidate's), loading, the phases, and
 // the authenticated result. Everything the solution does that goes wrong becomes a result with
 // a category; nothing escapes as an exception.
+#include <signal.h>
 #include <sys/prctl.h>
 
 #include <chrono>
@@ -198,6 +199,9 @@ void write_result(const EvalResult& result, const std::string& path, const std::
 
 EvalResult run_judge_process(const EvalRequest& req, const std::string& result_path) {
   const auto wall_start = Clock::now();
+  // The caller's death (a bench or a train stopped by a signal, even SIGKILL) ends this process,
+  // and with it the candidate's and the GPU locks it holds.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   // Nothing else of this user's (a candidate process run unconfined, say) may read this process's
   // memory or descriptors through /proc.
   ::prctl(PR_SET_DUMPABLE, 0);

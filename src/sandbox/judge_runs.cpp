@@ -87,11 +87,65 @@ double Judge::remaining() const {
   return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
 }
 
+namespace {
+
+// A float64 copy of a reference model: .double() converts its parameters and buffers; tensors a
+// module keeps as plain attributes (an LSTM's initial hidden state, say, which .double() leaves
+// in float32) are converted as well.
+py::object float64_copy(py::handle model) {
+  py::module_ torch = py::module_::import("torch");
+  py::object copy = py::module_::import("copy").attr("deepcopy")(model).attr("double")();
+  py::object tensor_type = torch.attr("Tensor");
+  for (py::handle module : copy.attr("modules")()) {
+    py::dict attributes = module.attr("__dict__");
+    for (auto item : py::list(attributes.attr("items")())) {
+      py::tuple pair = item.cast<py::tuple>();
+      py::object value = pair[1];
+      if (py::isinstance(value, tensor_type) && value.attr("is_floating_point")().cast<bool>())
+        attributes[pair[0]] = value.attr("double")();
+    }
+  }
+  return copy;
+}
+
+// Runs the float64 reference with float64 as torch's default dtype, so tensors its forward
+// creates without a dtype match it.
+py::object call_float64(py::handle model, py::handle inputs) {
+  py::module_ torch = py::module_::import("torch");
+  py::object previous = torch.attr("get_default_dtype")();
+  torch.attr("set_default_dtype")(torch.attr("float64"));
+  try {
+    py::object out = call_model(model, inputs);
+    torch.attr("set_default_dtype")(previous);
+    return out;
+  } catch (...) {
+    torch.attr("set_default_dtype")(previous);
+    throw;
+  }
+}
+
+}  // namespace
+
 void Judge::reference_outputs(py::handle inputs, py::object* out, py::object* out64) {
   *out = call_model(reference, clone_tree(inputs));
   if (out64 && opt.precision == "strict") {
-    if (!reference64) reference64 = py::module_::import("copy").attr("deepcopy")(reference).attr("double")();
-    *out64 = call_model(reference64, to_float64(clone_tree(inputs)));
+    // A task whose model cannot run in float64 is still evaluated: strict then compares as
+    // loose, and the result says why (reports.reference64).
+    *out64 = py::none();
+    if (reference64_unavailable.empty()) {
+      try {
+        if (!reference64) {
+          reference64 = float64_copy(reference);
+          result.reports["reference64"] = {{"route", "float64 copy (parameters, buffers and tensor attributes)"}};
+        }
+        *out64 = call_float64(reference64, to_float64(clone_tree(inputs)));
+      } catch (const std::exception& e) {
+        reference64_unavailable = e.what();
+        if (reference64_unavailable.size() > 500) reference64_unavailable.resize(500);
+        result.reports["reference64"] = {{"route", "none: compared as loose"}, {"error", reference64_unavailable}};
+        *out64 = py::none();
+      }
+    }
   }
   synchronize(device);
 }

@@ -7,6 +7,12 @@
 #include <sstream>
 #include <string>
 
+#include <csignal>
+#include <fstream>
+#include <thread>
+#include <unistd.h>
+#include <chrono>
+#include <vector>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -302,6 +308,104 @@ TEST_F(Cli, TaskIdFromABareFileName) {
   nlohmann::json j = nlohmann::json::parse(r.output.substr(start), nullptr, /*allow_exceptions=*/false);
   ASSERT_TRUE(j.is_object()) << r.output;
   EXPECT_EQ(j["task_id"], "add");
+}
+
+
+// The task's own tolerance and precision (task.yaml) apply unless the run pins them, by --set or
+// by its --config file; the result says which applied.
+TEST_F(Cli, TheTasksToleranceAppliesUnlessTheRunPinsIt) {
+  const fs::path task = write("tol/model.py", read_file(kSourceDir / "tests/data/tasks/add/model.py"));
+  write("tol/task.yaml", "atol: 0.0\nrtol: 0.0\nprecision: loose\n");
+  const std::string base = "verify --task " + quote(task.string()) + " --solution " + solution("add_torch_cpu") +
+                           " --device cpu --json";
+  auto verify_report = [&](const std::string& extra) {
+    CliRun r = run(base + extra);
+    EXPECT_EQ(r.rc, 0) << r.output;
+    const nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    return j.at("verify");
+  };
+  nlohmann::json v = verify_report("");
+  EXPECT_EQ(v["atol"], 0.0);
+  EXPECT_EQ(v["precision"], "loose");
+  v = verify_report(" --set sandbox.atol=0.5 --set sandbox.precision=strict");
+  EXPECT_EQ(v["atol"], 0.5);
+  EXPECT_EQ(v["rtol"], 0.0);
+  EXPECT_EQ(v["precision"], "strict");
+  const fs::path cfg = write("pin.yaml", "sandbox:\n  rtol: 0.25\n");
+  v = verify_report(" --config " + quote(cfg.string()));
+  EXPECT_EQ(v["atol"], 0.0);
+  EXPECT_EQ(v["rtol"], 0.25);
+}
+
+
+namespace {
+
+// The pids whose parent is `parent` (from /proc/<pid>/stat), zombies aside.
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %ld", &state, &ppid) != 2 || state == 'Z') continue;
+    if (ppid == parent) out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+bool alive(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  const size_t close = line.rfind(')');
+  return close != std::string::npos && line.size() > close + 2 && line[close + 2] != 'Z';
+}
+
+}  // namespace
+
+// A caller killed outright (a bench or a train stopped with SIGKILL) takes its evaluation's
+// judge with it, and the judge its candidate: nothing keeps running, or holds the GPU's locks.
+TEST_F(Cli, AnEvaluationEndsWithItsCaller) {
+  const fs::path slow = write("slow/model_new.py",
+                              "import time\nimport torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+                              "    def forward(self, a, b):\n        time.sleep(120)\n        return a + b\n");
+  const fs::path tmp = work_.path() / "tmp";  // the killed caller cannot remove its folders there
+  fs::create_directories(tmp);
+  const pid_t cli = ::fork();
+  if (cli == 0) {
+    ::setenv("CUDA_AGENT_CACHE_DIR", cache_.path().c_str(), 1);
+    ::setenv("TMPDIR", tmp.c_str(), 1);
+    const std::string task_path = (kSourceDir / "tests/data/tasks/add/model.py").string();
+    ::execl(kBinary.c_str(), kBinary.c_str(), "verify", "--task", task_path.c_str(), "--solution", slow.c_str(), "--device", "cpu",
+            "--json", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  std::vector<pid_t> judges, candidates;
+  for (int i = 0; i < 300 && candidates.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    judges = children_of(cli);
+    for (pid_t j : judges)
+      for (pid_t c : children_of(j)) candidates.push_back(c);
+  }
+  ASSERT_FALSE(judges.empty()) << "the judge never started";
+  ASSERT_FALSE(candidates.empty()) << "the candidate never started";
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  ::kill(cli, SIGKILL);
+  ::waitpid(cli, nullptr, 0);
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    gone = true;
+    for (pid_t p : judges) gone = gone && !alive(p);
+    for (pid_t p : candidates) gone = gone && !alive(p);
+  }
+  EXPECT_TRUE(gone) << "the judge or the candidate outlived the caller";
 }
 
 }  // namespace

@@ -106,6 +106,60 @@ TEST_F(Integrity, OrdinaryTasksAreNotFlagged) {
   EXPECT_EQ(r["task_check"]["trials_checked"], 3);
 }
 
+// Indices compare exactly under every policy: at rtol 1e-2 an argmax that is off by one for
+// large indices would otherwise pass (100 vs 101 is within 1%).
+TEST_F(Integrity, IntegerOutputsCompareExactlyUnderEveryPolicy) {
+  const std::string task = write("argmax/model.py",
+                                 "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                                 "        return torch.argmax(x, dim=1) + 1000\n\ndef get_inputs():\n    return [torch.randn(64, 512)]\n\n"
+                                 "def get_init_inputs():\n    return []\n");
+  const std::string off_by_one = write("off.py", std::string(kModelNewHeader) +
+                                                     "class ModelNew(nn.Module):\n    def forward(self, x):\n"
+                                                     "        y = torch.argmax(x, dim=1) + 1000\n        y[0] += 1\n        return y\n");
+  const std::string exact = write("exact_argmax.py", std::string(kModelNewHeader) +
+                                                         "class ModelNew(nn.Module):\n    def forward(self, x):\n"
+                                                         "        return torch.argmax(x, dim=1) + 1000\n");
+  for (const char* precision : {"loose", "strict"}) {
+    auto bad = verify(task, off_by_one, precision);
+    EXPECT_FALSE(bad["ok"].get<bool>()) << precision << ": " << bad.dump(2);
+    EXPECT_EQ(bad["category"], "mismatch") << precision;
+    EXPECT_NE(bad["message"].get<std::string>().find("compared exactly"), std::string::npos) << bad["message"];
+    auto good = verify(task, exact, precision);
+    EXPECT_TRUE(good["ok"].get<bool>()) << precision << ": " << good.dump(2);
+  }
+}
+
+// KernelBench L3 35 (LSTM) keeps its initial hidden state as a plain tensor attribute, which
+// .double() leaves in float32: the float64 reference converts such attributes and runs with
+// float64 as the default dtype. A model that cannot run in float64 at all is still evaluated
+// (compared as loose) and the result says so.
+TEST_F(Integrity, StrictWorksForModelsWithTensorAttributesOrNoFloat64Path) {
+  const std::string lstm = write("lstm/model.py",
+                                 "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                                 "    def __init__(self):\n        super().__init__()\n"
+                                 "        self.h0 = torch.randn(1, 4, 16)\n        self.c0 = torch.randn(1, 4, 16)\n"
+                                 "        self.lstm = nn.LSTM(8, 16, batch_first=True)\n"
+                                 "    def forward(self, x):\n        self.h0 = self.h0.to(x.device)\n        self.c0 = self.c0.to(x.device)\n"
+                                 "        out, _ = self.lstm(x, (self.h0, self.c0))\n        return out[:, -1, :] + torch.zeros(16)\n\n"
+                                 "def get_inputs():\n    return [torch.randn(4, 5, 8)]\n\ndef get_init_inputs():\n    return []\n");
+  const std::string same = write("lstm_same.py", read_file(lstm).substr(0, read_file(lstm).find("def get_inputs")) +
+                                                     "\nclass ModelNew(Model):\n    pass\n");
+  auto r = verify(lstm, same, "strict");
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_EQ(r["reference64"]["route"].get<std::string>().rfind("float64 copy", 0), 0u) << r["reference64"];
+
+  const std::string fp32_only = write("fp32only/model.py",
+                                      "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                                      "        assert x.dtype == torch.float32, 'float32 only'\n        return x * 2\n\n"
+                                      "def get_inputs():\n    return [torch.randn(64)]\n\ndef get_init_inputs():\n    return []\n");
+  const std::string twice = write("twice.py", std::string(kModelNewHeader) +
+                                                  "class ModelNew(nn.Module):\n    def forward(self, x):\n        return x * 2\n");
+  auto f = verify(fp32_only, twice, "strict");
+  ASSERT_TRUE(f["ok"].get<bool>()) << f.dump(2);
+  EXPECT_EQ(f["reference64"]["route"], "none: compared as loose") << f["reference64"];
+  EXPECT_NE(f["reference64"]["error"].get<std::string>().find("float32 only"), std::string::npos) << f["reference64"];
+}
+
 TEST(DegenerateInMetrics, ExcludedFromScoresAndListed) {
   nlohmann::json results = nlohmann::json::array({
       {{"task_id", "good"}, {"level", 1}, {"ok", true}, {"correct", true}, {"reward", 3.0}, {"speedup_vs_eager", 2.0},

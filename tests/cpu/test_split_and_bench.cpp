@@ -136,6 +136,9 @@ TEST(Split, ErrorsNameTheFileAndTheField) {
       {"tasks: {a: 1}\n", {"'tasks' must be a non-empty list"}},
       {"tasks:\n  - id: a\n    path: tasks/a/model.py\n  - id: a\n    path: tasks/b/model.py\n",
        {"tasks[1]", "duplicate task id 'a'"}},
+      {"tasks:\n  - id: ../../etc\n    path: tasks/a/model.py\n", {"tasks[0]", "task id '../../etc' must be"}},
+      {"tasks:\n  - id: a/b\n    path: tasks/a/model.py\n", {"tasks[0]", "task id 'a/b' must be"}},
+      {"tasks:\n  - id: ..\n    path: tasks/a/model.py\n", {"task id '..' must be"}},
       {"tasks:\n  - id: a\n    path: tasks/a/model.py\n  - id: z\n    path: tasks/z/model.py\n",
        {"tasks[1]", "task file", "tasks/z/model.py", "does not exist"}},
       {"tasks:\n  - id: a\n    path: tasks/a/model.py\n    lvl: 2\n", {"tasks[0]", "unknown key 'lvl'", "level"}},
@@ -461,3 +464,32 @@ TEST(BenchSummary, NullRewardFromABaselinesRun) {
 
 }  // namespace
 }  // namespace cuda_agent::bench
+
+// One resolution of a task's tolerance and precision: the task's values (task.yaml under its
+// split entry) replace the run's, except keys the run pinned; applied keys are pinned, so the
+// task.yaml read again inside an episode cannot undo a split entry.
+TEST(TaskOptions, TheTasksValuesApplyUnlessTheRunPinnedThem) {
+  cuda_agent::bench::TaskEntry split_entry;
+  split_entry.atol = 0.0;
+  split_entry.rtol = 0.0;
+  split_entry.precision = "loose";
+  cuda_agent::sandbox::SandboxOptions run;
+  run.pinned = {"rtol"};  // --set sandbox.rtol=0.05
+  run.rtol = 0.05;
+  cuda_agent::bench::apply_task_options(run, split_entry);
+  EXPECT_EQ(run.atol, 0.0);
+  EXPECT_EQ(run.rtol, 0.05);
+  EXPECT_EQ(run.precision, "loose");
+  cuda_agent::bench::TaskEntry sidecar;  // read later, lower in precedence
+  sidecar.atol = 0.5;
+  sidecar.precision = "tf32";
+  cuda_agent::bench::apply_task_options(run, sidecar);
+  EXPECT_EQ(run.atol, 0.0);
+  EXPECT_EQ(run.precision, "loose");
+  EXPECT_EQ(cuda_agent::bench::pinned_task_option_flags(run),
+            " --set sandbox.atol=0.0 --set sandbox.rtol=0.05 --set sandbox.precision=loose");
+  cuda_agent::sandbox::SandboxOptions defaults;
+  cuda_agent::bench::apply_task_options(defaults, cuda_agent::bench::TaskEntry{});
+  EXPECT_EQ(defaults.precision, "strict");
+  EXPECT_TRUE(defaults.pinned.empty());
+}

@@ -239,3 +239,17 @@ TEST(SandboxGpu, BaselinesModeFillsTheCacheWithoutASolution) {
   EXPECT_TRUE(scored["timings"]["baselines_cached"].get<bool>());
   EXPECT_EQ(scored["timings"]["eager"]["median_ms"], first["timings"]["eager"]["median_ms"]);
 }
+
+// strict on a model whose float64 copy needs its tensor attributes converted (KernelBench L3 35's
+// LSTM shape of the problem): verified against a float64 reference, not a task_error.
+TEST(SandboxGpu, StrictReferenceForAnLstmWithItsStateAsAttributes) {
+  CA_REQUIRE_GPU();
+  sandbox::SandboxOptions o = fast_options();
+  o.precision = "strict";
+  o.provenance = "off";
+  o.fallback = "off";
+  auto r = run_eval("tests/data/tasks/lstm_hidden_attr/model.py", solution("lstm_torch"), EvalMode::kVerify, o);
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_EQ(r["reference64"]["route"].get<std::string>().rfind("float64 copy", 0), 0u) << r["reference64"];
+  EXPECT_LT(r["verify"]["trials"][0]["candidate_rel_error_vs_fp64"].get<double>(), 1e-4) << r["verify"];
+}

@@ -40,6 +40,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cuda_agent/sandbox/evaluation.h"
+
 namespace cuda_agent::bench {
 
 struct TaskEntry {
@@ -66,6 +68,19 @@ struct Split {
 // precision, degenerate; other keys are ignored). Throws Error naming the file and the field
 // for bad values.
 void read_task_sidecar(const std::filesystem::path& model_py, TaskEntry& entry);
+
+// The one resolution of a task's tolerance and precision, used by every caller (verify, profile,
+// evaluate, bench, eval, solve, train and the agent's verify.sh/profile.sh): the task's own
+// atol, rtol and precision (its task.yaml, overridden by its split entry: `task` as load_split
+// or read_task_sidecar made it) replace the run's, except keys the run pinned (set explicitly);
+// the keys applied are pinned in turn, so a source read later (the task.yaml again, inside an
+// episode) cannot undo them.
+void apply_task_options(sandbox::SandboxOptions& options, const TaskEntry& task);
+// The same for a task known only by its model.py (its task.yaml, if any).
+void apply_task_options(sandbox::SandboxOptions& options, const std::filesystem::path& model_py);
+// --set arguments that pin `options`' tolerance and precision in another process (the agent's
+// check scripts): " --set sandbox.atol=... --set sandbox.rtol=... --set sandbox.precision=...".
+std::string pinned_task_option_flags(const sandbox::SandboxOptions& options);
 
 // Loads a split from its folder or its split.yaml. Throws Error naming the file and the field
 // for malformed entries, unknown keys, duplicate ids and task files that do not exist or cannot

@@ -42,6 +42,7 @@ enum class Category {
   kTimingMismatch,       // an output produced while timed is wrong
   kTampering,            // the sandbox's state, channel, timing or result was interfered with
   kTaskError,            // the reference itself failed
+  kTaskDependencyMissing,  // the task imports a Python package this environment lacks
   kInfrastructure,       // no GPU, no torch, a broken set-up
 };
 

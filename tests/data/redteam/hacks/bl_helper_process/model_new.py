@@ -6,9 +6,9 @@
 # waits for the helper in between: the records show a decoy and two copies. The fallback guard
 # only warns (its default).
 # Caught by: the candidate's watch on the processes the solution starts (SolutionProcesses):
-# confined, they live in a PID namespace whose init is the sandbox's reaper, so the helper is in
-# sight even after a double fork; one alive while ModelNew runs, or one that ran and ended
-# during the warm-up or the timed runs, is tampering.
+# the candidate process is the subreaper of all of them, kept so by a seccomp filter, so the
+# helper is in sight even after a double fork; one alive at an audit (after the first verified
+# run, here), or one that ran and ended during the warm-up or the timed runs, is tampering.
 import os
 import sys
 import tempfile
