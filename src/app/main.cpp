@@ -75,18 +75,6 @@ sandbox::SandboxOptions resolve_options(const CommonFlags& f, nlohmann::json* re
   return options;
 }
 
-// The name a default run folder takes from --split: its last component, whether the path ends
-// in a slash or names split.yaml itself ("data/core/" and "data/core/split.yaml" both: "core").
-std::string split_name(const std::string& split) {
-  fs::path p = fs::absolute(split).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  if (p.filename() == "split.yaml" || p.extension() == ".yaml" || p.extension() == ".yml") {
-    if (p.filename() == "split.yaml") p = p.parent_path();
-    else return p.stem().string();
-  }
-  return p.filename().string();
-}
-
 void require_gpu(const char* verb) {
   std::string why;
   if (!sandbox::gpu_available(&why)) {
@@ -446,7 +434,7 @@ int main(int argc, char** argv) {
       opts.gpus = parse_gpus(gpus);
       opts.resume = !no_resume;
       opts.workers_per_gpu = workers_per_gpu;
-      opts.output_dir = bench_out.empty() ? fs::path("runs") / ("bench-" + split_name(split)) : fs::path(bench_out);
+      opts.output_dir = bench_out.empty() ? fs::path("runs") / ("bench-" + bench::split_name(split)) : fs::path(bench_out);
       require_gpu("bench");
       opts.interactive_progress = stderr_is_terminal();
       nlohmann::json report = bench::run_bench(opts, std::cerr);
@@ -461,7 +449,7 @@ int main(int argc, char** argv) {
       opts.split = split;
       opts.gpus = parse_gpus(gpus);
       opts.workers_per_gpu = workers_per_gpu;
-      opts.output_dir = bench_out.empty() ? fs::path("runs") / ("baselines-" + split_name(split))
+      opts.output_dir = bench_out.empty() ? fs::path("runs") / ("baselines-" + bench::split_name(split))
                                           : fs::path(bench_out);
       opts.interactive_progress = stderr_is_terminal();
       require_gpu("baselines");
@@ -494,7 +482,7 @@ int main(int argc, char** argv) {
       spec.split = split;
       spec.gpus = parse_gpus(gpus);
       spec.output_dir = bench_out.empty()
-                            ? fs::path("runs") / fmt::format("eval-{}-{}", split_name(split), std::time(nullptr))
+                            ? fs::path("runs") / fmt::format("eval-{}-{}", bench::split_name(split), std::time(nullptr))
                             : fs::path(bench_out);
       spec.interactive_progress = stderr_is_terminal();
       spec.episode.sandbox = resolve_options(flags);

@@ -106,6 +106,14 @@ std::string pinned_task_option_flags(const sandbox::SandboxOptions& options) {
                      nlohmann::json(options.rtol).dump(), options.precision);
 }
 
+std::string split_name(const std::string& split) {
+  fs::path p = fs::absolute(split).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  if (p.filename() == "split.yaml") return p.parent_path().filename().string();
+  if (p.extension() == ".yaml" || p.extension() == ".yml") return p.stem().string();
+  return p.filename().string();
+}
+
 Split load_split(const fs::path& path) {
   fs::path file = fs::is_directory(path) ? path / "split.yaml" : path;
   CA_CHECK(fs::is_regular_file(file), "no split at {}: expected a folder with split.yaml or the split.yaml itself",

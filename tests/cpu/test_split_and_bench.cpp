@@ -493,3 +493,12 @@ TEST(TaskOptions, TheTasksValuesApplyUnlessTheRunPinnedThem) {
   EXPECT_EQ(defaults.precision, "strict");
   EXPECT_TRUE(defaults.pinned.empty());
 }
+
+// Default run folders are named after the split however --split was written.
+TEST(Split, NameForRunFolders) {
+  EXPECT_EQ(cuda_agent::bench::split_name("data/core"), "core");
+  EXPECT_EQ(cuda_agent::bench::split_name("data/core/"), "core");
+  EXPECT_EQ(cuda_agent::bench::split_name("data/core/split.yaml"), "core");
+  EXPECT_EQ(cuda_agent::bench::split_name("splits/mine.yaml"), "mine");
+  EXPECT_EQ(cuda_agent::bench::split_name("./data/demo/."), "demo");
+}

@@ -82,6 +82,11 @@ void apply_task_options(sandbox::SandboxOptions& options, const std::filesystem:
 // check scripts): " --set sandbox.atol=... --set sandbox.rtol=... --set sandbox.precision=...".
 std::string pinned_task_option_flags(const sandbox::SandboxOptions& options);
 
+// The name a default run folder takes from a --split argument: its last component, whether the
+// path ends in a slash or names split.yaml itself ("data/core/" and "data/core/split.yaml" are
+// both "core"; "my_split.yaml" is "my_split").
+std::string split_name(const std::string& split);
+
 // Loads a split from its folder or its split.yaml. Throws Error naming the file and the field
 // for malformed entries, unknown keys, duplicate ids and task files that do not exist or cannot
 // be read.
