@@ -344,6 +344,41 @@ TEST(AgentEval, EpisodesOverASplitFeedTheBenchReport) {
   EXPECT_EQ(md.find("fast_1.5"), std::string::npos) << md;
 }
 
+// The task's tolerance and precision reach the episode's score and its check scripts alike: the
+// split entry over the task.yaml, the task.yaml over the run's defaults.
+TEST(AgentEval, TheTasksToleranceAppliesToTheScoreAndTheScripts) {
+  setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
+  TempDir dir("agent-eval-tol-");
+  write_file_atomic(dir.path() / "split" / "tasks" / "add" / "model.py", read_file(kSource + "/tests/data/tasks/add/model.py"));
+  write_file_atomic(dir.path() / "split" / "tasks" / "add" / "task.yaml", "atol: 0.5\nprecision: loose\n");
+  write_file_atomic(dir.path() / "split" / "split.yaml",
+                    "name: tol\ntasks:\n  - id: add\n    path: tasks/add/model.py\n    atol: 0.0\n");
+  const std::string solution =
+      "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def __init__(self, *args):\n"
+      "        super().__init__()\n\n    def forward(self, a, b):\n        return a + b\n";
+  {
+    std::ofstream f(dir.path() / "episode.jsonl");
+    f << line({{"content", call("Write", {{"file_path", "model_new.py"}, {"content", solution}})}});
+  }
+  EvalSpec spec;
+  spec.split = dir.path() / "split";
+  spec.output_dir = dir.path() / "run";
+  spec.episode.policy = "replay:" + (dir.path() / "episode.jsonl").string();
+  spec.episode.device = "cpu";
+  spec.episode.sandbox.cache_dir = (dir.path() / "cache").string();
+  std::ostringstream progress;
+  nlohmann::json out = run_eval(spec, progress);
+  ASSERT_EQ(out["results"].size(), 1u);
+  const nlohmann::json& r = out["results"][0];
+  ASSERT_EQ(r["reward"], 1.0) << r.dump(2);
+  EXPECT_EQ(r["verify"]["atol"], 0.0) << r["verify"];
+  EXPECT_EQ(r["verify"]["rtol"], 0.01) << r["verify"];
+  EXPECT_EQ(r["verify"]["precision"], "loose") << r["verify"];
+  const std::string script = read_file(spec.output_dir / "episodes" / "add" / "workspace" / "verify.sh");
+  EXPECT_NE(script.find("--set sandbox.atol=0.0 --set sandbox.rtol=0.01 --set sandbox.precision=loose"), std::string::npos)
+      << script;
+}
+
 // A policy that cannot work fails eval before its first episode, with the error solve gives,
 // for every policy form: an unknown one, a malformed OpenAI spec, a replay file that is not
 // there (local: ones in EvalCheckpoint). No episode folder or result is written.
