@@ -27,6 +27,7 @@
 #include "cuda_agent/rl/rollout.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
+#include "cuda_agent/sandbox/eval_result.h"
 #include "cuda_agent/sandbox/worker_confinement.h"
 
 namespace fs = std::filesystem;
@@ -161,6 +162,7 @@ struct Sampling {
   json task_ids = json::array();
   int64_t failed = 0, passed = 0, faster = 0;
   int64_t degenerate = 0;  // episodes whose evaluation flagged the task degenerate: masked
+  int64_t task_faults = 0;  // episodes whose task could not be evaluated (sandbox::is_task_fault): masked
   double reward_sum = 0, seconds = 0;
   // Parts of `seconds` from the trajectories: the policy's replies and the tools' calls (Bash,
   // verify.sh, profile.sh: sandbox evaluations among them); the rest is setup and the final score.
@@ -223,6 +225,16 @@ Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, cons
       ++s.degenerate;
       continue;
     }
+    if (sandbox::is_task_fault(result.score.is_object() ? result.score.value("category", json()) : json())) {
+      // The task could not be evaluated (too large for the GPU, a broken or unimportable task):
+      // its -1 says nothing about the kernel either.
+      ++s.task_faults;
+      ctx.log << fmt::format("[train] step {}: episode {} of task {} masked: the task could not be evaluated ({}): {}\n",
+                             step, run.episode, ctx.split.tasks[run.task_index].id,
+                             result.score.value("category", std::string()),
+                             result.score.value("message", std::string()).substr(0, 300));
+      continue;
+    }
     s.reward_sum += result.reward;
     if (result.score.is_object() && result.score.value("correct", json()) == json(true)) ++s.passed;
     if (milestone && result.reward >= 3.0) ++s.faster;
@@ -238,12 +250,14 @@ void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record
   const std::vector<double> g = ctx.sum({static_cast<double>(s.results.size()), static_cast<double>(s.failed),
                                          static_cast<double>(s.passed), static_cast<double>(s.faster), s.reward_sum,
                                          s.seconds, s.generation_seconds, s.tool_seconds,
-                                         static_cast<double>(s.generated_tokens), static_cast<double>(s.degenerate)});
+                                         static_cast<double>(s.generated_tokens), static_cast<double>(s.degenerate),
+                                         static_cast<double>(s.task_faults)});
   const auto completed = static_cast<int64_t>(g[0]);
   record["tasks"] = s.task_ids;
   record["episodes"] = completed;
   record["episodes_failed"] = static_cast<int64_t>(g[1]);
   record["episodes_degenerate"] = static_cast<int64_t>(g[9]);
+  record["episodes_task_fault"] = static_cast<int64_t>(g[10]);
   record["episode_seconds"] = g[5];
   record["generation_seconds"] = g[6];
   record["tool_seconds"] = g[7];

@@ -97,6 +97,9 @@ class Candidate {
   MessageChannel channel_;
   bool gpu_;
   bool flush_l2_ = true;
+  // torch's C functions behind torch.cuda.empty_cache and memory_stats, captured before any
+  // solution code runs (the Python wrappers are the solution's to replace).
+  py::object empty_cache_, memory_stats_;
   std::optional<IntegrityChecks> checks_;
   std::unique_ptr<FallbackGuard> guard_;
   py::module_ task_, solution_;
@@ -174,6 +177,8 @@ nlohmann::json Candidate::init(const nlohmann::json& body) {
       reply["nvrtc"] = NvrtcCompiler::nvrtc_version();
       const std::string torch_lib = (fs::path(py::str(torch.attr("__file__")).cast<std::string>()).parent_path() / "lib").string();
       install_launch_origins({req_.build_dir}, torch_lib);
+      empty_cache_ = torch.attr("_C").attr("_cuda_emptyCache");
+      memory_stats_ = torch.attr("_C").attr("_cuda_memoryStats");
     });
   }
   capture_generators();
@@ -311,6 +316,11 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
     if (body.value("defer_report", false)) pending_.push_back(run.window);
     else reply["kernels"] = uses_json(take_records({run.window}, reply, false).front());
   }
+  if (gpu_ && body.value("release", false)) {
+    // The memory plan: this process's cached memory goes back, so that the judge has it.
+    inputs = py::none();
+    guarded(Category::kRuntimeError, "releasing cached GPU memory", [&] { empty_cache_(); });
+  }
   return reply;
 }
 
@@ -346,6 +356,14 @@ nlohmann::json Candidate::finish() {
     reply["tampering"] = why;
   }
   if (gpu_ && CuptiKernelRecorder::instance().recording()) (void)take_records({}, reply, true);
+  if (gpu_ && memory_stats_) {
+    try {
+      py::dict stats = memory_stats_(0);
+      reply["gpu_peak_allocated_bytes"] = stats["allocated_bytes"]["all"]["peak"].cast<int64_t>();
+    } catch (const std::exception&) {
+      // A report only.
+    }
+  }
   reply["runtime"] = runtime_json();
   return reply;
 }

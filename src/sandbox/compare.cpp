@@ -1,5 +1,6 @@
 #include "cuda_agent/sandbox/compare.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/ranges.h>
@@ -22,8 +23,13 @@ void fail(CompareResult& r, const std::string& path, std::string reason) {
   }
 }
 
+py::object float64() {
+  static py::handle dtype = py::object(py::module_::import("torch").attr("float64")).release();
+  return py::reinterpret_borrow<py::object>(dtype);
+}
+
 void compare_tensors(CompareResult& r, py::handle ref, py::handle cand, const std::string& path, double atol,
-                     double rtol) {
+                     double rtol, int64_t chunk) {
   const std::string ref_dtype = py::str(ref.attr("dtype")).cast<std::string>();
   const std::string cand_dtype = py::str(cand.attr("dtype")).cast<std::string>();
   auto ref_shape = ref.attr("shape").cast<std::vector<int64_t>>();
@@ -34,30 +40,33 @@ void compare_tensors(CompareResult& r, py::handle ref, py::handle cand, const st
   const std::string ref_dev = py::str(ref.attr("device").attr("type")).cast<std::string>();
   const std::string cand_dev = py::str(cand.attr("device").attr("type")).cast<std::string>();
   if (ref_dev != cand_dev) return fail(r, path, fmt::format("device {} expected, got {}", ref_dev, cand_dev));
-  py::module_ torch = py::module_::import("torch");
   const int64_t numel = ref.attr("numel")().cast<int64_t>();
   r.compared += numel;
   if (numel == 0) return;
   // Integer and boolean outputs (indices, counts, masks) compare exactly under every policy, in
   // their own dtype (a float64 copy would round int64 beyond 2^53).
   const bool exact = !ref.attr("is_floating_point")().cast<bool>() && !ref.attr("is_complex")().cast<bool>();
-  py::object a = ref.attr("detach")().attr("to")(torch.attr("float64"));
-  py::object b = cand.attr("detach")().attr("to")(torch.attr("float64"));
-  py::object diff = (b - a).attr("abs")();
   int64_t bad = 0;
-  if (exact) {
-    bad = ref.attr("ne")(cand).attr("sum")().attr("item")().cast<int64_t>();
-  } else {
-    py::object tol = a.attr("abs")() * py::float_(rtol) + py::float_(atol);
-    // Equal infinities have a NaN difference but match; NaN never matches.
-    py::object both_equal = a.attr("eq")(b);
-    py::object within = diff.attr("le")(tol).attr("logical_or")(both_equal);
-    bad = numel - within.attr("sum")().attr("item")().cast<int64_t>();
-  }
-  py::object finite_diff = torch.attr("where")(torch.attr("isfinite")(diff), diff, torch.attr("zeros_like")(diff));
-  const double max_abs = finite_diff.attr("max")().attr("item")().cast<double>();
-  py::object rel = finite_diff / (a.attr("abs")() + py::float_(1e-12));
-  const double max_rel = rel.attr("max")().attr("item")().cast<double>();
+  double max_abs = 0, max_rel = 0;
+  for_each_chunk(ref, cand, chunk, [&](py::handle a32, py::handle b32) {
+    py::object a = a32.attr("detach")().attr("to")(float64());
+    py::object b = b32.attr("detach")().attr("to")(float64());
+    py::object diff = (b - a).attr("abs")();
+    if (exact) {
+      bad += a32.attr("ne")(b32).attr("sum")().attr("item")().cast<int64_t>();
+    } else {
+      py::object tol = a.attr("abs")() * py::float_(rtol) + py::float_(atol);
+      // Equal infinities have a NaN difference but match; NaN never matches.
+      py::object within = diff.attr("le")(tol).attr("logical_or")(a.attr("eq")(b));
+      tol = py::none();
+      bad += within.attr("numel")().cast<int64_t>() - within.attr("sum")().attr("item")().cast<int64_t>();
+    }
+    diff = diff.attr("nan_to_num_")(py::arg("nan") = 0.0, py::arg("posinf") = 0.0, py::arg("neginf") = 0.0);
+    max_abs = std::max(max_abs, diff.attr("max")().attr("item")().cast<double>());
+    // Out of place on a: .to() returns a float64 reference itself, not a copy.
+    py::object rel = diff.attr("div_")(a.attr("abs")().attr("add_")(py::float_(1e-12)));
+    max_rel = std::max(max_rel, rel.attr("max")().attr("item")().cast<double>());
+  });
   r.max_abs_diff = std::max(r.max_abs_diff, max_abs);
   r.max_rel_diff = std::max(r.max_rel_diff, max_rel);
   r.mismatched += bad;
@@ -72,10 +81,10 @@ void compare_tensors(CompareResult& r, py::handle ref, py::handle cand, const st
 }
 
 void compare_tree(CompareResult& r, py::handle ref, py::handle cand, const std::string& path, double atol,
-                  double rtol) {
+                  double rtol, int64_t chunk) {
   if (is_tensor(ref)) {
     if (!is_tensor(cand)) return fail(r, path, fmt::format("a tensor expected, got {}", type_name(cand)));
-    return compare_tensors(r, ref, cand, path, atol, rtol);
+    return compare_tensors(r, ref, cand, path, atol, rtol, chunk);
   }
   const bool ref_seq = py::isinstance<py::tuple>(ref) || py::isinstance<py::list>(ref);
   if (ref_seq) {
@@ -84,7 +93,7 @@ void compare_tree(CompareResult& r, py::handle ref, py::handle cand, const std::
     py::sequence a = py::reinterpret_borrow<py::sequence>(ref), b = py::reinterpret_borrow<py::sequence>(cand);
     if (a.size() != b.size())
       return fail(r, path, fmt::format("{} items expected, got {}", a.size(), b.size()));
-    for (size_t i = 0; i < a.size(); ++i) compare_tree(r, a[i], b[i], fmt::format("{}[{}]", path, i), atol, rtol);
+    for (size_t i = 0; i < a.size(); ++i) compare_tree(r, a[i], b[i], fmt::format("{}[{}]", path, i), atol, rtol, chunk);
     return;
   }
   if (py::isinstance<py::dict>(ref)) {
@@ -94,7 +103,7 @@ void compare_tree(CompareResult& r, py::handle ref, py::handle cand, const std::
     for (auto kv : a) {
       const std::string key_path = fmt::format("{}[{}]", path, py::repr(kv.first).cast<std::string>());
       if (!b.contains(kv.first)) return fail(r, key_path, "missing key");
-      compare_tree(r, kv.second, b[kv.first], key_path, atol, rtol);
+      compare_tree(r, kv.second, b[kv.first], key_path, atol, rtol, chunk);
     }
     return;
   }
@@ -125,20 +134,26 @@ bool is_floating_tensor(py::handle t) {
   return t.attr("is_floating_point")().cast<bool>();
 }
 
-double relative_error(py::handle x, py::handle ref64) {
-  py::object diff = x.attr("detach")().attr("to")(py::module_::import("torch").attr("float64")) - ref64;
-  const double num = diff.attr("norm")().attr("item")().cast<double>();
-  const double den = ref64.attr("norm")().attr("item")().cast<double>();
-  return num / std::max(den, 1e-300);
+// ||x - ref64|| / ||ref64||, a chunk at a time.
+double relative_error(py::handle x, py::handle ref64, int64_t chunk) {
+  double num = 0, den = 0;
+  for_each_chunk(x, ref64, chunk, [&](py::handle xc, py::handle rc) {
+    py::object diff = xc.attr("detach")().attr("to")(float64()) - rc;
+    const double n = diff.attr("norm")().attr("item")().cast<double>();
+    const double d = rc.attr("norm")().attr("item")().cast<double>();
+    num += n * n;
+    den += d * d;
+  });
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-300);
 }
 
 void strict_tree(CompareResult& r, py::handle ref32, py::handle ref64, py::handle cand, const std::string& path,
-                 double factor, double floor) {
+                 double factor, double floor, int64_t chunk) {
   if (is_tensor(ref32)) {
     if (!is_floating_tensor(ref32) || !is_tensor(ref64) || !is_tensor(cand)) return;
     if (ref32.attr("dtype").equal(py::module_::import("torch").attr("float64"))) return;  // nothing stricter to ask
-    const double ce = relative_error(cand, ref64);
-    const double re = relative_error(ref32, ref64);
+    const double ce = relative_error(cand, ref64, chunk);
+    const double re = relative_error(ref32, ref64, chunk);
     const double limit = std::max(factor * re, floor);
     if (ce > r.candidate_rel_error) {
       r.candidate_rel_error = ce;
@@ -159,7 +174,7 @@ void strict_tree(CompareResult& r, py::handle ref32, py::handle ref64, py::handl
     py::sequence a = py::reinterpret_borrow<py::sequence>(ref32), b = py::reinterpret_borrow<py::sequence>(ref64),
                  c = py::reinterpret_borrow<py::sequence>(cand);
     for (size_t i = 0; i < a.size() && i < b.size() && i < c.size(); ++i)
-      strict_tree(r, a[i], b[i], c[i], fmt::format("{}[{}]", path, i), factor, floor);
+      strict_tree(r, a[i], b[i], c[i], fmt::format("{}[{}]", path, i), factor, floor, chunk);
     return;
   }
   if (py::isinstance<py::dict>(ref32)) {
@@ -168,17 +183,37 @@ void strict_tree(CompareResult& r, py::handle ref32, py::handle ref64, py::handl
     for (auto kv : a)
       if (b.contains(kv.first) && c.contains(kv.first))
         strict_tree(r, kv.second, b[kv.first], c[kv.first],
-                    fmt::format("{}[{}]", path, py::repr(kv.first).cast<std::string>()), factor, floor);
+                    fmt::format("{}[{}]", path, py::repr(kv.first).cast<std::string>()), factor, floor, chunk);
   }
 }
 
 }  // namespace
 
+void for_each_chunk(py::handle a, py::handle b, int64_t chunk, const std::function<void(py::handle, py::handle)>& fn) {
+  const int64_t numel = a.attr("numel")().cast<int64_t>();
+  if (numel <= chunk || a.attr("dim")().cast<int64_t>() == 0) return fn(a, b);
+  const int64_t rows = a.attr("shape").cast<std::vector<int64_t>>().front();
+  const int64_t row = numel / std::max<int64_t>(rows, 1);
+  if (row <= chunk && rows > 1) {
+    const int64_t step = std::max<int64_t>(1, chunk / row);
+    for (int64_t s = 0; s < rows; s += step) {
+      const int64_t n = std::min(step, rows - s);
+      fn(a.attr("narrow")(0, s, n), b.attr("narrow")(0, s, n));
+    }
+    return;
+  }
+  py::object fa = a.attr("reshape")(-1), fb = b.attr("reshape")(-1);
+  for (int64_t s = 0; s < numel; s += chunk) {
+    const int64_t n = std::min(chunk, numel - s);
+    fn(fa.attr("narrow")(0, s, n), fb.attr("narrow")(0, s, n));
+  }
+}
+
 CompareResult compare_outputs_strict(py::handle reference, py::handle reference64, py::handle candidate, double atol,
-                                     double rtol, double factor, double floor) {
-  CompareResult r = compare_outputs(reference, candidate, atol, rtol);
+                                     double rtol, double factor, double floor, int64_t chunk_elements) {
+  CompareResult r = compare_outputs(reference, candidate, atol, rtol, chunk_elements);
   if (!r.ok) return r;
-  strict_tree(r, reference, reference64, candidate, "output", factor, floor);
+  strict_tree(r, reference, reference64, candidate, "output", factor, floor, std::max<int64_t>(chunk_elements, 1));
   return r;
 }
 
@@ -196,9 +231,10 @@ nlohmann::json CompareResult::to_json() const {
   return j;
 }
 
-CompareResult compare_outputs(py::handle reference, py::handle candidate, double atol, double rtol) {
+CompareResult compare_outputs(py::handle reference, py::handle candidate, double atol, double rtol,
+                              int64_t chunk_elements) {
   CompareResult r;
-  compare_tree(r, reference, candidate, "output", atol, rtol);
+  compare_tree(r, reference, candidate, "output", atol, rtol, std::max<int64_t>(chunk_elements, 1));
   return r;
 }
 

@@ -9,7 +9,7 @@
 namespace cuda_agent::sandbox {
 namespace {
 
-constexpr std::array<std::pair<Category, const char*>, 20> kNames = {{
+constexpr std::array<std::pair<Category, const char*>, 21> kNames = {{
     {Category::kNone, ""},
     {Category::kCompileError, "compile_error"},
     {Category::kLoadError, "load_error"},
@@ -29,6 +29,7 @@ constexpr std::array<std::pair<Category, const char*>, 20> kNames = {{
     {Category::kTampering, "tampering"},
     {Category::kTaskError, "task_error"},
     {Category::kTaskDependencyMissing, "task_dependency_missing"},
+    {Category::kTaskTooLarge, "task_too_large"},
     {Category::kInfrastructure, "infrastructure_error"},
 }};
 
@@ -61,6 +62,17 @@ Category category_from_string(const std::string& name) {
   for (const auto& [c, n] : kNames)
     if (name == n) return c;
   CA_FAIL("unknown result category '{}'", name);
+}
+
+bool is_task_fault(Category c) {
+  return c == Category::kTaskError || c == Category::kTaskDependencyMissing || c == Category::kTaskTooLarge;
+}
+
+bool is_task_fault(const nlohmann::json& category) {
+  if (!category.is_string()) return false;
+  for (const auto& [c, name] : kNames)
+    if (category.get<std::string>() == name) return is_task_fault(c);
+  return false;
 }
 
 bool is_wrong_answer(Category c) {

@@ -19,6 +19,7 @@
 #include "cuda_agent/sandbox/eval_result.h"
 #include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/kernel_provenance.h"
+#include "cuda_agent/sandbox/memory_plan.h"
 #include "cuda_agent/sandbox/shared_block.h"
 
 namespace cuda_agent::sandbox {
@@ -64,6 +65,10 @@ struct __attribute__((visibility("hidden"))) Judge {
   std::string reference64_unavailable;
   CandidateClient* candidate = nullptr;
 
+  // The memory plan (judge_plan_memory), and the least device memory seen free since.
+  std::optional<MemoryPlan> plan;
+  int64_t min_free_bytes = -1;
+
   // Provenance over every run of the candidate (verify and timed), enforced per run.
   ProvenanceReport provenance;
   std::vector<KernelUse> timed_kernels;  // the candidate's, inside the timed runs
@@ -93,8 +98,19 @@ struct __attribute__((visibility("hidden"))) Judge {
   // Untimed forwards of the candidate on a staged copy of `inputs` (the warm-up); checks for work
   // outside them. Throws Failure.
   void warm_up_candidate(pybind11::handle inputs);
-  // Room for outputs `like` the reference's in the output block (grown when too small).
+  // Room for outputs `like` the reference's in the output block (grown when too small), sized
+  // by the memory plan.
   void reserve_outputs(pybind11::handle like);
+  // The float64 reference's outputs on `inputs` (strict); None when the task's model cannot run
+  // in float64 (recorded in reports.reference64; strict then compares as loose).
+  pybind11::object float64_outputs(pybind11::handle inputs);
+  // Under a plan that says so: torch's cached memory handed back, so the other process has it.
+  void release_cached();
+  // Notes the device's free memory (the result's memory.peak.device_min_free_bytes).
+  void note_free();
+  int64_t shared_block_bytes() const {
+    return static_cast<int64_t>((in_block_ ? in_block_->bytes() : 0) + (out_block_ ? out_block_->bytes() : 0));
+  }
 
  private:
   nlohmann::json stage(pybind11::handle inputs);
@@ -104,6 +120,12 @@ struct __attribute__((visibility("hidden"))) Judge {
 };
 
 // The phases after the models are built. Each throws Failure.
+// Measures the reference on one input set and makes judge.plan (before any solution code runs,
+// so that what the candidate holds cannot make a task look too large); task_too_large when
+// the plan cannot fit. judge_memory.cpp.
+void judge_plan_memory(Judge& judge);
+// The peaks of the evaluation (reports.memory.peak); `finished` is the candidate's last reply.
+void record_memory_peaks(Judge& judge, const nlohmann::json& finished);
 void judge_verify(Judge& judge);
 void judge_profile(Judge& judge);
 

@@ -219,7 +219,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
   j.deadline = wall_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.timeout_s));
   Progress progress(result_path.empty() ? "" : result_path + ".phase");
   std::unique_ptr<CandidateStart> start;
-  nlohmann::json runtime;
+  nlohmann::json runtime, finished = nlohmann::json::object();
   auto enter = [&](const char* phase) {
     progress.enter(phase, result.phase_seconds);
     if (j.candidate) j.candidate->set_phase(phase);
@@ -264,15 +264,20 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     j.base_seed = opt.secret_seeds ? static_cast<int64_t>(std::random_device{}() & 0x3fffffff) : opt.seed;
     result.input_seed = j.base_seed;
     capture_generators();
+    enter("build_models");
+    guarded(Category::kTaskError, "building the reference Model",
+            [&] { j.reference = build_reference(j.task, j.device, opt.seed, &j.init_inputs); });
+    // Before the solution loads: what the candidate's code holds cannot make a task look too large.
+    if (j.gpu) {
+      enter("memory_plan");
+      judge_plan_memory(j);
+    }
     if (j.candidate) {
       enter("load_solution");
       j.candidate->call(
           "", {{"op", "load"}, {"seed", opt.seed}, {"fallback", opt.fallback}, {"integrity_checks", opt.integrity_checks}},
           "loaded", j.remaining());
     }
-    enter("build_models");
-    guarded(Category::kTaskError, "building the reference Model",
-            [&] { j.reference = build_reference(j.task, j.device, opt.seed, &j.init_inputs); });
 
     if (req.mode == EvalMode::kVerify || req.mode == EvalMode::kEvaluate) {
       enter("verify");
@@ -287,7 +292,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     }
     if (j.candidate) {
       enter("finish");
-      const nlohmann::json finished = j.candidate->call("finishing", {{"op", "finish"}}, "finished", j.remaining());
+      finished = j.candidate->call("finishing", {{"op", "finish"}}, "finished", j.remaining());
       const std::string why = finished.value("tampering", "");
       if (opt.integrity_checks && !why.empty())
         throw Failure{Category::kTampering, "the solution tampered with the sandbox: " + why};
@@ -308,6 +313,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     result.fail(Category::kInfrastructure, e.what());
   }
 
+  record_memory_peaks(j, finished);
   if (start && start->client()) {
     CandidateClient& c = *start->client();
     if (c.runtime().is_object()) runtime = c.runtime();

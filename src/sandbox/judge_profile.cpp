@@ -35,10 +35,9 @@ TimingOptions timing_options(const SandboxOptions& o) {
 
 int64_t timed_seed(const Judge& j, int run) { return j.base_seed + j.opt.trials + 1 + run; }
 
-// The least DRAM traffic the task needs (reading every input once, writing every output once)
-// against the device's peak bandwidth: a candidate faster than that is flagged for review.
-nlohmann::json roofline_check(py::handle inputs, py::handle outputs, double candidate_ms) {
-  const int64_t bytes = tree_tensor_bytes(inputs) + tree_tensor_bytes(outputs);
+// The least DRAM traffic the task needs (reading every input once, writing every output once:
+// `bytes`) against the device's peak bandwidth: a candidate faster than that is flagged for review.
+nlohmann::json roofline_check(int64_t bytes, double candidate_ms) {
   const double peak = current_device_info().peak_dram_gbps();
   const double min_ms = peak > 0 ? bytes / (peak * 1e9) * 1e3 : 0;
   const double achieved = candidate_ms > 0 ? bytes / (candidate_ms * 1e-3) / 1e9 : 0;
@@ -140,10 +139,13 @@ void judge_profile(Judge& j) {
     j.reference_outputs(warm, &warm_ref, nullptr);
     j.reserve_outputs(warm_ref);
   });
+  warm_ref = py::none();
   j.warm_up_candidate(warm);
+  warm = py::none();  // one input set at a time (the memory plan)
+  j.release_cached();
   std::vector<double> samples, round_trips;
   std::vector<std::string> wheres;
-  py::object first_inputs, first_ref;
+  int64_t traffic_bytes = 0;
   for (int k = 0; k < opt.timed_runs; ++k) {
     const std::string where = fmt::format("timed run {}", k);
     py::object inputs, ref, ref64;
@@ -167,14 +169,16 @@ void judge_profile(Judge& j) {
                                 where, cmp.path, cmp.reason)};
     samples.push_back(run.ms);
     round_trips.push_back(run.round_trip_ms);
-    if (k == 0) first_inputs = inputs, first_ref = ref;
+    if (k == 0) traffic_bytes = tree_tensor_bytes(inputs) + tree_tensor_bytes(ref);
+    inputs = ref = ref64 = py::none();
+    j.release_cached();
   }
   j.report_deferred_runs(wheres);
   TimingStats cand = TimingStats::from_samples(samples);
   timings.candidate = cand;
   result.timings = timings;
   result.reports["kernels"]["candidate"] = kernel_table(j.timed_kernels, opt.timed_runs);
-  result.reports["roofline"] = roofline_check(first_inputs, first_ref, cand.median_ms);
+  result.reports["roofline"] = roofline_check(traffic_bytes, cand.median_ms);
   // The candidate's timings are its process's claims; the judge's own clock around each run
   // (inputs handed over to outputs back) bounds them from above (docs/integrity.md, "Trust").
   const nlohmann::json claimed = median_of(samples), round_trip = median_of(round_trips);

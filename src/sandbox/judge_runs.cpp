@@ -126,28 +126,42 @@ py::object call_float64(py::handle model, py::handle inputs) {
 
 }  // namespace
 
+py::object Judge::float64_outputs(py::handle inputs) {
+  // A task whose model cannot run in float64 is still evaluated: strict then compares as
+  // loose, and the result says why (reports.reference64).
+  if (!reference64_unavailable.empty()) return py::none();
+  try {
+    if (!reference64) {
+      reference64 = float64_copy(reference);
+      result.reports["reference64"] = {{"route", "float64 copy (parameters, buffers and tensor attributes)"}};
+    }
+    return call_float64(reference64, to_float64(clone_tree(inputs)));
+  } catch (const std::exception& e) {
+    reference64_unavailable = e.what();
+    if (reference64_unavailable.size() > 500) reference64_unavailable.resize(500);
+    result.reports["reference64"] = {{"route", "none: compared as loose"}, {"error", reference64_unavailable}};
+    reference64 = py::object();  // its memory goes back
+    release_cached();
+    return py::none();
+  }
+}
+
 void Judge::reference_outputs(py::handle inputs, py::object* out, py::object* out64) {
   *out = call_model(reference, clone_tree(inputs));
-  if (out64 && opt.precision == "strict") {
-    // A task whose model cannot run in float64 is still evaluated: strict then compares as
-    // loose, and the result says why (reports.reference64).
-    *out64 = py::none();
-    if (reference64_unavailable.empty()) {
-      try {
-        if (!reference64) {
-          reference64 = float64_copy(reference);
-          result.reports["reference64"] = {{"route", "float64 copy (parameters, buffers and tensor attributes)"}};
-        }
-        *out64 = call_float64(reference64, to_float64(clone_tree(inputs)));
-      } catch (const std::exception& e) {
-        reference64_unavailable = e.what();
-        if (reference64_unavailable.size() > 500) reference64_unavailable.resize(500);
-        result.reports["reference64"] = {{"route", "none: compared as loose"}, {"error", reference64_unavailable}};
-        *out64 = py::none();
-      }
-    }
-  }
+  if (out64) *out64 = opt.precision == "strict" ? float64_outputs(inputs) : py::none();
   synchronize(device);
+  release_cached();
+}
+
+void Judge::release_cached() {
+  if (plan && plan->release_cached) py::module_::import("torch").attr("cuda").attr("empty_cache")();
+}
+
+void Judge::note_free() {
+  if (!gpu) return;
+  py::tuple info = py::module_::import("torch").attr("cuda").attr("mem_get_info")();
+  const int64_t free = info[0].cast<int64_t>();
+  if (min_free_bytes < 0 || free < min_free_bytes) min_free_bytes = free;
 }
 
 CompareResult Judge::compare(py::handle ref, py::handle ref64, py::handle outputs) const {
@@ -177,8 +191,10 @@ nlohmann::json Judge::stage(py::handle inputs) {
 }
 
 void Judge::reserve_outputs(py::handle like) {
-  // Twice the reference's bytes: room for a candidate output that is a view with gaps.
-  const size_t need = 2 * staged_bytes(like, /*padded=*/false) + (size_t{1} << 20);
+  // Twice the reference's bytes (room for a candidate output that is a view with gaps) unless
+  // the memory plan says once.
+  const double factor = plan ? plan->output_block_factor : 2.0;
+  const size_t need = static_cast<size_t>(factor * static_cast<double>(staged_bytes(like, /*padded=*/false))) + (size_t{1} << 20);
   if (out_block_ && out_block_->bytes() >= need) return;
   out_block_ = SharedBlock::create(gpu ? MemoryKind::kDevice : MemoryKind::kHost, need);
   out_tensor_ = out_block_->byte_tensor();
@@ -188,6 +204,7 @@ void Judge::reserve_outputs(py::handle like) {
 void Judge::report_deferred_runs(const std::vector<std::string>& wheres) {
   if (!gpu) return;
   const nlohmann::json reply = candidate->call("reporting the timed runs' kernels", {{"op", "report"}}, "reported", remaining());
+  audit_records(reply, "the timed runs", "while no forward was running");  // first, as in run_candidate
   const nlohmann::json runs = reply.value("runs", nlohmann::json::array());
   for (size_t i = 0; i < runs.size() && i < wheres.size(); ++i) {
     const std::vector<KernelUse> uses = parse_uses(runs[i], wheres[i]);
@@ -201,7 +218,6 @@ void Judge::report_deferred_runs(const std::vector<std::string>& wheres) {
     p.host_copy_bytes = host_bytes;
     throw Failure{Category::kForbiddenFallback, "the timed runs: " + p.message()};
   }
-  audit_records(reply, "the timed runs", "while no forward was running");
 }
 
 void Judge::warm_up_candidate(py::handle inputs) {
@@ -221,20 +237,24 @@ CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, cons
                              {"guard", flags.guard},
                              {"poison", flags.poison},
                              {"full_checks", flags.full_checks},
-                             {"defer_report", flags.defer_report}};
+                             {"defer_report", flags.defer_report},
+                             {"release", plan && plan->release_cached}};
   CandidateRun run;
   const auto sent = Clock::now();
   run.reply = candidate->call(where, op, "ran", remaining());
   run.round_trip_ms = std::chrono::duration<double, std::milli>(Clock::now() - sent).count();
+  note_free();
   const nlohmann::json& r = run.reply;
   if (!r.contains("ms") || !r["ms"].is_number() || r["ms"].get<double>() < 0)
     throw Failure{Category::kTampering, where + ": the candidate process's reply has no timing"};
   run.ms = r["ms"].get<double>();
 
   if (gpu && !flags.defer_report) {
+    // The records are audited before provenance reads them: a blinded recorder's verdict
+    // (tampering) comes before what its missing records would suggest (no own kernels).
+    audit_records(r, where, "while no forward was running");
     run.kernels = parse_uses(r.value("kernels", nlohmann::json::array()), where);
     enforce_provenance(run.kernels, r.value("host_copy_bytes", uint64_t{0}), where);
-    audit_records(r, where, "while no forward was running");
   }
   if (opt.integrity_checks) {
     const std::string why = r.value("tampering", "");

@@ -41,6 +41,8 @@ void judge_verify(Judge& j) {
       if (run.reply.contains("fallback") && run.reply["fallback"].is_object()) fallback = run.reply["fallback"];
       CompareResult cmp;
       guarded(Category::kRuntimeError, where + ": comparing outputs", [&] { cmp = j.compare(ref, ref64, run.outputs); });
+      ref = ref64 = py::none();
+      j.release_cached();
       nlohmann::json t = cmp.to_json();
       t["seed"] = seed;
       trials.push_back(t);
@@ -55,6 +57,8 @@ void judge_verify(Judge& j) {
         CompareResult same;
         guarded(Category::kRuntimeError, where + ": comparing the two runs",
                 [&] { same = compare_outputs(first, again.outputs, opt.atol, opt.rtol); });
+        first = py::none();
+        j.release_cached();
         if (!same.ok)
           throw Failure{Category::kNondeterministic,
                         fmt::format("{}: two runs on the same inputs disagree beyond atol/rtol ({}: {}); a race, an "

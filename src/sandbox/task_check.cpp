@@ -1,6 +1,9 @@
 #include "cuda_agent/sandbox/task_check.h"
 
 #include <algorithm>
+#include <cmath>
+
+#include "cuda_agent/sandbox/compare.h"
 
 namespace py = pybind11;
 
@@ -22,11 +25,14 @@ void TaskCheck::add(py::handle ref_out) {
   floating_leaves(ref_out, leaves);
   if (leaves.empty()) return;
   ++trials_;
+  static py::object aminmax = py::module_::import("torch").attr("aminmax");
   for (auto& t : leaves) {
-    py::object d = t.attr("detach")().attr("double")();
-    if (d.attr("numel")().cast<int64_t>() == 0) continue;
-    const double max_abs = d.attr("abs")().attr("max")().attr("item")().cast<double>();
-    const double spread = (d.attr("max")() - d.attr("min")()).attr("item")().cast<double>();
+    if (t.attr("numel")().cast<int64_t>() == 0) continue;
+    // In the tensor's own dtype, without a full-size temporary (the memory plan).
+    py::tuple mm = aminmax(t.attr("detach")());
+    const double lo = mm[0].attr("item")().cast<double>(), hi = mm[1].attr("item")().cast<double>();
+    const double max_abs = std::max(std::fabs(lo), std::fabs(hi));
+    const double spread = hi - lo;
     max_abs_ = std::max(max_abs_, max_abs);
     // A constant at the midpoint is within spread / 2 of every element.
     if (spread / 2 > atol_ && spread > 1e-6 * std::max(max_abs, 1e-30)) any_varying_ = true;
@@ -41,8 +47,11 @@ void TaskCheck::add(py::handle ref_out) {
   bool close = leaves.size() == first_.size();
   py::object allclose = py::module_::import("torch").attr("allclose");
   for (size_t i = 0; close && i < leaves.size(); ++i) {
-    close = first_[i].attr("shape").equal(leaves[i].attr("shape")) &&
-            allclose(first_[i], leaves[i], py::arg("rtol") = rtol_, py::arg("atol") = atol_).cast<bool>();
+    close = first_[i].attr("shape").equal(leaves[i].attr("shape"));
+    if (!close) break;
+    for_each_chunk(first_[i], leaves[i], kCompareChunkElements, [&](py::handle a, py::handle b) {
+      close = close && allclose(a, b, py::arg("rtol") = rtol_, py::arg("atol") = atol_).cast<bool>();
+    });
   }
   all_close_to_first_ = all_close_to_first_ && close;
 }

@@ -249,7 +249,7 @@ void changed_walk(py::handle tree, const nlohmann::json& spec, Builder& builder,
 // replace torch.Tensor's Python attributes, not these.
 struct TensorMethods {
   py::object tensor_type, parameter_type, data_ptr, numel, element_size, size, stride, dtype, device, is_meta,
-      function_modes;
+      function_modes, contiguous;
 };
 
 TensorMethods& methods() {
@@ -264,6 +264,7 @@ struct Exporter {
   bool device;
   size_t offset = 0;
   size_t nodes = 0;
+  std::vector<py::object> compacted;  // dense copies, alive until the copies out of them are done
 
   [[noreturn]] void fail(const char* category, std::string message) { throw OutputError{category, std::move(message)}; }
 
@@ -283,17 +284,31 @@ struct Exporter {
     const int esize = element_size_of(dtype);
     if (esize == 0) fail("mismatch", fmt::format("{} has the dtype {}", path, dtype));
     const std::vector<int64_t> shape = m.size(t).cast<std::vector<int64_t>>();
-    const std::vector<int64_t> strides = m.stride(t).cast<std::vector<int64_t>>();
+    std::vector<int64_t> strides = m.stride(t).cast<std::vector<int64_t>>();
     if (std::any_of(strides.begin(), strides.end(), [](int64_t s) { return s < 0; }))
       fail("invalid_output", path + " has a negative stride");
-    const __int128 reach = view_elements(shape, strides) * esize;
+    __int128 reach = view_elements(shape, strides) * esize;
+    const __int128 dense = static_cast<__int128>(m.numel(t).cast<int64_t>()) * esize;
+    py::handle source = t;
+    if (static_cast<__int128>(offset) + reach > static_cast<__int128>(capacity) &&
+        static_cast<__int128>(offset) + dense <= static_cast<__int128>(capacity)) {
+      // A view whose gaps do not fit (a slice of a larger tensor): its elements are copied
+      // dense first (a harness copy, outside the forward), so a correct output is not rejected
+      // for its layout.
+      compacted.push_back(m.contiguous(t));
+      source = compacted.back();
+      // On whatever stream torch has current: finished before the copy below reads it.
+      if (device) CA_CU_CHECK(driver().cuCtxSynchronize());
+      strides = m.stride(source).cast<std::vector<int64_t>>();
+      reach = view_elements(shape, strides) * esize;
+    }
     if (static_cast<__int128>(offset) + reach > static_cast<__int128>(capacity))
       fail("mismatch", fmt::format("{} ({} bytes) does not fit where the reference's outputs fit: the outputs are "
                                    "larger than the reference's",
                                    path, static_cast<double>(reach)));
     const size_t bytes = static_cast<size_t>(reach);
     if (bytes > 0) {
-      const uint64_t src = m.data_ptr(t).cast<uint64_t>();
+      const uint64_t src = m.data_ptr(source).cast<uint64_t>();
       if (src == 0) fail("invalid_output", path + " has no storage");
       if (device) {
         CA_CU_CHECK(driver().cuMemcpyDtoDAsync(static_cast<CUdeviceptr>(address + offset), static_cast<CUdeviceptr>(src),
@@ -381,6 +396,7 @@ void capture_tensor_methods() {
   m.device = props["device"].attr("__get__");
   m.is_meta = props["is_meta"].attr("__get__");
   m.function_modes = torch().attr("_C").attr("_len_torch_function_stack");
+  m.contiguous = base.attr("contiguous");
 }
 
 nlohmann::json export_tree(py::handle outputs, py::handle block, uint64_t block_address, size_t block_bytes,
@@ -389,9 +405,10 @@ nlohmann::json export_tree(py::handle outputs, py::handle block, uint64_t block_
   // A TorchFunctionMode left active would see (and could answer) the calls below.
   if (methods().function_modes().cast<int64_t>() > 0)
     throw OutputError{"tampering", "a TorchFunctionMode is still active after forward returned"};
-  Exporter e{block, block_address, block_bytes, device};
+  Exporter e{block, block_address, block_bytes, device, 0, 0, {}};
   nlohmann::json spec = e.walk(outputs, "output", 0);
   if (device) CA_CU_CHECK(driver().cuCtxSynchronize());
+  e.compacted.clear();
   return spec;
 }
 

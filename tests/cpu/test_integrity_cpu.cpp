@@ -162,6 +162,50 @@ TEST_F(Integrity, StrictWorksForModelsWithTensorAttributesOrNoFloat64Path) {
   EXPECT_NE(f["reference64"]["error"].get<std::string>().find("float32 only"), std::string::npos) << f["reference64"];
 }
 
+// Outputs larger than a comparison chunk (2^24 elements) are compared a chunk at a time
+// (memory_plan.h): a single wrong element in the last chunk of a row-chunked and of a
+// flat-chunked output is still found, and the correct output passes loose and strict.
+TEST_F(Integrity, OutputsLargerThanAChunkAreComparedWhole) {
+  const std::string task = write("wide/model.py",
+                                 "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                                 "    def forward(self, x, y):\n"
+                                 "        return x.expand(5, 2**22 + 1) * 2.0, y.expand(2**24 + 5) + 1.0\n\n"
+                                 "def get_inputs():\n    return [torch.randn(5, 1), torch.randn(1)]\n\n"
+                                 "def get_init_inputs():\n    return []\n");
+  const std::string body = std::string(kModelNewHeader) +
+                           "class ModelNew(nn.Module):\n    def forward(self, x, y):\n"
+                           "        a = x.expand(5, 2**22 + 1) * 2.0\n        b = y.expand(2**24 + 5) + 1.0\n";
+  const std::string good = write("wide_ok.py", body + "        return a, b\n");
+  const std::string bad_rows = write("wide_rows.py", body + "        a[4, -1] += 1.0\n        return a, b\n");
+  const std::string bad_flat = write("wide_flat.py", body + "        b[-1] += 1.0\n        return a, b\n");
+  for (const char* precision : {"loose", "strict"}) {
+    auto r = verify(task, good, precision);
+    EXPECT_TRUE(r["ok"].get<bool>()) << precision << ": " << r.dump(2);
+  }
+  auto rows = verify(task, bad_rows);
+  EXPECT_EQ(rows["category"], "mismatch") << rows.dump(2);
+  EXPECT_NE(rows["message"].get<std::string>().find("output[0]: 1 of 20971525 elements differ"), std::string::npos)
+      << rows["message"];
+  auto flat = verify(task, bad_flat);
+  EXPECT_EQ(flat["category"], "mismatch") << flat.dump(2);
+  EXPECT_NE(flat["message"].get<std::string>().find("output[1]: 1 of 16777221 elements differ"), std::string::npos)
+      << flat["message"];
+}
+
+// An output that is a narrow slice of a much larger tensor (KernelBench L3 49 returns one)
+// spans far more memory than its elements: it is copied dense, not rejected for its layout.
+TEST_F(Integrity, ASliceOfALargerTensorIsAnOutputLikeAnyOther) {
+  const std::string task = write("slice/model.py",
+                                 "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                                 "    def forward(self, x):\n        big = x.repeat(1, 2048)\n        return big[:, :1] * 1.0\n\n"
+                                 "def get_inputs():\n    return [torch.randn(2048, 2)]\n\ndef get_init_inputs():\n    return []\n");
+  const std::string view = write("slice_view.py", std::string(kModelNewHeader) +
+                                                      "class ModelNew(nn.Module):\n    def forward(self, x):\n"
+                                                      "        big = x.repeat(1, 2048) * 1.0\n        return big[:, :1]\n");
+  auto r = verify(task, view);
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+}
+
 TEST(DegenerateInMetrics, ExcludedFromScoresAndListed) {
   nlohmann::json results = nlohmann::json::array({
       {{"task_id", "good"}, {"level", 1}, {"ok", true}, {"correct", true}, {"reward", 3.0}, {"speedup_vs_eager", 2.0},

@@ -13,7 +13,9 @@
 
 namespace cuda_agent::testing {
 
+// A path relative to the source tree (an absolute one is kept).
 inline std::string source_path(const std::string& relative) {
+  if (!relative.empty() && relative.front() == '/') return relative;
   return std::string(CUDA_AGENT_SOURCE_DIR) + "/" + relative;
 }
 

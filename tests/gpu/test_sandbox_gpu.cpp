@@ -253,3 +253,94 @@ TEST(SandboxGpu, StrictReferenceForAnLstmWithItsStateAsAttributes) {
   EXPECT_EQ(r["reference64"]["route"].get<std::string>().rfind("float64 copy", 0), 0u) << r["reference64"];
   EXPECT_LT(r["verify"]["trials"][0]["candidate_rel_error_vs_fp64"].get<double>(), 1e-4) << r["verify"];
 }
+
+namespace {
+
+// A copy task (x * 1.0) over n float32 elements, written into `dir`; copy_ok solves it. The
+// LargeTask tests need most of the GPU's memory: they run alone, as the timing tests do
+// (scripts/gpu_check.sh), and a runner's GPU lock keeps evaluations apart the same way.
+std::string copy_task(const TempDir& dir, const std::string& name, const std::string& n) {
+  const std::string path = (dir.path() / name / "model.py").string();
+  write_file_atomic(path, "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                          "    def forward(self, x):\n        return x * 1.0\n\n"
+                          "def get_inputs():\n    return [torch.rand(" + n + ")]\n\n"
+                          "def get_init_inputs():\n    return []\n");
+  return path;
+}
+
+sandbox::SandboxOptions large_task_options() {
+  sandbox::SandboxOptions o = fast_options();
+  o.trials = 2;
+  o.timed_runs = 3;
+  o.warmup_runs = 1;
+  o.warmup_ms = 0;
+  o.use_baseline_cache = false;
+  return o;
+}
+
+}  // namespace
+
+// A 2^31-element float32 input (8 GiB; the out-of-memory of KernelBench L1 19/23/31 at 6 GiB):
+// evaluated under strict with its float64 reference, and the result records the plan and peaks.
+TEST(SandboxGpu, LargeTaskOfEightGibEvaluatesUnderStrict) {
+  CA_REQUIRE_GPU();
+  TempDir dir("large-task-");
+  auto r = run_eval(copy_task(dir, "copy_8g", "2**31"), solution("copy_ok"), EvalMode::kEvaluate, large_task_options());
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  const auto& m = r["memory"];
+  EXPECT_TRUE(m["fits"].get<bool>()) << m;
+  EXPECT_TRUE(m["float64_reference"].get<bool>()) << m;
+  EXPECT_EQ(m["input_bytes"].get<int64_t>() >> 30, 8) << m;
+  EXPECT_EQ(r["reference64"]["route"].get<std::string>().rfind("float64 copy", 0), 0u) << r["reference64"];
+  ASSERT_TRUE(m["peak"].is_object()) << m;
+  // The judge stayed within its estimate, and the comparison did not hold float64 copies of the whole output.
+  EXPECT_LE(m["peak"]["judge_allocated_bytes"].get<int64_t>(), m["judge_peak_bytes"].get<int64_t>()) << m;
+  EXPECT_GT(m["peak"]["device_min_free_bytes"].get<int64_t>(), 0) << m;
+  std::cout << "memory plan and peaks: " << m.dump() << "\n";
+}
+
+// 2^32 elements (16 GiB in, 16 GiB out) under strict: evaluated, without the float64
+// reference, which does not fit beside the rest (the result says so).
+TEST(SandboxGpu, LargeTaskOfSixteenGibEvaluatesWithoutItsFloat64Reference) {
+  CA_REQUIRE_GPU();
+  TempDir dir("large-task-");
+  auto r = run_eval(copy_task(dir, "copy_16g", "2**32"), solution("copy_ok"), EvalMode::kEvaluate, large_task_options());
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_FALSE(r["memory"]["float64_reference"].get<bool>()) << r["memory"];
+  EXPECT_EQ(r["reference64"]["route"], "none: compared as loose") << r["reference64"];
+  std::cout << "memory plan and peaks: " << r["memory"].dump() << "\n";
+}
+
+// A reference with a 48 GiB temporary on an 8 GiB input: holding both processes' peaks would not
+// fit, so both hand their cached memory back after each run, and the task evaluates.
+TEST(SandboxGpu, LargeTaskReleasesTheCachesWhenBothPeaksWouldNotFit) {
+  CA_REQUIRE_GPU();
+  TempDir dir("large-task-");
+  const std::string task = (dir.path() / "heavy" / "model.py").string();
+  write_file_atomic(task, "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                          "    def forward(self, x):\n        t = x.repeat(6)\n"
+                          "        return x * 1.0 + t[:x.numel()] * 0.0\n\n"
+                          "def get_inputs():\n    return [torch.rand(2**31)]\n\n"
+                          "def get_init_inputs():\n    return []\n");
+  sandbox::SandboxOptions o = large_task_options();
+  o.precision = "loose";
+  auto r = run_eval(task, solution("copy_ok"), EvalMode::kEvaluate, o);
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_TRUE(r["memory"]["release_cached"].get<bool>()) << r["memory"];
+  std::cout << "memory plan and peaks: " << r["memory"].dump() << "\n";
+}
+
+// Too large for the GPU at all: its own category, naming the sizes, before any solution code ran.
+TEST(SandboxGpu, LargeTaskTooLargeForTheGpuIsItsOwnCategory) {
+  CA_REQUIRE_GPU();
+  TempDir dir("large-task-");
+  // 32 GiB: the plan says no; 128 GiB: drawing the inputs fails.
+  for (const auto& [name, n] : {std::pair<std::string, std::string>{"copy_32g", "2**33"}, {"copy_128g", "2**35"}}) {
+    auto r = run_eval(copy_task(dir, name, n), solution("copy_ok"), EvalMode::kEvaluate, large_task_options());
+    expect_failure(r, "task_too_large");
+    const std::string message = r["message"].get<std::string>();
+    EXPECT_TRUE(message.find("GiB") != std::string::npos && message.find("free") != std::string::npos) << message;
+    EXPECT_TRUE(r["correct"].is_null()) << r.dump(2);  // the solution is not at fault
+  }
+  expect_next_evaluation_works();
+}

@@ -5,10 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
 #include <pybind11/pybind11.h>
+
+#include "cuda_agent/sandbox/memory_plan.h"
 
 namespace cuda_agent::sandbox {
 
@@ -28,8 +31,16 @@ struct CompareResult {
   nlohmann::json to_json() const;
 };
 
+// Calls fn on matching pieces of two tensors of one shape, each piece at most `chunk` elements
+// (rows of dimension 0; when one row is larger, pieces of the flattened tensors, and flattening
+// copies a tensor that is not contiguous), so that float64 temporaries stay the size of a piece.
+void for_each_chunk(pybind11::handle a, pybind11::handle b, int64_t chunk,
+                    const std::function<void(pybind11::handle, pybind11::handle)>& fn);
+
+// Tensors are compared a chunk of at most chunk_elements at a time (memory_plan.h), so the
+// float64 temporaries stay small whatever the output's size; the verdict does not depend on it.
 CompareResult compare_outputs(pybind11::handle reference, pybind11::handle candidate, double atol,
-                              double rtol);
+                              double rtol, int64_t chunk_elements = kCompareChunkElements);
 
 // The strict policy (fp32 semantics): compare_outputs first, then, for every floating tensor,
 // ||candidate - ref64|| / ||ref64|| must stay within max(factor * the float32 reference's own
@@ -37,6 +48,6 @@ CompareResult compare_outputs(pybind11::handle reference, pybind11::handle candi
 // TF32 or half-precision shortcut passes atol = rtol = 1e-2 and fails here.
 CompareResult compare_outputs_strict(pybind11::handle reference, pybind11::handle reference64,
                                      pybind11::handle candidate, double atol, double rtol, double factor,
-                                     double floor);
+                                     double floor, int64_t chunk_elements = kCompareChunkElements);
 
 }  // namespace cuda_agent::sandbox

@@ -43,6 +43,7 @@ enum class Category {
   kTampering,            // the sandbox's state, channel, timing or result was interfered with
   kTaskError,            // the reference itself failed
   kTaskDependencyMissing,  // the task imports a Python package this environment lacks
+  kTaskTooLarge,         // the task's tensors do not fit in the GPU's memory (the memory plan)
   kInfrastructure,       // no GPU, no torch, a broken set-up
 };
 
@@ -50,6 +51,11 @@ const char* to_string(Category category);                 // "mismatch"; "" for 
 Category category_from_string(const std::string& name);  // "" or null -> kNone; throws Error on unknown
 // The categories that mean the solution's answer or behaviour was wrong (correct = false).
 bool is_wrong_answer(Category category);
+// The categories that mean the task could not be evaluated, whatever the solution
+// (task_error, task_dependency_missing, task_too_large): the trainer masks such episodes.
+bool is_task_fault(Category category);
+// The same for a result's "category" field (a string, or null); an unknown name is not one.
+bool is_task_fault(const nlohmann::json& category);
 
 // How one process of an evaluation ended (the candidate's, or the judge's).
 struct ProcessReport {
