@@ -401,6 +401,22 @@ int main(int argc, char** argv) {
   confined->add_option("--read-only", confined_read_only)->allow_extra_args(false);
   confined->prefix_command();  // the first word that is not an option starts the command
 
+  // The first word names the command: one that names none is an error, with --help too (CLI11
+  // would print the main help and succeed, or say only that a command is required).
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string verb = argv[1];
+    std::string known;
+    bool found = false;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      found = found || sub->get_name() == verb;
+      if (!sub->get_group().empty()) known += (known.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!found) {
+      std::cerr << fmt::format("cuda-agent: unknown command '{}'. The commands: {}. See cuda-agent --help.\n", verb,
+                               known);
+      return kExitUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -264,11 +264,12 @@ std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector
   nlohmann::json first = nlohmann::json::array();
   for (const auto& a : unrecorded.first) first.push_back({{"origin", to_string(a.origin)}, {"library", a.library}});
   reply["unrecorded_launches"] = {{"count", unrecorded.count}, {"first", first}};
-  std::string processes = processes_.alive();
+  const SolutionProcesses::Look watch = processes_.look();  // one walk of /proc per audit
+  std::string processes = watch.alive;
   if (!processes.empty()) {
     processes = "processes the solution started are running beside ModelNew: " + processes;
   } else if (ended_count && ended_cpu_mark_ >= 0) {
-    const double cpu = processes_.ended_cpu_seconds() - ended_cpu_mark_;
+    const double cpu = watch.ended_cpu_seconds - ended_cpu_mark_;
     if (cpu > 0)
       processes = fmt::format("processes the solution started ran and ended during the warm-up or the timed runs ({:.2f} "
                               "s of CPU)",

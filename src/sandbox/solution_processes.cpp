@@ -113,17 +113,20 @@ SolutionProcesses::Scan SolutionProcesses::scan() const {
   return out;
 }
 
-std::string SolutionProcesses::alive() const {
-  if (!started_) return "";
+SolutionProcesses::Look SolutionProcesses::look() const {
+  Look out;
+  if (!started_) return out;
   int on = 0;
-  if (::prctl(PR_GET_CHILD_SUBREAPER, &on) != 0 || on == 0) return "the candidate process's subreaper flag was switched off";
-  return scan().alive;
+  const bool subreaper = ::prctl(PR_GET_CHILD_SUBREAPER, &on) == 0 && on != 0;
+  const Scan s = scan();
+  out.alive = subreaper ? s.alive : "the candidate process's subreaper flag was switched off";
+  const unsigned long long ticks = read_stat("self").child_ticks + s.zombie_ticks;
+  out.ended_cpu_seconds = static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return out;
 }
 
-double SolutionProcesses::ended_cpu_seconds() const {
-  if (!started_) return 0.0;
-  const unsigned long long ticks = read_stat("self").child_ticks + scan().zombie_ticks;
-  return static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
+std::string SolutionProcesses::alive() const { return look().alive; }
+
+double SolutionProcesses::ended_cpu_seconds() const { return look().ended_cpu_seconds; }
 
 }  // namespace cuda_agent::sandbox

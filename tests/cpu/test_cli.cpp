@@ -90,6 +90,11 @@ TEST_F(Cli, HelpListsTheVerbs) {
 TEST_F(Cli, UnknownVerbAndMissingOptionsFail) {
   CliRun r = run("frobnicate");
   EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("unknown command 'frobnicate'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bench"), std::string::npos) << r.output;  // the commands are listed
+  r = run("frobnicate --help");  // not the main help and success
+  EXPECT_NE(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("unknown command 'frobnicate'"), std::string::npos) << r.output;
   r = run("");
   EXPECT_NE(r.rc, 0) << r.output;
   r = run("verify --solution " + solution("add_torch_cpu") + " --device cpu");

@@ -24,6 +24,12 @@ class SolutionProcesses {
   std::string alive() const;
   // CPU seconds used so far by the solution's processes that have ended (reaped or not).
   double ended_cpu_seconds() const;
+  // Both at once, from one walk of /proc.
+  struct Look {
+    std::string alive;
+    double ended_cpu_seconds = 0;
+  };
+  Look look() const;
 
  private:
   struct Scan {
