@@ -201,6 +201,9 @@ void judge_profile(Judge& j) {
       rin.speedup_vs_compile = timings.compile->median_ms / cand.median_ms;
       result.speedup_vs_compile = rin.speedup_vs_compile;
     }
+    nlohmann::json intervals = {{"vs_eager", speedup_interval(timings.eager->ms, cand.ms).to_json()}};
+    if (timings.compile) intervals["vs_compile"] = speedup_interval(timings.compile->ms, cand.ms).to_json();
+    result.reports["speedup_interval"] = intervals;
   }
   if (j.req.mode == EvalMode::kEvaluate) result.reward = compute_reward(opt.reward, rin, opt.speedup_margin);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <random>
 
 namespace cuda_agent::sandbox {
 namespace {
@@ -15,7 +16,44 @@ double percentile(const std::vector<double>& sorted, double p) {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo);
 }
 
+double median_of(std::vector<double>& v) {
+  std::sort(v.begin(), v.end());
+  return percentile(v, 0.5);
+}
+
 }  // namespace
+
+SpeedupInterval speedup_interval(const std::vector<double>& baseline_ms, const std::vector<double>& candidate_ms,
+                                 double confidence, int resamples, uint64_t seed) {
+  SpeedupInterval out;
+  out.confidence = confidence;
+  if (baseline_ms.empty() || candidate_ms.empty()) return out;
+  std::vector<double> b = baseline_ms, c = candidate_ms;
+  const double cm = median_of(c);
+  if (!(cm > 0)) return out;
+  out.speedup = median_of(b) / cm;
+  out.resamples = std::max(resamples, 1);
+  std::mt19937_64 rng(seed);
+  std::vector<double> ratios, rb(b.size()), rc(c.size());
+  ratios.reserve(static_cast<size_t>(out.resamples));
+  std::uniform_int_distribution<size_t> pick_b(0, b.size() - 1), pick_c(0, c.size() - 1);
+  for (int r = 0; r < out.resamples; ++r) {
+    for (double& x : rb) x = b[pick_b(rng)];
+    for (double& x : rc) x = c[pick_c(rng)];
+    const double m = median_of(rc);
+    if (m > 0) ratios.push_back(median_of(rb) / m);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const double tail = (1 - confidence) / 2;
+  out.low = percentile(ratios, tail);
+  out.high = percentile(ratios, 1 - tail);
+  return out;
+}
+
+nlohmann::json SpeedupInterval::to_json() const {
+  return {{"speedup", speedup}, {"low", low}, {"high", high}, {"confidence", confidence}, {"resamples", resamples},
+          {"method", "percentile bootstrap of the ratio of medians"}};
+}
 
 TimingStats TimingStats::from_samples(std::vector<double> ms) {
   TimingStats s;

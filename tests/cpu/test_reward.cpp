@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/sandbox/timing_stats.h"
 
 namespace cuda_agent::sandbox {
 namespace {
@@ -86,6 +87,31 @@ TEST(Reward, UnknownKindThrowsNamingIt) {
     }
   }
   EXPECT_THROW(compute_reward("", inputs(true, 2.0, 2.0)), Error);
+}
+
+// The speedup's bootstrap interval (timing_stats.h): it holds the point estimate, narrows with
+// less noise, is reproducible, and says nothing for empty samples.
+TEST(SpeedupInterval, BracketsThePointEstimateAndNarrowsWithLessNoise) {
+  std::vector<double> eager, noisy, quiet;
+  for (int i = 0; i < 20; ++i) {
+    eager.push_back(2.0 + 0.01 * (i % 5));
+    noisy.push_back(1.0 + 0.2 * ((i * 7) % 10) / 10.0);
+    quiet.push_back(1.0 + 0.002 * ((i * 7) % 10) / 10.0);
+  }
+  const SpeedupInterval a = speedup_interval(eager, noisy), b = speedup_interval(eager, quiet);
+  EXPECT_NEAR(a.speedup, TimingStats::from_samples(eager).median_ms / TimingStats::from_samples(noisy).median_ms, 1e-12);
+  EXPECT_LE(a.low, a.speedup);
+  EXPECT_GE(a.high, a.speedup);
+  EXPECT_LE(b.low, b.speedup);
+  EXPECT_GE(b.high, b.speedup);
+  EXPECT_LT(b.high - b.low, (a.high - a.low) / 5);
+  EXPECT_EQ(a.resamples, 2000);
+  const SpeedupInterval again = speedup_interval(eager, noisy);
+  EXPECT_EQ(again.low, a.low);
+  EXPECT_EQ(again.high, a.high);
+  const SpeedupInterval none = speedup_interval({}, noisy);
+  EXPECT_EQ(none.speedup, 0);
+  EXPECT_EQ(none.to_json()["low"], 0);
 }
 
 }  // namespace
