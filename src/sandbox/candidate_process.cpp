@@ -319,7 +319,6 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
   }
   if (gpu_ && body.value("release", false)) {
     // The memory plan: this process's cached memory goes back, so that the judge has it.
-    inputs = py::none();
     guarded(Category::kRuntimeError, "releasing cached GPU memory", [&] { empty_cache_(); });
   }
   return reply;

@@ -211,9 +211,10 @@ void for_each_chunk(py::handle a, py::handle b, int64_t chunk, const std::functi
 
 CompareResult compare_outputs_strict(py::handle reference, py::handle reference64, py::handle candidate, double atol,
                                      double rtol, double factor, double floor, int64_t chunk_elements) {
+  chunk_elements = std::max<int64_t>(chunk_elements, 1);
   CompareResult r = compare_outputs(reference, candidate, atol, rtol, chunk_elements);
   if (!r.ok) return r;
-  strict_tree(r, reference, reference64, candidate, "output", factor, floor, std::max<int64_t>(chunk_elements, 1));
+  strict_tree(r, reference, reference64, candidate, "output", factor, floor, chunk_elements);
   return r;
 }
 

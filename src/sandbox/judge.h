@@ -106,7 +106,8 @@ struct __attribute__((visibility("hidden"))) Judge {
   pybind11::object float64_outputs(pybind11::handle inputs);
   // Under a plan that says so: torch's cached memory handed back, so the other process has it.
   void release_cached();
-  // Notes the device's free memory (the result's memory.peak.device_min_free_bytes).
+  // Notes the device's free memory (the result's memory.peak.device_min_free_bytes);
+  // judge_memory.cpp.
   void note_free();
   int64_t shared_block_bytes() const {
     return static_cast<int64_t>((in_block_ ? in_block_->bytes() : 0) + (out_block_ ? out_block_->bytes() : 0));

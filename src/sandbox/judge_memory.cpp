@@ -16,10 +16,7 @@ namespace {
 
 int64_t module_bytes(py::handle model) {
   if (!model || model.is_none()) return 0;
-  int64_t bytes = 0;
-  for (py::handle t : model.attr("parameters")()) bytes += tree_tensor_bytes(t);
-  for (py::handle t : model.attr("buffers")()) bytes += tree_tensor_bytes(t);
-  return bytes;
+  return tree_tensor_bytes(py::list(model.attr("parameters")())) + tree_tensor_bytes(py::list(model.attr("buffers")()));
 }
 
 struct CudaMemory {
@@ -103,6 +100,12 @@ void judge_plan_memory(Judge& j) {
     j.result.reports["reference64"] = {{"route", "none: compared as loose"}, {"error", j.reference64_unavailable}};
     m.cuda.attr("empty_cache")();
   }
+}
+
+void Judge::note_free() {
+  if (!gpu) return;
+  const int64_t free = CudaMemory().device().first;
+  if (min_free_bytes < 0 || free < min_free_bytes) min_free_bytes = free;
 }
 
 void record_memory_peaks(Judge& j, const nlohmann::json& finished) {

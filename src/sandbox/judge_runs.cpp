@@ -140,8 +140,7 @@ py::object Judge::float64_outputs(py::handle inputs) {
     reference64_unavailable = e.what();
     if (reference64_unavailable.size() > 500) reference64_unavailable.resize(500);
     result.reports["reference64"] = {{"route", "none: compared as loose"}, {"error", reference64_unavailable}};
-    reference64 = py::object();  // its memory goes back
-    release_cached();
+    reference64 = py::object();  // its memory goes back (released with the caller's release_cached)
     return py::none();
   }
 }
@@ -155,13 +154,6 @@ void Judge::reference_outputs(py::handle inputs, py::object* out, py::object* ou
 
 void Judge::release_cached() {
   if (plan && plan->release_cached) py::module_::import("torch").attr("cuda").attr("empty_cache")();
-}
-
-void Judge::note_free() {
-  if (!gpu) return;
-  py::tuple info = py::module_::import("torch").attr("cuda").attr("mem_get_info")();
-  const int64_t free = info[0].cast<int64_t>();
-  if (min_free_bytes < 0 || free < min_free_bytes) min_free_bytes = free;
 }
 
 CompareResult Judge::compare(py::handle ref, py::handle ref64, py::handle outputs) const {
