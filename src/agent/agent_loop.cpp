@@ -138,6 +138,7 @@ EpisodeResult run_episode(Policy& policy, Workspace& workspace, ToolRegistry& to
       assistant_event["completion_token_ids"] = reply.completion_token_ids;
       assistant_event["completion_logprobs"] = reply.completion_logprobs;
       assistant_event["prompt_extends_previous"] = reply.prompt_extends_previous;
+      if (reply.teacher_forced) assistant_event["teacher_forced"] = true;
     }
     emit(std::move(assistant_event));
     ChatMessage assistant{"assistant", reply.tool_calls.empty() ? parsed.content : reply.text, parsed.calls, "", ""};

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "cuda_agent/agent/openai_policy.h"
+#include "cuda_agent/agent/reference_policy.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 
@@ -102,7 +103,8 @@ namespace {
 // every form when none matches.
 RegisteredPolicy find_registered(const std::string& spec, std::string* rest) {
   std::vector<std::string> forms = {"replay:PATH.jsonl (scripted tool calls)",
-                                    "openai:MODEL@BASE_URL (an OpenAI-compatible server)"};
+                                    "openai:MODEL@BASE_URL (an OpenAI-compatible server)",
+                                    "reference:FILE.py (plays a finished solution: read, write, verify, profile)"};
   PolicyRegistry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   for (const auto& e : r.entries) {
@@ -120,6 +122,7 @@ RegisteredPolicy find_registered(const std::string& spec, std::string* rest) {
 std::unique_ptr<Policy> make_policy(const std::string& spec) {
   if (spec.rfind("replay:", 0) == 0) return std::make_unique<ReplayPolicy>(spec.substr(7));
   if (spec.rfind("openai:", 0) == 0) return std::make_unique<OpenAiPolicy>(parse_openai_spec(spec));
+  if (spec.rfind("reference:", 0) == 0) return std::make_unique<ReferencePolicy>(spec.substr(10));
   std::string rest;
   const RegisteredPolicy e = find_registered(spec, &rest);
   // Outside the lock: loading a model takes a while and other threads may want other policies.
@@ -136,6 +139,10 @@ void validate_policy_spec(const std::string& spec) {
   }
   if (spec.rfind("openai:", 0) == 0) {
     (void)parse_openai_spec(spec);
+    return;
+  }
+  if (spec.rfind("reference:", 0) == 0) {
+    ReferencePolicy check(spec.substr(10));  // reads the solution file
     return;
   }
   std::string rest;

@@ -13,6 +13,7 @@ struct TurnRecord {
   int turn = 0;
   std::vector<int64_t> prompt, completion;
   std::vector<float> logprobs;
+  bool teacher_forced = false;
 };
 
 TurnRecord turn_record(const nlohmann::json& e, size_t index) {
@@ -36,6 +37,7 @@ TurnRecord turn_record(const nlohmann::json& e, size_t index) {
   CA_CHECK(r.logprobs.size() == r.completion.size(),
            "assistant turn {}: {} completion_logprobs for {} completion_token_ids", r.turn, r.logprobs.size(),
            r.completion.size());
+  r.teacher_forced = e.value("teacher_forced", false);
   return r;
 }
 
@@ -90,6 +92,7 @@ EpisodeSequence episode_sequence(const nlohmann::json& trajectory_events) {
   out.reward = (*score)["reward"].get<double>();
   out.stop_reason = score->value("stop_reason", "");
   out.assistant_turns = static_cast<int>(turns.size());
+  out.teacher_forced = std::any_of(turns.begin(), turns.end(), [](const TurnRecord& r) { return r.teacher_forced; });
   out.chained = true;
   for (size_t k = 1; k < turns.size() && out.chained; ++k) out.chained = extends(turns[k - 1], turns[k]);
 
@@ -147,6 +150,9 @@ std::vector<policy::PpoSample> ppo_samples(const std::vector<EpisodeSequence>& e
   TokenBatch advantages, masks;
   size_t i = 0;
   for (size_t ep = 0; ep < episodes.size(); ++ep) {
+    CA_CHECK(!episodes[ep].teacher_forced,
+             "episode {} is a teacher's (teacher-forced records): its log-probs are not the policy's, so PPO cannot "
+             "take it; only the supervised stages (stages.sft, RFT) learn from teacher episodes", ep);
     for (const TokenSequence& s : episodes[ep].sequences) {
       const size_t n = s.tokens.size();
       CA_CHECK(values[i].size() == n, "sequence {} (episode {}) has {} tokens but {} values", i, ep, n,

@@ -54,6 +54,20 @@ json train_config_defaults() {
        }},
       {"stages",
        {
+           {"sft",
+            {
+                {"enabled", false},  // ours: a supervised warm-up on a teacher's episodes, before stage 1
+                {"teacher", ""},     // ours: reference:DIR (a split's solutions), openai:MODEL@URL, replay:,
+                                     // local:; required when enabled
+                {"tasks", 0},                 // ours: tasks of the teacher's episodes; 0: every task of the split
+                {"episodes_per_task", 1},     // ours: teacher episodes per task
+                {"keep_reward_above", 0.0},   // ours: keep the demonstrations that scored above this
+                {"drop_stop_reasons", json::array({"looping", "invalid_tool_calls", "policy_error"})},
+                {"max_invalid_tool_calls", -1},
+                {"epochs", 3},                // ours: passes over the kept demonstrations
+                {"batch_size", 8},            // ours: demonstrations per optimizer step
+                {"lr", 1.0e-5},               // ours: actor learning rate of the warm-up
+            }},
            {"warmup",
             {
                 {"enabled", true},               // paper: stage 1, single-turn PPO warm-up
@@ -74,6 +88,9 @@ json train_config_defaults() {
                 {"epochs", 1},                   // ours: passes over the kept trajectories
                 {"batch_size", 64},              // ours: trajectories per optimizer step
                 {"lr", 1.0e-6},                  // ours: actor learning rate of the fine-tuning
+                {"teacher", ""},                 // ours: a teacher whose episodes join the actor's (as stages.sft.teacher)
+                {"teacher_episodes_per_task", 0},  // ours: its episodes per task, beside rollout.episodes_per_task
+                                                   // of the actor's own; 0: the actor's own samples only
             }},
            {"value_pretrain",
             {
@@ -196,6 +213,26 @@ void check_non_empty(const json& c, const std::string& key, const std::string& w
   CA_CHECK(!string(c, key).empty(), "train config: {} is empty: set it to {}", key, what);
 }
 
+void check_stop_reasons(const json& c, const std::string& key) {
+  const json& drop = at(c, key);
+  CA_CHECK(drop.is_array(), "train config: '{}' must be a list, got {}", key, drop.dump());
+  for (const auto& reason : drop) {
+    CA_CHECK(reason.is_string(), "train config: {} holds {}, not a stop reason", key, reason.dump());
+    check_enum_value(key, reason.get<std::string>(), kStopReasons);
+  }
+}
+
+// A teacher is a policy spec (agent::make_policy) or reference:DIR; "" is none. Only the form is
+// checked here (the run checks the files and the server's address when it starts the stage).
+void check_teacher_form(const std::string& key, const std::string& spec) {
+  if (spec.empty()) return;
+  for (const char* prefix : {"reference:", "openai:", "replay:", "local:"})
+    if (spec.rfind(prefix, 0) == 0 && spec.size() > std::string(prefix).size()) return;
+  CA_FAIL("train config: {} = '{}' is not a teacher: use reference:SPLIT (a split folder with solutions/, or a "
+          "solutions folder), openai:MODEL@URL, replay:FILE.jsonl or local:MODEL",
+          key, spec);
+}
+
 constexpr double kInf = INFINITY;
 
 }  // namespace
@@ -242,20 +279,36 @@ void validate_train_config(const json& c) {
            "must be >= rollout.max_new_tokens ({})",
            integer(c, "stages.warmup.max_context_tokens"), integer(c, "rollout.max_new_tokens"));
 
+  boolean(c, "stages.sft.enabled");
+  const std::string sft_teacher = string(c, "stages.sft.teacher");
+  CA_CHECK(!boolean(c, "stages.sft.enabled") || !sft_teacher.empty(),
+           "train config: stages.sft.teacher is empty: the supervised warm-up learns from a teacher's episodes; set it "
+           "to reference:SPLIT (the split's reference solutions, e.g. reference:data/core), openai:MODEL@URL, "
+           "replay:FILE.jsonl or local:MODEL, or set stages.sft.enabled to false");
+  check_teacher_form("stages.sft.teacher", sft_teacher);
+  check_at_least(c, "stages.sft.tasks", 0);
+  check_at_least(c, "stages.sft.episodes_per_task", 1);
+  number(c, "stages.sft.keep_reward_above");
+  check_stop_reasons(c, "stages.sft.drop_stop_reasons");
+  check_at_least(c, "stages.sft.max_invalid_tool_calls", -1);
+  check_at_least(c, "stages.sft.epochs", 1);
+  check_at_least(c, "stages.sft.batch_size", 1);
+  check_range(c, "stages.sft.lr", 0, true, 1, false);
+
   boolean(c, "stages.rft.enabled");
   number(c, "stages.rft.keep_reward_above");
-  const json& drop = at(c, "stages.rft.drop_stop_reasons");
-  CA_CHECK(drop.is_array(), "train config: 'stages.rft.drop_stop_reasons' must be a list, got {}", drop.dump());
-  for (const auto& reason : drop) {
-    CA_CHECK(reason.is_string(), "train config: stages.rft.drop_stop_reasons holds {}, not a stop reason",
-             reason.dump());
-    check_enum_value("stages.rft.drop_stop_reasons", reason.get<std::string>(), kStopReasons);
-  }
+  check_stop_reasons(c, "stages.rft.drop_stop_reasons");
   check_at_least(c, "stages.rft.max_invalid_tool_calls", -1);
   check_at_least(c, "stages.rft.tasks", 0);
   check_at_least(c, "stages.rft.epochs", 1);
   check_at_least(c, "stages.rft.batch_size", 1);
   check_range(c, "stages.rft.lr", 0, true, 1, false);
+  check_teacher_form("stages.rft.teacher", string(c, "stages.rft.teacher"));
+  check_at_least(c, "stages.rft.teacher_episodes_per_task", 0);
+  CA_CHECK(integer(c, "stages.rft.teacher_episodes_per_task") == 0 || !string(c, "stages.rft.teacher").empty(),
+           "train config: stages.rft.teacher_episodes_per_task = {} but stages.rft.teacher is empty: name the teacher "
+           "(e.g. reference:data/core) or set teacher_episodes_per_task to 0",
+           integer(c, "stages.rft.teacher_episodes_per_task"));
 
   boolean(c, "stages.value_pretrain.enabled");
   check_at_least(c, "stages.value_pretrain.steps", 1);
@@ -302,9 +355,9 @@ void validate_train_config(const json& c) {
   const long long minis = integer(c, "ppo.mini_batches");
   CA_CHECK(minis <= batch && batch % minis == 0,
            "train config: ppo.mini_batches = {} is out of range: must divide ppo.batch_size ({})", minis, batch);
-  CA_CHECK(boolean(c, "stages.warmup.enabled") || boolean(c, "stages.rft.enabled") ||
+  CA_CHECK(boolean(c, "stages.sft.enabled") || boolean(c, "stages.warmup.enabled") || boolean(c, "stages.rft.enabled") ||
                boolean(c, "stages.value_pretrain.enabled") || boolean(c, "ppo.enabled"),
-           "train config: every stage is disabled (stages.warmup.enabled, stages.rft.enabled, "
+           "train config: every stage is disabled (stages.sft.enabled, stages.warmup.enabled, stages.rft.enabled, "
            "stages.value_pretrain.enabled, ppo.enabled): enable at least one");
 }
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "cuda_agent/agent/policy.h"
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/stop_request.h"
@@ -29,7 +30,7 @@ using detail::StageKind;
 using detail::step_summary;
 
 // The stages in the recipe's order.
-const std::vector<std::string> kRecipe = {"warmup", "rft", "value_pretrain", "ppo"};
+const std::vector<std::string> kRecipe = {"sft", "warmup", "rft", "value_pretrain", "ppo"};
 
 size_t recipe_rank(const std::string& stage) {
   return static_cast<size_t>(std::find(kRecipe.begin(), kRecipe.end(), stage) - kRecipe.begin());
@@ -39,7 +40,8 @@ size_t recipe_rank(const std::string& stage) {
 // run (a stage before the checkpoint's is not run again; see run_training).
 const std::vector<std::string> kResumeMayChange = {
     "run.output_dir",        "ppo.steps",         "stages.warmup.steps",           "stages.value_pretrain.steps",
-    "stages.warmup.enabled", "stages.rft.enabled", "stages.value_pretrain.enabled", "ppo.enabled"};
+    "stages.warmup.enabled", "stages.rft.enabled", "stages.value_pretrain.enabled", "ppo.enabled",
+    "stages.sft.enabled"};
 
 // Every process calls it (a sharded optimizer state is gathered on rank 0); rank 0 writes.
 void checkpoint(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
@@ -95,11 +97,33 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   CA_CHECK(!split.tasks.empty(), "train config: data.split = '{}' holds no tasks{}", split_path.string(),
            listed > 0 ? fmt::format(" that are not flagged degenerate ({} are)", listed) : "");
 
+  // The teachers, checked before any model loads: reference:DIR's folder, or the policy spec as
+  // make_policy takes it (a replay file read, a local model's file found).
+  for (const char* key : {"sft", "rft"}) {
+    const json& section = config["stages"][key];
+    const std::string teacher = section["teacher"].get<std::string>();
+    const bool used = std::string(key) == "sft" ? section["enabled"].get<bool>()
+                                                : section["enabled"].get<bool>() &&
+                                                      section["teacher_episodes_per_task"].get<int>() > 0;
+    if (!used) continue;
+    try {
+      if (teacher.rfind("reference:", 0) == 0 && !fs::is_regular_file(teacher.substr(10)))
+        CA_CHECK(fs::is_directory(teacher.substr(10)), "no such folder {}: give a split folder with solutions/ (e.g. "
+                 "reference:data/core) or a solutions folder", teacher.substr(10));
+      else
+        agent::validate_policy_spec(teacher);
+    } catch (const std::exception& e) {
+      CA_FAIL("train config: stages.{}.teacher = '{}': {}", key, teacher, e.what());
+    }
+  }
+
   // The enabled stages in the recipe's order (validate_train_config requires at least one).
   std::vector<Stage> stages;
   const json& st = config["stages"];
   const bool rollout_single_turn = config["rollout"]["single_turn"].get<bool>();
   const int64_t rollout_context = config["rollout"]["max_context_tokens"].get<int64_t>();
+  if (st["sft"]["enabled"].get<bool>())
+    stages.push_back({"sft", StageKind::kSft, 1, rollout_single_turn, rollout_context});
   if (st["warmup"]["enabled"].get<bool>())
     stages.push_back({"warmup", StageKind::kPpo, st["warmup"]["steps"].get<int>(),
                       st["warmup"]["single_turn"].get<bool>(), st["warmup"]["max_context_tokens"].get<int64_t>()});
@@ -139,7 +163,7 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
     }
     const std::string stage_name = ckpt.state.at("stage").get<std::string>();
     const size_t rank = recipe_rank(stage_name);
-    CA_CHECK(rank < kRecipe.size(), "--resume: checkpoint {} is of stage '{}', not one of warmup, rft, "
+    CA_CHECK(rank < kRecipe.size(), "--resume: checkpoint {} is of stage '{}', not one of sft, warmup, rft, "
              "value_pretrain, ppo", ckpt.dir.string(), stage_name);
     // The checkpoint's stage when this config runs it, else the first enabled stage after it.
     first_stage = stages.size();
@@ -163,8 +187,9 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
         const std::string name = entry.path().filename().string();
         if (name.rfind("step-", 0) == 0 && std::stoll(name.substr(5)) > step) fs::remove_all(entry.path());
       }
-    for (const char* one_step : {"rft", "value_pretrain"})
-      if (writer && rank < recipe_rank(one_step)) fs::remove_all(run_dir / "rollouts" / one_step);
+    for (const auto& [folder, stage] : std::vector<std::pair<std::string, std::string>>{
+             {"sft", "sft"}, {"rft", "rft"}, {"rft-teacher", "rft"}, {"value_pretrain", "value_pretrain"}})
+      if (writer && rank < recipe_rank(stage)) fs::remove_all(run_dir / "rollouts" / folder);
     log << fmt::format("[train] resuming {} after step {} (stage {}, step {} of it) from {}\n", run_dir.string(), step,
                        stage_name, ckpt.state.at("step_in_stage").get<int>(), ckpt.dir.string());
     learner_state = ckpt.dir;

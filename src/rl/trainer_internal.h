@@ -28,12 +28,12 @@ inline uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-enum class StageKind { kPpo, kRft, kValuePretrain };
+enum class StageKind { kPpo, kSft, kRft, kValuePretrain };
 
 struct Stage {
-  std::string name;  // warmup | rft | value_pretrain | ppo: the name in state.json and metrics.jsonl
+  std::string name;  // sft | warmup | rft | value_pretrain | ppo: the name in state.json and metrics.jsonl
   StageKind kind = StageKind::kPpo;
-  int steps = 0;  // global steps it takes: its PPO steps; rft and value_pretrain take one each
+  int steps = 0;  // global steps it takes: its PPO steps; sft, rft and value_pretrain take one each
   bool single_turn = false;
   int64_t max_context_tokens = 0;
 };

@@ -16,6 +16,7 @@
 
 #include "cuda_agent/agent/episode.h"
 #include "cuda_agent/agent/policy.h"
+#include "cuda_agent/agent/reference_policy.h"
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/stop_request.h"
@@ -73,6 +74,7 @@ class QuietGpuPolicy final : public agent::Policy {
 struct EpisodeRun {
   size_t task_index = 0;
   int episode = 0;
+  std::string teacher;  // a teacher's episode (make_policy spec), teacher-forced in the actor's tokens; "": the actor's own
   fs::path dir;
   bool ok = false;
   std::string error;  // why it could not run (when !ok)
@@ -92,7 +94,12 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
     lp.top_p = rollout["top_p"].get<double>();
     lp.max_new_tokens = rollout["max_new_tokens"].get<int64_t>();
     lp.seed = episode_seed(ctx.config["run"]["seed"].get<uint64_t>(), step, run.task_index, run.episode);
-    policy::LocalPolicy policy(policy::ChatSession::open_with_model(ctx.actor, ctx.learner->policy()), lp);
+    std::unique_ptr<policy::ChatSession> session = policy::ChatSession::open_with_model(ctx.actor, ctx.learner->policy());
+    std::unique_ptr<policy::LocalPolicy> own =
+        run.teacher.empty()
+            ? std::make_unique<policy::LocalPolicy>(std::move(session), lp)
+            : std::make_unique<policy::LocalPolicy>(std::move(session), lp, agent::make_policy(run.teacher));
+    policy::LocalPolicy& policy = *own;
     const bool on_gpu = ctx.options.device == "cuda";
     QuietGpuPolicy quiet_policy(policy, ctx.gpu);
 
@@ -168,6 +175,7 @@ struct Sampling {
   // verify.sh, profile.sh: sandbox evaluations among them); the rest is setup and the final score.
   double generation_seconds = 0, tool_seconds = 0;
   int64_t generated_tokens = 0;
+  int64_t without_demonstration = 0;  // teacher episodes not run: the teacher has nothing for the task
 };
 
 // Adds an episode's generation and tool times and generated tokens (trajectory events) to `s`.
@@ -180,15 +188,17 @@ void add_episode_times(const json& events, Sampling& s) {
   s.generated_tokens += generated_tokens(events);
 }
 
-// rollout.episodes_per_task episodes of each task in `picks`, each in folder/<task>-eE/ and seeded
-// with episode_seed(run.seed, step, task index, E). A task drawn twice numbers its episodes on, so
+// `per_task` episodes of each task in `picks`, each in folder/<task>-eE/ and seeded with
+// episode_seed(run.seed, step, task index, E): the actor's own, or with `teacher` (a teacher spec:
+// reference:DIR resolved per task, agent::teacher_spec_for_task) the teacher's, teacher-forced in
+// the actor's tokens, in folder/<task>-tE/ (a task the teacher has nothing for is skipped, logged
+// and counted). A task drawn twice numbers its episodes on, so
 // no two episodes share a folder or a seed. In a data-parallel job every process gets the same
 // picks and runs the tasks at the positions i with i mod world = rank (task_ids lists them all).
 // rollout.concurrent_episodes of them run at once; the results keep this order whatever the
 // timing, so a step's batch does not depend on how many ran at once.
 Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, const std::vector<size_t>& picks,
-                         const fs::path& folder) {
-  const int per_task = ctx.config["rollout"]["episodes_per_task"].get<int>();
+                         const fs::path& folder, int per_task, const std::string& teacher = "") {
   const bool milestone = ctx.config["reward"]["kind"].get<std::string>() == "milestone";
   Sampling s;
   std::vector<EpisodeRun> runs;
@@ -200,11 +210,22 @@ Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, cons
     const int first = numbered[index];
     numbered[index] += per_task;
     if (static_cast<int>(position % static_cast<size_t>(ctx.world)) != ctx.rank) continue;
+    std::string teacher_spec;
+    if (!teacher.empty()) {
+      try {
+        teacher_spec = agent::teacher_spec_for_task(teacher, task.id);
+      } catch (const std::exception& e) {
+        s.without_demonstration += per_task;
+        ctx.log << fmt::format("[train] step {}: no teacher episode for task {}: {}\n", step, task.id, e.what());
+        continue;
+      }
+    }
     for (int e = first; e < first + per_task; ++e) {
       EpisodeRun run;
       run.task_index = index;
       run.episode = e;
-      run.dir = folder / fmt::format("{}-e{}", task.id, e);
+      run.teacher = teacher_spec;
+      run.dir = folder / fmt::format("{}-{}{}", task.id, teacher.empty() ? "e" : "t", e);
       runs.push_back(std::move(run));
     }
   }
@@ -245,29 +266,33 @@ Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, cons
 }
 
 // The job's episode counts and rates (summed over the processes; episode_seconds is the sum of
-// every episode's wall time).
-void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record) {
+// every episode's wall time), each key with `prefix` ("teacher_" for a teacher's episodes).
+void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record, const std::string& prefix = "") {
   const std::vector<double> g = ctx.sum({static_cast<double>(s.results.size()), static_cast<double>(s.failed),
                                          static_cast<double>(s.passed), static_cast<double>(s.faster), s.reward_sum,
                                          s.seconds, s.generation_seconds, s.tool_seconds,
                                          static_cast<double>(s.generated_tokens), static_cast<double>(s.degenerate),
-                                         static_cast<double>(s.task_faults)});
+                                         static_cast<double>(s.task_faults),
+                                         static_cast<double>(s.without_demonstration)});
   const auto completed = static_cast<int64_t>(g[0]);
-  record["tasks"] = s.task_ids;
-  record["episodes"] = completed;
-  record["episodes_failed"] = static_cast<int64_t>(g[1]);
-  record["episodes_degenerate"] = static_cast<int64_t>(g[9]);
-  record["episodes_task_fault"] = static_cast<int64_t>(g[10]);
-  record["episode_seconds"] = g[5];
-  record["generation_seconds"] = g[6];
-  record["tool_seconds"] = g[7];
-  record["scoring_seconds"] = std::max(0.0, g[5] - g[6] - g[7]);
-  record["generated_tokens"] = static_cast<int64_t>(g[8]);
-  if (g[6] > 0) record["generation_tokens_per_s"] = g[8] / g[6];
+  const std::string& p = prefix;
+  record[p + "tasks"] = s.task_ids;
+  record[p + "episodes"] = completed;
+  record[p + "episodes_failed"] = static_cast<int64_t>(g[1]);
+  record[p + "episodes_degenerate"] = static_cast<int64_t>(g[9]);
+  record[p + "episodes_task_fault"] = static_cast<int64_t>(g[10]);
+  if (!p.empty()) record[p + "episodes_without_demonstration"] = static_cast<int64_t>(g[11]);
+  record[p + "episode_seconds"] = g[5];
+  record[p + "generation_seconds"] = g[6];
+  record[p + "tool_seconds"] = g[7];
+  record[p + "scoring_seconds"] = std::max(0.0, g[5] - g[6] - g[7]);
+  record[p + "generated_tokens"] = static_cast<int64_t>(g[8]);
+  if (g[6] > 0) record[p + "generation_tokens_per_s"] = g[8] / g[6];
   if (completed == 0) return;
-  record["reward_mean"] = g[4] / g[0];
-  record["pass_rate"] = g[2] / g[0];
-  if (ctx.config["reward"]["kind"].get<std::string>() == "milestone") record["faster_than_compile_rate"] = g[3] / g[0];
+  record[p + "reward_mean"] = g[4] / g[0];
+  record[p + "pass_rate"] = g[2] / g[0];
+  if (ctx.config["reward"]["kind"].get<std::string>() == "milestone")
+    record[p + "faster_than_compile_rate"] = g[3] / g[0];
 }
 
 // The job's rollout statistics of the usable episodes; returns the job's sequence count.
@@ -323,9 +348,10 @@ std::vector<fs::path> trajectory_files(const fs::path& folder) {
   return files;
 }
 
-// stages.rft.tasks tasks: every task of the split in its order (0), else the next ones of the cursor.
-std::vector<size_t> stage_tasks(RunContext& ctx) {
-  const size_t count = ctx.config["stages"]["rft"]["tasks"].get<size_t>();
+// `section`.tasks tasks (stages.rft, stages.sft): every task of the split in its order (0), else the
+// next ones of the cursor.
+std::vector<size_t> stage_tasks(RunContext& ctx, const json& section) {
+  const size_t count = section["tasks"].get<size_t>();
   if (count > 0) return ctx.cursor.next(count);
   std::vector<size_t> all(ctx.split.tasks.size());
   std::iota(all.begin(), all.end(), size_t{0});
@@ -343,8 +369,8 @@ json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in
   const json& c = ctx.config;
   const auto t_step = Clock::now();
   const std::vector<size_t> picks = ctx.cursor.next(c["data"]["tasks_per_step"].get<size_t>());
-  const Sampling sampled =
-      sample_episodes(ctx, stage, step, picks, ctx.run_dir / "rollouts" / rollout_dir_name(step));
+  const Sampling sampled = sample_episodes(ctx, stage, step, picks, ctx.run_dir / "rollouts" / rollout_dir_name(step),
+                                          c["rollout"]["episodes_per_task"].get<int>());
 
   json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", step_in_stage}};
   add_sampling_metrics(ctx, sampled, record);
@@ -394,86 +420,150 @@ json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in
   return record;
 }
 
-// Stage 2: sample, filter, fine-tune the actor on what is kept.
-json run_rft(RunContext& ctx, const Stage& stage, int64_t step) {
-  const json& rft = ctx.config["stages"]["rft"];
-  const auto t_step = Clock::now();
-  const fs::path folder = ctx.run_dir / "rollouts" / "rft";
-  if (ctx.writer()) fs::remove_all(folder);  // a stage redone after an interruption starts over
-  ctx.barrier();
-  const Sampling sampled = sample_episodes(ctx, stage, step, stage_tasks(ctx), folder);
-  json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}};
-  add_sampling_metrics(ctx, sampled, record);
-
-  const RftFilterResult filtered = filter_trajectories(sampled.trajectories, rft);
-  int64_t unusable = 0;
-  const std::vector<EpisodeSequence> kept = read_usable_episodes(ctx, filtered.kept, step, &unusable);
-  // The job's counts; the drop reasons in a fixed order, so every process sums the same entries.
-  static const std::vector<std::string> kReasons = [] {
+// The drop reasons in a fixed order, so every process of a job sums the same entries.
+const std::vector<std::string>& drop_reasons() {
+  static const std::vector<std::string> reasons = [] {
     std::vector<std::string> r = {"malformed", "too_many_invalid_tool_calls", "low_reward"};
     for (const std::string& stop : kStopReasons) r.push_back("stop_reason:" + stop);
     return r;
   }();
+  return reasons;
+}
+
+// What the filter of `section` (stages.rft, stages.sft: keep_reward_above, drop_stop_reasons,
+// max_invalid_tool_calls) keeps of `sampled`'s trajectories, as usable episodes; the job's counts
+// go into `record` as <prefix>kept, <prefix>dropped, <prefix>dropped_by_reason (and
+// <prefix>kept_reward_mean). `*job_kept` gets the job's count of usable kept episodes.
+std::vector<EpisodeSequence> keep_filtered(RunContext& ctx, const Sampling& sampled, const json& section,
+                                           int64_t step, const std::string& prefix, json& record, int64_t* job_kept,
+                                           int64_t* unusable) {
+  const RftFilterResult filtered = filter_trajectories(sampled.trajectories, section);
+  std::vector<EpisodeSequence> kept = read_usable_episodes(ctx, filtered.kept, step, unusable);
+  const std::vector<std::string>& reasons = drop_reasons();
   std::vector<double> counts = {static_cast<double>(filtered.kept.size()), static_cast<double>(filtered.dropped.size()),
                                 rollout_stats(kept).reward_mean * static_cast<double>(kept.size()),
                                 static_cast<double>(kept.size())};
   std::map<std::string, size_t> other_reasons;
   for (const auto& [reason, n] : filtered.dropped_by_reason)
-    if (std::find(kReasons.begin(), kReasons.end(), reason) == kReasons.end()) other_reasons[reason] = n;
-  for (const std::string& reason : kReasons) {
+    if (std::find(reasons.begin(), reasons.end(), reason) == reasons.end()) other_reasons[reason] = n;
+  for (const std::string& reason : reasons) {
     const auto it = filtered.dropped_by_reason.find(reason);
     counts.push_back(it == filtered.dropped_by_reason.end() ? 0.0 : static_cast<double>(it->second));
   }
   const std::vector<double> g = ctx.sum(counts);
   std::map<std::string, size_t> by_reason = ctx.world == 1 ? filtered.dropped_by_reason : other_reasons;
   if (ctx.world > 1)
-    for (size_t i = 0; i < kReasons.size(); ++i)
-      if (g[4 + i] > 0) by_reason[kReasons[i]] = static_cast<size_t>(g[4 + i]);
-  record["kept"] = static_cast<int64_t>(g[0]);
-  record["dropped"] = static_cast<int64_t>(g[1]);
-  record["dropped_by_reason"] = json(by_reason);
-  const int64_t usable = add_rollout_metrics(ctx, kept, unusable, record) > 0 ? static_cast<int64_t>(g[3]) : 0;
-  if (usable > 0) record["kept_reward_mean"] = g[2] / g[3];
-  ctx.log << fmt::format("[train] step {} (rft): {} episodes ({} failed), kept {} of {} trajectories; dropped: {}\n",
-                         step, record["episodes"].get<int64_t>(), record["episodes_failed"].get<int64_t>(),
-                         record["kept"].get<int64_t>(), g[0] + g[1], describe_drops(by_reason));
+    for (size_t i = 0; i < reasons.size(); ++i)
+      if (g[4 + i] > 0) by_reason[reasons[i]] = static_cast<size_t>(g[4 + i]);
+  record[prefix + "kept"] = static_cast<int64_t>(g[0]);
+  record[prefix + "dropped"] = static_cast<int64_t>(g[1]);
+  record[prefix + "dropped_by_reason"] = json(by_reason);
+  if (g[3] > 0) record[prefix + "kept_reward_mean"] = g[2] / g[3];
+  *job_kept = static_cast<int64_t>(g[3]);
+  ctx.log << fmt::format("[train] step {} ({}): kept {} of {} {}trajectories; dropped: {}\n", step,
+                         record["stage"].get<std::string>(), g[0], g[0] + g[1], prefix.empty() ? "" : "teacher ",
+                         describe_drops(by_reason));
+  return kept;
+}
 
-  // Every process fine-tunes or none does; in a data-parallel job each needs kept trajectories of
-  // its own (a process whose share kept none leaves the stage without an update, and says so).
+// Fine-tunes the actor on `kept` (the loss on the assistant's tokens only: prompts, tool output and
+// template text carry none) with `section`'s lr, epochs and batch_size: ceil(job_kept / batch_size)
+// mini-batches, at most as many as the process with the fewest kept has. Every process fine-tunes
+// or none does; one whose share kept nothing leaves the stage without an update, and says so.
+void fine_tune(RunContext& ctx, const std::vector<EpisodeSequence>& kept, int64_t job_kept, const json& section,
+               int64_t step, json& record) {
   const auto fewest = static_cast<int64_t>(ctx.min(static_cast<double>(kept.size())));
   if (fewest == 0) {
-    ctx.log << fmt::format("[train] step {} (rft): no usable trajectory kept{} ({} dropped, {} kept but unusable): "
+    ctx.log << fmt::format("[train] step {} ({}): no usable trajectory kept{} ({} dropped, {} kept but unusable): "
                            "the actor is not fine-tuned\n",
-                           step, ctx.world > 1 && usable > 0 ? " by some process" : "", record["dropped"].dump(),
-                           record["episodes_unusable"].dump());
+                           step, record["stage"].get<std::string>(), ctx.world > 1 && job_kept > 0 ? " by some process" : "",
+                           record.value("dropped", record.value("teacher_dropped", json(0))).dump(),
+                           record.value("episodes_unusable", json(0)).dump());
     record["update_skipped"] = true;
-  } else {
-    const auto t_update = Clock::now();
-    std::vector<policy::PpoSample> samples;
-    for (const EpisodeSequence& episode : kept)
-      for (const TokenSequence& s : episode.sequences) {
-        policy::PpoSample sample;
-        sample.tokens = s.tokens;
-        sample.loss_mask = s.loss_mask;  // the policy's own tokens; prompts and tool output carry no loss
-        samples.push_back(std::move(sample));
-      }
-    const size_t batch_size = rft["batch_size"].get<size_t>();
-    policy::StageUpdateOptions plan;
-    plan.lr = rft["lr"].get<double>();
-    plan.epochs = rft["epochs"].get<int>();
-    // ceil(kept / batch_size) steps over the job's kept trajectories, at most as many as the
-    // process with the fewest has (each step takes a part of every process's share).
-    plan.mini_batches = static_cast<int>(std::min<int64_t>(
-        fewest, (static_cast<int64_t>(g[3]) + static_cast<int64_t>(batch_size) - 1) / static_cast<int64_t>(batch_size)));
-    const policy::PpoStats s = ctx.learner->sft_update(samples, plan);
-    record["update_skipped"] = false;
-    record["loss"] = s.loss;  // the mean NLL of the kept assistant tokens, before each step
-    record["entropy"] = s.entropy;
-    record["grad_norm_actor"] = s.grad_norm_actor;
-    record["policy_tokens"] = s.tokens;
-    record["optimizer_steps"] = plan.epochs * plan.mini_batches;
-    record["update_seconds"] = seconds_since(t_update);
+    return;
   }
+  const auto t_update = Clock::now();
+  std::vector<policy::PpoSample> samples;
+  for (const EpisodeSequence& episode : kept)
+    for (const TokenSequence& s : episode.sequences) {
+      policy::PpoSample sample;
+      sample.tokens = s.tokens;
+      sample.loss_mask = s.loss_mask;
+      samples.push_back(std::move(sample));
+    }
+  const auto batch_size = section["batch_size"].get<int64_t>();
+  policy::StageUpdateOptions plan;
+  plan.lr = section["lr"].get<double>();
+  plan.epochs = section["epochs"].get<int>();
+  plan.mini_batches = static_cast<int>(std::min<int64_t>(fewest, (job_kept + batch_size - 1) / batch_size));
+  const policy::PpoStats s = ctx.learner->sft_update(samples, plan);
+  record["update_skipped"] = false;
+  record["loss"] = s.loss;  // the mean NLL of the kept assistant tokens, before each step
+  record["entropy"] = s.entropy;
+  record["grad_norm_actor"] = s.grad_norm_actor;
+  record["policy_tokens"] = s.tokens;
+  record["optimizer_steps"] = plan.epochs * plan.mini_batches;
+  record["update_seconds"] = seconds_since(t_update);
+}
+
+// Stage 2: sample, filter, fine-tune the actor on what is kept: the actor's own episodes
+// (rollout.episodes_per_task a task, into rollouts/rft/) and, when stages.rft.teacher_episodes_per_task
+// > 0, the teacher's (into rollouts/rft-teacher/, which value pretraining does not read), each
+// through the same filter; the metrics keep the two apart (kept, teacher_kept, ...).
+json run_rft(RunContext& ctx, const Stage& stage, int64_t step) {
+  const json& rft = ctx.config["stages"]["rft"];
+  const auto t_step = Clock::now();
+  const fs::path folder = ctx.run_dir / "rollouts" / "rft";
+  const fs::path teacher_folder = ctx.run_dir / "rollouts" / "rft-teacher";
+  if (ctx.writer()) {  // a stage redone after an interruption starts over
+    fs::remove_all(folder);
+    fs::remove_all(teacher_folder);
+  }
+  ctx.barrier();
+  const std::vector<size_t> tasks = stage_tasks(ctx, rft);
+  const Sampling sampled =
+      sample_episodes(ctx, stage, step, tasks, folder, ctx.config["rollout"]["episodes_per_task"].get<int>());
+  json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}};
+  add_sampling_metrics(ctx, sampled, record);
+  int64_t unusable = 0, job_kept = 0;
+  std::vector<EpisodeSequence> kept = keep_filtered(ctx, sampled, rft, step, "", record, &job_kept, &unusable);
+  const int teacher_per_task = rft["teacher_episodes_per_task"].get<int>();
+  if (teacher_per_task > 0) {
+    const Sampling taught =
+        sample_episodes(ctx, stage, step, tasks, teacher_folder, teacher_per_task, rft["teacher"].get<std::string>());
+    add_sampling_metrics(ctx, taught, record, "teacher_");
+    int64_t teacher_kept = 0;
+    std::vector<EpisodeSequence> demos =
+        keep_filtered(ctx, taught, rft, step, "teacher_", record, &teacher_kept, &unusable);
+    job_kept += teacher_kept;
+    for (EpisodeSequence& e : demos) kept.push_back(std::move(e));
+  }
+  add_rollout_metrics(ctx, kept, unusable, record);
+  fine_tune(ctx, kept, job_kept, rft, step, record);
+  record["step_seconds"] = seconds_since(t_step);
+  return record;
+}
+
+// The supervised warm-up (before stage 1): stages.sft.episodes_per_task teacher episodes of
+// stages.sft.tasks tasks, teacher-forced in the actor's tokens into rollouts/sft/, filtered as RFT
+// filters (stages.sft's keep_reward_above, drop_stop_reasons, max_invalid_tool_calls), then the
+// actor fine-tuned on what is kept (stages.sft's lr, epochs, batch_size).
+json run_sft(RunContext& ctx, const Stage& stage, int64_t step) {
+  const json& sft = ctx.config["stages"]["sft"];
+  const auto t_step = Clock::now();
+  const fs::path folder = ctx.run_dir / "rollouts" / "sft";
+  if (ctx.writer()) fs::remove_all(folder);
+  ctx.barrier();
+  const Sampling taught = sample_episodes(ctx, stage, step, stage_tasks(ctx, sft), folder,
+                                          sft["episodes_per_task"].get<int>(), sft["teacher"].get<std::string>());
+  json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}};
+  record["teacher"] = sft["teacher"];
+  add_sampling_metrics(ctx, taught, record, "teacher_");
+  int64_t unusable = 0, job_kept = 0;
+  const std::vector<EpisodeSequence> kept =
+      keep_filtered(ctx, taught, sft, step, "teacher_", record, &job_kept, &unusable);
+  add_rollout_metrics(ctx, kept, unusable, record);
+  fine_tune(ctx, kept, job_kept, sft, step, record);
   record["step_seconds"] = seconds_since(t_step);
   return record;
 }
@@ -508,7 +598,8 @@ json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
     ctx.barrier();
     ctx.log << fmt::format("[train] step {} (value_pretrain): no RFT trajectories in {}: sampling into {}\n", step,
                            (ctx.run_dir / "rollouts" / "rft").string(), folder.string());
-    const Sampling sampled = sample_episodes(ctx, stage, step, stage_tasks(ctx), folder);
+    const Sampling sampled = sample_episodes(ctx, stage, step, stage_tasks(ctx, ctx.config["stages"]["rft"]), folder,
+                                             ctx.config["rollout"]["episodes_per_task"].get<int>());
     add_sampling_metrics(ctx, sampled, record);
     files = sampled.trajectories;
     record["source"] = "sampled";
@@ -588,6 +679,8 @@ json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
 
 json run_stage_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
   switch (stage.kind) {
+    case StageKind::kSft:
+      return run_sft(ctx, stage, step);
     case StageKind::kRft:
       return run_rft(ctx, stage, step);
     case StageKind::kValuePretrain:
@@ -604,9 +697,15 @@ std::string step_summary(const Stage& stage, int k, const json& r) {
                                        stage.steps);
   const std::string tail = fmt::format(" ({:.1f} s)\n", r["step_seconds"].get<double>());
   switch (stage.kind) {
+    case StageKind::kSft:
+      return head + fmt::format("kept {} of {} teacher episodes (teacher reward_mean {}) nll {}", field("teacher_kept"),
+                                r["teacher_kept"].get<int64_t>() + r["teacher_dropped"].get<int64_t>(),
+                                field("teacher_reward_mean"), field("loss")) + tail;
     case StageKind::kRft:
-      return head + fmt::format("kept {} of {} reward_mean {} nll {}", field("kept"), r["kept"].get<int64_t>() +
-                                r["dropped"].get<int64_t>(), field("reward_mean"), field("loss")) + tail;
+      return head + fmt::format("kept {} of {} reward_mean {}{} nll {}", field("kept"), r["kept"].get<int64_t>() +
+                                r["dropped"].get<int64_t>(), field("reward_mean"),
+                                r.contains("teacher_kept") ? fmt::format(", teacher kept {}", field("teacher_kept")) : "",
+                                field("loss")) + tail;
     case StageKind::kValuePretrain:
       return head + fmt::format("{} critic steps on {} sequences: value_loss {} (first pass {}, last pass {})",
                                 field("optimizer_steps"), field("sequences"), field("value_loss"),

@@ -134,6 +134,13 @@ LocalPolicy::LocalPolicy(std::unique_ptr<ChatSession> session, LocalPolicyOption
   options_.dtype = session_->model().options().dtype;
 }
 
+LocalPolicy::LocalPolicy(std::unique_ptr<ChatSession> session, LocalPolicyOptions options,
+                         std::unique_ptr<agent::Policy> teacher)
+    : LocalPolicy(std::move(session), std::move(options)) {
+  CA_CHECK(teacher != nullptr, "local policy: teacher forcing needs a teacher policy");
+  teacher_ = std::move(teacher);
+}
+
 ChatRequestOptions LocalPolicy::request_options(uint64_t call) const {
   ChatRequestOptions r;
   r.sampling.temperature = options_.temperature;
@@ -168,6 +175,71 @@ std::vector<int64_t> LocalPolicy::prompt_ids(const agent::PolicyRequest& request
   return ids;
 }
 
+void LocalPolicy::keep_chain(const agent::PolicyRequest& request, std::string text, const std::vector<int64_t>& prompt,
+                             const std::vector<int64_t>& completion) {
+  chain_ids_ = prompt;
+  chain_ids_.insert(chain_ids_.end(), completion.begin(), completion.end());
+  chain_text_ = std::move(text) + decode_with_specials(session_->tokenizer(), completion);
+  chain_first_message_ = request.messages.empty() ? "" : request.messages.front().to_json().dump();
+  chain_messages_ = request.messages.size();
+}
+
+agent::PolicyReply LocalPolicy::teacher_reply(const agent::PolicyRequest& request, const std::string& text) {
+  const agent::PolicyReply taught = teacher_->complete(request);  // its errors end the episode as policy_error
+  // The reply as text the actor must learn to write: structured calls become <tool_call> blocks.
+  std::string reply_text = taught.text;
+  if (!taught.tool_calls.empty()) {
+    const std::string blocks = agent::render_hermes_tool_calls(taught.tool_calls);
+    reply_text += (reply_text.empty() || blocks.empty() ? "" : "\n") + blocks;
+  }
+  // The assistant turn as later prompts render it: the conversation with the reply parsed as the
+  // agent loop parses it, minus the conversation without it and minus the generation prompt.
+  const std::string& eot = session_->chat_template().end_of_turn();
+  std::string completion_text = reply_text + eot;
+  if (!request.tools.is_null() && !request.tools.empty()) {
+    const agent::ParsedReply parsed = agent::parse_hermes_tool_calls(reply_text);
+    std::vector<agent::ChatMessage> with = request.messages;
+    with.push_back({"assistant", parsed.content, parsed.calls, "", ""});
+    const ChatOptions closed{.add_generation_prompt = false, .enable_thinking = options_.enable_thinking};
+    const ojson tools = template_tools(request.tools);
+    const std::string before = session_->render(template_messages(request.messages), tools, closed);
+    const std::string after = session_->render(template_messages(with), tools, closed);
+    if (after.compare(0, before.size(), before) == 0 && text.compare(0, before.size(), before) == 0) {
+      const std::string head = text.substr(before.size());  // "<|im_start|>assistant\n"
+      const std::string turn = after.substr(before.size());
+      const size_t end = turn.rfind(eot);
+      if (turn.compare(0, head.size(), head) == 0 && end != std::string::npos && end >= head.size())
+        completion_text = turn.substr(head.size(), end + eot.size() - head.size());
+    }
+  }
+  bool extends = false;
+  std::vector<int64_t> prompt = prompt_ids(request, text, &extends);
+  const std::vector<int32_t> encoded = session_->tokenizer().encode(completion_text);
+  std::vector<int64_t> completion(encoded.begin(), encoded.end());
+  // A demonstration the actor could not write itself teaches nothing it can use: a reply longer
+  // than it may sample, or a turn past its context, fails as a sampled one would (policy_error).
+  const int64_t context = session_->model().config().max_position_embeddings;
+  CA_CHECK(static_cast<int64_t>(completion.size()) <= options_.max_new_tokens,
+           "the teacher's reply is {} tokens, more than the {} the actor may sample (max_new_tokens)",
+           completion.size(), options_.max_new_tokens);
+  CA_CHECK(static_cast<int64_t>(prompt.size() + completion.size()) <= context,
+           "the teacher's turn ends at token {} but the model's context is {}: shorten the conversation",
+           prompt.size() + completion.size(), context);
+  keep_chain(request, text, prompt, completion);
+
+  agent::PolicyReply reply;
+  reply.text = std::move(reply_text);
+  reply.finish_reason = taught.tool_calls.empty() ? taught.finish_reason : "tool_calls";
+  reply.prompt_tokens = static_cast<int>(prompt.size());
+  reply.completion_tokens = static_cast<int>(completion.size());
+  reply.completion_logprobs.assign(completion.size(), 0.0f);
+  reply.prompt_token_ids = std::move(prompt);
+  reply.completion_token_ids = std::move(completion);
+  reply.prompt_extends_previous = extends;
+  reply.teacher_forced = true;
+  return reply;
+}
+
 agent::PolicyReply LocalPolicy::complete(const agent::PolicyRequest& request) {
   const ChatRequestOptions opts = request_options(calls_++);
   ChatReply chat;
@@ -175,17 +247,15 @@ agent::PolicyReply LocalPolicy::complete(const agent::PolicyRequest& request) {
   bool extends = false;
   try {
     text = session_->render(template_messages(request.messages), template_tools(request.tools), opts.chat);
+    if (teacher_) return teacher_reply(request, text);
     chat = session_->chat_from_ids(prompt_ids(request, text, &extends), opts);
   } catch (const Error& e) {
     reset_chain();
-    CA_FAIL("local policy {}: {}", options_.model.string(), e.what());
+    CA_FAIL("{} {}: {}", teacher_ ? "teacher" : "local policy",
+            teacher_ ? teacher_->name() : options_.model.string(), e.what());
   }
   // Keep what the model saw and sampled, and the text it stands for, for the next turn.
-  chain_ids_ = chat.prompt_token_ids;
-  chain_ids_.insert(chain_ids_.end(), chat.completion_token_ids.begin(), chat.completion_token_ids.end());
-  chain_text_ = std::move(text) + decode_with_specials(session_->tokenizer(), chat.completion_token_ids);
-  chain_first_message_ = request.messages.empty() ? "" : request.messages.front().to_json().dump();
-  chain_messages_ = request.messages.size();
+  keep_chain(request, std::move(text), chat.prompt_token_ids, chat.completion_token_ids);
 
   agent::PolicyReply reply;
   reply.prompt_extends_previous = extends;

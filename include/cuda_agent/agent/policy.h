@@ -1,5 +1,6 @@
 // The policy interface the agent loop drives: chat messages and tool schemas in, one assistant
 // reply out. Implementations: ReplayPolicy (scripted replies from JSONL, for tests and demos),
+// ReferencePolicy (a finished solution played as an episode, reference_policy.h),
 // OpenAiPolicy (an OpenAI-compatible HTTP server, openai_policy.h) and, registered from ca_serve,
 // LocalPolicy (the in-process libtorch model, cuda_agent/policy/local_policy.h).
 #pragma once
@@ -51,6 +52,10 @@ struct PolicyReply {
   // earlier turns unchanged, so only the new text was encoded). false: the whole prompt was
   // encoded afresh (first turn, a new conversation, or the template rewrote earlier text).
   bool prompt_extends_previous = false;
+  // The token records are a teacher's reply written in the model's tokens (LocalPolicy's teacher
+  // forcing), not samples of the model: completion_logprobs are zeros, fit for supervised
+  // updates only.
+  bool teacher_forced = false;
 };
 
 class Policy {
@@ -95,8 +100,8 @@ using PolicySpecCheck = std::function<void(const std::string& rest)>;
 void register_policy_factory(const std::string& prefix, PolicyFactory factory, const std::string& usage,
                              PolicySpecCheck check = {});
 
-// "replay:PATH.jsonl" -> ReplayPolicy, "openai:MODEL@BASE_URL" -> OpenAiPolicy, then the
-// registered prefixes. Throws Error for an unknown spec, listing every form. Thread-safe.
+// "replay:PATH.jsonl" -> ReplayPolicy, "openai:MODEL@BASE_URL" -> OpenAiPolicy,
+// "reference:FILE.py" -> ReferencePolicy (reference_policy.h), then the registered prefixes. Throws Error for an unknown spec, listing every form. Thread-safe.
 std::unique_ptr<Policy> make_policy(const std::string& spec);
 
 // Checks a spec as make_policy would take it, without loading a model or reaching a server: the

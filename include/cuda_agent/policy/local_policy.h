@@ -93,8 +93,23 @@ class LocalPolicy : public agent::Policy {
   // (name() is that spec, though the weights are the session's, not the file's). The policy owns
   // the session; a borrowed model must outlive both.
   LocalPolicy(std::unique_ptr<ChatSession> session, LocalPolicyOptions options);
+  // Teacher forcing: `teacher` (any agent::Policy: reference:, openai:, replay:, another local:)
+  // answers every call, and the reply comes back as if this policy's model had written it, with
+  // token records in the session's tokenizer and chat template: the stages.sft and RFT teacher
+  // episodes of the trainer (docs/training.md). The reply text holds the teacher's calls as
+  // <tool_call> blocks (structured calls are written out), so the actor learns the text form it
+  // must produce itself. completion_token_ids are the assistant turn as the template renders it in
+  // later prompts (the calls in its layout), end-of-turn token included; when the template's
+  // rendering cannot be isolated (it rewrites earlier turns) they are the reply text plus the
+  // end-of-turn token. Prompts chain as for sampled replies. A reply longer than max_new_tokens, or
+  // one that would end past the model's context, throws Error as sampling would (the episode ends
+  // with policy_error): a demonstration the actor could not write itself. completion_logprobs are zeros and
+  // PolicyReply::teacher_forced is true: the tokens are not the model's samples, so they serve
+  // supervised updates only (rl::ppo_samples refuses them). Nothing is sampled; the model's
+  // weights are not read. name() is "teacher:" + the teacher's name.
+  LocalPolicy(std::unique_ptr<ChatSession> session, LocalPolicyOptions options, std::unique_ptr<agent::Policy> teacher);
 
-  std::string name() const override { return options_.to_spec(); }
+  std::string name() const override { return teacher_ ? "teacher:" + teacher_->name() : options_.to_spec(); }
   // One reply: text (raw, <tool_call> blocks included), finish_reason ("stop", "length" or
   // "tool_calls"), token counts and token records. Throws Error naming the model file when the
   // conversation cannot be rendered (bad role, malformed call) or does not fit the context.
@@ -112,9 +127,15 @@ class LocalPolicy : public agent::Policy {
   // The prompt ids for `text`, the rendering of `request`: the kept ids + the suffix's ids when
   // the request continues the kept conversation, else a full encode. Sets *extends.
   std::vector<int64_t> prompt_ids(const agent::PolicyRequest& request, const std::string& text, bool* extends) const;
+  // The teacher-forced reply to `request` whose rendered prompt is `text` (see the constructor).
+  agent::PolicyReply teacher_reply(const agent::PolicyRequest& request, const std::string& text);
+  // Keeps prompt + completion (and the text they stand for) as the chain the next call extends.
+  void keep_chain(const agent::PolicyRequest& request, std::string text, const std::vector<int64_t>& prompt,
+                  const std::vector<int64_t>& completion);
 
   LocalPolicyOptions options_;
   std::unique_ptr<ChatSession> session_;
+  std::unique_ptr<agent::Policy> teacher_;  // set: teacher forcing
   uint64_t calls_ = 0;
   // The chain: ids of the last prompt + completion, the text they stand for, and what identifies
   // the conversation (its first message, its message count).

@@ -47,6 +47,10 @@ struct EpisodeSequence {
   double reward = 0;         // the "score" event's reward
   int assistant_turns = 0;
   std::string stop_reason;   // the "score" event's stop_reason ("" when absent)
+  // Some turn's records are a teacher's reply in the policy's tokens (the event's "teacher_forced",
+  // LocalPolicy's teacher forcing): its old_logprobs are zeros, not the policy's. Supervised
+  // updates take it; ppo_samples refuses it.
+  bool teacher_forced = false;
 
   // Policy tokens (loss mask 1) over all sequences: the episode's response length.
   int64_t policy_tokens() const;
@@ -74,8 +78,8 @@ std::vector<std::vector<int64_t>> sequence_tokens(const std::vector<EpisodeSeque
 // then, when `whiten`, the advantages are whitened over every policy token of the batch
 // (whiten_masked; needs at least two); returns stay unwhitened (A + V). old_values = values,
 // old_logprobs and loss_mask from the sequence, ref_logprobs empty. Errors: a count or length
-// that does not match (naming the sequence), a sequence without policy tokens, gamma or lambda
-// outside [0, 1].
+// that does not match (naming the sequence), a sequence without policy tokens, a teacher-forced
+// episode (its log-probs are not the policy's), gamma or lambda outside [0, 1].
 // With `sum_across` (data parallelism) the whitening's mean and variance are the job's
 // (whiten_masked); every process must call it then, also one without episodes.
 std::vector<policy::PpoSample> ppo_samples(const std::vector<EpisodeSequence>& episodes,

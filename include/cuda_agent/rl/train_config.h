@@ -1,5 +1,6 @@
 // The training config of `cuda-agent train`: every hyperparameter of the four-stage recipe
-// (single-turn PPO warm-up, RFT, value pretraining, agentic PPO), as JSON.
+// (single-turn PPO warm-up, RFT, value pretraining, agentic PPO) and of the optional supervised
+// warm-up on a teacher's episodes before it (stages.sft), as JSON.
 //
 // The defaults are the paper's values where the paper gives one (train_config.cpp says which
 // are ours). A run resolves its config as defaults <- YAML file <- `--set key=value`, with the
@@ -8,7 +9,7 @@
 // The resolved config is saved with the run's output (config.resolved.yaml) and loads back to
 // the same JSON.
 //
-// Sections: run, model, data, rollout, stages.{warmup, rft, value_pretrain}, ppo (the agentic
+// Sections: run, model, data, rollout, stages.{sft, warmup, rft, value_pretrain}, ppo (the agentic
 // PPO stage; the warm-up's PPO uses the same hyperparameters), reward, checkpoint, distributed.
 // Relative paths (model.actor, model.critic, data.split, run.output_dir) are relative to the
 // working directory of the command.

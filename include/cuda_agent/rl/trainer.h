@@ -1,7 +1,17 @@
 // `cuda-agent train`: the single-process trainer that runs the recipe's four stages end to end.
 //
 // The enabled stages run in the recipe's order, each on its own or chained by the config:
-// stages.warmup (single-turn PPO), stages.rft, stages.value_pretrain, then ppo (agentic PPO).
+// stages.sft (a supervised warm-up on a teacher's episodes; off by default), stages.warmup
+// (single-turn PPO), stages.rft, stages.value_pretrain, then ppo (agentic PPO).
+//
+// Teachers (stages.sft.teacher, stages.rft.teacher): a make_policy spec or reference:DIR (each
+// task's reference solution played as an episode, agent/reference_policy.h). Their episodes run
+// through the same tools and sandbox, teacher-forced in the actor's tokens (LocalPolicy's teacher
+// constructor), into rollouts/sft/<task>-tE/ (SFT) or rollouts/rft-teacher/<task>-tE/ (RFT's mix:
+// stages.rft.teacher_episodes_per_task a task beside the actor's own); they feed sft_update only.
+// SFT (one global step): the teacher's episodes, filtered with stages.sft's keep_reward_above,
+// drop_stop_reasons and max_invalid_tool_calls, fine-tune the actor (stages.sft.lr, .epochs,
+// .batch_size). Metrics keys of a teacher's episodes carry the prefix "teacher_".
 //
 // A PPO step (warm-up and agentic PPO):
 //   1. draws data.tasks_per_step tasks from the run's TaskCursor (run_state.h);
@@ -44,7 +54,7 @@
 // old values refreshed before each pass. One metrics line: stage "value_pretrain", value_loss,
 // its first- and last-pass means, value_clip_fraction, grad_norm_critic, ...
 //
-// Steps are numbered globally across stages: warm-up steps 1..W, RFT W+1, value pretraining the
+// Steps are numbered globally across stages: SFT (when enabled) first, warm-up steps 1..W after it, RFT W+1, value pretraining the
 // next, PPO the P after (a disabled stage takes none). Every stage ends with a checkpoint.
 //
 // The critic is model.critic (PpoOptions::critic: from_actor, shared or a path); the critic's

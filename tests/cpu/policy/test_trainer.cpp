@@ -656,3 +656,184 @@ TEST(Trainer, ValuePretrainAloneSamplesItsOwnTrajectories) {
                                   (vp["tasks"][0].get<std::string>() + "-e0") / "trajectory.jsonl"));
   EXPECT_FALSE(fs::exists(run / "rollouts" / "rft"));
 }
+
+namespace {
+
+// Torch-only reference solutions of the tiny split (what --device cpu can verify) in split/solutions/,
+// as data/core keeps its own.
+void write_solutions(const fs::path& split) {
+  for (const auto& [id, expr] : std::vector<std::pair<std::string, std::string>>{{"add", "torch.add(a, b)"},
+                                                                                  {"mul", "torch.mul(a, b)"}})
+    write_file_atomic(split / "solutions" / id / "model_new.py",
+                      "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n    def __init__(self):\n"
+                      "        super().__init__()\n\n    def forward(self, a, b):\n        return " + expr + "\n");
+}
+
+// Agentic (multi-turn) episodes with room for a whole demonstration (one token a byte; the tool
+// schemas alone take some 10k): the tiny model's context widened to 32768 tokens, replies of up
+// to 1024.
+json teacher_config(const fs::path& root, const std::string& run) {
+  json c = stage_config(root, run);
+  c["rollout"]["single_turn"] = false;
+  c["rollout"]["max_turns"] = 6;
+  c["rollout"]["max_context_tokens"] = 32768;
+  c["rollout"]["max_new_tokens"] = 1024;
+  json cfg = json::parse(read_file(root / "m" / "config.json"));
+  cfg["max_position_embeddings"] = 32768;
+  write_file_atomic(root / "m" / "config.json", cfg.dump());
+  return c;
+}
+
+// The summed log-probability the model at `actor` gives the policy tokens of `s`.
+double masked_logprob(const fs::path& actor, const rl::TokenSequence& s) {
+  policy::LmOptions o;
+  o.value_head = true;
+  o.seed = 5;
+  const policy::TrainForward f = policy::load_language_model(actor, o)->forward_for_training({s.tokens}, {})[0];
+  double sum = 0;
+  for (size_t t = 0; t < s.tokens.size(); ++t)
+    if (s.loss_mask[t]) sum += f.logprobs[t];
+  return sum;
+}
+
+}  // namespace
+
+// The supervised warm-up (stages.sft) with the reference teacher: each task's solution played as an
+// agent episode through the real tools and the real (CPU, verify-only) sandbox, recorded in the
+// actor's tokens with its chat template, loss-masked to the assistant's turns; the actor fine-tuned
+// on them raises the log-probability of the demonstrations; PPO refuses them.
+TEST(Trainer, SftLearnsFromReferenceDemonstrationsPlayedThroughTheRealTools) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-sft-");
+  write_model(dir.path() / "m");
+  const fs::path split = dir.path() / "split";
+  write_split(split);
+  write_solutions(split);
+  json c = teacher_config(dir.path(), "run");
+  c["stages"]["rft"]["enabled"] = false;
+  c["stages"]["sft"]["enabled"] = true;
+  c["stages"]["sft"]["teacher"] = "reference:" + split.string();
+  c["stages"]["sft"]["epochs"] = 3;
+  c["stages"]["sft"]["batch_size"] = 1;
+  c["stages"]["sft"]["lr"] = 3e-3;
+  std::ostringstream log;
+  const rl::TrainRunSummary summary = rl::run_training(c, cpu_options(false), log);
+  ASSERT_EQ(summary.steps_run, 1) << log.str();
+  const fs::path run = dir.path() / "run";
+  const std::vector<json> records = rl::MetricsLog::read(run / "metrics.jsonl");
+  ASSERT_EQ(stages_of(records), std::vector<std::string>{"sft"}) << log.str();
+  const json& r = records[0];
+  EXPECT_EQ(r["teacher_episodes"], 2) << r.dump();
+  EXPECT_EQ(r["teacher_kept"], 2) << r.dump() << "\n" << log.str();
+  EXPECT_EQ(r["teacher_reward_mean"], 1.0) << r.dump();  // correct, verify-only scoring
+  EXPECT_EQ(r["teacher_pass_rate"], 1.0) << r.dump();
+  EXPECT_EQ(r["update_skipped"], false) << r.dump();
+  EXPECT_EQ(r["optimizer_steps"], 6) << r.dump();  // 3 epochs x ceil(2 kept / batch 1)
+  EXPECT_TRUE(finite_number(r, "loss")) << r.dump();
+  EXPECT_EQ(r.value("episodes", -1), -1) << "no own episodes in the warm-up: " << r.dump();
+  EXPECT_EQ(rl::latest_checkpoint(run).state["stage"], "sft");
+
+  const fs::path episode = run / "rollouts" / "sft" / "add-t0";
+  const json events = rl::read_trajectory(episode / "trajectory.jsonl");
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0]["type"], "episode");
+  EXPECT_EQ(events[0]["policy"], "teacher:reference:" + (split / "solutions" / "add" / "model_new.py").string());
+  std::vector<std::string> tools;
+  int assistant_turns = 0;
+  for (const json& e : events) {
+    if (e["type"] == "assistant") {
+      ++assistant_turns;
+      EXPECT_EQ(e.value("teacher_forced", false), true) << e.dump();
+      EXPECT_FALSE(e["completion_token_ids"].empty()) << e.dump();
+      EXPECT_EQ(e["completion_logprobs"].size(), e["completion_token_ids"].size());
+    }
+    if (e["type"] == "observation") {
+      tools.push_back(e["tool"].get<std::string>() + (e.contains("sandbox_check") ? ":" + e["sandbox_check"].get<std::string>() : ""));
+      if (e["tool"] != "Bash" || e.value("sandbox_check", "") == "verify") EXPECT_EQ(e["ok"], true) << e.dump();
+    }
+    if (e["type"] == "score") {
+      EXPECT_EQ(e["stop_reason"], "answered") << e.dump();
+      EXPECT_EQ(e["reward"], 1.0) << e.dump();
+    }
+  }
+  EXPECT_EQ(assistant_turns, 5);
+  EXPECT_EQ(tools, (std::vector<std::string>{"Read", "Write", "Bash:verify", "Bash:profile"}));
+  EXPECT_EQ(read_file(episode / "workspace" / "model_new.py"),
+            read_file(split / "solutions" / "add" / "model_new.py"));
+
+  // One chained sequence; the loss on exactly the assistant's tokens (the solution among them).
+  const rl::EpisodeSequence seq = rl::episode_sequence(events);
+  EXPECT_TRUE(seq.teacher_forced);
+  EXPECT_TRUE(seq.chained) << "the template renders the demonstration's turns as recorded";
+  ASSERT_EQ(seq.sequences.size(), 1u);
+  int64_t completion_tokens = 0;
+  for (const json& e : events)
+    if (e["type"] == "assistant") completion_tokens += static_cast<int64_t>(e["completion_token_ids"].size());
+  EXPECT_EQ(seq.policy_tokens(), completion_tokens);
+  EXPECT_GT(seq.policy_tokens(), static_cast<int64_t>(read_file(split / "solutions" / "add" / "model_new.py").size()));
+  EXPECT_LT(seq.policy_tokens(), static_cast<int64_t>(seq.sequences[0].tokens.size()) / 2)
+      << "the prompt, the task and the tools' output carry no loss";
+
+  // The fine-tuned actor finds the demonstration likelier than the initial one did.
+  const double before = masked_logprob(dir.path() / "m", seq.sequences[0]);
+  const double after = masked_logprob(checkpoint_dir(run, 1) / "actor", seq.sequences[0]);
+  EXPECT_GT(after, before + 1.0) << "before " << before << ", after " << after;
+
+  // Teacher tokens are not the policy's samples: PPO refuses them.
+  try {
+    rl::ppo_samples({seq}, {std::vector<float>(seq.sequences[0].tokens.size(), 0.0f)}, 1.0, 0.95, false);
+    ADD_FAILURE() << "ppo_samples took a teacher-forced episode";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("teacher"), std::string::npos) << e.what();
+  }
+}
+
+// RFT on a mix: the actor's own episodes and the teacher's, each filtered, both fine-tuned on, the
+// metrics keeping them apart; value pretraining learns on the actor's own only. A task the teacher
+// has no demonstration for is skipped and counted; a teacher folder that does not exist fails
+// before anything runs, naming the key.
+TEST(Trainer, RftMixesTeacherAndOwnEpisodesAndValuePretrainKeepsToTheOwn) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-mix-");
+  if (std::getenv("CA_TEST_KEEP")) dir.keep();
+  write_model(dir.path() / "m");
+  const fs::path split = dir.path() / "split";
+  write_split(split);
+  write_solutions(split);
+  fs::remove_all(split / "solutions" / "mul");
+  json c = teacher_config(dir.path(), "run");
+  c["stages"]["rft"]["teacher"] = "reference:" + (split / "solutions").string();
+  c["stages"]["rft"]["teacher_episodes_per_task"] = 1;
+  c["stages"]["value_pretrain"]["enabled"] = true;
+  std::ostringstream log;
+  const rl::TrainRunSummary summary = rl::run_training(c, cpu_options(false), log);
+  ASSERT_EQ(summary.steps_run, 2) << log.str();
+  const fs::path run = dir.path() / "run";
+  const std::vector<json> records = rl::MetricsLog::read(run / "metrics.jsonl");
+  ASSERT_EQ(stages_of(records), (std::vector<std::string>{"rft", "value_pretrain"})) << log.str();
+  const json& rft = records[0];
+  EXPECT_EQ(rft["episodes"], 2) << rft.dump();  // the actor's own: both tasks
+  EXPECT_EQ(rft["kept"], 2) << rft.dump();      // keep_reward_above -10
+  EXPECT_EQ(rft["teacher_episodes"], 1) << rft.dump();
+  EXPECT_EQ(rft["teacher_episodes_without_demonstration"], 1) << rft.dump();
+  EXPECT_EQ(rft["teacher_kept"], 1) << rft.dump();
+  EXPECT_EQ(rft["teacher_reward_mean"], 1.0) << rft.dump();
+  EXPECT_EQ(rft["optimizer_steps"], 3) << rft.dump();  // ceil(3 kept / batch 1) x 1 epoch
+  EXPECT_NE(log.str().find("no teacher episode for task mul"), std::string::npos) << log.str();
+  EXPECT_TRUE(fs::is_regular_file(run / "rollouts" / "rft-teacher" / "add-t0" / "trajectory.jsonl"));
+  EXPECT_FALSE(fs::exists(run / "rollouts" / "rft" / "add-t0"));
+  EXPECT_EQ(records[1]["source"], "rft");
+  EXPECT_EQ(records[1]["trajectories"], 2) << "value pretraining reads the actor's own only: " << records[1].dump();
+
+  json missing = teacher_config(dir.path(), "run-missing");
+  missing["stages"]["rft"]["teacher"] = "reference:" + (dir.path() / "nowhere").string();
+  missing["stages"]["rft"]["teacher_episodes_per_task"] = 1;
+  try {
+    rl::run_training(missing, cpu_options(false), log);
+    ADD_FAILURE() << "a missing teacher folder was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stages.rft.teacher"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nowhere"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir.path() / "run-missing" / "metrics.jsonl"));
+}

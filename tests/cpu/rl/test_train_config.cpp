@@ -178,6 +178,28 @@ TEST(TrainConfig, BadEnumsNameKeyValueAndChoices) {
   EXPECT_HAS(msg, "looping");
 }
 
+// The teachers of stages.sft and stages.rft: named when needed, of a known form.
+TEST(TrainConfig, TeachersAreNamedWhenUsedAndOfAKnownForm) {
+  std::string msg = error_message([] { load_train_config("", {"model.actor=a", "stages.sft.enabled=true"}); });
+  EXPECT_HAS(msg, "stages.sft.teacher is empty");
+  EXPECT_HAS(msg, "reference:data/core");
+  msg = error_message(
+      [] { load_train_config("", {"model.actor=a", "stages.sft.enabled=true", "stages.sft.teacher=gpt-4o"}); });
+  EXPECT_HAS(msg, "stages.sft.teacher = 'gpt-4o' is not a teacher");
+  EXPECT_HAS(msg, "openai:MODEL@URL");
+  msg = error_message([] { load_train_config("", {"model.actor=a", "stages.rft.teacher_episodes_per_task=2"}); });
+  EXPECT_HAS(msg, "stages.rft.teacher_episodes_per_task = 2 but stages.rft.teacher is empty");
+  msg = error_message([] { load_train_config("", {"model.actor=a", "stages.sft.enabled=true",
+                                                   "stages.sft.teacher=reference:data/core", "stages.sft.epochs=0"}); });
+  EXPECT_HAS(msg, "stages.sft.epochs");
+  const json ok = load_train_config("", {"model.actor=a", "stages.sft.enabled=true",
+                                         "stages.sft.teacher=reference:data/core",
+                                         "stages.rft.teacher=openai:gpt-4o@http://localhost:8000/v1",
+                                         "stages.rft.teacher_episodes_per_task=1"});
+  EXPECT_EQ(ok["stages"]["sft"]["teacher"], "reference:data/core");
+  EXPECT_FALSE(load_train_config("", kActor)["stages"]["sft"]["enabled"].get<bool>()) << "off by default";
+}
+
 TEST(TrainConfig, ValidateChecksHandBuiltJson) {
   json c = load_train_config("", kActor);
   c["ppo"].erase("clip_high");
@@ -222,6 +244,23 @@ TEST(TrainConfig, ShippedConfigsLoadAndValidate) {
   EXPECT_TRUE(fs::exists(kSource / quick["model"]["actor"].get<std::string>()));
   EXPECT_TRUE(fs::exists(kSource / quick["data"]["split"].get<std::string>() / "split.yaml"));
   EXPECT_LE(quick["ppo"]["batch_size"].get<int>(), 8);
+
+  // The learning quickstart: demonstrations of the training split's tasks, every one of which has
+  // a reference solution for the teacher to play.
+  const json learning = load_train_config(kSource / "configs/learning.yaml", {});
+  EXPECT_TRUE(learning["stages"]["sft"]["enabled"].get<bool>());
+  EXPECT_EQ(learning["stages"]["sft"]["teacher"], "reference:data/core");
+  const fs::path train_split = kSource / learning["data"]["split"].get<std::string>() / "split.yaml";
+  ASSERT_TRUE(fs::exists(train_split));
+  const std::string split_text = read_file(train_split);
+  size_t tasks = 0;
+  for (size_t at = split_text.find("  - id: "); at != std::string::npos; at = split_text.find("  - id: ", at + 1)) {
+    const size_t start = at + 8, end = split_text.find('\n', start);
+    const std::string id = split_text.substr(start, end - start);
+    EXPECT_TRUE(fs::exists(kSource / "data/core/solutions" / id / "model_new.py")) << id;
+    ++tasks;
+  }
+  EXPECT_EQ(tasks, 10u);
 
   const std::map<std::string, std::set<std::string>> ablations = {
       {"no_agent_loop.yaml", {"rollout.single_turn"}},
