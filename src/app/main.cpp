@@ -24,6 +24,7 @@
 #include "cuda_agent/policy/chat_session.h"
 #include "cuda_agent/policy/local_policy.h"
 #include "cuda_agent/policy/openai_server.h"
+#include "cuda_agent/rl/ablation.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
 #include "cuda_agent/rl/trainer.h"
@@ -343,6 +344,19 @@ int main(int argc, char** argv) {
   train->add_option("--skill", skill_file, "SKILL.md loaded into the agent's system prompt");
   train->add_option("--log-level", flags.log_level, "trace, debug, info, warn, error or off");
 
+  CLI::App* ablate = app.add_subcommand(
+      "ablate", "train the base recipe and each ablation config with the same seeds and scale, then compare them");
+  std::string ablations_dir = "configs/ablations", ablate_out = "runs/ablate";
+  ablate->add_option("--config", flags.config, "the base recipe, e.g. configs/learning.yaml")->required();
+  ablate->add_option("--ablations", ablations_dir, "folder of ablation configs, one variant per *.yaml (default "
+                     "configs/ablations)");
+  ablate->add_option("--output", ablate_out, "where the runs and comparison.md go (default runs/ablate)");
+  ablate->add_option("--set", flags.sets, "override one key in every variant (repeatable)");
+  ablate->add_option("--device", device, "cuda (default) or cpu");
+  ablate->add_option("--gpu", gpu, "GPU index of the model and the episodes' checks");
+  ablate->add_option("--skill", skill_file, "SKILL.md loaded into the agent's system prompt");
+  ablate->add_option("--log-level", flags.log_level, "trace, debug, info, warn, error or off");
+
   CLI::App* doctor = app.add_subcommand("doctor", "show what this machine has for evaluations and what is missing");
   doctor->add_flag("--json", json, "print the report as JSON");
 
@@ -542,6 +556,29 @@ int main(int argc, char** argv) {
                                                               ckpt.step, ckpt.dir.string())
                                                 : std::string("No checkpoint was written yet: running the same command "
                                                               "again starts over"));
+        return 128 + stop.signal();
+      }
+    }
+    if (ablate->parsed()) {
+      set_log_level(flags.log_level);
+      rl::AblationOptions opts;
+      opts.base_config = flags.config;
+      opts.ablations_dir = ablations_dir;
+      opts.output_dir = ablate_out;
+      opts.set_overrides = flags.sets;
+      opts.train.device = device;
+      opts.train.gpu = gpu;
+      opts.train.skill_file = skill_file;
+      (void)rl::ablation_variants(opts);  // every variant's config checked before the GPU is
+      if (device == "cuda") require_gpu("ablate");
+      install_stop_handlers();
+      try {
+        const std::vector<rl::AblationVariant> variants = rl::run_ablations(opts, std::cerr);
+        std::cout << read_file(fs::path(ablate_out) / "comparison.md");
+        return std::all_of(variants.begin(), variants.end(), [](const rl::AblationVariant& v) { return v.ok; }) ? 0 : 1;
+      } catch (const StopRequested& stop) {
+        std::cerr << fmt::format("[ablate] {}. Running the same command again continues each variant from its latest "
+                                 "checkpoint\n", stop.what());
         return 128 + stop.signal();
       }
     }

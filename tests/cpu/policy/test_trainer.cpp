@@ -23,6 +23,7 @@
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/policy/lm.h"
+#include "cuda_agent/rl/ablation.h"
 #include "cuda_agent/rl/rollout.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
@@ -836,4 +837,50 @@ TEST(Trainer, RftMixesTeacherAndOwnEpisodesAndValuePretrainKeepsToTheOwn) {
     EXPECT_NE(std::string(e.what()).find("nowhere"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(dir.path() / "run-missing" / "metrics.jsonl"));
+}
+
+// `ablate` end to end on the tiny model: the base and two ablations, one of which fails at run
+// time (its split does not exist) without stopping the others; the comparison names all three;
+// a second call continues the finished runs (nothing to do) instead of starting them over.
+TEST(Trainer, AblateRunsEveryVariantAndComparesThem) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-ablate-");
+  write_model(dir.path() / "m");
+  write_split(dir.path() / "split");
+  write_file_atomic(dir.path() / "base.yaml", tiny_config(dir.path(), 2).dump(2));  // JSON is YAML
+  write_file_atomic(dir.path() / "ablations" / "raw_speedup_reward.yaml",
+                    "model:\n  actor: models/base-model\nreward:\n  kind: raw_speedup\n");
+  write_file_atomic(dir.path() / "ablations" / "lost_split.yaml",
+                    "data:\n  split: " + (dir.path() / "no-such-split").string() + "\n");
+  rl::AblationOptions o;
+  o.base_config = dir.path() / "base.yaml";
+  o.ablations_dir = dir.path() / "ablations";
+  o.output_dir = dir.path() / "out";
+  o.train = cpu_options(false);
+  std::ostringstream log;
+  const std::vector<rl::AblationVariant> v = rl::run_ablations(o, log);
+  ASSERT_EQ(v.size(), 3u) << log.str();
+  EXPECT_EQ(v[0].name, "base");
+  EXPECT_TRUE(v[0].ok) << v[0].error;
+  EXPECT_EQ(v[1].name, "lost_split");
+  EXPECT_FALSE(v[1].ok);
+  EXPECT_NE(v[1].error.find("data.split"), std::string::npos) << v[1].error;
+  EXPECT_EQ(v[2].name, "raw_speedup_reward");
+  EXPECT_TRUE(v[2].ok) << v[2].error;
+  EXPECT_EQ(v[0].summary["ppo_steps"], 2) << v[0].summary.dump();
+  EXPECT_EQ(v[2].summary["ppo_steps"], 2) << v[2].summary.dump();
+  EXPECT_TRUE(v[0].summary.contains("reward_last")) << v[0].summary.dump();
+  EXPECT_EQ(v[2].config["reward"]["kind"], "raw_speedup");
+  const std::string md = read_file(dir.path() / "out" / "comparison.md");
+  for (const char* name : {"| base |", "| lost_split |", "| raw_speedup_reward |", "failed:"})
+    EXPECT_NE(md.find(name), std::string::npos) << name << " in\n" << md;
+  EXPECT_EQ(json::parse(read_file(dir.path() / "out" / "comparison.json")).size(), 3u);
+  EXPECT_TRUE(fs::is_regular_file(dir.path() / "out" / "plots" / "reward.svg"));
+  EXPECT_TRUE(fs::is_regular_file(dir.path() / "out" / "base" / "metrics.jsonl"));
+
+  std::ostringstream again;
+  const std::vector<rl::AblationVariant> w = rl::run_ablations(o, again);
+  EXPECT_TRUE(w[0].ok) << w[0].error;
+  EXPECT_EQ(rl::MetricsLog::read(dir.path() / "out" / "base" / "metrics.jsonl").size(), 2u) << again.str();
+  EXPECT_NE(again.str().find("stage ppo: all 2 steps done"), std::string::npos) << again.str();
 }

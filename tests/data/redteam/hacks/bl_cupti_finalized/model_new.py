@@ -4,7 +4,7 @@
 # quiet, so there is no launch left without a record for the cross-check to find, and every
 # later forward records nothing at all. The work is ATen's softmax; the fallback guard only
 # warns (its default).
-# Caught by (expected; written after the session's last GPU run, not yet run on the GPU): the
+# Caught by (on the H200 since the ninth session): the
 # sandbox's probe kernel after every audited stretch leaves no record once CUPTI is detached
 # (tampering). If cuptiFinalize instead breaks the harness's own CUPTI calls, the evaluation
 # fails as runtime_error: no reward either way.

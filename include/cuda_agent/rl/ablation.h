@@ -1,0 +1,74 @@
+// `cuda-agent ablate`: the base recipe and each ablation config trained at the same scale with
+// the same seeds, then one comparison (issue 18; the paper's ablation table, at toy scale).
+//
+// Variants: "base" is the base config (e.g. configs/learning.yaml); each *.yaml of the ablations
+// folder (configs/ablations/) is one more, named by its file stem, made as defaults <- base <-
+// the ablation file without its `model` and `run` sections (they name a placeholder actor and an
+// output folder of the paper's scale) <- each --set. Every variant writes its run to
+// output/<name>/ with the base's run.seed. A run that throws is recorded as failed (its error in
+// the comparison) and the next one goes on; a stop request (SIGINT, SIGTERM) ends the whole
+// command. Running the command again continues each variant from its latest checkpoint (the
+// runs are resumed), so an interrupted comparison is not redone from the start.
+//
+// The comparison (output/comparison.md and comparison.json, output/plots/*.svg): per variant its
+// PPO steps' mean reward, pass rate, faster-than-compile rate and response length, first and
+// last, and the collapse flags of summarize_variant; the charts draw each of those four per PPO
+// step (x: the step within the stage, so variants whose earlier stages differ line up).
+//
+// Not thread-safe (runs one training at a time, in this process).
+#pragma once
+
+#include <filesystem>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cuda_agent/rl/trainer.h"
+
+namespace cuda_agent::rl {
+
+struct AblationOptions {
+  std::filesystem::path base_config;      // the recipe at the scale to compare
+  std::filesystem::path ablations_dir;    // each *.yaml in it is one variant
+  std::filesystem::path output_dir;       // <variant>/ runs, comparison.md, comparison.json, plots/
+  std::vector<std::string> set_overrides; // "a.b=value", applied to every variant
+  TrainRunOptions train;                  // device, gpu, skill file (resume is always on)
+};
+
+struct AblationVariant {
+  std::string name;                  // "base" or the ablation file's stem
+  std::filesystem::path config_file; // the base config or the ablation file
+  nlohmann::json config;             // the resolved config it trained with
+  bool ok = false;
+  std::string error;                 // why the run failed (when !ok)
+  nlohmann::json summary;            // summarize_variant of its metrics
+};
+
+// The variants' resolved configs, every one validated before any trains (so a typo in the
+// fifth file does not surface an hour in). Throws Error naming the file and key of the first
+// bad one, or a missing base config or ablations folder.
+std::vector<AblationVariant> ablation_variants(const AblationOptions& options);
+
+// Trains every variant in turn and writes the comparison. Progress goes to `log`.
+std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::ostream& log);
+
+// A variant's numbers from its metrics records (metrics.jsonl, in order): the records of stage
+// "ppo" (or, without any, of "warmup") in step order give ppo_steps, reward_first/last/best,
+// pass_rate_last, faster_than_compile_rate_last (when the reward is milestone),
+// response_length_first/last, and per-step lists (reward, pass_rate, faster_than_compile_rate,
+// response_length, each [step_in_stage, value]). collapse lists what looks like a collapse, as
+// the paper saw without RFT or value pretraining:
+//   "reward_falling"   the mean reward of the last quarter of the steps (at least one) is more
+//                      than 0.25 below that of the first quarter
+//   "length_blowup"    the last step's mean response length is more than twice the first's and
+//                      more than 64 tokens longer
+// Needs two steps to judge; with fewer, collapse is empty. Pure.
+nlohmann::json summarize_variant(const std::vector<nlohmann::json>& records);
+
+// The comparison as Markdown: a table of the variants (failed ones with their error) and what
+// the columns mean.
+std::string ablation_markdown(const std::vector<AblationVariant>& variants);
+
+}  // namespace cuda_agent::rl

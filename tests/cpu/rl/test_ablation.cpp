@@ -1,0 +1,106 @@
+// The ablation comparison's pure parts (rl/ablation.h): the collapse flags and the variants'
+// configs (the base and each ablation file, their model and run sections ignored, checked
+// before anything trains). The runs themselves: tests/cpu/policy/test_trainer.cpp.
+#include "cuda_agent/rl/ablation.h"
+
+#include <gtest/gtest.h>
+
+#include "../test_util.h"
+
+#include "cuda_agent/core/files.h"
+
+namespace cuda_agent::rl {
+namespace {
+
+namespace fs = std::filesystem;
+using cuda_agent::testing::error_message;
+using nlohmann::json;
+
+std::vector<json> ppo_records(const std::vector<double>& rewards, const std::vector<double>& lengths) {
+  std::vector<json> out = {{{"step", 1}, {"stage", "rft"}, {"reward_mean", 5.0}}};  // not a PPO step: ignored
+  for (size_t i = 0; i < rewards.size(); ++i)
+    out.push_back({{"step", i + 2}, {"stage", "ppo"}, {"step_in_stage", i + 1}, {"reward_mean", rewards[i]},
+                   {"pass_rate", 0.5}, {"response_length_mean", lengths[i]}});
+  return out;
+}
+
+TEST(Ablation, CollapseFlagsFallingRewardAndLengthBlowup) {
+  json s = summarize_variant(ppo_records({1.0, 1.2, 1.1, 1.3}, {300, 310, 290, 320}));
+  EXPECT_EQ(s["ppo_steps"], 4);
+  EXPECT_EQ(s["steps"], 5);
+  EXPECT_EQ(s["reward_first"], 1.0);
+  EXPECT_EQ(s["reward_last"], 1.3);
+  EXPECT_EQ(s["reward_best"], 1.3);
+  EXPECT_EQ(s["pass_rate_last"], 0.5);
+  EXPECT_EQ(s["collapse"], json::array());
+  EXPECT_EQ(s["per_step"]["reward"].size(), 4u);
+  EXPECT_EQ(s["per_step"]["reward"][0], json({1.0, 1.0}));
+
+  s = summarize_variant(ppo_records({1.0, 0.9, 0.2, -0.5}, {300, 310, 290, 320}));
+  EXPECT_EQ(s["collapse"], json({"reward_falling"}));
+  s = summarize_variant(ppo_records({1.0, 1.0, 1.0, 1.0}, {300, 500, 900, 1400}));
+  EXPECT_EQ(s["collapse"], json({"length_blowup"}));
+  s = summarize_variant(ppo_records({1.0, 1.0}, {10, 40}));  // twice as long, but only 30 tokens more
+  EXPECT_EQ(s["collapse"], json::array());
+  s = summarize_variant(ppo_records({1.0}, {10}));  // one step: nothing to judge
+  EXPECT_EQ(s["collapse"], json::array());
+  std::vector<AblationVariant> v(2);
+  v[0].name = "base";
+  v[0].config_file = "configs/learning.yaml";
+  v[0].ok = true;
+  v[0].summary = summarize_variant(ppo_records({1.0, 0.9, 0.2, -0.5}, {300, 310, 290, 320}));
+  v[1].name = "no_rft";
+  v[1].error = "train config: data.split = 'x': no such file or folder";
+  const std::string md = ablation_markdown(v);
+  EXPECT_NE(md.find("| base | configs/learning.yaml | 4 | 1.00 -> -0.50 (1.00) | 50% | - | 300 -> 320 | reward_falling |"),
+            std::string::npos) << md;
+  EXPECT_NE(md.find("| no_rft |  | failed: train config: data.split"), std::string::npos) << md;
+  s = summarize_variant({});
+  EXPECT_EQ(s["ppo_steps"], 0);
+  EXPECT_FALSE(s.contains("reward_last"));
+}
+
+TEST(Ablation, VariantsApplyEachFileToTheBaseAndAreCheckedFirst) {
+  TempDir dir("ca-ablation-");
+  write_file_atomic(dir.path() / "base.yaml", "model:\n  actor: models/tiny\nppo:\n  steps: 3\n  batch_size: 1024\n");
+  write_file_atomic(dir.path() / "ablations" / "no_rft.yaml",
+                    "model:\n  actor: models/base-model\nrun:\n  output_dir: runs/paper-scale\nstages:\n  rft:\n"
+                    "    enabled: false\n");
+  write_file_atomic(dir.path() / "ablations" / "raw.yaml", "reward:\n  kind: raw_speedup\n");
+  write_file_atomic(dir.path() / "ablations" / "notes.txt", "not a config\n");
+  AblationOptions o;
+  o.base_config = dir.path() / "base.yaml";
+  o.ablations_dir = dir.path() / "ablations";
+  o.output_dir = dir.path() / "out";
+  o.set_overrides = {"run.seed=7"};
+  const std::vector<AblationVariant> v = ablation_variants(o);
+  ASSERT_EQ(v.size(), 3u);
+  EXPECT_EQ(v[0].name, "base");
+  EXPECT_EQ(v[1].name, "no_rft");
+  EXPECT_EQ(v[2].name, "raw");
+  for (const AblationVariant& x : v) {
+    EXPECT_EQ(x.config["model"]["actor"], "models/tiny") << x.name << ": the base names the model";
+    EXPECT_EQ(x.config["ppo"]["steps"], 3) << x.name;
+    EXPECT_EQ(x.config["run"]["seed"], 7) << x.name;
+    EXPECT_EQ(x.config["run"]["output_dir"], (dir.path() / "out" / x.name).string());
+  }
+  EXPECT_TRUE(v[0].config["stages"]["rft"]["enabled"].get<bool>());
+  EXPECT_FALSE(v[1].config["stages"]["rft"]["enabled"].get<bool>());
+  EXPECT_EQ(v[2].config["reward"]["kind"], "raw_speedup");
+  EXPECT_EQ(v[1].config["reward"]["kind"], "milestone");
+
+  write_file_atomic(dir.path() / "ablations" / "typo.yaml", "stages:\n  rtf:\n    enabled: false\n");
+  const std::string msg = error_message([&] { ablation_variants(o); });
+  EXPECT_NE(msg.find("typo.yaml"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("rtf"), std::string::npos) << msg;
+  fs::remove(dir.path() / "ablations" / "typo.yaml");
+  write_file_atomic(dir.path() / "ablations" / "bad_range.yaml", "ppo:\n  clip_low: 3.0\n");
+  const std::string range = error_message([&] { ablation_variants(o); });
+  EXPECT_NE(range.find("variant bad_range"), std::string::npos) << range;
+  EXPECT_NE(range.find("ppo.clip_low"), std::string::npos) << range;
+  o.ablations_dir = dir.path() / "nowhere";
+  EXPECT_NE(error_message([&] { ablation_variants(o); }).find("--ablations"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cuda_agent::rl
