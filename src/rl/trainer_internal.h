@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda_agent/bench/split.h"
+#include "cuda_agent/policy/chat_session.h"
 #include "cuda_agent/policy/ppo_learner.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/trainer.h"
@@ -52,6 +53,9 @@ struct RunContext {
   int rank = 0;   // this process in a data-parallel job (torchrun's RANK); rank 0 writes the run's files
   int world = 1;  // processes in the job
   int gpu = 0;    // the GPU of this process's model and episodes
+  // The actor's tokenizer and chat template over the learner's model, read once: each episode's
+  // session shares them (ChatSession::share_with_model) instead of reading the tokenizer again.
+  std::unique_ptr<policy::ChatSession> chat;
 
   bool writer() const { return rank == 0; }
   // The sum over the job's processes (every process must call it alike).

@@ -94,7 +94,7 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
     lp.top_p = rollout["top_p"].get<double>();
     lp.max_new_tokens = rollout["max_new_tokens"].get<int64_t>();
     lp.seed = episode_seed(ctx.config["run"]["seed"].get<uint64_t>(), step, run.task_index, run.episode);
-    std::unique_ptr<policy::ChatSession> session = policy::ChatSession::open_with_model(ctx.actor, ctx.learner->policy());
+    std::unique_ptr<policy::ChatSession> session = policy::ChatSession::share_with_model(*ctx.chat, ctx.learner->policy());
     std::unique_ptr<policy::LocalPolicy> own =
         run.teacher.empty()
             ? std::make_unique<policy::LocalPolicy>(std::move(session), lp)
@@ -286,8 +286,8 @@ void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record
   record[p + "generation_seconds"] = g[6];
   record[p + "tool_seconds"] = g[7];
   record[p + "scoring_seconds"] = std::max(0.0, g[5] - g[6] - g[7]);
-  record[p + "generated_tokens"] = static_cast<int64_t>(g[8]);
-  if (g[6] > 0) record[p + "generation_tokens_per_s"] = g[8] / g[6];
+  record[p + "generated_tokens"] = static_cast<int64_t>(g[8]);  // a teacher's: its replies in the actor's tokens
+  if (g[6] > 0 && p.empty()) record[p + "generation_tokens_per_s"] = g[8] / g[6];  // nothing is sampled for a teacher
   if (completed == 0) return;
   record[p + "reward_mean"] = g[4] / g[0];
   record[p + "pass_rate"] = g[2] / g[0];

@@ -164,16 +164,25 @@ std::unique_ptr<ChatSession> ChatSession::open_with_model(const fs::path& model_
   return s;
 }
 
+std::unique_ptr<ChatSession> ChatSession::share_with_model(const ChatSession& like, LanguageModel& model) {
+  std::unique_ptr<ChatSession> s(new ChatSession());
+  s->path_ = like.path_;
+  s->tokenizer_ = like.tokenizer_;
+  s->model_ = &model;
+  s->attach_model();
+  return s;
+}
+
 void ChatSession::load_tokenizer() {
   CA_CHECK(fs::exists(path_), "model '{}' does not exist: pass a Hugging Face folder or a .gguf file", path_.string());
   if (fs::is_directory(path_)) {
     const fs::path tj = path_ / "tokenizer.json";
     CA_CHECK(fs::exists(tj), "model folder '{}' has no tokenizer.json: copy the model's tokenizer files there",
              path_.string());
-    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_tokenizer_json(tj));
+    tokenizer_ = std::make_shared<const Tokenizer>(Tokenizer::from_tokenizer_json(tj));
   } else {
     auto file = open_gguf(path_);
-    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf_metadata(file->metadata(), path_.string()));
+    tokenizer_ = std::make_shared<const Tokenizer>(Tokenizer::from_gguf_metadata(file->metadata(), path_.string()));
   }
 }
 

@@ -110,6 +110,11 @@ class ChatSession {
   // Sessions over one model may generate in several threads at once, but not while its owner
   // trains it.
   static std::unique_ptr<ChatSession> open_with_model(const std::filesystem::path& model_path, LanguageModel& model);
+  // open_with_model without reading the tokenizer again: the new session shares `like`'s
+  // tokenizer (immutable, thread-safe) and path, borrows `model` the same way and runs the same
+  // checks. The trainer opens one session per run and one of these per episode. `like` may be
+  // shared from several threads at once.
+  static std::unique_ptr<ChatSession> share_with_model(const ChatSession& like, LanguageModel& model);
 
   // Renders `messages` (OpenAI chat messages) and `tools` (OpenAI function tools; null or [] for
   // none) with the template, generates, and parses tool calls from the text. Template errors
@@ -151,7 +156,7 @@ class ChatSession {
   std::filesystem::path path_;
   std::unique_ptr<LanguageModel> owned_model_;  // null when the model is borrowed
   LanguageModel* model_ = nullptr;               // owned_model_ or the borrowed one
-  std::unique_ptr<Tokenizer> tokenizer_;
+  std::shared_ptr<const Tokenizer> tokenizer_;  // immutable and thread-safe: sessions may share it
   std::unique_ptr<ChatTemplate> template_;
   std::vector<int64_t> stop_ids_;
 };

@@ -54,9 +54,15 @@ TEST_F(LocalPolicyOnLearner, SamplesFromTheWeightsTheLearnerTrains) {
   ppo.critic_lr = 1e-2;
   auto learner = policy::create_ppo_learner(model_dir(), lm, ppo);
 
-  auto session = policy::ChatSession::open_with_model(model_dir(), learner->policy());
+  auto opened = policy::ChatSession::open_with_model(model_dir(), learner->policy());
+  // The trainer's per-episode session: the same tokenizer object, not read again; the same model.
+  auto session = policy::ChatSession::share_with_model(*opened, learner->policy());
+  EXPECT_EQ(&session->tokenizer(), &opened->tokenizer());
+  EXPECT_EQ(session->path(), opened->path());
+  EXPECT_EQ(session->stop_token_ids(), opened->stop_token_ids());
   EXPECT_FALSE(session->owns_model());
   EXPECT_EQ(&session->model(), &learner->policy());
+  opened.reset();  // the shared tokenizer outlives the session it came from
   policy::LocalPolicy borrowed(std::move(session), greedy());
   policy::LocalPolicyOptions from_folder_options = greedy();
   from_folder_options.model = model_dir();
