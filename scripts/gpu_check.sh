@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|lm|multi|train|train-2gpu|kernelbench]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|lm|multi|train|train-2gpu|learning|learning-report|kernelbench]
 # kernelbench: every task of a KernelBench checkout (KB_DIR, default kb: its level1/ level2/
 # level3/ folders and solutions/<id>.py, each the task with `ModelNew = Model` appended), one
 # bench per level (KB_LEVELS, default "1 2 3"), provenance warn and no torch.compile baseline, so
@@ -11,10 +11,12 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 # "core" scores the bundled split's reference solutions (data/core) with baselines cached first.
 # Logs collect here; one archive of them goes to $OUT (the device tool returns few files; model
-# folders written by the benchmarks, *-hf, stay out of it: it must stay under the 64 MiB limit).
+# folders written by the benchmarks, *-hf, weights and episode workspaces stay out of it: it must
+# stay under the 64 MiB limit).
 out=/tmp/gpu-check-out
 mkdir -p "$out"
-trap '[ -n "${OUT:-}" ] && tar czf "$OUT/gpu-check-$what.tgz" --exclude="*-hf" -C "$out" . 2>/dev/null' EXIT
+trap '[ -n "${OUT:-}" ] && tar czf "$OUT/gpu-check-$what.tgz" --exclude="*-hf" --exclude="*.safetensors" \
+  --exclude=workspace -C "$out" . 2>/dev/null' EXIT
 what=${1:-all}
 build=build-gpu
 export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_CACHE_DIR:-/tmp/cuda-agent-cache}
@@ -119,6 +121,24 @@ if [ "$what" = train ] || [ "$what" = train-2gpu ]; then
   # trajectories and logs come back.
   find "$out" -name "*.safetensors" -delete
   find "$out" -type d -name workspace -prune -exec rm -rf {} +
+fi
+if [ "$what" = learning ]; then
+  # Issue 18's learning quickstart: configs/learning.yaml (models/ must hold the SmolLM2 GGUF, as
+  # for train). Its weights stay on the machine (the archive leaves *.safetensors out), so that
+  # `learning-report` in the next call, while the machine is warm, can evaluate the checkpoint.
+  start=$SECONDS
+  timeout "${TRAIN_TIMEOUT:-560}" $build/cuda-agent train --config configs/learning.yaml \
+    --set run.output_dir="$out/learning" ${LEARNING_SET:-} > "$out/learning.log" 2>&1
+  echo "learning rc $? wall $((SECONDS - start)) s" | tee -a "$out/learning.log"
+  grep -E "^\[train\] step" "$out/learning.log" | tail -12
+fi
+if [ "$what" = learning-report ]; then
+  # The base model against the learning run's final checkpoint on the training and held-out
+  # tasks, and the final solutions' similarity to the demonstrations (scripts/learning_report.sh).
+  start=$SECONDS
+  CUDA_AGENT_BUILD=$build timeout "${REPORT_TIMEOUT:-560}" scripts/learning_report.sh "$out/learning" \
+    > "$out/learning_report.txt" 2>&1
+  echo "report rc $? wall $((SECONDS - start)) s"; tail -40 "$out/learning/report/report.md" 2>/dev/null
 fi
 if [ "$what" = core ]; then
   start=$SECONDS
