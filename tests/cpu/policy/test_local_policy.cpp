@@ -14,6 +14,7 @@
 
 #include "cuda_agent/agent/agent_loop.h"
 #include "cuda_agent/agent/policy.h"
+#include "cuda_agent/agent/reference_policy.h"
 #include "cuda_agent/agent/tool_registry.h"
 #include "cuda_agent/agent/workspace.h"
 #include "cuda_agent/core/error.h"
@@ -341,4 +342,58 @@ TEST(LocalPolicySmolLM2, AgentEpisodeRecordsTheTokens) {
   EXPECT_GE(assistants, 1);
   std::cout << "[ SmolLM2  ] " << assistants << " assistant turns (" << extended << " chained), stop " << r.stop_reason
             << "\n";
+}
+
+// Teacher forcing with the real tokenizer and template (SmolLM2's ChatML, which ignores the tool
+// schemas and writes calls after the content): a reference solution played as an episode chains
+// through every turn, each completion ends with the end-of-turn token, the records are marked and
+// carry no log-probs, and nothing is sampled (a max_new_tokens too small for the Write refuses it).
+TEST(LocalPolicySmolLM2, TeacherForcedEpisodeChainsEveryTurn) {
+  const char* env = std::getenv("CUDA_AGENT_SMOLLM2_GGUF");
+  if (!env || !*env || !fs::exists(env))
+    GTEST_SKIP() << "CUDA_AGENT_SMOLLM2_GGUF does not name SmolLM2-135M-Instruct.Q4_1.gguf (scripts/test.sh sets it)";
+  cuda_agent::testing::use_built_lm_module();
+  const std::string source = CUDA_AGENT_SOURCE_DIR;
+  const std::string task = source + "/tests/data/tasks/add/model.py";
+  const std::string solution = source + "/tests/data/solutions/add_ok/model_new.py";
+  auto run = [&](int64_t max_new_tokens, TempDir& dir) {
+    policy::LocalPolicyOptions o = policy::parse_local_policy_spec("local:" + std::string(env) + "?device=cpu");
+    o.max_new_tokens = max_new_tokens;
+    policy::LmOptions lm;
+    auto session = policy::ChatSession::open(o.model, lm);
+    policy::LocalPolicy teacher(std::move(session), o, std::make_unique<agent::ReferencePolicy>(solution));
+    agent::Workspace workspace = agent::Workspace::create({dir.path() / "ws", task, {}, "", "", false, ""});
+    agent::ToolRegistry tools(workspace);
+    agent::AgentOptions ao;
+    ao.max_turns = 6;
+    ao.task_text = read_file(task);
+    const agent::Scorer scorer = [](const std::string&) { return json{{"ok", true}, {"reward", 1.0}}; };
+    return std::make_pair(agent::run_episode(teacher, workspace, tools, ao, scorer),
+                          teacher.session().tokenizer().token_id("<|im_end|>"));
+  };
+  TempDir dir("ca-local-teacher-");
+  const auto [r, eot] = run(4096, dir);
+  EXPECT_EQ(r.stop_reason, "answered");
+  EXPECT_EQ(read_file(dir.path() / "ws" / "model_new.py"), read_file(solution));
+  int assistants = 0;
+  for (const json& e : r.trajectory) {
+    if (e.value("type", "") != "assistant") continue;
+    SCOPED_TRACE("turn " + std::to_string(e.value("turn", 0)));
+    EXPECT_EQ(e.value("teacher_forced", false), true);
+    EXPECT_EQ(e["prompt_extends_previous"].get<bool>(), assistants > 0) << "every turn after the first chains";
+    const auto completion = e["completion_token_ids"].get<std::vector<int64_t>>();
+    ASSERT_FALSE(completion.empty());
+    EXPECT_EQ(completion.back(), eot);
+    for (float lp : e["completion_logprobs"].get<std::vector<float>>()) EXPECT_EQ(lp, 0.0f);
+    ++assistants;
+  }
+  EXPECT_EQ(assistants, 5);
+
+  TempDir short_dir("ca-local-teacher-short-");
+  const auto [cut, unused] = run(64, short_dir);
+  EXPECT_EQ(cut.stop_reason, "policy_error");
+  bool said = false;
+  for (const json& e : cut.trajectory)
+    if (e.value("type", "") == "error") said = e["message"].get<std::string>().find("max_new_tokens") != std::string::npos;
+  EXPECT_TRUE(said) << cut.trajectory.dump().substr(0, 2000);
 }
