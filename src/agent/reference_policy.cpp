@@ -78,4 +78,13 @@ std::string teacher_spec_for_task(const std::string& spec, const std::string& ta
   return "reference:" + reference_solution_for(target, task_id).string();
 }
 
+void validate_teacher_spec(const std::string& spec) {
+  if (spec.rfind("reference:", 0) == 0 && !fs::is_regular_file(spec.substr(10))) {
+    CA_CHECK(fs::is_directory(spec.substr(10)), "no such folder {}: give a split folder with solutions/ (e.g. "
+             "reference:data/core) or a solutions folder", spec.substr(10));
+    return;
+  }
+  validate_policy_spec(spec);
+}
+
 }  // namespace cuda_agent::agent

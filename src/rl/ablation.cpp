@@ -125,23 +125,24 @@ json summarize_variant(const std::vector<json>& records) {
   }
   json per_step = {{"reward", json::array()}, {"pass_rate", json::array()}, {"faster_than_compile_rate", json::array()},
                    {"response_length", json::array()}};
-  std::vector<double> rewards, lengths;
   json s = {{"steps", records.size()}, {"ppo_steps", steps.size()}, {"collapse", json::array()}};
   if (!steps.empty()) s["stage"] = (*steps.front())["stage"];
   for (const json* r : steps) {
     const double x = r->value("step_in_stage", 0.0);
-    auto add = [&](const char* key, const char* series) {
+    for (const auto& [key, series] : std::vector<std::pair<const char*, const char*>>{
+             {"reward_mean", "reward"},
+             {"pass_rate", "pass_rate"},
+             {"faster_than_compile_rate", "faster_than_compile_rate"},
+             {"response_length_mean", "response_length"}})
       if (r->contains(key) && (*r)[key].is_number()) per_step[series].push_back({x, (*r)[key].get<double>()});
-    };
-    add("reward_mean", "reward");
-    add("pass_rate", "pass_rate");
-    add("faster_than_compile_rate", "faster_than_compile_rate");
-    add("response_length_mean", "response_length");
-    if (r->contains("reward_mean") && (*r)["reward_mean"].is_number()) rewards.push_back((*r)["reward_mean"].get<double>());
-    if (r->contains("response_length_mean") && (*r)["response_length_mean"].is_number())
-      lengths.push_back((*r)["response_length_mean"].get<double>());
   }
   s["per_step"] = per_step;
+  auto values = [&](const char* series) {
+    std::vector<double> v;
+    for (const json& p : per_step[series]) v.push_back(p[1].get<double>());
+    return v;
+  };
+  const std::vector<double> rewards = values("reward"), lengths = values("response_length");
   auto last_of = [&](const char* series) { return per_step[series].empty() ? json() : per_step[series].back()[1]; };
   if (!rewards.empty()) {
     s["reward_first"] = rewards.front();

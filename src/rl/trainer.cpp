@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "cuda_agent/agent/policy.h"
+#include "cuda_agent/agent/reference_policy.h"
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/stop_request.h"
@@ -107,11 +107,7 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
                                                       section["teacher_episodes_per_task"].get<int>() > 0;
     if (!used) continue;
     try {
-      if (teacher.rfind("reference:", 0) == 0 && !fs::is_regular_file(teacher.substr(10)))
-        CA_CHECK(fs::is_directory(teacher.substr(10)), "no such folder {}: give a split folder with solutions/ (e.g. "
-                 "reference:data/core) or a solutions folder", teacher.substr(10));
-      else
-        agent::validate_policy_spec(teacher);
+      agent::validate_teacher_spec(teacher);
     } catch (const std::exception& e) {
       CA_FAIL("train config: stages.{}.teacher = '{}': {}", key, teacher, e.what());
     }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <initializer_list>
 #include <map>
 #include <numeric>
 #include <thread>
@@ -506,6 +507,29 @@ void fine_tune(RunContext& ctx, const std::vector<EpisodeSequence>& kept, int64_
   record["update_seconds"] = seconds_since(t_update);
 }
 
+// A teacher's `per_task` episodes of `tasks` into `folder`, their metrics (prefix "teacher_") and
+// what `section`'s filter keeps of them; adds the job's kept count to *job_kept.
+std::vector<EpisodeSequence> teacher_episodes(RunContext& ctx, const Stage& stage, int64_t step,
+                                              const std::vector<size_t>& tasks, const fs::path& folder, int per_task,
+                                              const json& section, json& record, int64_t* job_kept,
+                                              int64_t* unusable) {
+  const Sampling taught =
+      sample_episodes(ctx, stage, step, tasks, folder, per_task, section["teacher"].get<std::string>());
+  add_sampling_metrics(ctx, taught, record, "teacher_");
+  int64_t kept = 0;
+  std::vector<EpisodeSequence> demos = keep_filtered(ctx, taught, section, step, "teacher_", record, &kept, unusable);
+  *job_kept += kept;
+  return demos;
+}
+
+// Empties `folders` on the writer (a stage redone after an interruption starts over), then waits
+// for every process.
+void fresh_folders(RunContext& ctx, std::initializer_list<fs::path> folders) {
+  if (ctx.writer())
+    for (const fs::path& f : folders) fs::remove_all(f);
+  ctx.barrier();
+}
+
 // Stage 2: sample, filter, fine-tune the actor on what is kept: the actor's own episodes
 // (rollout.episodes_per_task a task, into rollouts/rft/) and, when stages.rft.teacher_episodes_per_task
 // > 0, the teacher's (into rollouts/rft-teacher/, which value pretraining does not read), each
@@ -515,11 +539,7 @@ json run_rft(RunContext& ctx, const Stage& stage, int64_t step) {
   const auto t_step = Clock::now();
   const fs::path folder = ctx.run_dir / "rollouts" / "rft";
   const fs::path teacher_folder = ctx.run_dir / "rollouts" / "rft-teacher";
-  if (ctx.writer()) {  // a stage redone after an interruption starts over
-    fs::remove_all(folder);
-    fs::remove_all(teacher_folder);
-  }
-  ctx.barrier();
+  fresh_folders(ctx, {folder, teacher_folder});
   const std::vector<size_t> tasks = stage_tasks(ctx, rft);
   const Sampling sampled =
       sample_episodes(ctx, stage, step, tasks, folder, ctx.config["rollout"]["episodes_per_task"].get<int>());
@@ -528,16 +548,10 @@ json run_rft(RunContext& ctx, const Stage& stage, int64_t step) {
   int64_t unusable = 0, job_kept = 0;
   std::vector<EpisodeSequence> kept = keep_filtered(ctx, sampled, rft, step, "", record, &job_kept, &unusable);
   const int teacher_per_task = rft["teacher_episodes_per_task"].get<int>();
-  if (teacher_per_task > 0) {
-    const Sampling taught =
-        sample_episodes(ctx, stage, step, tasks, teacher_folder, teacher_per_task, rft["teacher"].get<std::string>());
-    add_sampling_metrics(ctx, taught, record, "teacher_");
-    int64_t teacher_kept = 0;
-    std::vector<EpisodeSequence> demos =
-        keep_filtered(ctx, taught, rft, step, "teacher_", record, &teacher_kept, &unusable);
-    job_kept += teacher_kept;
-    for (EpisodeSequence& e : demos) kept.push_back(std::move(e));
-  }
+  if (teacher_per_task > 0)
+    for (EpisodeSequence& e :
+         teacher_episodes(ctx, stage, step, tasks, teacher_folder, teacher_per_task, rft, record, &job_kept, &unusable))
+      kept.push_back(std::move(e));
   add_rollout_metrics(ctx, kept, unusable, record);
   fine_tune(ctx, kept, job_kept, rft, step, record);
   record["step_seconds"] = seconds_since(t_step);
@@ -552,16 +566,12 @@ json run_sft(RunContext& ctx, const Stage& stage, int64_t step) {
   const json& sft = ctx.config["stages"]["sft"];
   const auto t_step = Clock::now();
   const fs::path folder = ctx.run_dir / "rollouts" / "sft";
-  if (ctx.writer()) fs::remove_all(folder);
-  ctx.barrier();
-  const Sampling taught = sample_episodes(ctx, stage, step, stage_tasks(ctx, sft), folder,
-                                          sft["episodes_per_task"].get<int>(), sft["teacher"].get<std::string>());
-  json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}};
-  record["teacher"] = sft["teacher"];
-  add_sampling_metrics(ctx, taught, record, "teacher_");
+  fresh_folders(ctx, {folder});
+  json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}, {"teacher", sft["teacher"]}};
   int64_t unusable = 0, job_kept = 0;
-  const std::vector<EpisodeSequence> kept =
-      keep_filtered(ctx, taught, sft, step, "teacher_", record, &job_kept, &unusable);
+  const std::vector<EpisodeSequence> kept = teacher_episodes(ctx, stage, step, stage_tasks(ctx, sft), folder,
+                                                             sft["episodes_per_task"].get<int>(), sft, record,
+                                                             &job_kept, &unusable);
   add_rollout_metrics(ctx, kept, unusable, record);
   fine_tune(ctx, kept, job_kept, sft, step, record);
   record["step_seconds"] = seconds_since(t_step);
@@ -594,8 +604,7 @@ json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
                            files.size(), (ctx.run_dir / "rollouts" / "rft").string());
   } else {
     const fs::path folder = ctx.run_dir / "rollouts" / "value_pretrain";
-    if (ctx.writer()) fs::remove_all(folder);
-    ctx.barrier();
+    fresh_folders(ctx, {folder});
     ctx.log << fmt::format("[train] step {} (value_pretrain): no RFT trajectories in {}: sampling into {}\n", step,
                            (ctx.run_dir / "rollouts" / "rft").string(), folder.string());
     const Sampling sampled = sample_episodes(ctx, stage, step, stage_tasks(ctx, ctx.config["stages"]["rft"]), folder,

@@ -47,4 +47,9 @@ std::filesystem::path reference_solution_for(const std::filesystem::path& dir, c
 // reference_solution_for.
 std::string teacher_spec_for_task(const std::string& spec, const std::string& task_id);
 
+// Checks a teacher spec without loading a model or reaching a server: reference:DIR's folder
+// exists, reference:FILE.py and every other form as validate_policy_spec checks them. Throws
+// Error naming what is wrong.
+void validate_teacher_spec(const std::string& spec);
+
 }  // namespace cuda_agent::agent
