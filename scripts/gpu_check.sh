@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|lm|multi|train|train-2gpu|learning|learning-report|kernelbench]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|lm|multi|train|train-2gpu|learning|learning-report|kernelbench|timing]
 # kernelbench: every task of a KernelBench checkout (KB_DIR, default kb: its level1/ level2/
 # level3/ folders and solutions/<id>.py, each the task with `ModelNew = Model` appended), one
 # bench per level (KB_LEVELS, default "1 2 3"), provenance warn and no torch.compile baseline, so
@@ -27,7 +27,7 @@ fi
 # The test binaries only where tests run; the libtorch language model's targets exist where
 # CMake found libtorch.
 has() { ninja -C $build -t query "$1" > /dev/null 2>&1; }
-targets="cuda-agent"
+targets="cuda-agent ca-sandbox-bench"
 has ca-lm-bench && targets="$targets ca-lm-bench"
 if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = multi ]; then
   targets="$targets ca_tests_gpu"
@@ -146,6 +146,10 @@ if [ "$what" = core ]; then
     > "$out/core_bench.txt" 2> "$out/core_bench.err"
   echo "core bench wall: $((SECONDS - start)) s" | tee -a "$out/core_bench.txt"
   cat "$out/core_bench.txt"; tail -5 "$out/core_bench.err"
+fi
+if [ "$what" = timing ]; then
+  # Issue 17's figures: the launch cost, the timer against events, eager against the candidate.
+  scripts/bench_timing.sh $build "$out/timing" 2>&1 | tee "$out/timing.txt"
 fi
 if [ "$what" = kernelbench ]; then
   kb=${KB_DIR:-kb}
