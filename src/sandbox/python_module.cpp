@@ -1,6 +1,7 @@
 // The embedded `cuda_agent` module: NVRTC compile, typed kernel launches, vendor calls.
 #include "cuda_agent/sandbox/python_module.h"
 
+#include <algorithm>
 #include <memory>
 
 #include <pybind11/embed.h>
@@ -92,42 +93,87 @@ std::vector<unsigned> parse_dims(py::handle obj, const char* what, const std::st
   return dims;
 }
 
+// A grid or block given as an int or a tuple/list of up to three ints, read through the C API;
+// false for anything else (parse_dims then says what is wrong).
+bool fast_dims(PyObject* obj, unsigned* out) {
+  auto one = [](PyObject* v, unsigned* d) {
+    if (!PyLong_CheckExact(v)) return false;
+    const long long x = PyLong_AsLongLong(v);
+    if (x == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return false;
+    }
+    if (x < 1 || x > 0x7fffffffLL) return false;
+    *d = static_cast<unsigned>(x);
+    return true;
+  };
+  out[0] = out[1] = out[2] = 1;
+  if (PyLong_CheckExact(obj)) return one(obj, out);
+  const bool tuple = PyTuple_CheckExact(obj);
+  if (!tuple && !PyList_CheckExact(obj)) return false;
+  const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(obj) : PyList_GET_SIZE(obj);
+  if (n < 1 || n > 3) return false;
+  for (Py_ssize_t i = 0; i < n; ++i)
+    if (!one(tuple ? PyTuple_GET_ITEM(obj, i) : PyList_GET_ITEM(obj, i), out + i)) return false;
+  return true;
+}
+
 class Kernel {
  public:
   Kernel(std::shared_ptr<LoadedModule> module, std::string name, std::string symbol,
          KernelSignature signature)
       : module_(std::move(module)), name_(std::move(name)), symbol_(std::move(symbol)),
-        signature_(std::move(signature)) {}
+        signature_(std::move(signature)) {
+    // One buffer for every argument's bytes, each at its own 8-byte aligned offset.
+    size_t offset = 0;
+    for (const auto& p : signature_.params) {
+      offsets_.push_back(offset);
+      offset += (p.value_size() + 7) / 8 * 8;
+    }
+    arguments_.assign(std::max<size_t>(offset, 8), 0);
+    pointers_.resize(signature_.params.size());
+  }
 
   CUfunction function() {
     if (!function_) CA_CU_CHECK(driver().cuModuleGetFunction(&function_, module_->module(), symbol_.c_str()));
     return function_;
   }
 
+  // The launch path: a few C-API calls per argument, the checks of the slow path (grid and block
+  // ranges, argument count and types, dtype, device, contiguity, alignment) made without building
+  // strings; a value that fails one goes through the slow path for its error message.
   void launch(py::handle grid, py::handle block, py::handle args, size_t shared_mem, py::handle stream) {
-    auto g = parse_dims(grid, "grid", name_);
-    auto b = parse_dims(block, "block", name_);
-    CA_CHECK(py::isinstance<py::tuple>(args) || py::isinstance<py::list>(args),
-             "kernel '{}': args must be a tuple of the kernel's arguments, got {}", name_,
+    unsigned g[3], b[3];
+    if (!fast_dims(grid.ptr(), g)) std::copy_n(parse_dims(grid, "grid", name_).begin(), 3, g);
+    if (!fast_dims(block.ptr(), b)) std::copy_n(parse_dims(block, "block", name_).begin(), 3, b);
+    PyObject* a = args.ptr();
+    const bool tuple = PyTuple_Check(a);
+    CA_CHECK(tuple || PyList_Check(a), "kernel '{}': args must be a tuple of the kernel's arguments, got {}", name_,
              py::str(py::type::of(args)).cast<std::string>());
-    py::sequence seq = py::reinterpret_borrow<py::sequence>(args);
-    CA_CHECK(seq.size() == signature_.params.size(), "kernel '{}' takes {} arguments ({}), got {}", name_,
-             signature_.params.size(), describe(signature_), seq.size());
-    std::vector<std::vector<uint8_t>> storage(signature_.params.size());
-    std::vector<void*> pointers(signature_.params.size());
-    for (size_t i = 0; i < signature_.params.size(); ++i) {
-      storage[i] = encode_kernel_argument(signature_.params[i], seq[i], i, name_);
-      pointers[i] = storage[i].data();
+    const size_t n = static_cast<size_t>(tuple ? PyTuple_GET_SIZE(a) : PyList_GET_SIZE(a));
+    CA_CHECK(n == signature_.params.size(), "kernel '{}' takes {} arguments ({}), got {}", name_,
+             signature_.params.size(), describe(signature_), n);
+    for (size_t i = 0; i < n; ++i) {
+      const auto at = static_cast<Py_ssize_t>(i);  // read each time: the list could change under us
+      CA_CHECK(tuple || at < PyList_GET_SIZE(a), "kernel '{}': its args list changed during the launch", name_);
+      py::handle value(tuple ? PyTuple_GET_ITEM(a, at) : PyList_GET_ITEM(a, at));
+      encode_kernel_argument_into(signature_.params[i], value, i, name_, arguments_.data() + offsets_[i]);
+      pointers_[i] = arguments_.data() + offsets_[i];
     }
-    CUstream s = stream_from_python(stream);
-    LaunchScope tag(LaunchOrigin::kOwn);
-    CUresult status = driver().cuLaunchKernel(function(), g[0], g[1], g[2], b[0], b[1], b[2],
-                                              static_cast<unsigned>(shared_mem), s, pointers.data(), nullptr);
+    CUstream s = stream.is_none() ? current_torch_stream() : stream_from_python(stream);
+    CUfunction f = function();
+    CUresult status;
+    {
+      LaunchScope tag(LaunchOrigin::kOwn);
+      status = driver().cuLaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], static_cast<unsigned>(shared_mem), s,
+                                       pointers_.data(), nullptr);
+    }
     if (status != CUDA_SUCCESS) {
       CA_FAIL("launching kernel '{}' with grid ({}, {}, {}), block ({}, {}, {}), shared_mem {} failed: {}",
               name_, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem, detail::driver_error_text(status));
     }
-    runtime_stats().launches[symbol_] += 1;
+    if (!launch_count_) launch_count_ = &runtime_stats().launches[symbol_];
+    ++*launch_count_;
   }
 
   void set_max_dynamic_shared_memory(int bytes) {
@@ -155,6 +201,12 @@ class Kernel {
   std::string symbol_;
   KernelSignature signature_;
   CUfunction function_ = nullptr;
+  // The launch's scratch (the GIL is held from the first argument read to cuLaunchKernel, which
+  // copies the arguments): each argument's bytes and the pointers cuLaunchKernel takes.
+  std::vector<size_t> offsets_;
+  std::vector<uint8_t> arguments_;
+  std::vector<void*> pointers_;
+  int64_t* launch_count_ = nullptr;  // runtime_stats().launches[symbol_] (a map node: stable)
 };
 
 class Module {

@@ -1,7 +1,11 @@
 #include "cuda_agent/sandbox/python_tensor.h"
 
 #include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/sandbox/cuda_libs.h"
@@ -55,11 +59,21 @@ TensorInfo require_cuda_tensor(py::handle obj, const std::string& what, const st
   return info;
 }
 
-CUstream stream_from_python(py::handle stream) {
-  if (stream.is_none()) {
+CUstream current_torch_stream() {
+  static py::object raw_stream = [] {
+    py::object c = py::module_::import("torch").attr("_C");
+    return py::hasattr(c, "_cuda_getCurrentRawStream") ? py::object(c.attr("_cuda_getCurrentRawStream")) : py::object();
+  }();
+  if (!raw_stream) {
     static py::object current_stream = py::module_::import("torch").attr("cuda").attr("current_stream");
     return reinterpret_cast<CUstream>(current_stream().attr("cuda_stream").cast<uintptr_t>());
   }
+  py::object handle = raw_stream(current_cuda_device());
+  return reinterpret_cast<CUstream>(handle.cast<uintptr_t>());
+}
+
+CUstream stream_from_python(py::handle stream) {
+  if (stream.is_none()) return current_torch_stream();
   if (py::isinstance<py::int_>(stream)) return reinterpret_cast<CUstream>(stream.cast<uintptr_t>());
   CA_CHECK(py::hasattr(stream, "cuda_stream"), "stream must be None, a torch.cuda.Stream or an int handle, got {}",
            type_name(stream));
@@ -108,6 +122,146 @@ std::vector<uint8_t> encode_kernel_argument(const KernelParam& param, py::handle
   CA_CHECK(py::isinstance<py::float_>(value) || (py::isinstance<py::int_>(value) && !py::isinstance<py::bool_>(value)),
            "{}: expected a Python float, got {}", what, type_name(value));
   return encode_float_argument(param.kind, value.cast<double>(), what);
+}
+
+}  // namespace cuda_agent::sandbox
+
+namespace cuda_agent::sandbox {
+namespace {
+
+// What the fast path needs of torch, looked up once: method and attribute names as interned
+// strings, and the dtype object of each scalar kind (compared by identity).
+struct TorchHandles {
+  PyObject* tensor_type = nullptr;
+  PyObject* data_ptr = nullptr;
+  PyObject* get_device = nullptr;
+  PyObject* is_contiguous = nullptr;
+  PyObject* numel = nullptr;
+  PyObject* dtype = nullptr;
+  PyObject* is_cuda = nullptr;
+  std::array<PyObject*, 16> dtypes{};  // by ScalarKind; nullptr for kVoid
+};
+
+const TorchHandles& torch_handles() {
+  static const TorchHandles h = [] {
+    TorchHandles t;
+    t.tensor_type = tensor_type().ptr();
+    t.data_ptr = PyUnicode_InternFromString("data_ptr");
+    t.get_device = PyUnicode_InternFromString("get_device");
+    t.is_contiguous = PyUnicode_InternFromString("is_contiguous");
+    t.numel = PyUnicode_InternFromString("numel");
+    t.dtype = PyUnicode_InternFromString("dtype");
+    t.is_cuda = PyUnicode_InternFromString("is_cuda");
+    py::module_ torch = py::module_::import("torch");
+    for (int k = 0; k <= static_cast<int>(ScalarKind::kVoid); ++k) {
+      const auto kind = static_cast<ScalarKind>(k);
+      if (kind == ScalarKind::kVoid) continue;
+      const std::string name = torch_dtype_name(kind);  // "torch.float32"
+      const std::string attr = name.substr(name.find('.') + 1);
+      if (py::hasattr(torch, attr.c_str())) t.dtypes[static_cast<size_t>(k)] = py::object(torch.attr(attr.c_str())).release().ptr();
+    }
+    return t;
+  }();
+  return h;
+}
+
+// obj.name() as a new reference, or nullptr (the Python error cleared).
+PyObject* call_method(PyObject* obj, PyObject* name) {
+  PyObject* r = PyObject_CallMethodNoArgs(obj, name);
+  if (!r) PyErr_Clear();
+  return r;
+}
+
+// The tensor's data pointer when it passes every check the slow path makes, else nullopt.
+std::optional<uint64_t> fast_tensor_pointer(const KernelParam& param, PyObject* value) {
+  const TorchHandles& h = torch_handles();
+  if (!PyObject_TypeCheck(value, reinterpret_cast<PyTypeObject*>(h.tensor_type))) return std::nullopt;
+  py::object is_cuda = py::reinterpret_steal<py::object>(PyObject_GetAttr(value, h.is_cuda));
+  if (!is_cuda) PyErr_Clear();
+  if (!is_cuda || is_cuda.ptr() != Py_True) return std::nullopt;
+  if (param.kind != ScalarKind::kVoid) {
+    py::object dtype = py::reinterpret_steal<py::object>(PyObject_GetAttr(value, h.dtype));
+    if (!dtype) PyErr_Clear();
+    if (!dtype || dtype.ptr() != h.dtypes[static_cast<size_t>(param.kind)]) return std::nullopt;
+  }
+  py::object contiguous = py::reinterpret_steal<py::object>(call_method(value, h.is_contiguous));
+  if (!contiguous || contiguous.ptr() != Py_True) return std::nullopt;
+  py::object device = py::reinterpret_steal<py::object>(call_method(value, h.get_device));
+  if (!device || !PyLong_Check(device.ptr()) || PyLong_AsLong(device.ptr()) != current_cuda_device()) return std::nullopt;
+  py::object ptr = py::reinterpret_steal<py::object>(call_method(value, h.data_ptr));
+  if (!ptr || !PyLong_Check(ptr.ptr())) return std::nullopt;
+  const uint64_t p = PyLong_AsUnsignedLongLong(ptr.ptr());
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  const uint64_t align =
+      param.kind == ScalarKind::kVoid
+          ? 1
+          : std::min<uint64_t>(16, scalar_size(param.kind) * (param.vector_width == 3 ? 1 : param.vector_width));
+  if (p % align != 0) return std::nullopt;
+  if (param.vector_width != 1) {
+    py::object n = py::reinterpret_steal<py::object>(call_method(value, h.numel));
+    if (!n || !PyLong_Check(n.ptr()) || PyLong_AsLongLong(n.ptr()) % param.vector_width != 0) {
+      PyErr_Clear();
+      return std::nullopt;
+    }
+  }
+  return p;
+}
+
+template <typename T>
+void put(uint8_t* out, T v) {
+  std::memcpy(out, &v, sizeof(T));
+}
+
+// The common scalar kinds without building strings; false sends the value to the slow path.
+bool fast_scalar(const KernelParam& param, PyObject* value, uint8_t* out) {
+  if (PyLong_Check(value)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow != 0 || (v == -1 && PyErr_Occurred())) {
+      PyErr_Clear();
+      return false;
+    }
+    switch (param.kind) {
+      case ScalarKind::kInt64: put<int64_t>(out, v); return true;
+      case ScalarKind::kUInt64: if (v < 0) return false; put<uint64_t>(out, static_cast<uint64_t>(v)); return true;
+      case ScalarKind::kInt32: if (v < INT32_MIN || v > INT32_MAX) return false; put<int32_t>(out, static_cast<int32_t>(v)); return true;
+      case ScalarKind::kUInt32: if (v < 0 || v > UINT32_MAX) return false; put<uint32_t>(out, static_cast<uint32_t>(v)); return true;
+      case ScalarKind::kFloat32:
+        if (PyBool_Check(value)) return false;
+        put<float>(out, static_cast<float>(v));
+        return true;
+      case ScalarKind::kFloat64:
+        if (PyBool_Check(value)) return false;
+        put<double>(out, static_cast<double>(v));
+        return true;
+      default: return false;
+    }
+  }
+  if (PyFloat_Check(value)) {
+    const double v = PyFloat_AS_DOUBLE(value);
+    if (param.kind == ScalarKind::kFloat32) return put<float>(out, static_cast<float>(v)), true;
+    if (param.kind == ScalarKind::kFloat64) return put<double>(out, v), true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void encode_kernel_argument_into(const KernelParam& param, py::handle value, size_t index, const std::string& kernel,
+                                 uint8_t* out) {
+  if (param.is_pointer) {
+    if (value.is_none()) return put<uint64_t>(out, 0);
+    if (const std::optional<uint64_t> p = fast_tensor_pointer(param, value.ptr())) return put<uint64_t>(out, *p);
+  } else if (fast_scalar(param, value.ptr(), out)) {
+    return;
+  }
+  const std::vector<uint8_t> bytes = encode_kernel_argument(param, value, index, kernel);
+  CA_ASSERT(bytes.size() == param.value_size(), "kernel '{}' argument {}: {} bytes encoded for a {}-byte parameter",
+            kernel, index, bytes.size(), param.value_size());
+  std::memcpy(out, bytes.data(), bytes.size());
 }
 
 }  // namespace cuda_agent::sandbox

@@ -43,4 +43,14 @@ CUstream stream_from_python(pybind11::handle stream);
 std::vector<uint8_t> encode_kernel_argument(const KernelParam& param, pybind11::handle value,
                                             size_t index, const std::string& kernel);
 
+// The launch path's version: the same checks, made through CPython's C API (a tensor's dtype by
+// identity, no strings built), writing param.value_size() bytes to `out`. A value that fails a
+// check goes through encode_kernel_argument, whose Error names the problem.
+void encode_kernel_argument_into(const KernelParam& param, pybind11::handle value, size_t index,
+                                 const std::string& kernel, uint8_t* out);
+
+// The current torch stream of the current device: torch._C._cuda_getCurrentRawStream, looked up
+// once (stream_from_python(None)'s fast path).
+CUstream current_torch_stream();
+
 }  // namespace cuda_agent::sandbox
