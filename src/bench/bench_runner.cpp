@@ -106,6 +106,24 @@ nlohmann::json summarize(const nlohmann::json& results) {
           {"failures_by_category", o["failures_by_category"]}};
 }
 
+// What the baselines were timed under, from the first result that says (its backends report):
+// TF32 for matmuls and cuDNN on each side, and the precision policy. Empty when none says.
+std::string baseline_settings(const nlohmann::json& results) {
+  auto tf32 = [](const nlohmann::json& b) {
+    if (!b.is_object()) return std::string("not reported");
+    return fmt::format("TF32 {} for matmuls, {} for cuDNN", b.value("matmul_tf32", false) ? "on" : "off",
+                       b.value("cudnn_tf32", false) ? "on" : "off");
+  };
+  for (const auto& r : results) {
+    const nlohmann::json backends = r.value("backends", nlohmann::json());
+    if (!backends.is_object() || !backends.contains("judge")) continue;
+    return fmt::format("precision {}; eager and torch.compile: {}; candidate (as the solution left it): {}",
+                       r.value("precision", std::string("?")), tf32(backends["judge"]),
+                       tf32(backends.value("candidate", nlohmann::json())));
+  }
+  return "";
+}
+
 std::string format_table(const nlohmann::json& results, const nlohmann::json& summary) {
   std::ostringstream out;
   out << "| task | level | result | reward | eager ms | compile ms | candidate ms | vs eager | vs compile | path |\n";
@@ -129,6 +147,7 @@ std::string format_table(const nlohmann::json& results, const nlohmann::json& su
   if (summary["geomean_speedup_vs_compile"].is_number())
     out << fmt::format(", {:.2f}x vs torch.compile", summary["geomean_speedup_vs_compile"].get<double>());
   out << " (geomeans over correct solutions)\n";
+  if (const std::string settings = baseline_settings(results); !settings.empty()) out << "timed under: " << settings << "\n";
   for (const auto& r : results)
     if (!r.value("ok", false))
       out << fmt::format("- {}: {}: {}\n", r.value("task_id", "?"), category_name(r), r.value("message", "").substr(0, 300));
@@ -157,6 +176,7 @@ nlohmann::json run_meta(const Split& split, const nlohmann::json& results, const
   char date[32];
   std::strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", std::gmtime(&now));
   meta["date"] = date;
+  if (const std::string settings = baseline_settings(results); !settings.empty()) meta["timed_under"] = settings;
   for (const auto& r : results) {
     if (r.contains("device") && r["device"].is_object()) {
       meta["gpu"] = r["device"].value("name", "");

@@ -83,6 +83,7 @@ class Candidate {
   nlohmann::json map_blocks(const nlohmann::json& body, std::vector<UniqueFd>& fds);
   nlohmann::json run(const nlohmann::json& body);
   nlohmann::json warmup(const nlohmann::json& body);
+  nlohmann::json prerun();
   nlohmann::json finish();
   nlohmann::json report();
   // The kernel records since the last take, those inside each of `windows` (forwards run since)
@@ -90,8 +91,10 @@ class Candidate {
   // work while no forward ran), the device-to-host copy bytes, CUPTI's dropped records, the
   // probe's record, launches left without a record, and the solution's processes (alive, or,
   // with `ended_count`, ended since the warm-up began).
+  // With `ms` (each window's events' interval), reply["gpu"] gets each window's GPU time and
+  // span ({"busy_ms", "span_ms"}: timer.h's runs_gpu).
   std::vector<std::vector<KernelRecord>> take_records(const std::vector<Window>& windows, nlohmann::json& reply,
-                                                      bool ended_count);
+                                                      bool ended_count, const std::vector<double>* ms = nullptr);
 
   CandidateRequest req_;
   MessageChannel channel_;
@@ -109,6 +112,12 @@ class Candidate {
   // The windows of timed runs whose kernel records are reported together ("report"): flushing
   // CUPTI after every run would put its cost into the next run's timed region.
   std::vector<Window> pending_;
+  std::vector<double> pending_ms_;
+  // Untimed forwards right before timed runs (pre-runs) on this process's own copy of the warm-up
+  // inputs: their windows are forwards too (work inside them is not "outside"), reported with the
+  // timed runs'.
+  py::object warm_inputs_;
+  std::vector<Window> preruns_;
   SolutionProcesses processes_;
   double ended_cpu_mark_ = -1;  // the solution's ended processes' CPU seconds when the warm-up began
 };
@@ -234,7 +243,7 @@ nlohmann::json Candidate::map_blocks(const nlohmann::json& body, std::vector<Uni
 }
 
 std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector<Window>& windows, nlohmann::json& reply,
-                                                                bool ended_count) {
+                                                                bool ended_count, const std::vector<double>* ms) {
   // The probe, then everything finished: every launch entered before the mark has its record by
   // now or never gets one.
   guarded(Category::kRuntimeError, "auditing the kernel records", [] {
@@ -243,8 +252,14 @@ std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector
   });
   const uint64_t mark = launch_mark();
   uint64_t host_bytes = 0;
-  std::vector<KernelRecord> records = CuptiKernelRecorder::instance().take(&host_bytes);
+  std::vector<GpuSpan> transfers;
+  std::vector<KernelRecord> records = CuptiKernelRecorder::instance().take(&host_bytes, &transfers);
   const UnrecordedLaunches unrecorded = take_unrecorded_launches(mark);
+  if (ms) {
+    reply["gpu"] = nlohmann::json::array();
+    for (const RunGpu& r : runs_gpu(windows, *ms, records, transfers))
+      reply["gpu"].push_back({{"busy_ms", r.gpu.busy_ms}, {"span_ms", r.gpu.span_ms}});
+  }
   std::vector<std::vector<KernelRecord>> inside(windows.size());
   std::vector<KernelRecord> outside;
   bool probe_seen = false;
@@ -295,6 +310,8 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
     else run.output = forward();
   });
   reply["ms"] = run.ms;
+  reply["host_ms"] = run.host_ms;
+  reply["joined"] = run.joined;
   // Straight after the forward, before any Python-level code of ours could let another thread
   // run: the outputs' bytes go to the judge's block through C-level calls only.
   try {
@@ -314,7 +331,7 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
     reply["tampering"] = why;
   }
   if (gpu_ && CuptiKernelRecorder::instance().recording()) {
-    if (body.value("defer_report", false)) pending_.push_back(run.window);
+    if (body.value("defer_report", false)) pending_.push_back(run.window), pending_ms_.push_back(run.ms);
     else reply["kernels"] = uses_json(take_records({run.window}, reply, false).front());
   }
   if (gpu_ && body.value("release", false)) {
@@ -327,8 +344,17 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
 nlohmann::json Candidate::report() {
   nlohmann::json reply = {{"op", "reported"}, {"runs", nlohmann::json::array()}};
   if (!gpu_ || !CuptiKernelRecorder::instance().recording()) return reply;
-  for (const auto& run : take_records(pending_, reply, true)) reply["runs"].push_back(uses_json(run));
+  std::vector<Window> windows = pending_;
+  std::vector<double> ms = pending_ms_;
+  windows.insert(windows.end(), preruns_.begin(), preruns_.end());
+  ms.resize(windows.size(), 0.0);
+  const auto inside = take_records(windows, reply, true, &ms);
+  for (size_t i = 0; i < pending_.size(); ++i) reply["runs"].push_back(uses_json(inside[i]));
+  nlohmann::json& gpu = reply["gpu"];  // the pre-runs' entries are not the judge's business
+  if (gpu.size() > pending_.size()) gpu.erase(gpu.begin() + static_cast<long>(pending_.size()), gpu.end());
   pending_.clear();
+  pending_ms_.clear();
+  preruns_.clear();
   return reply;
 }
 
@@ -344,8 +370,43 @@ nlohmann::json Candidate::warmup(const nlohmann::json& body) {
   ended_cpu_mark_ = processes_.ended_cpu_seconds();
   guarded(Category::kRuntimeError, "ModelNew.forward (warm-up)",
           [&] { reply["runs"] = warm_up(model_, inputs, options, &windows); });
+  if (body.value("keep", false)) {
+    // A copy of the warm-up inputs of this process's own, for the pre-runs (the block's contents
+    // change with every timed run).
+    LaunchScope harness(LaunchOrigin::kHarness);
+    guarded(Category::kRuntimeError, "keeping the warm-up inputs", [&] {
+      warm_inputs_ = clone_tree(inputs);
+      CA_CU_CHECK(driver().cuCtxSynchronize());
+    });
+  }
+  try {
+    reply["backends"] = backend_settings();  // as the solution left them
+  } catch (const std::exception&) {
+    // A report only.
+  }
   if (CuptiKernelRecorder::instance().recording()) (void)take_records(windows, reply, true);
   return reply;
+}
+
+nlohmann::json Candidate::prerun() {
+  CA_CHECK(gpu_ && warm_inputs_, "a pre-run before a warm-up that kept its inputs");
+  py::object inputs;
+  {
+    LaunchScope harness(LaunchOrigin::kHarness);
+    guarded(Category::kRuntimeError, "copying the pre-run's inputs", [&] { inputs = clone_tree(warm_inputs_); });
+  }
+  const bool recording = CuptiKernelRecorder::instance().recording();
+  Window w;
+  guarded(Category::kRuntimeError, "ModelNew.forward (pre-run)", [&] {
+    CA_CU_CHECK(driver().cuCtxSynchronize());
+    w.start_ns = recording ? CuptiKernelRecorder::timestamp() : 0;
+    (void)call_model(model_, inputs);
+    CA_CU_CHECK(driver().cuCtxSynchronize());
+    w.end_ns = recording ? CuptiKernelRecorder::timestamp() : 0;
+  });
+  (void)take_launch_streams();
+  if (recording) preruns_.push_back(w);
+  return {{"op", "preran"}};
 }
 
 nlohmann::json Candidate::finish() {
@@ -381,6 +442,7 @@ int Candidate::serve() {
       else if (phase == "blocks") reply = map_blocks(m.body, m.fds);
       else if (phase == "run") reply = run(m.body);
       else if (phase == "warmup") reply = warmup(m.body);
+      else if (phase == "prerun") reply = prerun();
       else if (phase == "finish") reply = finish();
       else if (phase == "report") reply = report();
       else CA_FAIL("unknown op '{}'", phase);

@@ -59,12 +59,19 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
 
 void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid_size) {
   std::vector<KernelRecord> records;
+  std::vector<GpuSpan> transfers;
   CUpti_Activity* record = nullptr;
   const CuptiApi& api = cupti();
   while (api.cuptiActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
     if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
       if (m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH) CuptiKernelRecorder::instance().add_host_copy(m->bytes);
+      transfers.push_back({m->start, m->end, m->streamId});
+      continue;
+    }
+    if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+      transfers.push_back({m->start, m->end, m->streamId});
       continue;
     }
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL)
@@ -85,7 +92,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     std::lock_guard<std::mutex> lock(g_pool_mutex);
     buffer_pool().push_back(buffer);
   }
-  CuptiKernelRecorder::instance().append(std::move(records));
+  CuptiKernelRecorder::instance().append(std::move(records), std::move(transfers));
 }
 
 constexpr const char* kProbeName = "cuda_agent_recording_probe";
@@ -125,9 +132,10 @@ CuptiKernelRecorder& CuptiKernelRecorder::instance() {
   return recorder;
 }
 
-void CuptiKernelRecorder::append(std::vector<KernelRecord>&& records) {
+void CuptiKernelRecorder::append(std::vector<KernelRecord>&& records, std::vector<GpuSpan>&& transfers) {
   std::lock_guard<std::mutex> lock(g_records_mutex);
   for (auto& r : records) records_.push_back(std::move(r));
+  transfers_.insert(transfers_.end(), transfers.begin(), transfers.end());
 }
 
 uint64_t CuptiKernelRecorder::timestamp() {
@@ -152,6 +160,7 @@ void CuptiKernelRecorder::start() {
   {
     std::lock_guard<std::mutex> lock(g_records_mutex);
     records_.clear();
+    transfers_.clear();
   }
   dropped_ = 0;
   host_copy_bytes_ = 0;
@@ -160,11 +169,12 @@ void CuptiKernelRecorder::start() {
   if (!recording_) {
     CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
     CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY));
+    CA_CUPTI_CHECK(api.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET));
   }
   recording_ = true;
 }
 
-std::vector<KernelRecord> CuptiKernelRecorder::take(uint64_t* host_copy_bytes) {
+std::vector<KernelRecord> CuptiKernelRecorder::take(uint64_t* host_copy_bytes, std::vector<GpuSpan>* transfers) {
   const CuptiApi& api = cupti();
   // Flush without holding our lock: CUPTI calls buffer_completed, which takes it.
   CA_CUPTI_CHECK(api.cuptiActivityFlushAll(1));
@@ -174,6 +184,8 @@ std::vector<KernelRecord> CuptiKernelRecorder::take(uint64_t* host_copy_bytes) {
   {
     std::lock_guard<std::mutex> lock(g_records_mutex);
     out.swap(records_);
+    if (transfers) transfers->swap(transfers_);
+    transfers_.clear();
   }
   if (launch_origins_installed())
     for (auto& r : out) {
@@ -185,12 +197,13 @@ std::vector<KernelRecord> CuptiKernelRecorder::take(uint64_t* host_copy_bytes) {
   return out;
 }
 
-std::vector<KernelRecord> CuptiKernelRecorder::stop(uint64_t* host_copy_bytes) {
-  std::vector<KernelRecord> out = take(host_copy_bytes);
+std::vector<KernelRecord> CuptiKernelRecorder::stop(uint64_t* host_copy_bytes, std::vector<GpuSpan>* transfers) {
+  std::vector<KernelRecord> out = take(host_copy_bytes, transfers);
   if (recording_) {
     const CuptiApi& api = cupti();
     CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL));
     CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMCPY));
+    CA_CUPTI_CHECK(api.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_MEMSET));
   }
   recording_ = false;
   return out;

@@ -50,9 +50,12 @@ nlohmann::json SandboxOptions::to_json() const {
           {"profile_compile", profile_compile},
           {"record_kernels", record_kernels},
           {"use_baseline_cache", use_baseline_cache},
+          {"compile_baseline", compile_baseline},
+          {"baseline_drift", baseline_drift},
           {"quiet_start", quiet_start},
           {"reward", reward},
           {"speedup_margin", speedup_margin},
+          {"reward_rule", reward_rule},
           {"timeout_s", timeout_s},
           {"host_memory_gb", host_memory_gb},
           {"gpu_memory_fraction", gpu_memory_fraction},
@@ -86,9 +89,12 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.profile_compile = merged["profile_compile"];
   o.record_kernels = merged["record_kernels"];
   o.use_baseline_cache = merged["use_baseline_cache"];
+  o.compile_baseline = merged["compile_baseline"];
+  o.baseline_drift = merged["baseline_drift"];
   o.quiet_start = merged["quiet_start"];
   o.reward = merged["reward"];
   o.speedup_margin = merged["speedup_margin"];
+  o.reward_rule = merged["reward_rule"];
   o.timeout_s = merged["timeout_s"];
   o.host_memory_gb = merged["host_memory_gb"];
   o.gpu_memory_fraction = merged["gpu_memory_fraction"];
@@ -107,6 +113,16 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
            o.strict_factor, o.strict_floor);
   CA_CHECK(o.reward == "milestone" || o.reward == "raw_speedup",
            "sandbox.reward '{}' is unknown: use 'milestone' or 'raw_speedup'", o.reward);
+  CA_CHECK(o.reward_rule == "interval" || o.reward_rule == "point",
+           "sandbox.reward_rule '{}' is unknown: use 'interval' (the speedup's 95% interval decides) or 'point' (the "
+           "point estimate decides, as in the CUDA Agent paper)",
+           o.reward_rule);
+  CA_CHECK(o.compile_baseline == "cached" || o.compile_baseline == "fresh",
+           "sandbox.compile_baseline '{}' is unknown: use 'cached' (timed once per task, carried over by eager's "
+           "drift) or 'fresh' (timed in every evaluation)",
+           o.compile_baseline);
+  CA_CHECK(o.baseline_drift > 0, "sandbox.baseline_drift must be positive (a fraction such as 0.1), got {}",
+           o.baseline_drift);
   CA_CHECK(o.timeout_s > 0, "sandbox.timeout_s must be positive, got {}", o.timeout_s);
   CA_CHECK(o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1,
            "sandbox.gpu_memory_fraction must be in (0, 1], got {}", o.gpu_memory_fraction);

@@ -1,5 +1,7 @@
 #include "evaluation_support.h"
 
+#include <sys/prctl.h>
+
 #include <fmt/format.h>
 #include <pybind11/embed.h>
 
@@ -112,6 +114,32 @@ py::object build_reference(py::module_& task, const std::string& device, int64_t
 py::object build_model(py::handle cls, py::handle init_inputs, const std::string& device, int64_t seed) {
   seed_everything(seed);
   return cls(*py::reinterpret_borrow<py::sequence>(init_inputs)).attr("to")(device);
+}
+
+namespace {
+
+// The process's speculative-execution mitigation for `which` (PR_SPEC_STORE_BYPASS,
+// PR_SPEC_INDIRECT_BRANCH): "on" (speculation disabled), "off", "not affected" or "unknown".
+std::string speculation(int which) {
+  const int state = ::prctl(PR_GET_SPECULATION_CTRL, which, 0, 0, 0);
+  if (state < 0) return "unknown";
+  if (state == PR_SPEC_NOT_AFFECTED) return "not affected";
+  return (state & (PR_SPEC_DISABLE | PR_SPEC_FORCE_DISABLE | PR_SPEC_DISABLE_NOEXEC)) ? "on" : "off";
+}
+
+}  // namespace
+
+nlohmann::json backend_settings() {
+  py::module_ torch = py::module_::import("torch");
+  py::object backends = torch.attr("backends");
+  return {{"matmul_tf32", backends.attr("cuda").attr("matmul").attr("allow_tf32").cast<bool>()},
+          {"cudnn_tf32", backends.attr("cudnn").attr("allow_tf32").cast<bool>()},
+          {"cudnn_enabled", backends.attr("cudnn").attr("enabled").cast<bool>()},
+          {"cudnn_benchmark", backends.attr("cudnn").attr("benchmark").cast<bool>()},
+          {"float32_matmul_precision", torch.attr("get_float32_matmul_precision")().cast<std::string>()},
+          // What slows a process's host code (its Python) without touching the GPU.
+          {"store_bypass_mitigation", speculation(PR_SPEC_STORE_BYPASS)},
+          {"indirect_branch_mitigation", speculation(PR_SPEC_INDIRECT_BRANCH)}};
 }
 
 int64_t tree_tensor_bytes(py::handle tree) {

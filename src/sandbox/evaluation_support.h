@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include <nlohmann/json.hpp>
 #include <pybind11/pybind11.h>
 
 #include "cuda_agent/sandbox/eval_result.h"
@@ -78,6 +79,10 @@ pybind11::object build_reference(pybind11::module_& task, const std::string& dev
 // cls(*init_inputs).to(device) after seeding everything with `seed`.
 pybind11::object build_model(pybind11::handle cls, pybind11::handle init_inputs, const std::string& device,
                              int64_t seed);
+
+// The settings of this process's PyTorch that change what a timing measures: TF32 for matmuls
+// and cuDNN, cuDNN on and its autotuner (benchmark), float32 matmul precision.
+nlohmann::json backend_settings();
 
 // Bytes held by the tensors of a tree (nested tuples, lists and dicts).
 int64_t tree_tensor_bytes(pybind11::handle tree);

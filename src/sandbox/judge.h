@@ -21,6 +21,7 @@
 #include "cuda_agent/sandbox/kernel_provenance.h"
 #include "cuda_agent/sandbox/memory_plan.h"
 #include "cuda_agent/sandbox/shared_block.h"
+#include "cuda_agent/sandbox/timing_stats.h"
 
 namespace cuda_agent::sandbox {
 
@@ -28,6 +29,8 @@ namespace cuda_agent::sandbox {
 // requires for types holding Python objects (and Judge below).
 struct __attribute__((visibility("hidden"))) CandidateRun {
   double ms = 0;               // the candidate process's claim
+  double host_ms = 0;          // its claim of the forward's host time
+  bool joined = true;          // its claim that every stream was joined to the timing stream
   double round_trip_ms = 0;    // the judge's own clock: inputs sent to outputs back
   pybind11::object outputs;    // views into the output block: compare before the next run
   std::vector<KernelUse> kernels;  // what ran inside the forward, by origin (claims)
@@ -72,6 +75,8 @@ struct __attribute__((visibility("hidden"))) Judge {
   // Provenance over every run of the candidate (verify and timed), enforced per run.
   ProvenanceReport provenance;
   std::vector<KernelUse> timed_kernels;  // the candidate's, inside the timed runs
+  // The candidate process's PyTorch settings after the solution loaded (its warm-up reply: a claim).
+  nlohmann::json candidate_backends;
 
   double remaining() const;
 
@@ -84,8 +89,9 @@ struct __attribute__((visibility("hidden"))) Judge {
   // Compares the candidate's outputs with the reference's under the precision policy.
   CompareResult compare(pybind11::handle ref, pybind11::handle ref64, pybind11::handle outputs) const;
   // The kernel records of the runs since the last report, `wheres` naming them: provenance per
-  // run, work outside the forwards, host copies. Adds the runs' kernels to timed_kernels.
-  void report_deferred_runs(const std::vector<std::string>& wheres);
+  // run, work outside the forwards, host copies. Adds the runs' kernels to timed_kernels. Returns
+  // each run's GPU activity (the candidate's claims: busy and span).
+  std::vector<GpuActivity> report_deferred_runs(const std::vector<std::string>& wheres);
   // Classifies one run's kernels into `provenance`; under provenance: enforce, a run that
   // violates it throws Failure (forbidden_fallback) naming `where`.
   void enforce_provenance(const std::vector<KernelUse>& uses, uint64_t host_copy_bytes, const std::string& where);
@@ -96,8 +102,12 @@ struct __attribute__((visibility("hidden"))) Judge {
   // `where`.
   void audit_records(const nlohmann::json& reply, const std::string& where, const std::string& when) const;
   // Untimed forwards of the candidate on a staged copy of `inputs` (the warm-up); checks for work
-  // outside them. Throws Failure.
-  void warm_up_candidate(pybind11::handle inputs);
+  // outside them. `keep`: the candidate keeps its own copy of the inputs for pre_run_candidate().
+  // Throws Failure.
+  void warm_up_candidate(pybind11::handle inputs, bool keep = false);
+  // One untimed forward of the candidate on its copy of the warm-up inputs, right before a timed
+  // run's inputs are staged (so that nothing of them exists while it runs). Throws Failure.
+  void pre_run_candidate(const std::string& where);
   // Room for outputs `like` the reference's in the output block (grown when too small), sized
   // by the memory plan.
   void reserve_outputs(pybind11::handle like);

@@ -193,8 +193,8 @@ void Judge::reserve_outputs(py::handle like) {
   send_blocks(false, true);
 }
 
-void Judge::report_deferred_runs(const std::vector<std::string>& wheres) {
-  if (!gpu) return;
+std::vector<GpuActivity> Judge::report_deferred_runs(const std::vector<std::string>& wheres) {
+  if (!gpu) return {};
   const nlohmann::json reply = candidate->call("reporting the timed runs' kernels", {{"op", "report"}}, "reported", remaining());
   audit_records(reply, "the timed runs", "while no forward was running");  // first, as in run_candidate
   const nlohmann::json runs = reply.value("runs", nlohmann::json::array());
@@ -210,15 +210,38 @@ void Judge::report_deferred_runs(const std::vector<std::string>& wheres) {
     p.host_copy_bytes = host_bytes;
     throw Failure{Category::kForbiddenFallback, "the timed runs: " + p.message()};
   }
+  std::vector<GpuActivity> activity;
+  const nlohmann::json gpu_runs = reply.value("gpu", nlohmann::json::array());
+  try {
+    for (const auto& g : gpu_runs) {
+      GpuActivity a;
+      a.busy_ms = g.at("busy_ms").get<double>();
+      a.span_ms = g.at("span_ms").get<double>();
+      if (!(a.busy_ms >= 0 && a.span_ms >= a.busy_ms - 1e-6)) throw std::runtime_error("impossible GPU times");
+      activity.push_back(a);
+    }
+  } catch (const std::exception& e) {
+    throw Failure{Category::kTampering, fmt::format("the timed runs: the candidate process's GPU times are malformed ({})", e.what())};
+  }
+  if (!activity.empty() && activity.size() != wheres.size())
+    throw Failure{Category::kTampering, fmt::format("the timed runs: the candidate process reported GPU times for {} of {} runs",
+                                                    activity.size(), wheres.size())};
+  return activity;
 }
 
-void Judge::warm_up_candidate(py::handle inputs) {
+void Judge::warm_up_candidate(py::handle inputs, bool keep) {
   nlohmann::json spec;
   guarded(Category::kTaskError, "warm-up: handing the inputs to the candidate", [&] { spec = stage(inputs); });
   const nlohmann::json reply = candidate->call(
-      "warm-up", {{"op", "warmup"}, {"inputs", spec}, {"runs", opt.warmup_runs}, {"ms", opt.warmup_ms}}, "warmed",
+      "warm-up",
+      {{"op", "warmup"}, {"inputs", spec}, {"runs", opt.warmup_runs}, {"ms", opt.warmup_ms}, {"keep", keep}}, "warmed",
       remaining());
   audit_records(reply, "warm-up", "while no forward was running");
+  candidate_backends = reply.value("backends", nlohmann::json());
+}
+
+void Judge::pre_run_candidate(const std::string& where) {
+  (void)candidate->call(where + ": the pre-run", {{"op", "prerun"}}, "preran", remaining());
 }
 
 CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, const std::string& where) {
@@ -240,6 +263,8 @@ CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, cons
   if (!r.contains("ms") || !r["ms"].is_number() || r["ms"].get<double>() < 0)
     throw Failure{Category::kTampering, where + ": the candidate process's reply has no timing"};
   run.ms = r["ms"].get<double>();
+  run.host_ms = r.value("host_ms", 0.0);
+  run.joined = r.value("joined", true);
 
   if (gpu && !flags.defer_report) {
     // The records are audited before provenance reads them: a blinded recorder's verdict

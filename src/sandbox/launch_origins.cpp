@@ -3,12 +3,13 @@
 #include <dlfcn.h>
 #include <execinfo.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <mutex>
 #include <unordered_map>
 
 #include "cuda_agent/core/error.h"
-#include "cuda_agent/sandbox/cuda_libs.h"
+#include "cuda_agent/sandbox/cuda_libs.h"  // cupti.h, and through it the driver API's parameter structs
 
 namespace cuda_agent::sandbox {
 namespace {
@@ -25,6 +26,7 @@ struct State {
   std::string self_file;                                          // this binary, as dladdr names it
   std::unordered_map<const void*, LaunchAttribution> by_handle;   // the stack walk, once per kernel
   LaunchLedger ledger;
+  std::vector<uintptr_t> streams;  // where work went since take_launch_streams()
 };
 
 State& state() {
@@ -82,6 +84,96 @@ bool is_graph_launch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
           (cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000 || cbid == CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000));
 }
 
+// The stream a driver call sends work to; *destroyed: the call destroys it. False for calls that
+// name no stream.
+bool work_stream(CUpti_CallbackId cbid, const void* params, uintptr_t* stream, bool* destroyed) {
+  if (params == nullptr) return false;
+  CUstream h = nullptr;
+  bool per_thread = false;
+  *destroyed = false;
+#define CA_STREAM_OF(name)                                                   \
+  case CUPTI_DRIVER_TRACE_CBID_##name:                                       \
+    h = static_cast<const name##_params*>(params)->hStream;                  \
+    break;                                                                   \
+  case CUPTI_DRIVER_TRACE_CBID_##name##_ptsz:                                \
+    h = static_cast<const name##_ptsz_params*>(params)->hStream;             \
+    per_thread = true;                                                       \
+    break;
+  switch (cbid) {
+    CA_STREAM_OF(cuLaunchKernel)
+    CA_STREAM_OF(cuLaunchCooperativeKernel)
+    CA_STREAM_OF(cuGraphLaunch)
+    CA_STREAM_OF(cuMemcpyAsync)
+    CA_STREAM_OF(cuMemcpyDtoDAsync_v2)
+    CA_STREAM_OF(cuMemcpyHtoDAsync_v2)
+    CA_STREAM_OF(cuMemcpyDtoHAsync_v2)
+    CA_STREAM_OF(cuMemcpy2DAsync_v2)
+    CA_STREAM_OF(cuMemcpy3DAsync_v2)
+    CA_STREAM_OF(cuMemcpyPeerAsync)
+    CA_STREAM_OF(cuMemsetD8Async)
+    CA_STREAM_OF(cuMemsetD16Async)
+    CA_STREAM_OF(cuMemsetD32Async)
+    CA_STREAM_OF(cuMemsetD2D8Async)
+    CA_STREAM_OF(cuMemsetD2D16Async)
+    CA_STREAM_OF(cuMemsetD2D32Async)
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
+      const CUlaunchConfig* config = static_cast<const cuLaunchKernelEx_params*>(params)->config;
+      if (config == nullptr) return false;
+      h = config->hStream;
+      per_thread = cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz;
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy_v2:
+      h = static_cast<const cuStreamDestroy_v2_params*>(params)->hStream;
+      *destroyed = true;
+      break;
+    default:
+      return false;
+  }
+#undef CA_STREAM_OF
+  // A _ptsz call's stream 0 is the calling thread's default stream.
+  *stream = per_thread && h == nullptr ? reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD) : reinterpret_cast<uintptr_t>(h);
+  return true;
+}
+
+// The driver calls whose streams are watched but that launch no kernel.
+constexpr CUpti_CallbackId kStreamOnlyCalls[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,          CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2,   CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,   CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,   CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2,     CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2,     CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync,      CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,        CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async,       CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,       CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async,      CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async,     CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async,     CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy_v2,
+};
+
+bool stream_only_call(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  return domain == CUPTI_CB_DOMAIN_DRIVER_API &&
+         std::find(std::begin(kStreamOnlyCalls), std::end(kStreamOnlyCalls), cbid) != std::end(kStreamOnlyCalls);
+}
+
+// Notes (or forgets) the stream of a driver call. Called with the state unlocked.
+void note_stream(State& s, CUpti_CallbackId cbid, const void* params) {
+  uintptr_t stream = 0;
+  bool destroyed = false;
+  if (!work_stream(cbid, params, &stream, &destroyed)) return;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = std::find(s.streams.begin(), s.streams.end(), stream);
+  if (destroyed) {
+    if (it != s.streams.end()) s.streams.erase(it);
+  } else if (it == s.streams.end()) {
+    s.streams.push_back(stream);
+  }
+}
+
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   State& s = state();
   if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
@@ -93,6 +185,11 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   }
   const auto* d = static_cast<const CUpti_CallbackData*>(data);
   if (d == nullptr) return;
+  if (stream_only_call(domain, cbid)) {
+    if (d->callbackSite == CUPTI_API_ENTER) note_stream(s, cbid, d->functionParams);
+    return;
+  }
+  if (d->callbackSite == CUPTI_API_ENTER && domain == CUPTI_CB_DOMAIN_DRIVER_API) note_stream(s, cbid, d->functionParams);
   if (d->callbackSite == CUPTI_API_EXIT) {
     if (t_launch.depth == 0) return;
     // cudaError_t and CUresult alike: 0 is success.
@@ -181,6 +278,8 @@ void install_launch_origins(const std::vector<std::string>& own_dirs, const std:
                               CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
                               CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz})
     CA_CUPTI_CHECK(api.cuptiEnableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id));
+  for (CUpti_CallbackId id : kStreamOnlyCalls)
+    CA_CUPTI_CHECK(api.cuptiEnableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id));
   for (CUpti_CallbackId id :
        {CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
         CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
@@ -202,6 +301,13 @@ LaunchAttribution take_launch_origin(uint32_t correlation_id) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   return s.ledger.take(correlation_id);
+}
+
+std::vector<uintptr_t> take_launch_streams() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  std::vector<uintptr_t> out;
+  out.swap(state().streams);
+  return out;
 }
 
 uint64_t launch_mark() {

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/sandbox/cuda_device.h"
 #include "cuda_agent/sandbox/cuda_libs.h"
+#include "cuda_agent/sandbox/launch_origins.h"
 #include "cuda_agent/sandbox/task_runner.h"
 
 namespace py = pybind11;
@@ -15,16 +17,18 @@ namespace {
 
 struct Event {
   CUevent e = nullptr;
-  Event() { CA_CU_CHECK(driver().cuEventCreate(&e, CU_EVENT_DEFAULT)); }
+  explicit Event(unsigned flags = CU_EVENT_DEFAULT) { CA_CU_CHECK(driver().cuEventCreate(&e, flags)); }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
 };
 
-// A device buffer larger than the L2, and the timing events, kept for the process.
+// A device buffer larger than the L2, the timing events and the streams' join events, kept for
+// the process.
 struct TimerState {
   CUdeviceptr flush = 0;
   size_t words = 0;
   Event start, end;
+  std::vector<std::unique_ptr<Event>> joins;
   unsigned fill = 0;
 };
 
@@ -50,6 +54,24 @@ void flush_l2(TimerState& s) {
 
 uint64_t now_ns() { return CuptiKernelRecorder::instance().recording() ? CuptiKernelRecorder::timestamp() : 0; }
 
+// Makes the timing stream wait for every other stream the forward sent work to. False when one
+// cannot be joined (a stream destroyed meanwhile): the device was synchronized instead.
+bool join_streams(TimerState& s) {
+  const DriverApi& api = driver();
+  size_t used = 0;
+  for (uintptr_t handle : take_launch_streams()) {
+    CUstream stream = reinterpret_cast<CUstream>(handle);
+    if (stream == nullptr || stream == CU_STREAM_LEGACY) continue;  // the timing stream itself
+    if (used == s.joins.size()) s.joins.push_back(std::make_unique<Event>(CU_EVENT_DISABLE_TIMING));
+    CUevent e = s.joins[used++]->e;
+    if (api.cuEventRecord(e, stream) != CUDA_SUCCESS || api.cuStreamWaitEvent(nullptr, e, 0) != CUDA_SUCCESS) {
+      CA_CU_CHECK(api.cuCtxSynchronize());
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 TimedRun timed_forward(py::handle model, py::handle inputs, bool flush) {
@@ -61,13 +83,19 @@ TimedRun timed_call(const std::function<py::object()>& forward, bool flush) {
   TimerState& s = timer_state();
   if (flush) flush_l2(s);
   CA_CU_CHECK(api.cuCtxSynchronize());
+  (void)take_launch_streams();  // what was sent before this run is not its work
   TimedRun run;
   run.window.start_ns = now_ns();
+  const auto host_start = std::chrono::steady_clock::now();
   CA_CU_CHECK(api.cuEventRecord(s.start.e, nullptr));
   run.output = forward();
-  CA_CU_CHECK(api.cuCtxSynchronize());
+  run.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start).count();
+  run.joined = join_streams(s);
   CA_CU_CHECK(api.cuEventRecord(s.end.e, nullptr));
   CA_CU_CHECK(api.cuEventSynchronize(s.end.e));
+  // Whatever the forward left running elsewhere finishes inside the window, where its records
+  // count (runs_gpu).
+  CA_CU_CHECK(api.cuCtxSynchronize());
   run.window.end_ns = now_ns();
   float ms = 0;
   CA_CU_CHECK(api.cuEventElapsedTime(&ms, s.start.e, s.end.e));
@@ -94,43 +122,101 @@ int warm_up(py::handle model, py::handle inputs, const TimingOptions& options, s
     const double elapsed = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     if ((runs >= options.warmup_runs && elapsed >= options.warmup_ms) || runs >= 10000) break;
   }
+  (void)take_launch_streams();
   return runs;
 }
 
-TimingResult time_forward(py::handle model, py::handle inputs, const TimingOptions& options) {
-  return time_forward(model, inputs, options, [&](int) { return clone_tree(inputs); });
+std::vector<RunGpu> runs_gpu(const std::vector<Window>& windows, const std::vector<double>& ms,
+                             std::vector<KernelRecord>& kernels, const std::vector<GpuSpan>& transfers,
+                             std::vector<std::vector<KernelRecord>>* inside) {
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> spans(windows.size());
+  if (inside) inside->assign(windows.size(), {});
+  auto window_of = [&](uint64_t start, uint64_t end) -> int {
+    for (size_t i = 0; i < windows.size(); ++i)
+      if (windows[i].contains(start, end)) return static_cast<int>(i);
+    return -1;
+  };
+  for (auto& k : kernels) {
+    if (CuptiKernelRecorder::is_probe(k)) continue;
+    const int w = window_of(k.start_ns, k.end_ns);
+    if (w < 0) continue;
+    spans[static_cast<size_t>(w)].emplace_back(k.start_ns, k.end_ns);
+    if (inside) (*inside)[static_cast<size_t>(w)].push_back(std::move(k));
+  }
+  for (const auto& t : transfers) {
+    const int w = window_of(t.start_ns, t.end_ns);
+    if (w >= 0) spans[static_cast<size_t>(w)].emplace_back(t.start_ns, t.end_ns);
+  }
+  std::vector<RunGpu> out(windows.size());
+  for (size_t i = 0; i < windows.size(); ++i) {
+    out[i].gpu = gpu_activity(std::move(spans[i]));
+    const double event_ms = i < ms.size() ? ms[i] : 0;
+    out[i].extended = out[i].gpu.span_ms > event_ms;
+    out[i].sample_ms = std::max(event_ms, out[i].gpu.span_ms);
+  }
+  return out;
 }
 
-TimingResult time_forward(py::handle model, py::handle warm_inputs, const TimingOptions& options,
-                          const std::function<py::object(int)>& run_inputs) {
-  CA_CHECK(options.timed_runs >= 1, "timed_runs must be at least 1, got {}", options.timed_runs);
-  CuptiKernelRecorder* recorder = options.record_kernels ? &CuptiKernelRecorder::instance() : nullptr;
-  // CUPTI is switched on before the warm-up, so that its own start-up cost lands there.
-  if (recorder) recorder->start();
-  TimingResult result;
-  std::vector<Window> windows;
-  std::vector<double> samples;
-  try {
-    warm_up(model, warm_inputs, options);
-    for (int i = 0; i < options.timed_runs; ++i) {
-      TimedRun run = timed_forward(model, run_inputs(i), options.flush_l2);
-      samples.push_back(run.ms);
-      windows.push_back(run.window);
-    }
-  } catch (...) {
-    if (recorder) {
-      try {
-        recorder->stop();
-      } catch (...) {
-      }
-    }
-    throw;
+TimedSeries::TimedSeries(int series, bool record_kernels) : windows_(static_cast<size_t>(series)), ms_(static_cast<size_t>(series)) {
+  if (record_kernels) {
+    // Switched on before the warm-ups, so that CUPTI's own start-up cost lands there.
+    CuptiKernelRecorder::instance().start();
+    recording_ = true;
   }
-  if (recorder)
-    for (auto& k : recorder->stop())
-      if (std::any_of(windows.begin(), windows.end(), [&](const Window& w) { return w.contains(k.start_ns, k.end_ns); }))
-        result.kernels.push_back(std::move(k));
-  result.stats = TimingStats::from_samples(std::move(samples));
+}
+
+TimedSeries::~TimedSeries() {
+  if (!recording_) return;
+  try {
+    (void)CuptiKernelRecorder::instance().stop();
+  } catch (...) {
+  }
+}
+
+TimedRun TimedSeries::run(int s, py::handle model, py::handle inputs, bool flush) {
+  TimedRun run = timed_forward(model, inputs, flush);
+  windows_.at(static_cast<size_t>(s)).push_back(run.window);
+  ms_.at(static_cast<size_t>(s)).push_back(run.ms);
+  return run;
+}
+
+std::vector<TimedSeries::Series> TimedSeries::finish() {
+  std::vector<Series> out(windows_.size());
+  std::vector<KernelRecord> kernels;
+  std::vector<GpuSpan> transfers;
+  if (recording_) {
+    recording_ = false;
+    kernels = CuptiKernelRecorder::instance().stop(nullptr, &transfers);
+  }
+  for (size_t s = 0; s < windows_.size(); ++s) {
+    Series& series = out[s];
+    series.event_ms = ms_[s];
+    if (kernels.empty() && transfers.empty()) {
+      series.ms = ms_[s];
+      continue;
+    }
+    std::vector<std::vector<KernelRecord>> inside;
+    for (const RunGpu& r : runs_gpu(windows_[s], ms_[s], kernels, transfers, &inside)) {
+      series.ms.push_back(r.sample_ms);
+      series.gpu_ms.push_back(r.gpu.busy_ms);
+      series.extended += r.extended ? 1 : 0;
+    }
+    for (auto& run : inside)
+      for (auto& k : run) series.kernels.push_back(std::move(k));
+  }
+  return out;
+}
+
+TimingResult time_forward(py::handle model, py::handle inputs, const TimingOptions& options) {
+  CA_CHECK(options.timed_runs >= 1, "timed_runs must be at least 1, got {}", options.timed_runs);
+  TimedSeries series(1, options.record_kernels);
+  warm_up(model, inputs, options);
+  for (int i = 0; i < options.timed_runs; ++i) series.run(0, model, clone_tree(inputs), options.flush_l2);
+  TimedSeries::Series s = std::move(series.finish().front());
+  TimingResult result;
+  result.stats = TimingStats::from_samples(std::move(s.ms));
+  result.gpu_ms = std::move(s.gpu_ms);
+  result.kernels = std::move(s.kernels);
   return result;
 }
 

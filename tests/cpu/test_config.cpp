@@ -225,6 +225,16 @@ TEST(SandboxOptions, ValidationErrors) {
   EXPECT_NE(msg.find("sandbox.atol and sandbox.rtol must be >= 0"), std::string::npos) << msg;
   msg = error_message([&] { SandboxOptions::from_json(with("timeout_s", 0)); });
   EXPECT_NE(msg.find("sandbox.timeout_s must be positive"), std::string::npos) << msg;
+  // The timing protocol's options name what is allowed.
+  msg = error_message([&] { SandboxOptions::from_json(with("reward_rule", "median")); });
+  EXPECT_NE(msg.find("sandbox.reward_rule 'median' is unknown: use 'interval'"), std::string::npos) << msg;
+  msg = error_message([&] { SandboxOptions::from_json(with("compile_baseline", "never")); });
+  EXPECT_NE(msg.find("sandbox.compile_baseline 'never' is unknown: use 'cached'"), std::string::npos) << msg;
+  msg = error_message([&] { SandboxOptions::from_json(with("baseline_drift", 0)); });
+  EXPECT_NE(msg.find("sandbox.baseline_drift must be positive"), std::string::npos) << msg;
+  EXPECT_EQ(SandboxOptions::from_json(with("reward_rule", "point")).reward_rule, "point");
+  EXPECT_EQ(SandboxOptions::from_json(with("compile_baseline", "fresh")).compile_baseline, "fresh");
+  EXPECT_EQ(SandboxOptions{}.reward_rule, "interval");
   // Boundaries that are valid.
   EXPECT_DOUBLE_EQ(SandboxOptions::from_json(with("gpu_memory_fraction", 1)).gpu_memory_fraction, 1.0);
   EXPECT_EQ(SandboxOptions::from_json(with("trials", 1)).trials, 1);

@@ -114,5 +114,106 @@ TEST(SpeedupInterval, BracketsThePointEstimateAndNarrowsWithLessNoise) {
   EXPECT_EQ(none.to_json()["low"], 0);
 }
 
+// The interval rule: "faster" needs the lower end of the speedup's interval above the bar; the
+// point rule (the paper's) the estimate itself.
+TEST(Reward, IntervalRuleDecidesOnTheLowerEnd) {
+  RewardInputs in = inputs(true, 1.10, 1.10);
+  in.low_vs_eager = 1.07;
+  in.low_vs_compile = 1.03;  // the estimate clears 1.05, its interval does not
+  EXPECT_EQ(compute_reward("milestone", in, 0.05, "point"), 3.0);
+  EXPECT_EQ(compute_reward("milestone", in, 0.05, "interval"), 2.0);
+  in.low_vs_eager = 1.04;
+  EXPECT_EQ(compute_reward("milestone", in, 0.05, "interval"), 1.0);
+  in.low_vs_eager = in.low_vs_compile = 1.06;
+  EXPECT_EQ(compute_reward("milestone", in, 0.05, "interval"), 3.0);
+  // A failed torch.compile is still no bar; a wrong answer is still -1.
+  in.speedup_vs_compile.reset();
+  in.low_vs_compile.reset();
+  EXPECT_EQ(compute_reward("milestone", in, 0.05, "interval"), 3.0);
+  in.correct = false;
+  EXPECT_EQ(compute_reward("milestone", in, 0.05, "interval"), -1.0);
+  // A speedup without its interval cannot be judged by the interval rule; an unknown rule is named.
+  RewardInputs bare = inputs(true, 1.2, 1.2);
+  EXPECT_THROW(compute_reward("milestone", bare, 0.05, "interval"), Error);
+  try {
+    compute_reward("milestone", bare, 0.05, "median");
+    ADD_FAILURE() << "expected cuda_agent::Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'median'"), std::string::npos) << e.what();
+  }
+}
+
+// Interleaved rounds: drift shared by a round cancels in the paired interval, which the
+// independent one cannot see; a scale by a cached ratio multiplies the estimate.
+TEST(SpeedupInterval, PairedRoundsCancelSharedDrift) {
+  std::vector<double> eager, cand;
+  for (int i = 0; i < 20; ++i) {
+    const double drift = 1.0 + 0.3 * (i % 4);  // the GPU's clock wanders across rounds
+    eager.push_back(2.0 * drift * (1 + 0.001 * (i % 3)));
+    cand.push_back(1.0 * drift);
+  }
+  const SpeedupInterval paired = paired_speedup_interval(eager, cand);
+  const SpeedupInterval independent = speedup_interval(eager, cand);
+  EXPECT_NEAR(paired.speedup, independent.speedup, 1e-12);
+  EXPECT_LE(paired.low, paired.speedup);
+  EXPECT_GE(paired.high, paired.speedup);
+  EXPECT_LT(paired.high - paired.low, (independent.high - independent.low) / 5);
+  EXPECT_GT(paired.low, 1.9);
+  // The cached torch.compile baseline, 0.5 of the cached eager: the speedup against it is half.
+  const std::vector<double> cached_eager(10, 4.0), cached_compile(10, 2.0);
+  const SpeedupInterval scaled = paired_speedup_interval(eager, cand, cached_compile, cached_eager);
+  EXPECT_NEAR(scaled.speedup, paired.speedup * 0.5, 1e-12);
+  EXPECT_NEAR(scaled.low, paired.low * 0.5, 1e-9);
+  EXPECT_NE(scaled.method, paired.method);
+  // Rounds that do not pair, or a zero candidate: nothing to say.
+  EXPECT_EQ(paired_speedup_interval(eager, std::vector<double>(3, 1.0)).speedup, 0);
+  EXPECT_EQ(paired_speedup_interval(eager, std::vector<double>(20, 0.0)).speedup, 0);
+}
+
+// The GPU's time in a forward: the union of its records (concurrent work once), and the span.
+TEST(GpuActivity, UnionAndSpanOfTheRecords) {
+  EXPECT_EQ(gpu_activity({}).busy_ms, 0);
+  // [0, 1 ms], [0.5, 1.5 ms] overlap; [3, 4 ms] apart: busy 2.5 ms, span 4 ms.
+  const GpuActivity a = gpu_activity({{3'000'000, 4'000'000}, {0, 1'000'000}, {500'000, 1'500'000}});
+  EXPECT_NEAR(a.busy_ms, 2.5, 1e-12);
+  EXPECT_NEAR(a.span_ms, 4.0, 1e-12);
+  EXPECT_EQ(a.records, 3u);
+  // A record inside another counts once.
+  const GpuActivity b = gpu_activity({{0, 10'000'000}, {2'000'000, 3'000'000}});
+  EXPECT_NEAR(b.busy_ms, 10.0, 1e-12);
+  EXPECT_NEAR(b.span_ms, 10.0, 1e-12);
+}
+
+// A baseline carried over by drift: every time scaled, the GPU times too.
+TEST(TimingStats, ScaledAndTheGpuTimeInItsJson) {
+  const TimingStats s = TimingStats::from_samples({1.0, 2.0, 3.0}, {0.5, 0.5, 0.7});
+  const nlohmann::json j = s.to_json();
+  EXPECT_DOUBLE_EQ(j["gpu_kernel_ms"].get<double>(), 0.5);
+  const TimingStats back = TimingStats::from_json(j);
+  EXPECT_EQ(back.gpu_ms, s.gpu_ms);
+  const TimingStats twice = s.scaled(2.0);
+  EXPECT_DOUBLE_EQ(twice.median_ms, 4.0);
+  EXPECT_DOUBLE_EQ(twice.gpu_ms[2], 1.4);
+  EXPECT_TRUE(TimingStats::from_samples({1.0}).to_json()["gpu_kernel_ms"].is_null());
+}
+
+// A cached baseline is re-timed only when eager drifted beyond the band with confidence: a
+// shift inside the band, or noise wide enough to hold 1, is not drift.
+TEST(SpeedupInterval, DriftBeyondTheBandNeedsConfidence) {
+  std::vector<double> cached, same, slower, noisy_slower;
+  for (int i = 0; i < 20; ++i) {
+    cached.push_back(1.0 + 0.005 * (i % 4));
+    same.push_back(1.03 + 0.005 * ((i * 3) % 4));          // 3% off: inside a 10% band
+    slower.push_back(1.25 + 0.005 * ((i * 3) % 4));        // 25% off, tight: drift
+    noisy_slower.push_back(i % 2 ? 0.8 : 1.8);             // a median far off, but nothing certain
+  }
+  EXPECT_FALSE(drifted_beyond(same, cached, 0.10));
+  EXPECT_TRUE(drifted_beyond(slower, cached, 0.10));
+  EXPECT_TRUE(drifted_beyond(cached, slower, 0.10));  // faster now, as much
+  EXPECT_FALSE(drifted_beyond(slower, cached, 0.30));
+  EXPECT_FALSE(drifted_beyond(noisy_slower, cached, 0.10));
+  EXPECT_FALSE(drifted_beyond({}, cached, 0.10));
+}
+
 }  // namespace
 }  // namespace cuda_agent::sandbox

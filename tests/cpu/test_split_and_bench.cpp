@@ -293,6 +293,20 @@ TEST(BenchSummary, FormatTable) {
   EXPECT_NE(table.find("- t_wrong: mismatch: something went wrong in t_wrong"), std::string::npos) << table;
   EXPECT_NE(table.find("- t_broken: compile_error: something went wrong in t_broken"), std::string::npos) << table;
   EXPECT_EQ(table.find("- t_fast:"), std::string::npos) << table;
+  EXPECT_EQ(table.find("timed under:"), std::string::npos) << table;  // no result says
+}
+
+// The settings the baselines were timed under are in the open: TF32 on each side, the policy.
+TEST(BenchSummary, FormatTableSaysWhatTheBaselinesWereTimedUnder) {
+  nlohmann::json results = sample_results();
+  results[1]["precision"] = "strict";
+  results[1]["backends"] = {{"judge", {{"matmul_tf32", false}, {"cudnn_tf32", false}}},
+                            {"candidate", {{"matmul_tf32", true}, {"cudnn_tf32", false}}}};
+  const std::string table = format_table(results, summarize(results));
+  EXPECT_NE(table.find("timed under: precision strict; eager and torch.compile: TF32 off for matmuls, off for cuDNN; "
+                       "candidate (as the solution left it): TF32 on for matmuls, off for cuDNN"),
+            std::string::npos)
+      << table;
 }
 
 // ---- run_bench without a GPU: resume, missing solutions, output files -------------------------

@@ -204,13 +204,43 @@ TEST(SandboxGpu, TimerAgreesWithMemoryBandwidth) {
   const double kernel_gbps = 2.0 * (size_t{1} << 30) / (ms * 1e-3) / 1e9;
   std::cout << "copy bandwidth " << copy_gbps << " GB/s; copy_ok through the sandbox timer " << kernel_gbps
             << " GB/s (" << ms << " ms)\n";
-  EXPECT_GE(kernel_gbps, 0.7 * copy_gbps);
+  // Nothing but the forward in the interval (issue 17's target: 90% of the copy engine's bandwidth).
+  EXPECT_GE(kernel_gbps, 0.9 * copy_gbps);
+  // The CUPTI kernel time per forward is reported beside it, and is no longer than the interval.
+  const double gpu_ms = r["timings"]["candidate"]["gpu_kernel_ms"];
+  EXPECT_GT(gpu_ms, 0.0);
+  EXPECT_LE(gpu_ms, ms * 1.001);
+}
+
+// The same code timed in the judge (eager) and in the candidate process (ModelNew = Model): the
+// interleaved rounds read it as the same, within the noise the reward rule allows for.
+TEST(SandboxGpu, TimerReadsIdenticalCodeAlikeInBothProcesses) {
+  CA_REQUIRE_GPU();
+  auto options = fast_options();
+  options.timed_runs = 20;
+  options.provenance = "warn";
+  options.fallback = "off";
+  for (const char* task : {"tests/data/tasks/add/model.py", "tests/data/tasks/linear_small/model.py"}) {
+    TempDir dir("ca-same-code-");
+    const std::string solution = (dir.path() / "model_new.py").string();
+    write_file_atomic(solution, read_file(source_path(task)) + "\n\nModelNew = Model\n");
+    auto r = run_eval(task, solution, EvalMode::kEvaluate, options);
+    ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+    const double speedup = r["speedup_vs_eager"];
+    std::cout << task << ": ModelNew = Model reads " << speedup << "x eager, interval "
+              << r["speedup_interval"]["vs_eager"].dump() << "\n";
+    EXPECT_NEAR(speedup, 1.0, 0.05) << r["timing"].dump(2) << r["timings"].dump(2);
+    EXPECT_EQ(r["reward"].get<double>(), 1.0);  // identical code is never "faster"
+  }
 }
 
 TEST(SandboxGpu, BaselinesAreCachedAcrossEvaluations) {
   CA_REQUIRE_GPU();
   auto options = fast_options();
   options.profile_compile = true;
+  // A microsecond-scale task's eager timing moves by tens of percent between processes; the test
+  // is about the cache, so no drift re-times it here (the drift rule has its CPU test).
+  options.baseline_drift = 1.0;
   auto first = run_eval("tests/data/tasks/linear_small/model.py", solution("linear_ok"), EvalMode::kEvaluate, options);
   ASSERT_TRUE(first["ok"].get<bool>()) << first.dump(2);
   auto second = run_eval("tests/data/tasks/linear_small/model.py", solution("linear_ok"), EvalMode::kEvaluate, options);
@@ -219,8 +249,15 @@ TEST(SandboxGpu, BaselinesAreCachedAcrossEvaluations) {
   // torch.compile ran in the (confined) worker: it failed there once the host had its default cache.
   EXPECT_TRUE(first["timings"]["compile"].is_object()) << first["timings"].dump(2);
   EXPECT_TRUE(second["timings"]["baselines_cached"].get<bool>());
-  EXPECT_EQ(first["timings"]["eager"]["median_ms"], second["timings"]["eager"]["median_ms"]);
+  // Eager is timed in every evaluation's rounds; torch.compile's cached timing is carried over by
+  // eager's drift against the cached eager timing.
+  const nlohmann::json check = second["timing"]["baseline_check"];
+  ASSERT_TRUE(check.is_object()) << second["timing"].dump(2);
+  EXPECT_EQ(check["cached_eager_median_ms"], first["timings"]["eager"]["median_ms"]);
+  EXPECT_NE(second["timing"]["compile_source"].get<std::string>().find("carried over"), std::string::npos)
+      << second["timing"].dump(2);
   EXPECT_TRUE(second["timings"]["compile"].is_object()) << second["timings"].dump(2);
+  EXPECT_TRUE(second["speedup_interval"]["vs_compile"].is_object()) << second["speedup_interval"].dump(2);
   // A cached baseline makes the second evaluation much shorter: no torch.compile.
   EXPECT_LT(second["worker_seconds"].get<double>(), first["worker_seconds"].get<double>());
 }
@@ -236,8 +273,11 @@ TEST(SandboxGpu, BaselinesModeFillsTheCacheWithoutASolution) {
   EXPECT_TRUE(first["reward"].is_null());
   auto scored = run_eval("tests/data/tasks/linear_small/model.py", solution("linear_ok"), EvalMode::kEvaluate, options);
   ASSERT_TRUE(scored["ok"].get<bool>()) << scored.dump(2);
-  EXPECT_TRUE(scored["timings"]["baselines_cached"].get<bool>());
-  EXPECT_EQ(scored["timings"]["eager"]["median_ms"], first["timings"]["eager"]["median_ms"]);
+  // No torch.compile here (fast options): the cached eager timing is the cross-check of the
+  // evaluation's own.
+  EXPECT_FALSE(scored["timings"]["baselines_cached"].get<bool>());
+  ASSERT_TRUE(scored["timing"]["baseline_check"].is_object()) << scored["timing"].dump(2);
+  EXPECT_EQ(scored["timing"]["baseline_check"]["cached_eager_median_ms"], first["timings"]["eager"]["median_ms"]);
 }
 
 // strict on a model whose float64 copy needs its tensor attributes converted (KernelBench L3 35's

@@ -34,7 +34,8 @@ namespace cuda_agent::sandbox {
   X(cuCtxGetLimit) X(cuMemGetInfo) X(cuCtxResetPersistingL2Cache) X(cuStreamGetAttribute)   \
   X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap)     \
   X(cuMemUnmap) X(cuMemSetAccess) X(cuMemGetAllocationGranularity)                          \
-  X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) X(cuMemcpyDtoH)
+  X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) X(cuMemcpyDtoH)      \
+  X(cuStreamWaitEvent)
 
 #define CA_NVRTC_FUNCTIONS(X)                                                            \
   X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram)    \

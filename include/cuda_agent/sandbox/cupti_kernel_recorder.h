@@ -1,6 +1,7 @@
 // Records every kernel the GPU runs while recording is on, through CUPTI's activity API
 // (CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL): name, start/end timestamps, stream, launch shape, and
-// who launched it (launch_origins.h, when installed), plus the bytes copied device-to-host.
+// who launched it (launch_origins.h, when installed); plus every copy and fill (MEMCPY, MEMSET)
+// as a span of GPU time, and the bytes copied device-to-host.
 //
 // CUPTI's activity callbacks are process-global, so there is one recorder per process.
 // Buffers are handed back by CUPTI on its own thread; records are appended under a mutex that
@@ -32,6 +33,12 @@ struct KernelRecord {
   int32_t block[3] = {0, 0, 0};
 };
 
+// A copy or fill the GPU ran (CUPTI's MEMCPY and MEMSET records): when, and on which stream.
+struct GpuSpan {
+  uint64_t start_ns = 0, end_ns = 0;
+  uint32_t stream_id = 0;
+};
+
 class CuptiKernelRecorder {
  public:
   static CuptiKernelRecorder& instance();
@@ -41,10 +48,10 @@ class CuptiKernelRecorder {
   void start();
   // Flushes CUPTI's buffers (synchronize the GPU first) and returns the records since start()
   // or the last take(), recording on; *host_copy_bytes gets the device-to-host bytes copied in
-  // that stretch.
-  std::vector<KernelRecord> take(uint64_t* host_copy_bytes = nullptr);
+  // that stretch, *transfers its copies and fills.
+  std::vector<KernelRecord> take(uint64_t* host_copy_bytes = nullptr, std::vector<GpuSpan>* transfers = nullptr);
   // take(), then stops recording.
-  std::vector<KernelRecord> stop(uint64_t* host_copy_bytes = nullptr);
+  std::vector<KernelRecord> stop(uint64_t* host_copy_bytes = nullptr, std::vector<GpuSpan>* transfers = nullptr);
   bool recording() const { return recording_; }
   // CUPTI's clock, for bracketing a region.
   static uint64_t timestamp();
@@ -59,7 +66,7 @@ class CuptiKernelRecorder {
   static bool is_probe(const KernelRecord& r);
 
   // Used by CUPTI's callbacks.
-  void append(std::vector<KernelRecord>&& records);
+  void append(std::vector<KernelRecord>&& records, std::vector<GpuSpan>&& transfers);
   void add_host_copy(uint64_t bytes) { host_copy_bytes_ += bytes; }
 
  private:
@@ -69,6 +76,7 @@ class CuptiKernelRecorder {
   std::atomic<uint64_t> host_copy_bytes_{0};
   size_t dropped_ = 0;
   std::vector<KernelRecord> records_;
+  std::vector<GpuSpan> transfers_;
 };
 
 }  // namespace cuda_agent::sandbox

@@ -111,6 +111,12 @@ class LaunchLedger {
   size_t overflow_ = 0;
 };
 
+// The streams work was sent to since the last call (kernel and graph launches, asynchronous
+// copies and fills through the driver API), destroyed ones left out, in first-use order; the
+// per-thread default stream as CU_STREAM_PER_THREAD. Empty when the callbacks are not installed.
+// Thread-safe.
+std::vector<uintptr_t> take_launch_streams();
+
 // The process-wide ledger's mark and unrecorded launches (LaunchLedger), and a fresh start
 // (when kernel recording starts, launches before it have no records to wait for).
 uint64_t launch_mark();

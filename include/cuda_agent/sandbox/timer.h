@@ -1,12 +1,22 @@
 // Timing a forward the same way for eager, torch.compile and the candidate (whose forwards run
 // in different processes: the judge times the baselines, the candidate process its own).
 //
-// timed_forward() is one timed run: persisting-L2 lines dropped, the L2 flushed (a memset of a
-// buffer four times its size on the legacy stream), the device synchronized; then the start
-// event, the forward under torch.no_grad(), a device-wide synchronize (so work on any stream
-// counts), the end event. Its window brackets the run on CUPTI's clock, so kernel records can be
-// sorted into "inside a forward" and "outside". warm_up() runs untimed forwards first. Call
-// with the GIL held, on the thread that owns torch's CUDA context.
+// timed_call() is one timed run, KernelBench's measurement with nothing but the forward in the
+// interval: persisting-L2 lines dropped and the L2 flushed (a memset of a buffer four times its
+// size) and the device synchronized, all before the interval; then the start event on the timing
+// stream (the legacy default stream, torch's current stream), the forward under torch.no_grad(),
+// every other stream the forward sent work to joined to the timing stream (an event on each,
+// waited for on the timing stream: launch_origins.h notes them), the end event; the host
+// synchronizes only after it. A stream that cannot be joined (destroyed meanwhile) falls back to
+// a device-wide synchronize before the end event. Its window brackets the run on CUPTI's clock,
+// so that kernel records can be sorted into "inside a forward" and "outside".
+//
+// With CUPTI recording, each run's sample is its events' interval or, when the GPU work inside
+// its window spanned longer (work on a stream nobody joined, or begun before the end event and
+// finished after it), that span: work cannot leave the interval by escaping the join. Each run
+// also gets its GPU time (gpu_activity: the union of its kernels, copies and fills).
+//
+// Call with the GIL held, on the thread that owns torch's CUDA context.
 #pragma once
 
 #include <cstdint>
@@ -38,7 +48,9 @@ struct Window {
 // Hidden visibility, as pybind11 requires for types holding Python objects.
 struct __attribute__((visibility("hidden"))) TimedRun {
   pybind11::object output;
-  double ms = 0;
+  double ms = 0;        // start to end event
+  double host_ms = 0;   // the forward call on the host (start event recorded to return)
+  bool joined = true;   // every stream was joined (false: a device-wide synchronize ended it)
   Window window;
 };
 
@@ -54,17 +66,55 @@ TimedRun timed_call(const std::function<pybind11::object()>& forward, bool flush
 int warm_up(pybind11::handle model, pybind11::handle inputs, const TimingOptions& options,
             std::vector<Window>* windows = nullptr);
 
+// What the records inside one run's window say: its GPU time and the sample the run counts as.
+struct RunGpu {
+  GpuActivity gpu;
+  double sample_ms = 0;  // max(the events' interval, the GPU's span)
+  bool extended = false;  // the span was the longer
+};
+// Sorts `kernels` and `transfers` into `windows` (runs with event intervals `ms`): each run's GPU
+// activity and sample; *inside, when given, gets each run's kernel records.
+std::vector<RunGpu> runs_gpu(const std::vector<Window>& windows, const std::vector<double>& ms,
+                             std::vector<KernelRecord>& kernels, const std::vector<GpuSpan>& transfers,
+                             std::vector<std::vector<KernelRecord>>* inside = nullptr);
+
+// Timed runs of one or more forwards (eager and torch.compile, say) taken in any order, with
+// CUPTI recording (when asked) from construction, so that its start-up cost lands in the
+// warm-ups, to finish(), which sorts the records into the runs.
+class __attribute__((visibility("hidden"))) TimedSeries {
+ public:
+  struct Series {
+    std::vector<double> event_ms;   // each run's events' interval
+    std::vector<double> ms;         // each run's sample (RunGpu::sample_ms; event_ms without CUPTI)
+    std::vector<double> gpu_ms;     // each run's GPU time (empty without CUPTI)
+    int extended = 0;               // runs whose GPU span was longer than their events' interval
+    std::vector<KernelRecord> kernels;  // inside this series' runs
+  };
+
+  TimedSeries(int series, bool record_kernels);
+  ~TimedSeries();
+  TimedSeries(const TimedSeries&) = delete;
+  TimedSeries& operator=(const TimedSeries&) = delete;
+
+  // One timed run of series `s` (0-based). Returns the run (its output, for comparisons).
+  TimedRun run(int s, pybind11::handle model, pybind11::handle inputs, bool flush_l2);
+  // Stops recording and returns each series' runs.
+  std::vector<Series> finish();
+
+ private:
+  bool recording_ = false;
+  std::vector<std::vector<Window>> windows_;
+  std::vector<std::vector<double>> ms_;
+};
+
 struct TimingResult {
-  TimingStats stats;
+  TimingStats stats;                 // of the samples (RunGpu::sample_ms)
+  std::vector<double> gpu_ms;        // each run's GPU time (empty without CUPTI)
   std::vector<KernelRecord> kernels;  // inside the timed windows (empty unless recorded)
 };
 
 // warm_up() then options.timed_runs timed runs of model(*inputs), each on fresh clones of the
 // inputs, with CUPTI recording kernels inside the timed windows when options.record_kernels.
 TimingResult time_forward(pybind11::handle model, pybind11::handle inputs, const TimingOptions& options);
-// The same with the warm-up on `warm_inputs` and timed run k on run_inputs(k) (an input set drawn
-// right before it, as the judge times the baselines).
-TimingResult time_forward(pybind11::handle model, pybind11::handle warm_inputs, const TimingOptions& options,
-                          const std::function<pybind11::object(int)>& run_inputs);
 
 }  // namespace cuda_agent::sandbox
