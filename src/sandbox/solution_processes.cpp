@@ -86,6 +86,13 @@ void install_process_filter() {
   };
   sock_fprog prog{static_cast<unsigned short>(sizeof(program) / sizeof(program[0])), program};
   CA_CHECK(::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "prctl(PR_SET_NO_NEW_PRIVS) failed: errno {}", errno);
+  // SPEC_ALLOW: a seccomp filter makes the kernel (on its seccomp default, as before Linux 5.16)
+  // switch the speculative-store-bypass and indirect-branch mitigations on for the process, which
+  // slows its Python several times over and with it every forward the candidate times; the
+  // judge, with no filter, runs without them. The filter is about processes, not speculation
+  // (docs/integrity.md, residual risks). Kernels older than 4.17 lack the flag: prctl then.
+  if (::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_SPEC_ALLOW, &prog) == 0) return;
+  CA_CHECK(errno == EINVAL || errno == ENOSYS, "installing the seccomp filter failed: errno {}", errno);
   CA_CHECK(::prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0, "installing the seccomp filter failed: errno {}",
            errno);
 }
