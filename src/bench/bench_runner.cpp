@@ -147,7 +147,8 @@ std::string format_table(const nlohmann::json& results, const nlohmann::json& su
   if (summary["geomean_speedup_vs_compile"].is_number())
     out << fmt::format(", {:.2f}x vs torch.compile", summary["geomean_speedup_vs_compile"].get<double>());
   out << " (geomeans over correct solutions)\n";
-  if (const std::string settings = baseline_settings(results); !settings.empty()) out << "timed under: " << settings << "\n";
+  if (const std::string settings = baseline_settings(results); !settings.empty())
+    out << "timed under: " << settings << "\n";
   for (const auto& r : results)
     if (!r.value("ok", false))
       out << fmt::format("- {}: {}: {}\n", r.value("task_id", "?"), category_name(r), r.value("message", "").substr(0, 300));

@@ -242,8 +242,9 @@ nlohmann::json Candidate::map_blocks(const nlohmann::json& body, std::vector<Uni
   return {{"op", "mapped"}};
 }
 
-std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector<Window>& windows, nlohmann::json& reply,
-                                                                bool ended_count, const std::vector<double>* ms) {
+std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector<Window>& windows,
+                                                               nlohmann::json& reply, bool ended_count,
+                                                               const std::vector<double>* ms) {
   // The probe, then everything finished: every launch entered before the mark has its record by
   // now or never gets one.
   guarded(Category::kRuntimeError, "auditing the kernel records", [] {
@@ -331,7 +332,8 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
     reply["tampering"] = why;
   }
   if (gpu_ && CuptiKernelRecorder::instance().recording()) {
-    if (body.value("defer_report", false)) pending_.push_back(run.window), pending_ms_.push_back(run.ms);
+    if (body.value("defer_report", false))
+      pending_.push_back(run.window), pending_ms_.push_back(run.ms);
     else reply["kernels"] = uses_json(take_records({run.window}, reply, false).front());
   }
   if (gpu_ && body.value("release", false)) {
@@ -442,7 +444,8 @@ int Candidate::serve() {
       else if (phase == "blocks") reply = map_blocks(m.body, m.fds);
       else if (phase == "run") reply = run(m.body);
       else if (phase == "warmup") reply = warmup(m.body);
-      else if (phase == "prerun") reply = prerun();
+      else if (phase == "prerun")
+        reply = prerun();
       else if (phase == "finish") reply = finish();
       else if (phase == "report") reply = report();
       else CA_FAIL("unknown op '{}'", phase);

@@ -8,8 +8,8 @@
 #include <map>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <pybind11/pybind11.h>
+#include <nlohmann/json.hpp>
 
 #include "cuda_agent/sandbox/eval_result.h"
 #include "cuda_agent/sandbox/evaluation.h"

@@ -58,9 +58,13 @@ BaselineKey baseline_key(const Judge& j) {
   // loose and strict time the same float32 baselines (they differ only in how the candidate is
   // checked), so they share one key, spelled "loose"; tf32 baselines are other runs.
   key.precision = opt.precision == "tf32" ? "tf32" : "loose";
-  key.timing = {{"warmup_runs", opt.warmup_runs}, {"warmup_ms", opt.warmup_ms}, {"timed_runs", opt.timed_runs},
-                {"flush_l2", opt.flush_l2}, {"compile_mode", opt.compile_mode},
-                {"profile_compile", opt.profile_compile}, {"seed", opt.seed},
+  key.timing = {{"warmup_runs", opt.warmup_runs},
+                {"warmup_ms", opt.warmup_ms},
+                {"timed_runs", opt.timed_runs},
+                {"flush_l2", opt.flush_l2},
+                {"compile_mode", opt.compile_mode},
+                {"profile_compile", opt.profile_compile},
+                {"seed", opt.seed},
                 {"record_kernels", opt.record_kernels},
                 {"protocol", "interleaved-rounds-v3"},
                 {"driver_version", j.result.reports["device"]["driver_version"]}};
@@ -115,7 +119,8 @@ BaselineRounds time_baselines(Judge& j, py::handle warm_inputs) {
   py::object compiled = opt.profile_compile ? compile_reference(j, &out.compile_error) : py::none();
   const bool pre_runs = room_for_pre_runs(j);
   TimedSeries series(2, opt.record_kernels);
-  guarded(Category::kTaskError, "warming up the eager reference", [&] { warm_up(j.reference, warm_inputs, timing_options(opt)); });
+  guarded(Category::kTaskError, "warming up the eager reference",
+          [&] { warm_up(j.reference, warm_inputs, timing_options(opt)); });
   compiled = warm_compiled(j, compiled, warm_inputs, &out.compile_error);
   for (int k = 0; k < opt.timed_runs; ++k) {
     py::object inputs;
@@ -206,11 +211,13 @@ void judge_profile(Judge& j) {
   std::optional<std::string> compile_error;
   if (cached && !cached_compile && (*cached)["compile_error"].is_string())
     compile_error = (*cached)["compile_error"].get<std::string>();
-  py::object compiled = opt.profile_compile && !cached_compile && !compile_error ? compile_reference(j, &compile_error) : py::none();
+  py::object compiled =
+      opt.profile_compile && !cached_compile && !compile_error ? compile_reference(j, &compile_error) : py::none();
 
   // Warm-ups: the eager reference, torch.compile (its compilation), the candidate.
   TimedSeries series(2, opt.record_kernels);
-  guarded(Category::kTaskError, "warming up the eager reference", [&] { warm_up(j.reference, warm, timing_options(opt)); });
+  guarded(Category::kTaskError, "warming up the eager reference",
+          [&] { warm_up(j.reference, warm, timing_options(opt)); });
   compiled = warm_compiled(j, compiled, warm, &compile_error);
   j.candidate->set_phase("profile");
   py::object warm_ref;
@@ -232,7 +239,8 @@ void judge_profile(Judge& j) {
   for (int k = 0; k < opt.timed_runs; ++k) {
     const std::string where = fmt::format("timed run {}", k);
     py::object inputs, ref, ref64;
-    guarded(Category::kTaskError, where + ": drawing inputs", [&] { inputs = draw_inputs(j.task, j.device, timed_seed(j, k)); });
+    guarded(Category::kTaskError, where + ": drawing inputs",
+            [&] { inputs = draw_inputs(j.task, j.device, timed_seed(j, k)); });
     guarded(Category::kTaskError, where + ": timing the eager reference", [&] {
       if (pre_runs) (void)call_model(j.reference, clone_tree(warm));
       // Eager's timed output is the reference's output for this round.
@@ -295,9 +303,10 @@ void judge_profile(Judge& j) {
   // (re-timed, with the cache entry, when the drift is beyond the band). The cache's eager timing
   // is a cross-check of this evaluation's (reports.timing.baseline_check).
   nlohmann::json baseline_check = nullptr;
-  std::string compile_source = opt.profile_compile ? "none (torch.compile failed)" : "none (sandbox.profile_compile off)";
+  std::string compile_source =
+      opt.profile_compile ? "none (torch.compile failed)" : "none (sandbox.profile_compile off)";
   std::vector<double> compile_scale_num, compile_scale_den;  // cached compile, and the eager it is relative to
-  std::vector<double> compile_paired;                          // compile timed in these rounds
+  std::vector<double> compile_paired;                        // compile timed in these rounds
   std::optional<TimingStats> cached_eager = cached ? stats_of(*cached, "eager") : std::nullopt;
   const double drift =
       cached_eager && cached_eager->median_ms > 0 ? timings.eager->median_ms / cached_eager->median_ms : 1.0;
@@ -356,15 +365,18 @@ void judge_profile(Judge& j) {
   result.reports["kernels"] = kernels;
   result.reports["roofline"] = roofline_check(traffic_bytes, timings.candidate->median_ms);
 
-  const int extended_eager = base[kEager].extended, extended_compile = compile_paired.empty() ? 0 : base[kCompile].extended;
+  const int extended_eager = base[kEager].extended,
+            extended_compile = compile_paired.empty() ? 0 : base[kCompile].extended;
   result.reports["timing"] = {
       {"protocol", "interleaved rounds: eager, torch.compile, the candidate, on one freshly drawn input set per round"},
       {"rounds", opt.timed_runs},
-      {"interval", "CUDA events around the forward on the timing stream, every stream it used joined; L2 flushed "
-                   "and the device synchronized before the start event"},
+      {"interval",
+       "CUDA events around the forward on the timing stream, every stream it used joined; L2 flushed "
+       "and the device synchronized before the start event"},
       {"compile_source", compile_source},
       {"baseline_check", baseline_check},
-      {"runs_extended_by_gpu_span", {{"eager", extended_eager}, {"compile", extended_compile}, {"candidate", cand_extended}}},
+      {"runs_extended_by_gpu_span",
+       {{"eager", extended_eager}, {"compile", extended_compile}, {"candidate", cand_extended}}},
       {"pre_runs", pre_runs},
       {"candidate_unjoined_runs", unjoined},
       {"candidate_host_median_ms", median(host_ms)}};
@@ -391,9 +403,11 @@ void judge_profile(Judge& j) {
     rin.speedup_vs_eager = result.speedup_vs_eager = vs_eager.speedup;
     rin.low_vs_eager = vs_eager.low;
     std::optional<SpeedupInterval> vs_compile;
-    if (!compile_paired.empty()) vs_compile = paired_speedup_interval(compile_paired, timings.candidate->ms);
+    if (!compile_paired.empty())
+      vs_compile = paired_speedup_interval(compile_paired, timings.candidate->ms);
     else if (!compile_scale_num.empty())
-      vs_compile = paired_speedup_interval(timings.eager->ms, timings.candidate->ms, compile_scale_num, compile_scale_den);
+      vs_compile =
+          paired_speedup_interval(timings.eager->ms, timings.candidate->ms, compile_scale_num, compile_scale_den);
     if (vs_compile) {
       intervals["vs_compile"] = vs_compile->to_json();
       rin.speedup_vs_compile = result.speedup_vs_compile = vs_compile->speedup;

@@ -221,11 +221,13 @@ std::vector<GpuActivity> Judge::report_deferred_runs(const std::vector<std::stri
       activity.push_back(a);
     }
   } catch (const std::exception& e) {
-    throw Failure{Category::kTampering, fmt::format("the timed runs: the candidate process's GPU times are malformed ({})", e.what())};
+    throw Failure{Category::kTampering,
+                  fmt::format("the timed runs: the candidate process's GPU times are malformed ({})", e.what())};
   }
   if (!activity.empty() && activity.size() != wheres.size())
-    throw Failure{Category::kTampering, fmt::format("the timed runs: the candidate process reported GPU times for {} of {} runs",
-                                                    activity.size(), wheres.size())};
+    throw Failure{Category::kTampering,
+                  fmt::format("the timed runs: the candidate process reported GPU times for {} of {} runs",
+                              activity.size(), wheres.size())};
   return activity;
 }
 
@@ -233,9 +235,8 @@ void Judge::warm_up_candidate(py::handle inputs, bool keep) {
   nlohmann::json spec;
   guarded(Category::kTaskError, "warm-up: handing the inputs to the candidate", [&] { spec = stage(inputs); });
   const nlohmann::json reply = candidate->call(
-      "warm-up",
-      {{"op", "warmup"}, {"inputs", spec}, {"runs", opt.warmup_runs}, {"ms", opt.warmup_ms}, {"keep", keep}}, "warmed",
-      remaining());
+      "warm-up", {{"op", "warmup"}, {"inputs", spec}, {"runs", opt.warmup_runs}, {"ms", opt.warmup_ms}, {"keep", keep}},
+      "warmed", remaining());
   audit_records(reply, "warm-up", "while no forward was running");
   candidate_backends = reply.value("backends", nlohmann::json());
 }

@@ -91,13 +91,13 @@ bool work_stream(CUpti_CallbackId cbid, const void* params, uintptr_t* stream, b
   CUstream h = nullptr;
   bool per_thread = false;
   *destroyed = false;
-#define CA_STREAM_OF(name)                                                   \
-  case CUPTI_DRIVER_TRACE_CBID_##name:                                       \
-    h = static_cast<const name##_params*>(params)->hStream;                  \
-    break;                                                                   \
-  case CUPTI_DRIVER_TRACE_CBID_##name##_ptsz:                                \
-    h = static_cast<const name##_ptsz_params*>(params)->hStream;             \
-    per_thread = true;                                                       \
+#define CA_STREAM_OF(name)                                       \
+  case CUPTI_DRIVER_TRACE_CBID_##name:                           \
+    h = static_cast<const name##_params*>(params)->hStream;      \
+    break;                                                       \
+  case CUPTI_DRIVER_TRACE_CBID_##name##_ptsz:                    \
+    h = static_cast<const name##_ptsz_params*>(params)->hStream; \
+    per_thread = true;                                           \
     break;
   switch (cbid) {
     CA_STREAM_OF(cuLaunchKernel)
@@ -133,25 +133,26 @@ bool work_stream(CUpti_CallbackId cbid, const void* params, uintptr_t* stream, b
   }
 #undef CA_STREAM_OF
   // A _ptsz call's stream 0 is the calling thread's default stream.
-  *stream = per_thread && h == nullptr ? reinterpret_cast<uintptr_t>(CU_STREAM_PER_THREAD) : reinterpret_cast<uintptr_t>(h);
+  if (per_thread && h == nullptr) h = CU_STREAM_PER_THREAD;
+  *stream = reinterpret_cast<uintptr_t>(h);
   return true;
 }
 
 // The driver calls whose streams are watched but that launch no kernel.
 constexpr CUpti_CallbackId kStreamOnlyCalls[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,          CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2,   CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2,   CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2,   CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2,     CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2,     CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync,      CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,        CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async,       CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,       CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async,      CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async,     CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async,     CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync,        CUPTI_DRIVER_TRACE_CBID_cuMemcpyAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoDAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2, CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2,   CUPTI_DRIVER_TRACE_CBID_cuMemcpy2DAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2,   CUPTI_DRIVER_TRACE_CBID_cuMemcpy3DAsync_v2_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync,    CUPTI_DRIVER_TRACE_CBID_cuMemcpyPeerAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async,      CUPTI_DRIVER_TRACE_CBID_cuMemsetD8Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async,     CUPTI_DRIVER_TRACE_CBID_cuMemsetD16Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async,     CUPTI_DRIVER_TRACE_CBID_cuMemsetD32Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async,    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D8Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async,   CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D16Async_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async,   CUPTI_DRIVER_TRACE_CBID_cuMemsetD2D32Async_ptsz,
     CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy_v2,
 };
 
@@ -189,7 +190,8 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
     if (d->callbackSite == CUPTI_API_ENTER) note_stream(s, cbid, d->functionParams);
     return;
   }
-  if (d->callbackSite == CUPTI_API_ENTER && domain == CUPTI_CB_DOMAIN_DRIVER_API) note_stream(s, cbid, d->functionParams);
+  if (d->callbackSite == CUPTI_API_ENTER && domain == CUPTI_CB_DOMAIN_DRIVER_API)
+    note_stream(s, cbid, d->functionParams);  // a launch's stream (the driver's, inside a runtime launch too)
   if (d->callbackSite == CUPTI_API_EXIT) {
     if (t_launch.depth == 0) return;
     // cudaError_t and CUresult alike: 0 is success.

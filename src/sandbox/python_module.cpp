@@ -120,9 +120,10 @@ bool fast_dims(PyObject* obj, unsigned* out) {
 
 class Kernel {
  public:
-  Kernel(std::shared_ptr<LoadedModule> module, std::string name, std::string symbol,
-         KernelSignature signature)
-      : module_(std::move(module)), name_(std::move(name)), symbol_(std::move(symbol)),
+  Kernel(std::shared_ptr<LoadedModule> module, std::string name, std::string symbol, KernelSignature signature)
+      : module_(std::move(module)),
+        name_(std::move(name)),
+        symbol_(std::move(symbol)),
         signature_(std::move(signature)) {
     // One buffer for every argument's bytes, each at its own 8-byte aligned offset.
     size_t offset = 0;

@@ -158,7 +158,8 @@ const TorchHandles& torch_handles() {
       if (kind == ScalarKind::kVoid) continue;
       const std::string name = torch_dtype_name(kind);  // "torch.float32"
       const std::string attr = name.substr(name.find('.') + 1);
-      if (py::hasattr(torch, attr.c_str())) t.dtypes[static_cast<size_t>(k)] = py::object(torch.attr(attr.c_str())).release().ptr();
+      if (py::hasattr(torch, attr.c_str()))
+        t.dtypes[static_cast<size_t>(k)] = py::object(torch.attr(attr.c_str())).release().ptr();
     }
     return t;
   }();
@@ -187,7 +188,8 @@ std::optional<uint64_t> fast_tensor_pointer(const KernelParam& param, PyObject* 
   py::object contiguous = py::reinterpret_steal<py::object>(call_method(value, h.is_contiguous));
   if (!contiguous || contiguous.ptr() != Py_True) return std::nullopt;
   py::object device = py::reinterpret_steal<py::object>(call_method(value, h.get_device));
-  if (!device || !PyLong_Check(device.ptr()) || PyLong_AsLong(device.ptr()) != current_cuda_device()) return std::nullopt;
+  if (!device || !PyLong_Check(device.ptr()) || PyLong_AsLong(device.ptr()) != current_cuda_device())
+    return std::nullopt;
   py::object ptr = py::reinterpret_steal<py::object>(call_method(value, h.data_ptr));
   if (!ptr || !PyLong_Check(ptr.ptr())) return std::nullopt;
   const uint64_t p = PyLong_AsUnsignedLongLong(ptr.ptr());
@@ -225,10 +227,21 @@ bool fast_scalar(const KernelParam& param, PyObject* value, uint8_t* out) {
       return false;
     }
     switch (param.kind) {
-      case ScalarKind::kInt64: put<int64_t>(out, v); return true;
-      case ScalarKind::kUInt64: if (v < 0) return false; put<uint64_t>(out, static_cast<uint64_t>(v)); return true;
-      case ScalarKind::kInt32: if (v < INT32_MIN || v > INT32_MAX) return false; put<int32_t>(out, static_cast<int32_t>(v)); return true;
-      case ScalarKind::kUInt32: if (v < 0 || v > UINT32_MAX) return false; put<uint32_t>(out, static_cast<uint32_t>(v)); return true;
+      case ScalarKind::kInt64:
+        put<int64_t>(out, v);
+        return true;
+      case ScalarKind::kUInt64:
+        if (v < 0) return false;
+        put<uint64_t>(out, static_cast<uint64_t>(v));
+        return true;
+      case ScalarKind::kInt32:
+        if (v < INT32_MIN || v > INT32_MAX) return false;
+        put<int32_t>(out, static_cast<int32_t>(v));
+        return true;
+      case ScalarKind::kUInt32:
+        if (v < 0 || v > UINT32_MAX) return false;
+        put<uint32_t>(out, static_cast<uint32_t>(v));
+        return true;
       case ScalarKind::kFloat32:
         if (PyBool_Check(value)) return false;
         put<float>(out, static_cast<float>(v));
@@ -237,7 +250,8 @@ bool fast_scalar(const KernelParam& param, PyObject* value, uint8_t* out) {
         if (PyBool_Check(value)) return false;
         put<double>(out, static_cast<double>(v));
         return true;
-      default: return false;
+      default:
+        return false;
     }
   }
   if (PyFloat_Check(value)) {

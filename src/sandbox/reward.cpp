@@ -18,8 +18,8 @@ double compute_reward(const std::string& kind, const RewardInputs& in, double ma
   auto evidence = [&](const std::optional<double>& speedup, const std::optional<double>& low) -> std::optional<double> {
     if (!speedup) return std::nullopt;
     if (rule == "point") return speedup;
-    CA_CHECK(low.has_value(), "the reward rule 'interval' needs the speedup's interval (a speedup of {} came without one)",
-             *speedup);
+    CA_CHECK(low.has_value(),
+             "the reward rule 'interval' needs the speedup's interval (a speedup of {} came without one)", *speedup);
     return low;
   };
   const std::optional<double> eager = evidence(in.speedup_vs_eager, in.low_vs_eager);

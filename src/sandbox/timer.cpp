@@ -157,7 +157,8 @@ std::vector<RunGpu> runs_gpu(const std::vector<Window>& windows, const std::vect
   return out;
 }
 
-TimedSeries::TimedSeries(int series, bool record_kernels) : windows_(static_cast<size_t>(series)), ms_(static_cast<size_t>(series)) {
+TimedSeries::TimedSeries(int series, bool record_kernels)
+    : windows_(static_cast<size_t>(series)), ms_(static_cast<size_t>(series)) {
   if (record_kernels) {
     // Switched on before the warm-ups, so that CUPTI's own start-up cost lands there.
     CuptiKernelRecorder::instance().start();

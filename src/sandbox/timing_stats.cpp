@@ -23,7 +23,9 @@ double median_of(std::vector<double>& v) {
 
 }  // namespace
 
-double median(std::vector<double> v) { return median_of(v); }
+double median(std::vector<double> v) {
+  return median_of(v);
+}
 
 GpuActivity gpu_activity(std::vector<std::pair<uint64_t, uint64_t>> intervals) {
   GpuActivity a;
@@ -136,8 +138,8 @@ SpeedupInterval speedup_interval(const std::vector<double>& baseline_ms, const s
 }
 
 nlohmann::json SpeedupInterval::to_json() const {
-  return {{"speedup", speedup}, {"low", low},           {"high", high},
-          {"confidence", confidence}, {"resamples", resamples}, {"method", method}};
+  return {{"speedup", speedup},     {"low", low},      {"high", high}, {"confidence", confidence},
+          {"resamples", resamples}, {"method", method}};
 }
 
 TimingStats TimingStats::from_samples(std::vector<double> ms, std::vector<double> gpu_ms) {
@@ -166,8 +168,8 @@ TimingStats TimingStats::scaled(double factor) const {
 }
 
 nlohmann::json TimingStats::to_json() const {
-  nlohmann::json j = {{"median_ms", median_ms}, {"mean_ms", mean_ms}, {"min_ms", min_ms},  {"max_ms", max_ms},
-                      {"stddev_ms", stddev_ms}, {"p10_ms", p10_ms},   {"p90_ms", p90_ms}, {"runs", ms.size()},
+  nlohmann::json j = {{"median_ms", median_ms}, {"mean_ms", mean_ms},      {"min_ms", min_ms}, {"max_ms", max_ms},
+                      {"stddev_ms", stddev_ms}, {"p10_ms", p10_ms},        {"p90_ms", p90_ms}, {"runs", ms.size()},
                       {"samples_ms", ms},       {"gpu_kernel_ms", nullptr}};
   if (!gpu_ms.empty()) {
     j["gpu_kernel_ms"] = median(gpu_ms);
@@ -177,8 +179,7 @@ nlohmann::json TimingStats::to_json() const {
 }
 
 TimingStats TimingStats::from_json(const nlohmann::json& j) {
-  return from_samples(j.at("samples_ms").get<std::vector<double>>(),
-                      j.value("gpu_samples_ms", std::vector<double>{}));
+  return from_samples(j.at("samples_ms").get<std::vector<double>>(), j.value("gpu_samples_ms", std::vector<double>{}));
 }
 
 }  // namespace cuda_agent::sandbox

@@ -88,12 +88,13 @@ nlohmann::json launch_benchmark() {
   py::dict scope;
   py::exec(kLaunchSetup, scope);
   nlohmann::json out;
-  out["plain"] = nlohmann::json::parse(py::str(py::module_::import("json").attr("dumps")(scope["launch_cases"]())).cast<std::string>());
+  out["plain"] = nlohmann::json::parse(
+      py::str(py::module_::import("json").attr("dumps")(scope["launch_cases"]())).cast<std::string>());
   // The candidate process's instrumentation: launch callbacks on every launch, kernel records on.
   sandbox::install_launch_origins({}, "");
   sandbox::CuptiKernelRecorder::instance().start();
-  out["instrumented"] =
-      nlohmann::json::parse(py::str(py::module_::import("json").attr("dumps")(scope["launch_cases"]())).cast<std::string>());
+  out["instrumented"] = nlohmann::json::parse(
+      py::str(py::module_::import("json").attr("dumps")(scope["launch_cases"]())).cast<std::string>());
   (void)sandbox::CuptiKernelRecorder::instance().stop();
   return out;
 }
@@ -173,7 +174,8 @@ nlohmann::json timer_benchmark() {
   }
   const double copy_ms = scope["copy_engine_ms"](size_t{1} << 30).cast<double>();
   out["copy_1gib"]["copy_engine_ms"] = copy_ms;
-  out["copy_1gib"]["timer_fraction_of_copy_bandwidth"] = copy_ms / out["copy_1gib"]["sandbox_timer_median_ms"].get<double>();
+  out["copy_1gib"]["timer_fraction_of_copy_bandwidth"] =
+      copy_ms / out["copy_1gib"]["sandbox_timer_median_ms"].get<double>();
   return out;
 }
 

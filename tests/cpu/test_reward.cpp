@@ -203,9 +203,9 @@ TEST(SpeedupInterval, DriftBeyondTheBandNeedsConfidence) {
   std::vector<double> cached, same, slower, noisy_slower;
   for (int i = 0; i < 20; ++i) {
     cached.push_back(1.0 + 0.005 * (i % 4));
-    same.push_back(1.03 + 0.005 * ((i * 3) % 4));          // 3% off: inside a 10% band
-    slower.push_back(1.25 + 0.005 * ((i * 3) % 4));        // 25% off, tight: drift
-    noisy_slower.push_back(i % 2 ? 0.8 : 1.8);             // a median far off, but nothing certain
+    same.push_back(1.03 + 0.005 * ((i * 3) % 4));    // 3% off: inside a 10% band
+    slower.push_back(1.25 + 0.005 * ((i * 3) % 4));  // 25% off, tight: drift
+    noisy_slower.push_back(i % 2 ? 0.8 : 1.8);       // a median far off, but nothing certain
   }
   EXPECT_FALSE(drifted_beyond(same, cached, 0.10));
   EXPECT_TRUE(drifted_beyond(slower, cached, 0.10));

@@ -248,10 +248,12 @@ cases = {
     "conv_64x64x112": (Conv(), [torch.randn(16, 64, 112, 112, device="cuda")]),
 }
 empty = (Empty(), [torch.randn(16, device="cuda")])
-)", scope);
+)",
+           scope);
   sandbox::TimingOptions options;
   options.timed_runs = 50;
-  const sandbox::TimingResult empty = sandbox::time_forward(scope["empty"][py::int_(0)], scope["empty"][py::int_(1)], options);
+  const sandbox::TimingResult empty =
+      sandbox::time_forward(scope["empty"][py::int_(0)], scope["empty"][py::int_(1)], options);
   std::cout << "empty forward: " << empty.stats.median_ms * 1e3 << " us\n";
   EXPECT_LE(empty.stats.median_ms, 0.015);
   py::dict cases = scope["cases"];
@@ -302,7 +304,8 @@ def per_call_us(fn, n=20000):
     return best
 torch_us = per_call_us(lambda: torch.add(x, y, out=z))
 launch_us = per_call_us(lambda: k((1,), (256,), (x, y, z, 4)))
-)", scope);
+)",
+           scope);
   const double torch_us = scope["torch_us"].cast<double>(), launch_us = scope["launch_us"].cast<double>();
   std::cout << "torch.add(out=): " << torch_us << " us per call; cuda_agent launch: " << launch_us << " us\n";
   EXPECT_LE(launch_us, torch_us + 5.0);

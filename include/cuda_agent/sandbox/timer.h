@@ -48,9 +48,9 @@ struct Window {
 // Hidden visibility, as pybind11 requires for types holding Python objects.
 struct __attribute__((visibility("hidden"))) TimedRun {
   pybind11::object output;
-  double ms = 0;        // start to end event
-  double host_ms = 0;   // the forward call on the host (start event recorded to return)
-  bool joined = true;   // every stream was joined (false: a device-wide synchronize ended it)
+  double ms = 0;       // start to end event
+  double host_ms = 0;  // the forward call on the host (start event recorded to return)
+  bool joined = true;  // every stream was joined (false: a device-wide synchronize ended it)
   Window window;
 };
 
@@ -69,7 +69,7 @@ int warm_up(pybind11::handle model, pybind11::handle inputs, const TimingOptions
 // What the records inside one run's window say: its GPU time and the sample the run counts as.
 struct RunGpu {
   GpuActivity gpu;
-  double sample_ms = 0;  // max(the events' interval, the GPU's span)
+  double sample_ms = 0;   // max(the events' interval, the GPU's span)
   bool extended = false;  // the span was the longer
 };
 // Sorts `kernels` and `transfers` into `windows` (runs with event intervals `ms`): each run's GPU
@@ -84,10 +84,10 @@ std::vector<RunGpu> runs_gpu(const std::vector<Window>& windows, const std::vect
 class __attribute__((visibility("hidden"))) TimedSeries {
  public:
   struct Series {
-    std::vector<double> event_ms;   // each run's events' interval
-    std::vector<double> ms;         // each run's sample (RunGpu::sample_ms; event_ms without CUPTI)
-    std::vector<double> gpu_ms;     // each run's GPU time (empty without CUPTI)
-    int extended = 0;               // runs whose GPU span was longer than their events' interval
+    std::vector<double> event_ms;       // each run's events' interval
+    std::vector<double> ms;             // each run's sample (RunGpu::sample_ms; event_ms without CUPTI)
+    std::vector<double> gpu_ms;         // each run's GPU time (empty without CUPTI)
+    int extended = 0;                   // runs whose GPU span was longer than their events' interval
     std::vector<KernelRecord> kernels;  // inside this series' runs
   };
 
@@ -108,8 +108,8 @@ class __attribute__((visibility("hidden"))) TimedSeries {
 };
 
 struct TimingResult {
-  TimingStats stats;                 // of the samples (RunGpu::sample_ms)
-  std::vector<double> gpu_ms;        // each run's GPU time (empty without CUPTI)
+  TimingStats stats;                  // of the samples (RunGpu::sample_ms)
+  std::vector<double> gpu_ms;         // each run's GPU time (empty without CUPTI)
   std::vector<KernelRecord> kernels;  // inside the timed windows (empty unless recorded)
 };
 
