@@ -91,8 +91,8 @@ class Candidate {
   // work while no forward ran), the device-to-host copy bytes, CUPTI's dropped records, the
   // probe's record, launches left without a record, and the solution's processes (alive, or,
   // with `ended_count`, ended since the warm-up began).
-  // With `ms` (each window's events' interval), reply["gpu"] gets each window's GPU time and
-  // span ({"busy_ms", "span_ms"}: timer.h's runs_gpu).
+  // With `ms` (the events' intervals of the first ms->size() windows), reply["gpu"] gets those
+  // windows' GPU time and span ({"busy_ms", "span_ms"}: timer.h's runs_gpu).
   std::vector<std::vector<KernelRecord>> take_records(const std::vector<Window>& windows, nlohmann::json& reply,
                                                       bool ended_count, const std::vector<double>* ms = nullptr);
 
@@ -256,23 +256,20 @@ std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector
   std::vector<GpuSpan> transfers;
   std::vector<KernelRecord> records = CuptiKernelRecorder::instance().take(&host_bytes, &transfers);
   const UnrecordedLaunches unrecorded = take_unrecorded_launches(mark);
+  const bool probe_seen = std::any_of(records.begin(), records.end(), CuptiKernelRecorder::is_probe);
+  std::vector<std::vector<KernelRecord>> inside;
+  std::vector<KernelRecord> outside;
+  const std::vector<RunGpu> gpu =
+      runs_gpu(windows, ms ? *ms : std::vector<double>{}, records, transfers, &inside, &outside);
   if (ms) {
     reply["gpu"] = nlohmann::json::array();
-    for (const RunGpu& r : runs_gpu(windows, *ms, records, transfers))
-      reply["gpu"].push_back({{"busy_ms", r.gpu.busy_ms}, {"span_ms", r.gpu.span_ms}});
+    for (size_t i = 0; i < ms->size() && i < gpu.size(); ++i)
+      reply["gpu"].push_back({{"busy_ms", gpu[i].gpu.busy_ms}, {"span_ms", gpu[i].gpu.span_ms}});
   }
-  std::vector<std::vector<KernelRecord>> inside(windows.size());
-  std::vector<KernelRecord> outside;
-  bool probe_seen = false;
-  for (auto& r : records) {
-    if (CuptiKernelRecorder::is_probe(r)) {
-      probe_seen = true;
-      continue;
-    }
-    const auto w = std::find_if(windows.begin(), windows.end(), [&](const Window& w) { return w.contains(r.start_ns, r.end_ns); });
-    if (w != windows.end()) inside[static_cast<size_t>(w - windows.begin())].push_back(std::move(r));
-    else if (r.origin != LaunchOrigin::kHarness) outside.push_back(std::move(r));
-  }
+  // The harness's own work outside a forward (poison, output copies) is not the solution's.
+  outside.erase(std::remove_if(outside.begin(), outside.end(),
+                               [](const KernelRecord& r) { return r.origin == LaunchOrigin::kHarness; }),
+                outside.end());
   reply["outside"] = uses_json(outside);
   reply["host_copy_bytes"] = host_bytes;
   reply["dropped_records"] = CuptiKernelRecorder::instance().dropped();
@@ -346,14 +343,11 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
 nlohmann::json Candidate::report() {
   nlohmann::json reply = {{"op", "reported"}, {"runs", nlohmann::json::array()}};
   if (!gpu_ || !CuptiKernelRecorder::instance().recording()) return reply;
+  // The pre-runs' windows after the timed runs': forwards too, but not timed ones.
   std::vector<Window> windows = pending_;
-  std::vector<double> ms = pending_ms_;
   windows.insert(windows.end(), preruns_.begin(), preruns_.end());
-  ms.resize(windows.size(), 0.0);
-  const auto inside = take_records(windows, reply, true, &ms);
+  const auto inside = take_records(windows, reply, true, &pending_ms_);
   for (size_t i = 0; i < pending_.size(); ++i) reply["runs"].push_back(uses_json(inside[i]));
-  nlohmann::json& gpu = reply["gpu"];  // the pre-runs' entries are not the judge's business
-  if (gpu.size() > pending_.size()) gpu.erase(gpu.begin() + static_cast<long>(pending_.size()), gpu.end());
   pending_.clear();
   pending_ms_.clear();
   preruns_.clear();
@@ -392,17 +386,12 @@ nlohmann::json Candidate::warmup(const nlohmann::json& body) {
 
 nlohmann::json Candidate::prerun() {
   CA_CHECK(gpu_ && warm_inputs_, "a pre-run before a warm-up that kept its inputs");
-  py::object inputs;
-  {
-    LaunchScope harness(LaunchOrigin::kHarness);
-    guarded(Category::kRuntimeError, "copying the pre-run's inputs", [&] { inputs = clone_tree(warm_inputs_); });
-  }
   const bool recording = CuptiKernelRecorder::instance().recording();
   Window w;
   guarded(Category::kRuntimeError, "ModelNew.forward (pre-run)", [&] {
     CA_CU_CHECK(driver().cuCtxSynchronize());
     w.start_ns = recording ? CuptiKernelRecorder::timestamp() : 0;
-    (void)call_model(model_, inputs);
+    (void)call_model(model_, warm_inputs_);  // its output, and what it does to its inputs, go unused
     CA_CU_CHECK(driver().cuCtxSynchronize());
     w.end_ns = recording ? CuptiKernelRecorder::timestamp() : 0;
   });

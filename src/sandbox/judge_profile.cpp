@@ -128,12 +128,12 @@ BaselineRounds time_baselines(Judge& j, py::handle warm_inputs) {
             [&] { inputs = draw_inputs(j.task, j.device, timed_seed(j, k)); });
     // Each timed run after a pre-run, as in the candidate's rounds.
     guarded(Category::kTaskError, fmt::format("baseline round {}: timing the eager reference", k), [&] {
-      if (pre_runs) (void)call_model(j.reference, clone_tree(warm_inputs));
+      if (pre_runs) (void)call_model(j.reference, warm_inputs);
       (void)series.run(kEager, j.reference, clone_tree(inputs), opt.flush_l2);
     });
     if (!compiled.is_none()) {
       try {
-        if (pre_runs) (void)call_model(compiled, clone_tree(warm_inputs));
+        if (pre_runs) (void)call_model(compiled, warm_inputs);
         (void)series.run(kCompile, compiled, clone_tree(inputs), opt.flush_l2);
       } catch (const std::exception& e) {
         out.compile_error = std::string(e.what()).substr(0, 2000);
@@ -208,9 +208,7 @@ void judge_profile(Judge& j) {
   // torch.compile in this evaluation's rounds: always under "fresh", else when the cache has no
   // entry (or the entry has no torch.compile timing to carry over).
   const bool cached_compile = cached && opt.compile_baseline == "cached" && stats_of(*cached, "compile").has_value();
-  std::optional<std::string> compile_error;
-  if (cached && !cached_compile && (*cached)["compile_error"].is_string())
-    compile_error = (*cached)["compile_error"].get<std::string>();
+  std::optional<std::string> compile_error;  // (a failed torch.compile is never cached)
   py::object compiled =
       opt.profile_compile && !cached_compile && !compile_error ? compile_reference(j, &compile_error) : py::none();
 
@@ -242,7 +240,7 @@ void judge_profile(Judge& j) {
     guarded(Category::kTaskError, where + ": drawing inputs",
             [&] { inputs = draw_inputs(j.task, j.device, timed_seed(j, k)); });
     guarded(Category::kTaskError, where + ": timing the eager reference", [&] {
-      if (pre_runs) (void)call_model(j.reference, clone_tree(warm));
+      if (pre_runs) (void)call_model(j.reference, warm);
       // Eager's timed output is the reference's output for this round.
       ref = series.run(kEager, j.reference, clone_tree(inputs), opt.flush_l2).output;
       ref64 = opt.precision == "strict" ? j.float64_outputs(inputs) : py::none();
@@ -252,7 +250,7 @@ void judge_profile(Judge& j) {
     j.release_cached();
     if (!compiled.is_none()) {
       try {
-        if (pre_runs) (void)call_model(compiled, clone_tree(warm));
+        if (pre_runs) (void)call_model(compiled, warm);
         (void)series.run(kCompile, compiled, clone_tree(inputs), opt.flush_l2);
       } catch (const std::exception& e) {
         compile_error = std::string(e.what()).substr(0, 2000);

@@ -161,12 +161,8 @@ bool stream_only_call(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
          std::find(std::begin(kStreamOnlyCalls), std::end(kStreamOnlyCalls), cbid) != std::end(kStreamOnlyCalls);
 }
 
-// Notes (or forgets) the stream of a driver call. Called with the state unlocked.
-void note_stream(State& s, CUpti_CallbackId cbid, const void* params) {
-  uintptr_t stream = 0;
-  bool destroyed = false;
-  if (!work_stream(cbid, params, &stream, &destroyed)) return;
-  std::lock_guard<std::mutex> lock(s.mutex);
+// Notes (or forgets) a stream work went to. Called with the state locked.
+void note_stream(State& s, uintptr_t stream, bool destroyed) {
   auto it = std::find(s.streams.begin(), s.streams.end(), stream);
   if (destroyed) {
     if (it != s.streams.end()) s.streams.erase(it);
@@ -186,14 +182,8 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   }
   const auto* d = static_cast<const CUpti_CallbackData*>(data);
   if (d == nullptr) return;
-  if (stream_only_call(domain, cbid)) {
-    if (d->callbackSite == CUPTI_API_ENTER) note_stream(s, cbid, d->functionParams);
-    return;
-  }
-  if (d->callbackSite == CUPTI_API_ENTER && domain == CUPTI_CB_DOMAIN_DRIVER_API)
-    note_stream(s, cbid, d->functionParams);  // a launch's stream (the driver's, inside a runtime launch too)
   if (d->callbackSite == CUPTI_API_EXIT) {
-    if (t_launch.depth == 0) return;
+    if (t_launch.depth == 0 || stream_only_call(domain, cbid)) return;
     // cudaError_t and CUresult alike: 0 is success.
     const bool ok = d->functionReturnValue == nullptr || *static_cast<const int*>(d->functionReturnValue) == 0;
     std::lock_guard<std::mutex> lock(s.mutex);
@@ -201,8 +191,20 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
     return;
   }
   if (d->callbackSite != CUPTI_API_ENTER) return;
+  // The stream the call sends work to (the driver's launch inside a runtime launch names it too).
+  uintptr_t stream = 0;
+  bool destroyed = false;
+  const bool streamed =
+      domain == CUPTI_CB_DOMAIN_DRIVER_API && work_stream(cbid, d->functionParams, &stream, &destroyed);
+  if (stream_only_call(domain, cbid)) {
+    if (!streamed) return;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    note_stream(s, stream, destroyed);
+    return;
+  }
   if (t_launch.depth > 0) {  // the driver's launch inside a runtime launch: the same launch
     std::lock_guard<std::mutex> lock(s.mutex);
+    if (streamed) note_stream(s, stream, destroyed);
     s.ledger.enter(t_launch, d->correlationId, false, {});
     return;
   }
@@ -226,6 +228,7 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
     }
   }
   std::lock_guard<std::mutex> lock(s.mutex);
+  if (streamed) note_stream(s, stream, destroyed);
   s.ledger.enter(t_launch, d->correlationId, graph, std::move(a));
 }
 

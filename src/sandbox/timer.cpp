@@ -128,7 +128,7 @@ int warm_up(py::handle model, py::handle inputs, const TimingOptions& options, s
 
 std::vector<RunGpu> runs_gpu(const std::vector<Window>& windows, const std::vector<double>& ms,
                              std::vector<KernelRecord>& kernels, const std::vector<GpuSpan>& transfers,
-                             std::vector<std::vector<KernelRecord>>* inside) {
+                             std::vector<std::vector<KernelRecord>>* inside, std::vector<KernelRecord>* outside) {
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> spans(windows.size());
   if (inside) inside->assign(windows.size(), {});
   auto window_of = [&](uint64_t start, uint64_t end) -> int {
@@ -139,7 +139,10 @@ std::vector<RunGpu> runs_gpu(const std::vector<Window>& windows, const std::vect
   for (auto& k : kernels) {
     if (CuptiKernelRecorder::is_probe(k)) continue;
     const int w = window_of(k.start_ns, k.end_ns);
-    if (w < 0) continue;
+    if (w < 0) {
+      if (outside) outside->push_back(std::move(k));
+      continue;
+    }
     spans[static_cast<size_t>(w)].emplace_back(k.start_ns, k.end_ns);
     if (inside) (*inside)[static_cast<size_t>(w)].push_back(std::move(k));
   }
@@ -191,7 +194,6 @@ std::vector<TimedSeries::Series> TimedSeries::finish() {
   }
   for (size_t s = 0; s < windows_.size(); ++s) {
     Series& series = out[s];
-    series.event_ms = ms_[s];
     if (kernels.empty() && transfers.empty()) {
       series.ms = ms_[s];
       continue;

@@ -21,6 +21,14 @@ double median_of(std::vector<double>& v) {
   return percentile(v, 0.5);
 }
 
+// The percentile interval of the resampled ratios at out.confidence.
+void set_bounds(SpeedupInterval& out, std::vector<double> ratios) {
+  std::sort(ratios.begin(), ratios.end());
+  const double tail = (1 - out.confidence) / 2;
+  out.low = percentile(ratios, tail);
+  out.high = percentile(ratios, 1 - tail);
+}
+
 }  // namespace
 
 double median(std::vector<double> v) {
@@ -95,10 +103,7 @@ SpeedupInterval paired_speedup_interval(const std::vector<double>& baseline_ms, 
     const double m = median_of(rc);
     if (m > 0) ratios.push_back(median_of(rb) / m * s);
   }
-  std::sort(ratios.begin(), ratios.end());
-  const double tail = (1 - confidence) / 2;
-  out.low = percentile(ratios, tail);
-  out.high = percentile(ratios, 1 - tail);
+  set_bounds(out, std::move(ratios));
   return out;
 }
 
@@ -130,10 +135,7 @@ SpeedupInterval speedup_interval(const std::vector<double>& baseline_ms, const s
     const double m = median_of(rc);
     if (m > 0) ratios.push_back(median_of(rb) / m);
   }
-  std::sort(ratios.begin(), ratios.end());
-  const double tail = (1 - confidence) / 2;
-  out.low = percentile(ratios, tail);
-  out.high = percentile(ratios, 1 - tail);
+  set_bounds(out, std::move(ratios));
   return out;
 }
 

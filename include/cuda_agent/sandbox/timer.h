@@ -72,11 +72,14 @@ struct RunGpu {
   double sample_ms = 0;   // max(the events' interval, the GPU's span)
   bool extended = false;  // the span was the longer
 };
-// Sorts `kernels` and `transfers` into `windows` (runs with event intervals `ms`): each run's GPU
-// activity and sample; *inside, when given, gets each run's kernel records.
+// Sorts `kernels` and `transfers` into `windows` (runs with event intervals `ms`; a window past
+// the end of `ms` counts 0): each run's GPU activity and sample; *inside, when given, gets each
+// run's kernel records and *outside the kernel records in no window (the probe's left out of
+// both), moved out of `kernels`.
 std::vector<RunGpu> runs_gpu(const std::vector<Window>& windows, const std::vector<double>& ms,
                              std::vector<KernelRecord>& kernels, const std::vector<GpuSpan>& transfers,
-                             std::vector<std::vector<KernelRecord>>* inside = nullptr);
+                             std::vector<std::vector<KernelRecord>>* inside = nullptr,
+                             std::vector<KernelRecord>* outside = nullptr);
 
 // Timed runs of one or more forwards (eager and torch.compile, say) taken in any order, with
 // CUPTI recording (when asked) from construction, so that its start-up cost lands in the
@@ -84,8 +87,7 @@ std::vector<RunGpu> runs_gpu(const std::vector<Window>& windows, const std::vect
 class __attribute__((visibility("hidden"))) TimedSeries {
  public:
   struct Series {
-    std::vector<double> event_ms;       // each run's events' interval
-    std::vector<double> ms;             // each run's sample (RunGpu::sample_ms; event_ms without CUPTI)
+    std::vector<double> ms;             // each run's sample (RunGpu::sample_ms; the events' without CUPTI)
     std::vector<double> gpu_ms;         // each run's GPU time (empty without CUPTI)
     int extended = 0;                   // runs whose GPU span was longer than their events' interval
     std::vector<KernelRecord> kernels;  // inside this series' runs
