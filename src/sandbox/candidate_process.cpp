@@ -4,9 +4,11 @@
 // another, and reports timings and kernel records, which the judge treats as claims.
 #include <signal.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -120,7 +122,18 @@ class Candidate {
   std::vector<Window> preruns_;
   SolutionProcesses processes_;
   double ended_cpu_mark_ = -1;  // the solution's ended processes' CPU seconds when the warm-up began
+  // The CPU this process used while its main thread waited for the judge's next op, from the
+  // solution's load on, and how long it waited: what threads beside the main one did meanwhile
+  // (a native thread of the solution's is not a Python thread the integrity checks see).
+  bool loaded_ = false;
+  double idle_cpu_s_ = 0, idle_wall_s_ = 0;
 };
+
+double process_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
 
 void Candidate::start(std::string& phase) {
   phase = "confine";
@@ -417,6 +430,7 @@ nlohmann::json Candidate::finish() {
     }
   }
   reply["runtime"] = runtime_json();
+  reply["idle"] = {{"cpu_s", idle_cpu_s_}, {"wall_s", idle_wall_s_}};
   return reply;
 }
 
@@ -425,12 +439,21 @@ int Candidate::serve() {
   try {
     start(phase);
     for (;;) {
+      const double cpu_before = process_cpu_seconds();
+      const auto wall_before = std::chrono::steady_clock::now();
       ChannelMessage m = channel_.receive(-1);
+      if (loaded_) {
+        idle_cpu_s_ += process_cpu_seconds() - cpu_before;
+        idle_wall_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_before).count();
+      }
       phase = m.body.value("op", std::string("?"));
       nlohmann::json reply;
       if (phase == "init") reply = init(m.body);
-      else if (phase == "load") reply = load(m.body);
-      else if (phase == "blocks") reply = map_blocks(m.body, m.fds);
+      else if (phase == "load") {
+        reply = load(m.body);
+        loaded_ = true;  // solution code exists from here on
+      } else if (phase == "blocks")
+        reply = map_blocks(m.body, m.fds);
       else if (phase == "run") reply = run(m.body);
       else if (phase == "warmup") reply = warmup(m.body);
       else if (phase == "prerun")

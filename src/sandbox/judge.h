@@ -101,6 +101,13 @@ struct __attribute__((visibility("hidden"))) Judge {
   // (they ran `when`: while no forward was running, after the last one). Throws Failure naming
   // `where`.
   void audit_records(const nlohmann::json& reply, const std::string& where, const std::string& when) const;
+  // What the candidate process did while it waited for the judge (the finish reply's "idle": its
+  // CPU and wall seconds from the solution's load on): recorded (reports.candidate_idle); under
+  // integrity checks, CPU beyond kIdleCpuShare of the wait (and kIdleCpuFloorS) is tampering:
+  // threads of the solution's ran beside the judge's work, its timing of the baselines included.
+  // Throws Failure.
+  void audit_idle(const nlohmann::json& finished);
+  static constexpr double kIdleCpuShare = 0.25, kIdleCpuFloorS = 0.05;
   // Untimed forwards of the candidate on a staged copy of `inputs` (the warm-up); checks for work
   // outside them. `keep`: the candidate keeps its own copy of the inputs for pre_run_candidate().
   // Throws Failure.

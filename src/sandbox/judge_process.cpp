@@ -297,6 +297,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       if (opt.integrity_checks && !why.empty())
         throw Failure{Category::kTampering, "the solution tampered with the sandbox: " + why};
       j.audit_records(finished, "finishing", "after its last forward");
+      j.audit_idle(finished);
     }
     progress.close(result.phase_seconds);
     result.ok = true;

@@ -241,6 +241,19 @@ void Judge::warm_up_candidate(py::handle inputs, bool keep) {
   candidate_backends = reply.value("backends", nlohmann::json());
 }
 
+void Judge::audit_idle(const nlohmann::json& finished) {
+  const nlohmann::json idle = finished.value("idle", nlohmann::json());
+  if (!idle.is_object()) return;
+  const double cpu = idle.value("cpu_s", 0.0), wall = idle.value("wall_s", 0.0);
+  result.reports["candidate_idle"] = {{"cpu_s", cpu}, {"wall_s", wall}};
+  if (opt.integrity_checks && cpu > kIdleCpuFloorS && cpu > kIdleCpuShare * wall)
+    throw Failure{Category::kTampering,
+                  fmt::format("the candidate process used {:.2f} s of CPU while it waited {:.2f} s for the judge: "
+                              "threads of the solution's (native ones included) ran beside the judge's work, its "
+                              "timing of the baselines among it",
+                              cpu, wall)};
+}
+
 void Judge::pre_run_candidate(const std::string& where) {
   (void)candidate->call(where + ": the pre-run", {{"op", "prerun"}}, "preran", remaining());
 }

@@ -302,6 +302,40 @@ TEST_F(Integrity, BackgroundThreadsLeftRunningAreTampering) {
   EXPECT_NE(r["message"].get<std::string>().find("late-writer"), std::string::npos) << r["message"];
 }
 
+// A native thread of the solution's (machine code started with pthread_create through ctypes: no
+// Python thread, no process, no GPU work) that runs while the candidate waits for the judge, when
+// the judge computes references and times baselines: its CPU in those waits is tampering. The
+// same thread as the red team's tp_native_thread_beside_judge; a legitimate solution's waits use
+// next to no CPU (reports.candidate_idle).
+TEST_F(Integrity, ANativeThreadRunningWhileTheJudgeWorksIsTampering) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "the thread's machine code is x86-64";
+#endif
+  const std::string task = kSource + "/tests/data/tasks/add/model.py";
+  const std::string prelude =
+      "import ctypes, mmap\n"
+      "_BYTES = 64 << 20\n"
+      "_buffer = mmap.mmap(-1, _BYTES)\n"
+      "_address = ctypes.addressof(ctypes.c_char.from_buffer(_buffer))\n"
+      "_code = (b'\\x48\\xb8' + _address.to_bytes(8, 'little') + b'\\x48\\xb9' + (_BYTES // 64).to_bytes(8, 'little')\n"
+      "         + b'\\x48\\x89\\x08\\x48\\x83\\xc0\\x40\\x48\\xff\\xc9\\x75\\xf4\\xeb\\xde')\n"
+      "_text = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+      "_text.write(_code)\n"
+      "_libc = ctypes.CDLL(None)\n"
+      "_libc.pthread_create.argtypes = [ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, ctypes.c_void_p, "
+      "ctypes.c_void_p]\n"
+      "_thread = ctypes.c_ulong()\n"
+      "_libc.pthread_create(ctypes.byref(_thread), None, ctypes.addressof(ctypes.c_char.from_buffer(_text)), None)\n\n";
+  auto r = verify(task, write("native_thread.py", add_solution("        return a + b\n", prelude)));
+  EXPECT_EQ(r["category"], "tampering") << r.dump(2);
+  EXPECT_NE(r["message"].get<std::string>().find("while it waited"), std::string::npos) << r["message"];
+  // The same solution without the thread passes, its waits nearly free of CPU.
+  auto ok = verify(task, write("plain.py", add_solution("        return a + b\n")));
+  ASSERT_TRUE(ok["ok"].get<bool>()) << ok.dump(2);
+  EXPECT_LT(ok["candidate_idle"]["cpu_s"].get<double>(), 0.25 * ok["candidate_idle"]["wall_s"].get<double>())
+      << ok["candidate_idle"].dump();
+}
+
 TEST_F(Integrity, RandomOutputIsNondeterministic) {
   const std::string task = kSource + "/tests/data/tasks/add/model.py";
   // Every second call adds 0.1. Not torch.rand: the harness reseeds torch before each run, so
