@@ -109,6 +109,16 @@ void MessageChannel::send(const nlohmann::json& body, const std::vector<int>& fd
   }
 }
 
+bool MessageChannel::spin_until_readable(double spin_s) const {
+  const Clock::time_point until =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spin_s));
+  do {
+    pollfd p{socket_.get(), POLLIN, 0};
+    if (::poll(&p, 1, 0) > 0) return true;
+  } while (Clock::now() < until);
+  return false;
+}
+
 ChannelMessage MessageChannel::receive(double timeout_s, size_t max_bytes) {
   const Clock::time_point deadline_value =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s < 0 ? 0 : timeout_s));

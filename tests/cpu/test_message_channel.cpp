@@ -63,6 +63,27 @@ TEST(MessageChannel, CarriesJsonAndDescriptors) {
   sender.join();
 }
 
+TEST(MessageChannel, SpinningWaitsForAFrameWithoutTakingIt) {
+  auto [a, peer] = MessageChannel::pair();
+  MessageChannel b(std::move(peer));
+  // Nothing sent: the spin gives up after its time, having taken at least that long.
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(b.spin_until_readable(0.02));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(20));
+  // A frame sent meanwhile ends the spin; the frame is still there to receive, whole.
+  std::thread sender([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    a.send({{"op", "run"}});
+  });
+  EXPECT_TRUE(b.spin_until_readable(5));
+  sender.join();
+  EXPECT_EQ(b.receive(1).body["op"], "run");
+  // A closed peer ends it too (receive() then says how).
+  { MessageChannel gone = std::move(a); }
+  EXPECT_TRUE(b.spin_until_readable(5));
+  EXPECT_EQ(kind_of([&] { b.receive(1); }), Kind::kClosed);
+}
+
 TEST(MessageChannel, KeyedFramesMustVerifyAndComeInOrder) {
   auto [a, peer] = MessageChannel::pair();
   MessageChannel b(std::move(peer));
