@@ -11,16 +11,18 @@
 
 #include "cuda_agent/agent/episode.h"
 #include "cuda_agent/agent/eval_runner.h"
+#include "cuda_agent/agent/policy.h"
 #include "cuda_agent/bench/bench_runner.h"
 #include "cuda_agent/bench/compare.h"
 #include "cuda_agent/bench/split.h"
+#include "cuda_agent/bench/synth.h"
 #include "cuda_agent/core/config.h"
 #include "cuda_agent/core/confinement.h"
 #include "cuda_agent/core/error.h"
-#include "cuda_agent/core/stop_request.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/log.h"
 #include "cuda_agent/core/progress.h"
+#include "cuda_agent/core/stop_request.h"
 #include "cuda_agent/policy/chat_session.h"
 #include "cuda_agent/policy/local_policy.h"
 #include "cuda_agent/policy/openai_server.h"
@@ -333,6 +335,39 @@ int main(int argc, char** argv) {
   eval->add_option("--device", device, "cuda (default) or cpu (verify-only scoring)");
   add_common(eval, flags);
 
+  CLI::App* synth = app.add_subcommand(
+      "synth",
+      "make training tasks: compose catalogue ops into KernelBench-format models and keep those that pass "
+      "the filters (docs/synth.md)");
+  bench::SynthOptions synth_opts;
+  std::string synth_composer = "sampler", synth_prompt = std::string(CUDA_AGENT_DATA_DIR) + "/synth/compose_prompt.md",
+              synth_catalogue = std::string(CUDA_AGENT_DATA_DIR) + "/synth/catalogue.json", synth_refresh, synth_from,
+              synth_kb;
+  std::vector<double> synth_window = {1, 100};
+  synth->add_option("--output", output, "the split folder to write (split.yaml, tasks/, funnel.md, work/)");
+  synth->add_option("--count", synth_opts.count, "candidates to compose (default 300)")->check(CLI::Range(1, 1000000));
+  synth->add_option("--seed", synth_opts.seed, "seed of the composition (default 0)");
+  synth->add_option("--max-ops", synth_opts.max_ops, "ops per model, at most (1-5, default 5)")
+      ->check(CLI::Range(1, 5));
+  synth->add_option(
+      "--composer", synth_composer,
+      "sampler (the built-in typed sampler, the default) or a policy spec: openai:MODEL@URL, local:MODEL, "
+      "replay:FILE.jsonl");
+  synth->add_option("--prompt", synth_prompt, "the LLM composer's prompt template ({ops}, {max_ops} filled in)");
+  synth->add_option("--catalogue", synth_catalogue, "the op catalogue (default data/synth/catalogue.json)");
+  synth->add_option("--refresh-catalogue", synth_refresh, "crawl the op catalogue into this file and stop");
+  synth->add_option("--from-split", synth_from,
+                    "filter this split's tasks instead of composing: a split folder or Ops-6K rows (.jsonl/.parquet)");
+  synth->add_option("--kernelbench", synth_kb,
+                    "a KernelBench folder (level1/ ...): drop tasks too similar to its tasks");
+  synth->add_option("--eager-window", synth_window, "eager time window in ms, MIN MAX (default 1 100)")->expected(2);
+  synth->add_option("--max-similarity", synth_opts.max_similarity,
+                    "AST similarity above this drops a task (default 0.9)");
+  synth->add_option("--device", device, "cuda (default: every filter) or cpu (no torch.compile or timing filter)");
+  synth->add_option("--gpus", gpus, "comma-separated GPU indices to spread evaluations over");
+  synth->add_option("--workers-per-gpu", workers_per_gpu, workers_help)->check(CLI::Range(1, 16));
+  add_common(synth, flags);
+
   CLI::App* train = app.add_subcommand(
       "train", "run (or resume) the RL training recipe of a config: single-turn warm-up, RFT, value pretraining and agentic PPO (docs/training.md)");
   bool train_resume = false;
@@ -485,6 +520,43 @@ int main(int argc, char** argv) {
       require_gpu("baselines");
       nlohmann::json report = bench::run_bench(opts, std::cerr);
       std::cout << bench::format_baselines_table(report["results"]);
+      return 0;
+    }
+    if (synth->parsed()) {
+      set_log_level(flags.log_level);
+      if (!synth_refresh.empty()) {
+        bench::refresh_catalogue(synth_refresh);
+        std::cout << fmt::format("catalogue: {}\n", synth_refresh);
+        return 0;
+      }
+      CA_CHECK(!output.empty(), "synth needs --output DIR (the split folder to write)");
+      CA_CHECK(device == "cuda" || device == "cpu", "synth: --device '{}' is unknown: use cuda or cpu", device);
+      synth_opts.output = output;
+      synth_opts.catalogue = synth_catalogue;
+      synth_opts.from_split = synth_from;
+      synth_opts.kernelbench = synth_kb;
+      synth_opts.min_eager_ms = synth_window.at(0);
+      synth_opts.max_eager_ms = synth_window.at(1);
+      std::unique_ptr<agent::Policy> composer;
+      if (synth_composer != "sampler") {
+        composer = agent::make_policy(synth_composer);
+        synth_opts.llm_name = composer->name();
+        synth_opts.llm_prompt = read_file(synth_prompt);
+        synth_opts.llm = [&composer](const std::string& prompt) {
+          agent::PolicyRequest req;
+          req.messages.push_back({"user", prompt, {}, "", ""});
+          return composer->complete(req).text;
+        };
+      }
+      synth_opts.bench.sandbox = resolve_options(flags);
+      synth_opts.bench.device = device;
+      synth_opts.bench.gpus = device == "cpu" ? std::vector<int>{0} : parse_gpus(gpus);
+      synth_opts.bench.workers_per_gpu = workers_per_gpu;
+      synth_opts.bench.interactive_progress = stderr_is_terminal();
+      if (device == "cuda") require_gpu("synth");
+      const nlohmann::json funnel = bench::run_synth(synth_opts, std::cerr);
+      std::cout << read_file(fs::path(output) / "funnel.md")
+                << fmt::format("split: {} ({} tasks)\n", output, funnel["accepted"].get<int>());
       return 0;
     }
     if (solve->parsed()) {

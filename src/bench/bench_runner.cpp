@@ -45,6 +45,7 @@ nlohmann::json evaluate_task(const BenchOptions& options, const TaskEntry& task,
   req.task_path = task.path.string();
   req.task_id = task.id;
   req.gpu = gpu;
+  req.device = options.device;
   req.gpu_lock = true;  // GPU phases and timed runs one at a time (see BenchOptions::workers_per_gpu)
   req.options = task_options;
   req.mode = options.mode;

@@ -221,6 +221,29 @@ TEST_F(Cli, VerifyUsageErrors) {
   EXPECT_NE(r.output.find("--device must be cuda or cpu, got 'tpu'"), std::string::npos) << r.output;
 }
 
+TEST_F(Cli, SynthUsageErrors) {
+  CliRun r = run("synth --device cpu");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("synth needs --output DIR"), std::string::npos) << r.output;
+  const std::string out = quote((work_.path() / "synth").string());
+  r = run("synth --device cpu --output " + out + " --composer nosuch:model");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("openai:"), std::string::npos) << "the policy forms are listed\n" << r.output;
+  r = run("synth --device cpu --output " + out + " --catalogue " + quote((work_.path() / "none.json").string()));
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("no op catalogue at"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--refresh-catalogue"), std::string::npos) << r.output;
+  r = run("synth --device cpu --output " + out + " --eager-window 5 1");
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("window [5, 1] ms is empty"), std::string::npos) << r.output;
+  r = run("synth --device cpu --output data/core");  // a split of the user's own
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("is not an earlier synth run's"), std::string::npos) << r.output;
+  r = run("synth --device tpu --output " + out);
+  EXPECT_EQ(r.rc, 2) << r.output;
+  EXPECT_NE(r.output.find("--device 'tpu' is unknown"), std::string::npos) << r.output;
+}
+
 TEST_F(Cli, GpuVerbsOnAGpuLessMachine) {
   if (machine_has_gpu()) GTEST_SKIP() << "this machine has a GPU";
   CliRun r = run("bench --split data/demo --solutions data/demo/solutions --output " +

@@ -18,6 +18,9 @@ struct BenchOptions {
   std::filesystem::path solutions;      // DIR/<task id>/model_new.py or DIR/<task id>.py
   std::filesystem::path output_dir;     // results/<id>.json, summary.json, results.md
   std::vector<int> gpus = {0};
+  // "cpu": verify-only evaluations without a GPU (tests, `synth` on a machine without one); each
+  // entry of `gpus` is then one more worker slot.
+  std::string device = "cuda";
   // Worker processes in flight per GPU. With 2, the next worker imports torch while the current
   // one compiles and verifies; the workers' GPU locks (EvalRequest::gpu_lock) keep GPU phases one
   // at a time and keep a starting worker from running beside timed runs. 2 is the default: an
