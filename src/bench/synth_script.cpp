@@ -21,7 +21,7 @@ PROBE = {2: (6, 10), 3: (3, 6, 10), 4: (2, 6, 10, 12)}
 # Names that are not compute on an input tensor: creation, randomness, I/O, state, views and
 # copies (cheap and degenerate as a task's op), and in-place forms.
 DENY = re.compile(
-    r"^(rand|randn|randint|randperm|normal|bernoulli|multinomial|poisson|dropout|alpha_dropout|feature_alpha_dropout|"
+    r"^(rand|randn|randint|randperm|normal|bernoulli|binomial|multinomial|poisson|dropout|alpha_dropout|feature_alpha_dropout|"
     r"empty|zeros|ones|full|arange|range|linspace|logspace|eye|tensor|as_tensor|asarray|from_|frombuffer|load|save|"
     r"manual_seed|seed|initial_seed|set_|get_|is_|use_|can_cast|promote_types|result_type|compile|jit|vmap|cond|"
     r"sym_|quantize|quantized|fake_|fbgemm|mkldnn|miopen|cudnn|native_|clone|detach|contiguous|view|alias|squeeze|"
@@ -71,7 +71,8 @@ def _function_entry(torch, qual, fn, call_name):
             except (TypeError, ValueError):
                 sig = ""
             return {"name": qual, "kind": "function", "call": template, "arity": arity, "ranks": ranks,
-                    "shape": "same", "signature": sig}
+                    "dtypes": ["float32"], "shape": "same", "signature": sig,
+                    "constraints": "two inputs of one shape" if arity == 2 else "one input"}
     return None
 
 
@@ -114,7 +115,11 @@ def _module_entry(torch, qual, cls):
     changes = any(rule in ("new_last", "new_dim1") for _, rule in ctor)
     if not changes and any(shapes[r] != list(PROBE[r]) for r in ranks):
         return None  # a shape the sampler cannot follow (GLU halves a dim)
-    return {"name": qual, "kind": "module", "ctor": ctor, "arity": 1, "ranks": ranks,
+    ties = {"last": "the input's last dim", "dim1": "the input's dim 1", "new_last": "a new last dim (output)",
+            "new_dim1": "a new dim 1 (output)"}
+    constraints = "; ".join(f"{name} = {ties[rule]}" if rule in ties else f"{name} = {rule}" for name, rule in ctor)
+    return {"name": qual, "kind": "module", "ctor": ctor, "arity": 1, "ranks": ranks, "dtypes": ["float32"],
+            "constraints": constraints or "one input",
             "shape": "same" if all(shapes[r] == list(PROBE[r]) for r in ranks) else "changed",
             "signature": str(inspect.signature(cls.__init__))}
 
