@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|lm|multi|train|train-2gpu|learning|learning-report|kernelbench|timing]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|lm|multi|train|train-2gpu|learning|learning-report|kernelbench|timing|synth]
+# synth: issue 20's target, SYNTH_COUNT (default 300) sampled candidates through every filter,
+# against KB_DIR's KernelBench tasks where that folder exists; the funnel and the wall time.
 # kernelbench: every task of a KernelBench checkout (KB_DIR, default kb: its level1/ level2/
 # level3/ folders and solutions/<id>.py, each the task with `ModelNew = Model` appended), one
 # bench per level (KB_LEVELS, default "1 2 3"), provenance warn and no torch.compile baseline, so
@@ -150,6 +152,13 @@ fi
 if [ "$what" = timing ]; then
   # Issue 17's figures: the launch cost, the timer against events, eager against the candidate.
   scripts/bench_timing.sh $build "$out/timing" 2>&1 | tee "$out/timing.txt"
+fi
+if [ "$what" = synth ]; then
+  kbopt=(); [ -d "${KB_DIR:-kb}/level1" ] && kbopt=(--kernelbench "${KB_DIR:-kb}")
+  start=$SECONDS
+  $build/cuda-agent synth --output "$out/synth" --count "${SYNTH_COUNT:-300}" --seed 1 "${kbopt[@]}" \
+    > "$out/synth.txt" 2> "$out/synth.err"
+  echo "synth: exit $?, $((SECONDS - start)) s"; cat "$out/synth.txt"; tail -3 "$out/synth.err"
 fi
 if [ "$what" = kernelbench ]; then
   kb=${KB_DIR:-kb}
