@@ -121,7 +121,7 @@ std::vector<Candidate> compose(const SynthOptions& o, nlohmann::json& funnel, st
   for (int i = 0; i < o.count; ++i) {
     Candidate c{fmt::format("l{}_{:04d}", o.seed, i), "", {{"source", o.llm_name}}, {}};
     const std::string prompt = llm_prompt(o, entries, rng);
-    c.info["prompt_ops"] = prompt;
+    c.info["prompt"] = prompt;
     try {
       replies.push_back(o.llm(prompt));
     } catch (const std::exception& e) {
