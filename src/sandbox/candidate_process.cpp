@@ -122,10 +122,10 @@ class Candidate {
   std::vector<Window> preruns_;
   SolutionProcesses processes_;
   double ended_cpu_mark_ = -1;  // the solution's ended processes' CPU seconds when the warm-up began
-  // The CPU this process's other threads used while its main thread waited for the judge's next
-  // op, from the solution's load on, and how long it waited: what threads beside the main one
-  // did meanwhile (a native thread of the solution's is not a Python thread the integrity
-  // checks see).
+  // The CPU this process used while its main thread waited for the judge's next op (less the
+  // main thread's own spin), from the solution's load on, and how long it waited: what threads
+  // beside the main one, or signal handlers on it, did meanwhile (a native thread of the
+  // solution's is not a Python thread the integrity checks see).
   bool loaded_ = false;
   double idle_cpu_s_ = 0, idle_wall_s_ = 0;
   // How long the main thread waits for the judge's next op on its core before it sleeps: longer
@@ -448,23 +448,27 @@ int Candidate::serve() {
       // this thread waits on its core, not asleep: a thread that sleeps through most of each
       // round starts the next forward several times slower than one that kept running (measured
       // on the H200: the same 16k-element add read 1.9-3.7x eager's time as a candidate, 1.0-1.1x
-      // with this; docs/benchmarks.md). Signals stay blocked meanwhile, so no handler of the
-      // solution's runs on this thread while it waits; what runs on other threads is this
-      // wait's idle CPU (the process's, less this thread's own spin), audited by the judge.
+      // with this; docs/benchmarks.md). Signals stay blocked while it spins, so no handler of the
+      // solution's runs on this thread then; everything else the process runs while it waits
+      // (other threads, a handler in the sleeping wait) is this wait's idle CPU, audited by the
+      // judge.
       const double cpu_before = cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
-      const double main_before = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
       const auto wall_before = std::chrono::steady_clock::now();
+      double spin_cpu = 0;  // this thread's, while it spun with every signal blocked
       if (loaded_ && gpu_) {
         sigset_t all, old;
         ::sigfillset(&all);
         ::pthread_sigmask(SIG_BLOCK, &all, &old);
+        const double spin_start = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
         (void)channel_.spin_until_readable(kWaitSpinS);
+        // Read before the signals are let through: a handler that runs once they are (on this
+        // thread, in the sleeping wait below too) is the wait's idle CPU, not the spin's.
+        spin_cpu = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - spin_start;
         ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
       }
       ChannelMessage m = channel_.receive(-1);
       if (loaded_) {
-        idle_cpu_s_ += std::max(0.0, (cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu_before) -
-                                         (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - main_before));
+        idle_cpu_s_ += std::max(0.0, cpu_seconds(CLOCK_PROCESS_CPUTIME_ID) - cpu_before - spin_cpu);
         idle_wall_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_before).count();
       }
       phase = m.body.value("op", std::string("?"));
