@@ -103,6 +103,7 @@ std::vector<Candidate> compose(const SynthOptions& o, nlohmann::json& funnel, st
         c.code = it->second.at("code");
         c.info["ops"] = it->second.at("ops");
         c.info["seed"] = it->second.at("seed");
+        c.info["estimated_eager_ms"] = it->second.value("estimated_eager_ms", nlohmann::json());
         c.filters["composed"] = verdict(true, fmt::format("{} attempt(s)", it->second.at("attempts").get<int>()));
       } else {
         c.filters["composed"] = verdict(false, "no composition of the catalogue's ops ran at small sizes");

@@ -237,9 +237,17 @@ class Composition:
         return self.dim_names[-1]
 
 
+HEAVY_SHARE = 0.7  # compositions that start with a matrix product or a convolution
+
+
+def _heavy(e):
+    return e["kind"] == "module" and any(rule in ("new_last", "new_dim1") for _, rule in e["ctor"])
+
+
 def _compose(rng, cat, max_ops):
     n = _pick_count(rng, max_ops)
-    first = rng.choice(cat)
+    heavy = [e for e in cat if _heavy(e)]
+    first = rng.choice(heavy if heavy and rng.random() < HEAVY_SHARE else cat)
     rank = rng.choice(first["ranks"])
     comp = Composition(rank, _pick_dims(rng, rank))
     cur = ("x0", rank, list(comp.values[0][2]))
@@ -268,7 +276,7 @@ def _compose(rng, cat, max_ops):
                 elif rule == "dim1":
                     args.append(f"{pname}={shape[1]}")
                 elif rule == "new_last":
-                    nd = comp.new_dim(rng.choice([256, 512, 1024, 2048]))
+                    nd = comp.new_dim(rng.choice([512, 1024, 2048, 4096]))
                     args.append(f"{pname}={nd}")
                     shape[-1] = nd
                 elif rule == "new_dim1":
@@ -334,6 +342,50 @@ def _smoke(torch, code, dims, small):
     return None
 
 
+# A roofline of the H200 in float32 without TF32, for choosing sizes only (the filter measures).
+EST_FLOPS = 40e12
+EST_BYTES_PER_S = 3.0e12
+MAX_TENSOR_ELEMENTS = 1 << 27  # 512 MiB of float32: the inputs are drawn on the CPU, per round
+
+
+def _estimate_ms(torch, code, dims):
+    """Eager's time on the roofline: FLOPs counted on the meta device (matrix products and
+    convolutions), plus every value the forward makes written and read once."""
+    from torch.utils.flop_counter import FlopCounterMode
+    ns = {}
+    exec(compile(code, "<synth>", "exec"), ns)
+    for i, d in enumerate(dims):
+        ns[f"d{i}"] = d
+    with torch.device("meta"):
+        m = ns["Model"](*ns["get_init_inputs"]())
+        inputs = ns["get_inputs"]()
+        seen = []
+        hooks = torch.overrides.TorchFunctionMode
+
+        class Sizes(hooks):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                if isinstance(out, torch.Tensor):
+                    seen.append(out.numel())
+                return out
+
+        with FlopCounterMode(display=False) as fc, Sizes():
+            y = m(*inputs)
+    moved = 4 * (sum(t.numel() for t in inputs) + 2 * sum(seen) + y.numel())
+    biggest = max([t.numel() for t in inputs] + seen + [y.numel()])
+    return fc.get_total_flops() / EST_FLOPS * 1e3 + moved / EST_BYTES_PER_S * 1e3, biggest
+
+
+def _fit_batch(torch, comp, seed, log_target_ms):
+    """Scales the batch size d0 (every op here is linear in it) so that eager's estimated time is
+    exp(log_target_ms), no tensor over MAX_TENSOR_ELEMENTS. Returns the estimate at the new size."""
+    est, biggest = _estimate_ms(torch, _render(comp, seed), comp.dims)
+    factor = math.exp(log_target_ms) / max(est, 1e-6)
+    factor = min(factor, MAX_TENSOR_ELEMENTS / max(biggest, 1))
+    comp.dims[0] = max(1, int(comp.dims[0] * factor))
+    return _estimate_ms(torch, _render(comp, seed), comp.dims)[0]
+
+
 def sample(args):
     torch = _torch()
     cat = [e for e in json.load(open(args["catalogue"]))["entries"] if not e.get("disabled")]
@@ -346,13 +398,15 @@ def sample(args):
             if comp is None:
                 rejected["composition"] = rejected.get("composition", 0) + 1
                 continue
-            code = _render(comp, seed)
             try:
+                estimate = _fit_batch(torch, comp, seed, rng.uniform(math.log(2.0), math.log(20.0)))
+                code = _render(comp, seed)
                 why = _smoke(torch, code, comp.dims, 8)
             except Exception as e:
                 why = f"{type(e).__name__}: {str(e)[:200]}"
             if why is None:
-                out.append({"index": i, "seed": seed, "attempts": attempt + 1, "ops": comp.ops, "code": code})
+                out.append({"index": i, "seed": seed, "attempts": attempt + 1, "ops": comp.ops, "code": code,
+                            "estimated_eager_ms": round(estimate, 3)})
                 break
             key = why.split(":")[0]
             rejected[key] = rejected.get(key, 0) + 1

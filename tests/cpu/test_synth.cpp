@@ -95,6 +95,13 @@ print(ok)
       EXPECT_NE(c["code"].get<std::string>().find(part), std::string::npos) << c["code"];
   }
   EXPECT_GT(ops_total, 12) << "compositions, not single ops";
+  // Sized for the eager window on the roofline estimate (the filter measures on a GPU).
+  int in_window = 0;
+  for (const auto& c : s["candidates"]) {
+    ASSERT_TRUE(c["estimated_eager_ms"].is_number()) << c.dump(1);
+    in_window += c["estimated_eager_ms"].get<double>() >= 1 && c["estimated_eager_ms"].get<double>() <= 100;
+  }
+  EXPECT_GE(in_window, 6) << s.dump(1);
   opts.stdout_path = (dir.path() / "out.txt").string();
   opts.stderr_path = (dir.path() / "err.txt").string();
   opts.timeout_s = 300;
