@@ -4,7 +4,9 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <iostream>
+#include <memory>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -242,6 +244,559 @@ int run_generate(const GenerateFlags& g) {
   return 0;
 }
 
+// ---- the verbs ---------------------------------------------------------------------------
+// Each add_* function declares one verb's options on its own subcommand and adds the function
+// that runs it; main() parses the command line and runs the verb it names.
+
+struct Verb {
+  CLI::App* cmd;
+  std::function<int()> run;
+};
+using Verbs = std::vector<Verb>;
+
+constexpr const char* kWorkersHelp =
+    "worker processes in flight per GPU: 2 starts the next worker's Python while the current one runs (GPU phases "
+    "and timed runs stay one at a time; 1 runs one evaluation at a time; docs/benchmarks.md, section 5)";
+const std::string kDefaultSkill = std::string(CUDA_AGENT_SKILLS_DIR) + "/cuda-kernel-sandbox/SKILL.md";
+
+struct SingleFlags {
+  std::string task, solution, device = "cuda", output;
+  int gpu = 0;
+  bool json = false, gpu_lock = false;
+  CommonFlags common;
+};
+
+void add_single_verbs(CLI::App& app, Verbs& verbs) {
+  for (const std::string verb : {"verify", "profile", "evaluate"}) {
+    auto f = std::make_shared<SingleFlags>();
+    const char* help = verb == "verify"    ? "check a solution against its task on five seeded random inputs"
+                       : verb == "profile" ? "time eager, torch.compile and the solution"
+                                           : "verify, then profile, then score the solution (reward -1/1/2/3)";
+    CLI::App* cmd = app.add_subcommand(verb, help);
+    cmd->add_option("--task", f->task, "the task's model.py (KernelBench format), or its folder")->required();
+    cmd->add_option("--solution", f->solution, "the solution's model_new.py, or its folder")->required();
+    cmd->add_option("--device", f->device,
+                    verb == "verify" ? "cuda (default), or cpu: no GPU, the checks only"
+                                     : "cuda (the default and the only choice: timing needs a GPU)");
+    cmd->add_option("--gpu", f->gpu, "GPU index to pin the worker to");
+    cmd->add_option("--output", f->output, "write the result JSON here");
+    cmd->add_flag("--json", f->json, "print the result JSON instead of the summary");
+    cmd->add_flag("--gpu-lock", f->gpu_lock,
+                  "take the GPU's lock files: GPU work and timed runs one at a time with other locked runs");
+    add_common(cmd, f->common);
+    verbs.push_back({cmd, [verb, f] {
+                       return run_single(verb, f->task, f->solution, f->device, f->gpu, f->gpu_lock, f->output, f->json,
+                                         f->common);
+                     }});
+  }
+}
+
+struct BenchFlags {
+  std::string split, solutions, gpus = "0", output, run_a, run_b;
+  bool no_resume = false, json = false;
+  int workers_per_gpu = 2;
+  CommonFlags common;
+};
+
+void add_bench(CLI::App& app, Verbs& verbs) {
+  auto f = std::make_shared<BenchFlags>();
+  CLI::App* bench = app.add_subcommand("bench", "score the solutions of a split and print the result table");
+  bench->add_option("--split", f->split,
+                    "split: a folder with split.yaml, a KernelBench folder (level1/...), or rows (.jsonl/.parquet)");
+  bench->add_option("--solutions", f->solutions, "folder of solutions: <id>/model_new.py or <id>.py");
+  bench->add_option("--gpus", f->gpus, "comma-separated GPU indices to spread evaluations over");
+  bench->add_option("--output", f->output, "run folder (default runs/bench-<split>)");
+  bench->add_flag("--no-resume", f->no_resume, "re-evaluate tasks that already have a result");
+  bench->add_option("--workers-per-gpu", f->workers_per_gpu, kWorkersHelp)->check(CLI::Range(1, 16));
+  add_common(bench, f->common);
+  CLI::App* compare = bench->add_subcommand("compare", "show two bench runs side by side, per task and per level");
+  compare->add_option("run_a", f->run_a, "the first run folder (holding results/)")->required();
+  compare->add_option("run_b", f->run_b, "the second run folder")->required();
+  compare->add_flag("--json", f->json, "print the comparison as JSON");
+  // `bench compare` first: `bench` counts as parsed when its subcommand is.
+  verbs.push_back({compare, [f] {
+                     nlohmann::json comparison = bench::compare_runs(f->run_a, f->run_b);
+                     std::cout << (f->json ? comparison.dump(2) + "\n" : bench::render_compare_md(comparison));
+                     return 0;
+                   }});
+  verbs.push_back({bench, [f] {
+                     CA_CHECK(!f->split.empty() && !f->solutions.empty(),
+                              "bench needs --split and --solutions (or the subcommand: bench compare RUN_A RUN_B)");
+                     bench::BenchOptions opts;
+                     opts.sandbox = resolve_options(f->common);
+                     opts.split = f->split;
+                     opts.solutions = f->solutions;
+                     opts.gpus = parse_gpus(f->gpus);
+                     opts.resume = !f->no_resume;
+                     opts.workers_per_gpu = f->workers_per_gpu;
+                     opts.output_dir = f->output.empty() ? fs::path("runs") / ("bench-" + bench::split_name(f->split))
+                                                         : fs::path(f->output);
+                     require_gpu("bench");
+                     opts.interactive_progress = stderr_is_terminal();
+                     nlohmann::json report = bench::run_bench(opts, std::cerr);
+                     std::cout << bench::format_table(report["results"], report["summary"]);
+                     std::cout << fmt::format("\nresults: {}\n", (opts.output_dir / "results").string());
+                     return 0;
+                   }});
+}
+
+void add_baselines(CLI::App& app, Verbs& verbs) {
+  auto f = std::make_shared<BenchFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "baselines", "time eager and torch.compile for every task of a split into the shared baseline cache");
+  cmd->add_option("--split", f->split, "split folder (with split.yaml)")->required();
+  cmd->add_option("--gpus", f->gpus, "comma-separated GPU indices to spread tasks over");
+  cmd->add_option("--output", f->output, "run folder (default runs/baselines-<split>)");
+  cmd->add_option("--workers-per-gpu", f->workers_per_gpu, kWorkersHelp)->check(CLI::Range(1, 16));
+  add_common(cmd, f->common);
+  verbs.push_back({cmd, [f] {
+                     bench::BenchOptions opts;
+                     opts.sandbox = resolve_options(f->common);
+                     opts.mode = sandbox::EvalMode::kBaselines;
+                     opts.split = f->split;
+                     opts.gpus = parse_gpus(f->gpus);
+                     opts.workers_per_gpu = f->workers_per_gpu;
+                     opts.output_dir = f->output.empty()
+                                           ? fs::path("runs") / ("baselines-" + bench::split_name(f->split))
+                                           : fs::path(f->output);
+                     opts.interactive_progress = stderr_is_terminal();
+                     require_gpu("baselines");
+                     nlohmann::json report = bench::run_bench(opts, std::cerr);
+                     std::cout << bench::format_baselines_table(report["results"]);
+                     return 0;
+                   }});
+}
+
+// solve and eval: agent episodes.
+struct AgentFlags {
+  std::string task, split, policy, checkpoint, output, gpus = "0", device = "cuda", skill = kDefaultSkill;
+  int gpu = 0, max_turns = 150;
+  bool single_turn = false;
+  CommonFlags common;
+};
+
+void add_solve(CLI::App& app, Verbs& verbs) {
+  auto f = std::make_shared<AgentFlags>();
+  CLI::App* cmd = app.add_subcommand("solve", "one agent episode on a task, transcript streamed, trajectory saved");
+  cmd->add_option("--task", f->task, "the task's model.py")->required();
+  cmd->add_option("--policy", f->policy,
+                  "replay:FILE.jsonl (scripted tool calls), openai:MODEL@BASE_URL or local:MODEL[?temperature=T&...] "
+                  "(the in-process model; docs/agent.md)")
+      ->required();
+  cmd->add_option("--output", f->output, "episode folder (default runs/solve-<task>-<time>)");
+  cmd->add_option("--skill", f->skill, "SKILL.md loaded into the system prompt");
+  cmd->add_option("--max-turns", f->max_turns, "most policy replies (default 150)");
+  cmd->add_flag("--single-turn", f->single_turn,
+                "no tools: one answer holding model_new.py (the no-agent-loop ablation)");
+  cmd->add_option("--device", f->device, "cuda (default) or cpu (verify-only scoring)");
+  cmd->add_option("--gpu", f->gpu, "GPU index for the episode's checks");
+  add_common(cmd, f->common);
+  verbs.push_back({cmd, [f] {
+                     agent::EpisodeSpec spec;
+                     spec.sandbox = resolve_options(f->common);
+                     spec.task = f->task;
+                     spec.policy = f->policy;
+                     spec.skill_file = f->skill;
+                     spec.device = f->device;
+                     spec.gpu = f->gpu;
+                     spec.agent.max_turns = f->max_turns;
+                     spec.agent.single_turn = f->single_turn;
+                     spec.output_dir =
+                         f->output.empty()
+                             ? fs::path("runs") / fmt::format("solve-{}-{}",
+                                                              fs::absolute(f->task).parent_path().filename().string(),
+                                                              std::time(nullptr))
+                             : fs::path(f->output);
+                     if (f->device == "cuda") require_gpu("solve");
+                     agent::EpisodeResult r = agent::run_task_episode(spec, [](const nlohmann::json& event) {
+                       std::cout << agent::format_event(event) << std::flush;
+                     });
+                     std::cout << fmt::format("trajectory: {}\n", (spec.output_dir / "trajectory.jsonl").string());
+                     return r.reward > 0 ? 0 : kExitFailed;
+                   }});
+}
+
+void add_eval(CLI::App& app, Verbs& verbs) {
+  auto f = std::make_shared<AgentFlags>();
+  CLI::App* cmd = app.add_subcommand("eval", "agent episodes over a split, scored, with the bench report");
+  cmd->add_option("--split", f->split, "split: own folder, KernelBench folder, or rows (.jsonl/.parquet)")->required();
+  CLI::Option* policy =
+      cmd->add_option("--policy", f->policy, "replay:FILE.jsonl, openai:MODEL@BASE_URL or local:MODEL[?key=value&...]");
+  cmd->add_option("--checkpoint", f->checkpoint,
+                  "a training run folder (its latest checkpoint) or a checkpoints/step-N folder, optionally "
+                  "?key=value&... as local: takes (e.g. ?temperature=0): its actor is the policy")
+      ->excludes(policy);
+  cmd->add_option("--gpus", f->gpus, "comma-separated GPU indices to spread episodes over");
+  cmd->add_option("--output", f->output, "run folder (default runs/eval-<split>-<time>)");
+  cmd->add_option("--skill", f->skill, "SKILL.md loaded into the system prompt");
+  cmd->add_option("--max-turns", f->max_turns, "most policy replies per episode (the paper evaluates with 200)");
+  cmd->add_flag("--single-turn", f->single_turn, "no tools: one answer per task (the no-agent-loop ablation)");
+  cmd->add_option("--device", f->device, "cuda (default) or cpu (verify-only scoring)");
+  add_common(cmd, f->common);
+  verbs.push_back({cmd, [f] {
+                     agent::EvalSpec spec;
+                     spec.split = f->split;
+                     spec.gpus = parse_gpus(f->gpus);
+                     spec.output_dir = f->output.empty()
+                                           ? fs::path("runs") / fmt::format("eval-{}-{}", bench::split_name(f->split),
+                                                                            std::time(nullptr))
+                                           : fs::path(f->output);
+                     spec.interactive_progress = stderr_is_terminal();
+                     spec.episode.sandbox = resolve_options(f->common);
+                     std::string policy = f->policy;
+                     if (!f->checkpoint.empty()) {
+                       const size_t q = f->checkpoint.find('?');
+                       policy = rl::checkpoint_policy_spec(f->checkpoint.substr(0, q), f->device,
+                                                           q == std::string::npos ? "" : f->checkpoint.substr(q + 1));
+                       std::cerr << "[eval] policy " << policy << "\n";
+                     }
+                     CA_CHECK(!policy.empty(), "eval: pass --policy SPEC or --checkpoint DIR");
+                     spec.episode.policy = policy;
+                     spec.episode.skill_file = f->skill;
+                     spec.episode.device = f->device;
+                     spec.episode.agent.max_turns = f->max_turns;
+                     spec.episode.agent.single_turn = f->single_turn;
+                     if (f->device == "cuda") require_gpu("eval");
+                     nlohmann::json out = agent::run_eval(spec, std::cerr);
+                     std::cout << read_file(spec.output_dir / "report.md");
+                     return 0;
+                   }});
+}
+
+struct SynthFlags {
+  bench::SynthOptions opts;
+  std::string output, device = "cuda", gpus = "0", composer = "sampler",
+                      prompt = std::string(CUDA_AGENT_DATA_DIR) + "/synth/compose_prompt.md",
+                      catalogue = std::string(CUDA_AGENT_DATA_DIR) + "/synth/catalogue.json", refresh, from_split,
+                      kernelbench;
+  std::vector<double> window = {1, 100};
+  int workers_per_gpu = 2;
+  CommonFlags common;
+};
+
+int run_synth_verb(SynthFlags& f) {
+  set_log_level(f.common.log_level);
+  if (!f.refresh.empty()) {
+    bench::refresh_catalogue(f.refresh);
+    std::cout << fmt::format("catalogue: {}\n", f.refresh);
+    return 0;
+  }
+  CA_CHECK(!f.output.empty(), "synth needs --output DIR (the split folder to write)");
+  CA_CHECK(f.device == "cuda" || f.device == "cpu", "synth: --device '{}' is unknown: use cuda or cpu", f.device);
+  bench::SynthOptions& o = f.opts;
+  o.output = f.output;
+  o.catalogue = f.catalogue;
+  o.from_split = f.from_split;
+  o.kernelbench = f.kernelbench;
+  o.min_eager_ms = f.window.at(0);
+  o.max_eager_ms = f.window.at(1);
+  std::unique_ptr<agent::Policy> composer;
+  if (f.composer != "sampler") {
+    composer = agent::make_policy(f.composer);
+    o.llm_name = composer->name();
+    o.llm_prompt = read_file(f.prompt);
+    o.llm = [&composer](const std::string& prompt) {
+      agent::PolicyRequest req;
+      req.messages.push_back({"user", prompt, {}, "", ""});
+      return composer->complete(req).text;
+    };
+  }
+  o.bench.sandbox = resolve_options(f.common);
+  o.bench.device = f.device;
+  o.bench.gpus = f.device == "cpu" ? std::vector<int>{0} : parse_gpus(f.gpus);
+  o.bench.workers_per_gpu = f.workers_per_gpu;
+  o.bench.interactive_progress = stderr_is_terminal();
+  if (f.device == "cuda") require_gpu("synth");
+  const nlohmann::json funnel = bench::run_synth(o, std::cerr);
+  std::cout << read_file(fs::path(f.output) / "funnel.md")
+            << fmt::format("split: {} ({} tasks)\n", f.output, funnel["accepted"].get<int>());
+  return 0;
+}
+
+void add_synth(CLI::App& app, Verbs& verbs) {
+  auto f = std::make_shared<SynthFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "synth",
+      "make training tasks: compose catalogue ops into KernelBench-format models and keep those that pass "
+      "the filters (docs/synth.md)");
+  cmd->add_option("--output", f->output, "the split folder to write (split.yaml, tasks/, funnel.md, work/)");
+  cmd->add_option("--count", f->opts.count, "candidates to compose (default 300)")->check(CLI::Range(1, 1000000));
+  cmd->add_option("--seed", f->opts.seed, "seed of the composition (default 0)");
+  cmd->add_option("--max-ops", f->opts.max_ops, "ops per model, at most (1-5, default 5)")->check(CLI::Range(1, 5));
+  cmd->add_option("--composer", f->composer,
+                  "sampler (the built-in typed sampler, the default) or a policy spec: openai:MODEL@URL, local:MODEL, "
+                  "replay:FILE.jsonl");
+  cmd->add_option("--prompt", f->prompt, "the LLM composer's prompt template ({ops}, {max_ops} filled in)");
+  cmd->add_option("--catalogue", f->catalogue, "the op catalogue (default data/synth/catalogue.json)");
+  cmd->add_option("--refresh-catalogue", f->refresh, "crawl the op catalogue into this file and stop");
+  cmd->add_option("--from-split", f->from_split,
+                  "filter this split's tasks instead of composing: a split folder or Ops-6K rows (.jsonl/.parquet)");
+  cmd->add_option("--kernelbench", f->kernelbench,
+                  "a KernelBench folder (level1/ ...): drop tasks too similar to its tasks");
+  cmd->add_option("--eager-window", f->window, "eager time window in ms, MIN MAX (default 1 100)")->expected(2);
+  cmd->add_option("--max-similarity", f->opts.max_similarity, "AST similarity above this drops a task (default 0.9)");
+  cmd->add_option("--device", f->device, "cuda (default: every filter) or cpu (no torch.compile or timing filter)");
+  cmd->add_option("--gpus", f->gpus, "comma-separated GPU indices to spread evaluations over");
+  cmd->add_option("--workers-per-gpu", f->workers_per_gpu, kWorkersHelp)->check(CLI::Range(1, 16));
+  add_common(cmd, f->common);
+  verbs.push_back({cmd, [f] { return run_synth_verb(*f); }});
+}
+
+// train and ablate: the trainer.
+struct TrainFlags {
+  std::string device = "cuda", skill = kDefaultSkill, ablations = "configs/ablations", output = "runs/ablate";
+  int gpu = 0;
+  bool resume = false;
+  CommonFlags common;
+};
+
+void add_train(CLI::App& app, Verbs& verbs) {
+  auto f = std::make_shared<TrainFlags>();
+  CLI::App* cmd = app.add_subcommand("train",
+                                     "run (or resume) the RL training recipe of a config: single-turn warm-up, RFT, "
+                                     "value pretraining and agentic PPO (docs/training.md)");
+  cmd->add_option("--config", f->common.config, "training config YAML (configs/paper.yaml lists every key)")
+      ->required();
+  cmd->add_option("--set", f->common.sets, "override one key, e.g. --set ppo.steps=10 (repeatable)");
+  cmd->add_flag("--resume", f->resume, "continue the run in run.output_dir from its latest checkpoint");
+  cmd->add_option("--device", f->device, "cuda (default) or cpu (model on the CPU, verify-only scoring)");
+  cmd->add_option("--gpu", f->gpu, "GPU index of the model and the episodes' checks");
+  cmd->add_option("--skill", f->skill, "SKILL.md loaded into the agent's system prompt");
+  cmd->add_option("--log-level", f->common.log_level, "trace, debug, info, warn, error or off");
+  verbs.push_back({cmd, [f] {
+                     set_log_level(f->common.log_level);
+                     const nlohmann::json config = rl::load_train_config(f->common.config, f->common.sets);
+                     rl::TrainRunOptions opts;
+                     opts.resume = f->resume;
+                     opts.device = f->device;
+                     opts.gpu = f->gpu;
+                     opts.skill_file = f->skill;
+                     if (f->device == "cuda") require_gpu("train");
+                     install_stop_handlers();
+                     try {
+                       const rl::TrainRunSummary summary = rl::run_training(config, opts, std::cerr);
+                       std::cout << fmt::format("run: {} ({} steps run, last step {})\n", summary.run_dir.string(),
+                                                summary.steps_run, summary.last_step);
+                       return 0;
+                     } catch (const StopRequested& stop) {
+                       const fs::path run_dir = config["run"]["output_dir"].get<std::string>();
+                       const rl::CheckpointInfo ckpt = rl::latest_checkpoint(run_dir);
+                       std::cerr << fmt::format(
+                           "[train] {}. {}\n", stop.what(),
+                           ckpt.step >= 0 ? fmt::format("The last checkpoint is step {} ({}): continue with --resume",
+                                                        ckpt.step, ckpt.dir.string())
+                                          : std::string("No checkpoint was written yet: running the same command "
+                                                        "again starts over"));
+                       return 128 + stop.signal();
+                     }
+                   }});
+}
+
+void add_ablate(CLI::App& app, Verbs& verbs) {
+  auto f = std::make_shared<TrainFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "ablate", "train the base recipe and each ablation config with the same seeds and scale, then compare them");
+  cmd->add_option("--config", f->common.config, "the base recipe, e.g. configs/learning.yaml")->required();
+  cmd->add_option("--ablations", f->ablations,
+                  "folder of ablation configs, one variant per *.yaml (default configs/ablations)");
+  cmd->add_option("--output", f->output, "where the runs and comparison.md go (default runs/ablate)");
+  cmd->add_option("--set", f->common.sets, "override one key in every variant (repeatable)");
+  cmd->add_option("--device", f->device, "cuda (default) or cpu");
+  cmd->add_option("--gpu", f->gpu, "GPU index of the model and the episodes' checks");
+  cmd->add_option("--skill", f->skill, "SKILL.md loaded into the agent's system prompt");
+  cmd->add_option("--log-level", f->common.log_level, "trace, debug, info, warn, error or off");
+  verbs.push_back(
+      {cmd, [f] {
+         set_log_level(f->common.log_level);
+         rl::AblationOptions opts;
+         opts.base_config = f->common.config;
+         opts.ablations_dir = f->ablations;
+         opts.output_dir = f->output;
+         opts.set_overrides = f->common.sets;
+         opts.train.device = f->device;
+         opts.train.gpu = f->gpu;
+         opts.train.skill_file = f->skill;
+         (void)rl::ablation_variants(opts);  // every variant's config checked before the GPU is
+         if (f->device == "cuda") require_gpu("ablate");
+         install_stop_handlers();
+         try {
+           const std::vector<rl::AblationVariant> variants = rl::run_ablations(opts, std::cerr);
+           std::cout << read_file(fs::path(f->output) / "comparison.md");
+           return std::all_of(variants.begin(), variants.end(), [](const rl::AblationVariant& v) { return v.ok; }) ? 0
+                                                                                                                   : 1;
+         } catch (const StopRequested& stop) {
+           std::cerr << fmt::format(
+               "[ablate] {}. Running the same command again continues each variant "
+               "from its latest checkpoint\n",
+               stop.what());
+           return 128 + stop.signal();
+         }
+       }});
+}
+
+void add_doctor(CLI::App& app, Verbs& verbs) {
+  auto json = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand("doctor", "show what this machine has for evaluations and what is missing");
+  cmd->add_flag("--json", *json, "print the report as JSON");
+  verbs.push_back({cmd, [json] {
+                     set_log_level("error");
+                     nlohmann::json report = sandbox::run_doctor();
+                     if (*json)
+                       std::cout << report.dump(2) << "\n";
+                     else
+                       std::cout << sandbox::format_doctor(report);
+                     return report["ready_for_gpu_evaluation"].get<bool>() ? 0 : 1;
+                   }});
+}
+
+struct CompileFlags {
+  std::string source, arch = "sm_90";
+  std::vector<std::string> name_expressions, options;
+};
+
+void add_compile(CLI::App& app, Verbs& verbs) {
+  auto f = std::make_shared<CompileFlags>();
+  CLI::App* cmd = app.add_subcommand("compile", "compile a CUDA C++ file with NVRTC (no GPU needed) and print the log");
+  cmd->add_option("source", f->source, "the .cu file")->required();
+  cmd->add_option("--arch", f->arch, "target architecture, e.g. sm_90");
+  cmd->add_option("--name-expression", f->name_expressions, "template instantiation to lower (repeatable)");
+  cmd->add_option("--option", f->options, "extra NVRTC option (repeatable)");
+  verbs.push_back({cmd, [f] {
+                     sandbox::NvrtcCompiler compiler;
+                     sandbox::CompileOptions opts;
+                     opts.arch = f->arch;
+                     opts.name_expressions = f->name_expressions;
+                     opts.options = f->options;
+                     opts.program_name = fs::path(f->source).filename().string();
+                     auto program = compiler.compile(read_file(f->source), opts);
+                     if (!program.ok) {
+                       std::cout << program.error_report();
+                       return kExitFailed;
+                     }
+                     std::cout << fmt::format("ok: {} bytes of {} CUBIN in {:.3f} s (NVRTC {})\n", program.cubin.size(),
+                                              f->arch, program.compile_seconds,
+                                              sandbox::NvrtcCompiler::nvrtc_version());
+                     for (const auto& [expr, lowered] : program.lowered_names)
+                       std::cout << fmt::format("  {} -> {}\n", expr, lowered);
+                     if (!program.log.empty()) std::cout << program.log << "\n";
+                     return 0;
+                   }});
+}
+
+void add_generate(CLI::App& app, Verbs& verbs) {
+  auto g = std::make_shared<GenerateFlags>();
+  CLI::App* cmd = app.add_subcommand("generate", "generate text with a policy model (HF folder or .gguf), streamed");
+  cmd->add_option("--model", g->model, "Hugging Face folder or .gguf file")->required();
+  cmd->add_option("--prompt", g->prompt, "raw text to continue (no chat template)");
+  cmd->add_option("--chat", g->chat, "one user message, through the model's chat template");
+  cmd->add_option("--messages", g->messages,
+                  "JSON file: OpenAI messages array, or {\"messages\": [...], \"tools\": [...]}");
+  cmd->add_option("--system", g->system, "system message put first (with --chat / --messages)");
+  cmd->add_option("--max-tokens", g->max_tokens, "most new tokens (default 256)");
+  cmd->add_option("--temperature", g->temperature, "sampling temperature; 0 is greedy (default 0.7)");
+  cmd->add_option("--top-p", g->top_p, "nucleus sampling mass (default 1)");
+  cmd->add_option("--top-k", g->top_k, "keep the k most likely tokens; 0 keeps all (default 0)");
+  cmd->add_option("--seed", g->seed, "sampling seed (default 0)");
+  cmd->add_option("--device", g->device, "cpu (default), cuda or cuda:N");
+  cmd->add_option("--dtype", g->dtype, "float32 (default) or bfloat16");
+  cmd->add_flag("--raw", g->raw, "feed the --chat text verbatim, without the chat template");
+  verbs.push_back({cmd, [g] {
+                     set_log_level("warn");
+                     return run_generate(*g);
+                   }});
+}
+
+struct ServeFlags {
+  std::string model, device = "cpu", dtype = "float32", log_level = "info";
+  policy::ServeOptions options;
+};
+
+void add_serve(CLI::App& app, Verbs& verbs) {
+  auto f = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand("serve", "serve a policy model over an OpenAI-compatible HTTP API");
+  cmd->add_option("--model", f->model, "Hugging Face folder or .gguf file")->required();
+  cmd->add_option("--host", f->options.host, "address to listen on (default 127.0.0.1)");
+  cmd->add_option("--port", f->options.port, "port (default 8000; 0 picks a free one)")
+      ->check(CLI::Range(0, 65535).description("a port number from 0 (any free one) to 65535"));
+  cmd->add_option("--device", f->device, "cpu (default), cuda or cuda:N");
+  cmd->add_option("--dtype", f->dtype, "float32 (default) or bfloat16");
+  cmd->add_option("--model-name", f->options.model_name, "model id in replies (default: the file or folder name)");
+  cmd->add_option("--max-tokens", f->options.default_max_tokens, "max_tokens of requests that set none (default 1024)");
+  cmd->add_option("--log-level", f->log_level,
+                  "trace, debug, info (default: one line per request), warn, error or off");
+  verbs.push_back({cmd, [f] {
+                     set_log_level(f->log_level);
+                     policy::LmOptions lm;
+                     lm.device = f->device;
+                     lm.dtype = f->dtype;
+                     auto session = policy::ChatSession::open(f->model, lm);
+                     policy::run_openai_server(*session, f->options);
+                     return 0;
+                   }});
+}
+
+// The internal verbs. An evaluation's two processes (sandbox/evaluation.h): the judge
+// (--request, --result) and the candidate process the judge starts (--candidate, its channel as
+// descriptor 3). The agent's Bash under `confine: namespaces` (agent/tool_support.cpp): confine
+// this fresh, single-threaded process, then exec the command.
+struct InternalFlags {
+  std::string request, result, candidate;
+  std::vector<std::string> writable, read_only;
+};
+
+void add_internal(CLI::App& app, Verbs& verbs) {
+  auto f = std::make_shared<InternalFlags>();
+  CLI::App* worker = app.add_subcommand("worker", "(internal) an evaluation's judge or candidate process");
+  worker->group("");
+  worker->add_option("--request", f->request);
+  worker->add_option("--result", f->result);
+  worker->add_option("--candidate", f->candidate);
+  verbs.push_back(
+      {worker, [f] {
+         int code = 0;
+         if (!f->candidate.empty()) {
+           code = sandbox::run_candidate_process(f->candidate);
+         } else {
+           CA_CHECK(!f->request.empty() && !f->result.empty(), "worker needs --request and --result, or --candidate");
+           sandbox::EvalRequest req = sandbox::EvalRequest::from_json(nlohmann::json::parse(read_file(f->request)));
+           sandbox::run_judge_process(req, f->result);
+         }
+         std::cout.flush();
+         std::fflush(nullptr);
+         // The interpreter, torch and CUDA tear down badly at exit; the result is on disk.
+         std::_Exit(code);
+         return code;
+       }});
+  CLI::App* confined = app.add_subcommand("confined-exec", "(internal) run a command confined: the agent's Bash");
+  confined->group("");
+  confined->add_option("--writable", f->writable)->allow_extra_args(false);  // one path each, repeatable
+  confined->add_option("--read-only", f->read_only)->allow_extra_args(false);
+  confined->prefix_command();  // the first word that is not an option starts the command
+  verbs.push_back({confined, [f, confined] {
+                     ConfinementPlan plan;
+                     plan.writable = f->writable;
+                     plan.read_only = f->read_only;
+                     plan.private_dirs = {"/tmp"};
+                     return exec_confined(plan, confined->remaining(), private_cache_env());
+                   }});
+}
+
+// The first word names the command: one that names none is an error, with --help too (CLI11
+// would print the main help and succeed, or say only that a command is required). 0: fine.
+int reject_unknown_verb(CLI::App& app, int argc, char** argv) {
+  if (argc <= 1 || argv[1][0] == '-') return 0;
+  const std::string verb = argv[1];
+  std::string known;
+  bool found = false;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    found = found || sub->get_name() == verb;
+    if (!sub->get_group().empty()) known += (known.empty() ? "" : ", ") + sub->get_name();
+  }
+  if (found) return 0;
+  std::cerr << fmt::format("cuda-agent: unknown command '{}'. The commands: {}. See cuda-agent --help.\n", verb, known);
+  return kExitUsage;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -249,463 +804,20 @@ int main(int argc, char** argv) {
   CLI::App app{"cuda-agent: train and evaluate language models that write fast CUDA kernels"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "cuda-agent 0.1.0");
-
-  CommonFlags flags;
-  std::string task, solution, device = "cuda", output;
-  int gpu = 0;
-  bool json = false, gpu_lock = false;
-  std::vector<std::pair<std::string, CLI::App*>> single;
-  for (const char* verb : {"verify", "profile", "evaluate"}) {
-    const char* help = std::string(verb) == "verify"    ? "check a solution against its task on five seeded random inputs"
-                       : std::string(verb) == "profile" ? "time eager, torch.compile and the solution"
-                                                        : "verify, then profile, then score the solution (reward -1/1/2/3)";
-    CLI::App* cmd = app.add_subcommand(verb, help);
-    cmd->add_option("--task", task, "the task's model.py (KernelBench format), or its folder")->required();
-    cmd->add_option("--solution", solution, "the solution's model_new.py, or its folder")->required();
-    cmd->add_option("--device", device,
-                    std::string(verb) == "verify" ? "cuda (default), or cpu: no GPU, the checks only"
-                                                  : "cuda (the default and the only choice: timing needs a GPU)");
-    cmd->add_option("--gpu", gpu, "GPU index to pin the worker to");
-    cmd->add_option("--output", output, "write the result JSON here");
-    cmd->add_flag("--json", json, "print the result JSON instead of the summary");
-    cmd->add_flag("--gpu-lock", gpu_lock,
-                  "take the GPU's lock files: GPU work and timed runs one at a time with other locked runs");
-    add_common(cmd, flags);
-    single.emplace_back(verb, cmd);
-  }
-
-  CLI::App* bench = app.add_subcommand("bench", "score the solutions of a split and print the result table");
-  std::string split, solutions, gpus = "0", bench_out;
-  bool no_resume = false;
-  int workers_per_gpu = 2;
-  const char* workers_help = "worker processes in flight per GPU: 2 starts the next worker's Python while the current "
-                             "one runs (GPU phases and timed runs stay one at a time; 1 runs one evaluation at a time; docs/benchmarks.md, section 5)";
-  bench->add_option("--split", split, "split: a folder with split.yaml, a KernelBench folder (level1/...), or rows (.jsonl/.parquet)");
-  bench->add_option("--solutions", solutions, "folder of solutions: <id>/model_new.py or <id>.py");
-  bench->add_option("--gpus", gpus, "comma-separated GPU indices to spread evaluations over");
-  bench->add_option("--output", bench_out, "run folder (default runs/bench-<split>)");
-  bench->add_flag("--no-resume", no_resume, "re-evaluate tasks that already have a result");
-  bench->add_option("--workers-per-gpu", workers_per_gpu, workers_help)->check(CLI::Range(1, 16));
-  add_common(bench, flags);
-  CLI::App* compare = bench->add_subcommand("compare", "show two bench runs side by side, per task and per level");
-  std::string run_a, run_b;
-  compare->add_option("run_a", run_a, "the first run folder (holding results/)")->required();
-  compare->add_option("run_b", run_b, "the second run folder")->required();
-  compare->add_flag("--json", json, "print the comparison as JSON");
-
-  CLI::App* baselines = app.add_subcommand(
-      "baselines", "time eager and torch.compile for every task of a split into the shared baseline cache");
-  baselines->add_option("--split", split, "split folder (with split.yaml)")->required();
-  baselines->add_option("--gpus", gpus, "comma-separated GPU indices to spread tasks over");
-  baselines->add_option("--output", bench_out, "run folder (default runs/baselines-<split>)");
-  baselines->add_option("--workers-per-gpu", workers_per_gpu, workers_help)->check(CLI::Range(1, 16));
-  add_common(baselines, flags);
-
-  CLI::App* solve = app.add_subcommand("solve", "one agent episode on a task, transcript streamed, trajectory saved");
-  std::string policy_spec, skill_file = std::string(CUDA_AGENT_SKILLS_DIR) + "/cuda-kernel-sandbox/SKILL.md";
-  int max_turns = 150;
-  bool single_turn = false;
-  solve->add_option("--task", task, "the task's model.py")->required();
-  solve->add_option("--policy", policy_spec,
-                    "replay:FILE.jsonl (scripted tool calls), openai:MODEL@BASE_URL or local:MODEL[?temperature=T&...] "
-                    "(the in-process model; docs/agent.md)")
-      ->required();
-  solve->add_option("--output", output, "episode folder (default runs/solve-<task>-<time>)");
-  solve->add_option("--skill", skill_file, "SKILL.md loaded into the system prompt");
-  solve->add_option("--max-turns", max_turns, "most policy replies (default 150)");
-  solve->add_flag("--single-turn", single_turn, "no tools: one answer holding model_new.py (the no-agent-loop ablation)");
-  solve->add_option("--device", device, "cuda (default) or cpu (verify-only scoring)");
-  solve->add_option("--gpu", gpu, "GPU index for the episode's checks");
-  add_common(solve, flags);
-
-  CLI::App* eval = app.add_subcommand("eval", "agent episodes over a split, scored, with the bench report");
-  eval->add_option("--split", split, "split: own folder, KernelBench folder, or rows (.jsonl/.parquet)")->required();
-  std::string eval_checkpoint;
-  CLI::Option* eval_policy = eval->add_option("--policy", policy_spec,
-                                              "replay:FILE.jsonl, openai:MODEL@BASE_URL or local:MODEL[?key=value&...]");
-  eval->add_option("--checkpoint", eval_checkpoint,
-                   "a training run folder (its latest checkpoint) or a checkpoints/step-N folder, optionally "
-                   "?key=value&... as local: takes (e.g. ?temperature=0): its actor is the policy")
-      ->excludes(eval_policy);
-  eval->add_option("--gpus", gpus, "comma-separated GPU indices to spread episodes over");
-  eval->add_option("--output", bench_out, "run folder (default runs/eval-<split>-<time>)");
-  eval->add_option("--skill", skill_file, "SKILL.md loaded into the system prompt");
-  eval->add_option("--max-turns", max_turns, "most policy replies per episode (the paper evaluates with 200)");
-  eval->add_flag("--single-turn", single_turn, "no tools: one answer per task (the no-agent-loop ablation)");
-  eval->add_option("--device", device, "cuda (default) or cpu (verify-only scoring)");
-  add_common(eval, flags);
-
-  CLI::App* synth = app.add_subcommand(
-      "synth",
-      "make training tasks: compose catalogue ops into KernelBench-format models and keep those that pass "
-      "the filters (docs/synth.md)");
-  bench::SynthOptions synth_opts;
-  std::string synth_composer = "sampler", synth_prompt = std::string(CUDA_AGENT_DATA_DIR) + "/synth/compose_prompt.md",
-              synth_catalogue = std::string(CUDA_AGENT_DATA_DIR) + "/synth/catalogue.json", synth_refresh, synth_from,
-              synth_kb;
-  std::vector<double> synth_window = {1, 100};
-  synth->add_option("--output", output, "the split folder to write (split.yaml, tasks/, funnel.md, work/)");
-  synth->add_option("--count", synth_opts.count, "candidates to compose (default 300)")->check(CLI::Range(1, 1000000));
-  synth->add_option("--seed", synth_opts.seed, "seed of the composition (default 0)");
-  synth->add_option("--max-ops", synth_opts.max_ops, "ops per model, at most (1-5, default 5)")
-      ->check(CLI::Range(1, 5));
-  synth->add_option(
-      "--composer", synth_composer,
-      "sampler (the built-in typed sampler, the default) or a policy spec: openai:MODEL@URL, local:MODEL, "
-      "replay:FILE.jsonl");
-  synth->add_option("--prompt", synth_prompt, "the LLM composer's prompt template ({ops}, {max_ops} filled in)");
-  synth->add_option("--catalogue", synth_catalogue, "the op catalogue (default data/synth/catalogue.json)");
-  synth->add_option("--refresh-catalogue", synth_refresh, "crawl the op catalogue into this file and stop");
-  synth->add_option("--from-split", synth_from,
-                    "filter this split's tasks instead of composing: a split folder or Ops-6K rows (.jsonl/.parquet)");
-  synth->add_option("--kernelbench", synth_kb,
-                    "a KernelBench folder (level1/ ...): drop tasks too similar to its tasks");
-  synth->add_option("--eager-window", synth_window, "eager time window in ms, MIN MAX (default 1 100)")->expected(2);
-  synth->add_option("--max-similarity", synth_opts.max_similarity,
-                    "AST similarity above this drops a task (default 0.9)");
-  synth->add_option("--device", device, "cuda (default: every filter) or cpu (no torch.compile or timing filter)");
-  synth->add_option("--gpus", gpus, "comma-separated GPU indices to spread evaluations over");
-  synth->add_option("--workers-per-gpu", workers_per_gpu, workers_help)->check(CLI::Range(1, 16));
-  add_common(synth, flags);
-
-  CLI::App* train = app.add_subcommand(
-      "train", "run (or resume) the RL training recipe of a config: single-turn warm-up, RFT, value pretraining and agentic PPO (docs/training.md)");
-  bool train_resume = false;
-  train->add_option("--config", flags.config, "training config YAML (configs/paper.yaml lists every key)")->required();
-  train->add_option("--set", flags.sets, "override one key, e.g. --set ppo.steps=10 (repeatable)");
-  train->add_flag("--resume", train_resume, "continue the run in run.output_dir from its latest checkpoint");
-  train->add_option("--device", device, "cuda (default) or cpu (model on the CPU, verify-only scoring)");
-  train->add_option("--gpu", gpu, "GPU index of the model and the episodes' checks");
-  train->add_option("--skill", skill_file, "SKILL.md loaded into the agent's system prompt");
-  train->add_option("--log-level", flags.log_level, "trace, debug, info, warn, error or off");
-
-  CLI::App* ablate = app.add_subcommand(
-      "ablate", "train the base recipe and each ablation config with the same seeds and scale, then compare them");
-  std::string ablations_dir = "configs/ablations", ablate_out = "runs/ablate";
-  ablate->add_option("--config", flags.config, "the base recipe, e.g. configs/learning.yaml")->required();
-  ablate->add_option("--ablations", ablations_dir, "folder of ablation configs, one variant per *.yaml (default "
-                     "configs/ablations)");
-  ablate->add_option("--output", ablate_out, "where the runs and comparison.md go (default runs/ablate)");
-  ablate->add_option("--set", flags.sets, "override one key in every variant (repeatable)");
-  ablate->add_option("--device", device, "cuda (default) or cpu");
-  ablate->add_option("--gpu", gpu, "GPU index of the model and the episodes' checks");
-  ablate->add_option("--skill", skill_file, "SKILL.md loaded into the agent's system prompt");
-  ablate->add_option("--log-level", flags.log_level, "trace, debug, info, warn, error or off");
-
-  CLI::App* doctor = app.add_subcommand("doctor", "show what this machine has for evaluations and what is missing");
-  doctor->add_flag("--json", json, "print the report as JSON");
-
-  CLI::App* compile = app.add_subcommand("compile", "compile a CUDA C++ file with NVRTC (no GPU needed) and print the log");
-  std::string source_file, arch = "sm_90";
-  std::vector<std::string> name_expressions, nvrtc_options;
-  compile->add_option("source", source_file, "the .cu file")->required();
-  compile->add_option("--arch", arch, "target architecture, e.g. sm_90");
-  compile->add_option("--name-expression", name_expressions, "template instantiation to lower (repeatable)");
-  compile->add_option("--option", nvrtc_options, "extra NVRTC option (repeatable)");
-
-  CLI::App* generate = app.add_subcommand("generate", "generate text with a policy model (HF folder or .gguf), streamed");
-  GenerateFlags gen;
-  generate->add_option("--model", gen.model, "Hugging Face folder or .gguf file")->required();
-  generate->add_option("--prompt", gen.prompt, "raw text to continue (no chat template)");
-  generate->add_option("--chat", gen.chat, "one user message, through the model's chat template");
-  generate->add_option("--messages", gen.messages, "JSON file: OpenAI messages array, or {\"messages\": [...], \"tools\": [...]}");
-  generate->add_option("--system", gen.system, "system message put first (with --chat / --messages)");
-  generate->add_option("--max-tokens", gen.max_tokens, "most new tokens (default 256)");
-  generate->add_option("--temperature", gen.temperature, "sampling temperature; 0 is greedy (default 0.7)");
-  generate->add_option("--top-p", gen.top_p, "nucleus sampling mass (default 1)");
-  generate->add_option("--top-k", gen.top_k, "keep the k most likely tokens; 0 keeps all (default 0)");
-  generate->add_option("--seed", gen.seed, "sampling seed (default 0)");
-  generate->add_option("--device", gen.device, "cpu (default), cuda or cuda:N");
-  generate->add_option("--dtype", gen.dtype, "float32 (default) or bfloat16");
-  generate->add_flag("--raw", gen.raw, "feed the --chat text verbatim, without the chat template");
-
-  CLI::App* serve = app.add_subcommand("serve", "serve a policy model over an OpenAI-compatible HTTP API");
-  policy::ServeOptions serve_opts;
-  std::string serve_log_level = "info";
-  serve->add_option("--model", gen.model, "Hugging Face folder or .gguf file")->required();
-  serve->add_option("--host", serve_opts.host, "address to listen on (default 127.0.0.1)");
-  serve->add_option("--port", serve_opts.port, "port (default 8000; 0 picks a free one)")
-      ->check(CLI::Range(0, 65535).description("a port number from 0 (any free one) to 65535"));
-  serve->add_option("--device", gen.device, "cpu (default), cuda or cuda:N");
-  serve->add_option("--dtype", gen.dtype, "float32 (default) or bfloat16");
-  serve->add_option("--model-name", serve_opts.model_name, "model id in replies (default: the file or folder name)");
-  serve->add_option("--max-tokens", serve_opts.default_max_tokens, "max_tokens of requests that set none (default 1024)");
-  serve->add_option("--log-level", serve_log_level, "trace, debug, info (default: one line per request), warn, error or off");
-
-  // An evaluation's two processes (sandbox/evaluation.h): the judge (--request, --result) and
-  // the candidate process the judge starts (--candidate, its channel as descriptor 3).
-  CLI::App* worker = app.add_subcommand("worker", "(internal) an evaluation's judge or candidate process");
-  worker->group("");
-  std::string request_path, result_path, candidate_request;
-  worker->add_option("--request", request_path);
-  worker->add_option("--result", result_path);
-  worker->add_option("--candidate", candidate_request);
-
-  // The agent's Bash under `confine: namespaces` (agent/tool_support.cpp): confine this fresh,
-  // single-threaded process, then exec the command.
-  CLI::App* confined = app.add_subcommand("confined-exec", "(internal) run a command confined: the agent's Bash");
-  confined->group("");
-  std::vector<std::string> confined_writable, confined_read_only;
-  confined->add_option("--writable", confined_writable)->allow_extra_args(false);  // one path each, repeatable
-  confined->add_option("--read-only", confined_read_only)->allow_extra_args(false);
-  confined->prefix_command();  // the first word that is not an option starts the command
-
-  // The first word names the command: one that names none is an error, with --help too (CLI11
-  // would print the main help and succeed, or say only that a command is required).
-  if (argc > 1 && argv[1][0] != '-') {
-    const std::string verb = argv[1];
-    std::string known;
-    bool found = false;
-    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-      found = found || sub->get_name() == verb;
-      if (!sub->get_group().empty()) known += (known.empty() ? "" : ", ") + sub->get_name();
-    }
-    if (!found) {
-      std::cerr << fmt::format("cuda-agent: unknown command '{}'. The commands: {}. See cuda-agent --help.\n", verb,
-                               known);
-      return kExitUsage;
-    }
-  }
+  Verbs verbs;
+  for (auto add : {add_single_verbs, add_bench, add_baselines, add_solve, add_eval, add_synth, add_train, add_ablate,
+                   add_doctor, add_compile, add_generate, add_serve, add_internal})
+    add(app, verbs);
+  if (const int rc = reject_unknown_verb(app, argc, argv)) return rc;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // app.exit prints the message (or the help); CLI11's own codes (105, 106, ...) become ours.
     return app.exit(e) == 0 ? 0 : kExitUsage;
   }
-  if (confined->parsed()) {
-    ConfinementPlan plan;
-    plan.writable = confined_writable;
-    plan.read_only = confined_read_only;
-    plan.private_dirs = {"/tmp"};
-    return exec_confined(plan, confined->remaining(), private_cache_env());
-  }
-
   try {
-    for (const auto& [verb, cmd] : single)
-      if (cmd->parsed()) return run_single(verb, task, solution, device, gpu, gpu_lock, output, json, flags);
-
-    if (compare->parsed()) {
-      nlohmann::json comparison = bench::compare_runs(run_a, run_b);
-      std::cout << (json ? comparison.dump(2) + "\n" : bench::render_compare_md(comparison));
-      return 0;
-    }
-    if (bench->parsed()) {
-      CA_CHECK(!split.empty() && !solutions.empty(),
-               "bench needs --split and --solutions (or the subcommand: bench compare RUN_A RUN_B)");
-      bench::BenchOptions opts;
-      opts.sandbox = resolve_options(flags);
-      opts.split = split;
-      opts.solutions = solutions;
-      opts.gpus = parse_gpus(gpus);
-      opts.resume = !no_resume;
-      opts.workers_per_gpu = workers_per_gpu;
-      opts.output_dir = bench_out.empty() ? fs::path("runs") / ("bench-" + bench::split_name(split)) : fs::path(bench_out);
-      require_gpu("bench");
-      opts.interactive_progress = stderr_is_terminal();
-      nlohmann::json report = bench::run_bench(opts, std::cerr);
-      std::cout << bench::format_table(report["results"], report["summary"]);
-      std::cout << fmt::format("\nresults: {}\n", (opts.output_dir / "results").string());
-      return 0;
-    }
-    if (baselines->parsed()) {
-      bench::BenchOptions opts;
-      opts.sandbox = resolve_options(flags);
-      opts.mode = sandbox::EvalMode::kBaselines;
-      opts.split = split;
-      opts.gpus = parse_gpus(gpus);
-      opts.workers_per_gpu = workers_per_gpu;
-      opts.output_dir = bench_out.empty() ? fs::path("runs") / ("baselines-" + bench::split_name(split))
-                                          : fs::path(bench_out);
-      opts.interactive_progress = stderr_is_terminal();
-      require_gpu("baselines");
-      nlohmann::json report = bench::run_bench(opts, std::cerr);
-      std::cout << bench::format_baselines_table(report["results"]);
-      return 0;
-    }
-    if (synth->parsed()) {
-      set_log_level(flags.log_level);
-      if (!synth_refresh.empty()) {
-        bench::refresh_catalogue(synth_refresh);
-        std::cout << fmt::format("catalogue: {}\n", synth_refresh);
-        return 0;
-      }
-      CA_CHECK(!output.empty(), "synth needs --output DIR (the split folder to write)");
-      CA_CHECK(device == "cuda" || device == "cpu", "synth: --device '{}' is unknown: use cuda or cpu", device);
-      synth_opts.output = output;
-      synth_opts.catalogue = synth_catalogue;
-      synth_opts.from_split = synth_from;
-      synth_opts.kernelbench = synth_kb;
-      synth_opts.min_eager_ms = synth_window.at(0);
-      synth_opts.max_eager_ms = synth_window.at(1);
-      std::unique_ptr<agent::Policy> composer;
-      if (synth_composer != "sampler") {
-        composer = agent::make_policy(synth_composer);
-        synth_opts.llm_name = composer->name();
-        synth_opts.llm_prompt = read_file(synth_prompt);
-        synth_opts.llm = [&composer](const std::string& prompt) {
-          agent::PolicyRequest req;
-          req.messages.push_back({"user", prompt, {}, "", ""});
-          return composer->complete(req).text;
-        };
-      }
-      synth_opts.bench.sandbox = resolve_options(flags);
-      synth_opts.bench.device = device;
-      synth_opts.bench.gpus = device == "cpu" ? std::vector<int>{0} : parse_gpus(gpus);
-      synth_opts.bench.workers_per_gpu = workers_per_gpu;
-      synth_opts.bench.interactive_progress = stderr_is_terminal();
-      if (device == "cuda") require_gpu("synth");
-      const nlohmann::json funnel = bench::run_synth(synth_opts, std::cerr);
-      std::cout << read_file(fs::path(output) / "funnel.md")
-                << fmt::format("split: {} ({} tasks)\n", output, funnel["accepted"].get<int>());
-      return 0;
-    }
-    if (solve->parsed()) {
-      agent::EpisodeSpec spec;
-      spec.sandbox = resolve_options(flags);
-      spec.task = task;
-      spec.policy = policy_spec;
-      spec.skill_file = skill_file;
-      spec.device = device;
-      spec.gpu = gpu;
-      spec.agent.max_turns = max_turns;
-      spec.agent.single_turn = single_turn;
-      spec.output_dir = output.empty() ? fs::path("runs") / fmt::format("solve-{}-{}", fs::absolute(task).parent_path().filename().string(),
-                                                                        std::time(nullptr))
-                                       : fs::path(output);
-      if (device == "cuda") require_gpu("solve");
-      agent::EpisodeResult r = agent::run_task_episode(spec, [](const nlohmann::json& event) {
-        std::cout << agent::format_event(event) << std::flush;
-      });
-      std::cout << fmt::format("trajectory: {}\n", (spec.output_dir / "trajectory.jsonl").string());
-      return r.reward > 0 ? 0 : kExitFailed;
-    }
-    if (eval->parsed()) {
-      agent::EvalSpec spec;
-      spec.split = split;
-      spec.gpus = parse_gpus(gpus);
-      spec.output_dir = bench_out.empty()
-                            ? fs::path("runs") / fmt::format("eval-{}-{}", bench::split_name(split), std::time(nullptr))
-                            : fs::path(bench_out);
-      spec.interactive_progress = stderr_is_terminal();
-      spec.episode.sandbox = resolve_options(flags);
-      if (!eval_checkpoint.empty()) {
-        const size_t q = eval_checkpoint.find('?');
-        policy_spec = rl::checkpoint_policy_spec(eval_checkpoint.substr(0, q), device,
-                                                 q == std::string::npos ? "" : eval_checkpoint.substr(q + 1));
-        std::cerr << "[eval] policy " << policy_spec << "\n";
-      }
-      CA_CHECK(!policy_spec.empty(), "eval: pass --policy SPEC or --checkpoint DIR");
-      spec.episode.policy = policy_spec;
-      spec.episode.skill_file = skill_file;
-      spec.episode.device = device;
-      spec.episode.agent.max_turns = max_turns;
-      spec.episode.agent.single_turn = single_turn;
-      if (device == "cuda") require_gpu("eval");
-      nlohmann::json out = agent::run_eval(spec, std::cerr);
-      std::cout << read_file(spec.output_dir / "report.md");
-      return 0;
-    }
-    if (train->parsed()) {
-      set_log_level(flags.log_level);
-      const nlohmann::json config = rl::load_train_config(flags.config, flags.sets);
-      rl::TrainRunOptions opts;
-      opts.resume = train_resume;
-      opts.device = device;
-      opts.gpu = gpu;
-      opts.skill_file = skill_file;
-      if (device == "cuda") require_gpu("train");
-      install_stop_handlers();
-      try {
-        const rl::TrainRunSummary summary = rl::run_training(config, opts, std::cerr);
-        std::cout << fmt::format("run: {} ({} steps run, last step {})\n", summary.run_dir.string(), summary.steps_run,
-                                 summary.last_step);
-        return 0;
-      } catch (const StopRequested& stop) {
-        const fs::path run_dir = config["run"]["output_dir"].get<std::string>();
-        const rl::CheckpointInfo ckpt = rl::latest_checkpoint(run_dir);
-        std::cerr << fmt::format("[train] {}. {}\n", stop.what(),
-                                 ckpt.step >= 0 ? fmt::format("The last checkpoint is step {} ({}): continue with --resume",
-                                                              ckpt.step, ckpt.dir.string())
-                                                : std::string("No checkpoint was written yet: running the same command "
-                                                              "again starts over"));
-        return 128 + stop.signal();
-      }
-    }
-    if (ablate->parsed()) {
-      set_log_level(flags.log_level);
-      rl::AblationOptions opts;
-      opts.base_config = flags.config;
-      opts.ablations_dir = ablations_dir;
-      opts.output_dir = ablate_out;
-      opts.set_overrides = flags.sets;
-      opts.train.device = device;
-      opts.train.gpu = gpu;
-      opts.train.skill_file = skill_file;
-      (void)rl::ablation_variants(opts);  // every variant's config checked before the GPU is
-      if (device == "cuda") require_gpu("ablate");
-      install_stop_handlers();
-      try {
-        const std::vector<rl::AblationVariant> variants = rl::run_ablations(opts, std::cerr);
-        std::cout << read_file(fs::path(ablate_out) / "comparison.md");
-        return std::all_of(variants.begin(), variants.end(), [](const rl::AblationVariant& v) { return v.ok; }) ? 0 : 1;
-      } catch (const StopRequested& stop) {
-        std::cerr << fmt::format("[ablate] {}. Running the same command again continues each variant from its latest "
-                                 "checkpoint\n", stop.what());
-        return 128 + stop.signal();
-      }
-    }
-    if (doctor->parsed()) {
-      set_log_level("error");
-      nlohmann::json report = sandbox::run_doctor();
-      if (json) std::cout << report.dump(2) << "\n";
-      else std::cout << sandbox::format_doctor(report);
-      return report["ready_for_gpu_evaluation"].get<bool>() ? 0 : 1;
-    }
-    if (compile->parsed()) {
-      sandbox::NvrtcCompiler compiler;
-      sandbox::CompileOptions opts;
-      opts.arch = arch;
-      opts.name_expressions = name_expressions;
-      opts.options = nvrtc_options;
-      opts.program_name = fs::path(source_file).filename().string();
-      auto program = compiler.compile(read_file(source_file), opts);
-      if (!program.ok) {
-        std::cout << program.error_report();
-        return kExitFailed;
-      }
-      std::cout << fmt::format("ok: {} bytes of {} CUBIN in {:.3f} s (NVRTC {})\n", program.cubin.size(), arch,
-                               program.compile_seconds, sandbox::NvrtcCompiler::nvrtc_version());
-      for (const auto& [expr, lowered] : program.lowered_names) std::cout << fmt::format("  {} -> {}\n", expr, lowered);
-      if (!program.log.empty()) std::cout << program.log << "\n";
-      return 0;
-    }
-    if (generate->parsed()) {
-      set_log_level("warn");
-      return run_generate(gen);
-    }
-    if (serve->parsed()) {
-      set_log_level(serve_log_level);
-      policy::LmOptions lm;
-      lm.device = gen.device;
-      lm.dtype = gen.dtype;
-      auto session = policy::ChatSession::open(gen.model, lm);
-      policy::run_openai_server(*session, serve_opts);
-      return 0;
-    }
-    if (worker->parsed()) {
-      int code = 0;
-      if (!candidate_request.empty()) {
-        code = sandbox::run_candidate_process(candidate_request);
-      } else {
-        CA_CHECK(!request_path.empty() && !result_path.empty(), "worker needs --request and --result, or --candidate");
-        sandbox::EvalRequest req = sandbox::EvalRequest::from_json(nlohmann::json::parse(read_file(request_path)));
-        sandbox::run_judge_process(req, result_path);
-      }
-      std::cout.flush();
-      std::fflush(nullptr);
-      // The interpreter, torch and CUDA tear down badly at exit; the result is on disk.
-      std::_Exit(code);
-    }
+    for (const Verb& v : verbs)
+      if (v.cmd->parsed()) return v.run();
   } catch (const std::exception& e) {
     std::cerr << "cuda-agent: " << e.what() << "\n";
     return kExitUsage;
