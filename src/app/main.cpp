@@ -25,9 +25,6 @@
 #include "cuda_agent/core/log.h"
 #include "cuda_agent/core/progress.h"
 #include "cuda_agent/core/stop_request.h"
-#include "cuda_agent/policy/chat_session.h"
-#include "cuda_agent/policy/local_policy.h"
-#include "cuda_agent/policy/openai_server.h"
 #include "cuda_agent/rl/ablation.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
@@ -36,6 +33,9 @@
 #include "cuda_agent/sandbox/doctor.h"
 #include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/nvrtc_compiler.h"
+#include "cuda_agent/serve/chat_session.h"
+#include "cuda_agent/serve/local_policy.h"
+#include "cuda_agent/serve/openai_server.h"
 
 namespace fs = std::filesystem;
 using namespace cuda_agent;
@@ -202,9 +202,9 @@ int run_generate(const GenerateFlags& g) {
   lm.device = g.device;
   lm.dtype = g.dtype;
   const auto t_load = std::chrono::steady_clock::now();
-  auto session = policy::ChatSession::open(g.model, lm);
+  auto session = serve::ChatSession::open(g.model, lm);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
-  policy::ChatRequestOptions opts;
+  serve::ChatRequestOptions opts;
   opts.sampling.temperature = g.temperature;
   opts.sampling.top_p = g.top_p;
   opts.sampling.top_k = g.top_k;
@@ -214,7 +214,7 @@ int run_generate(const GenerateFlags& g) {
     std::cout << delta << std::flush;
     return true;
   };
-  policy::ChatReply reply;
+  serve::ChatReply reply;
   if (!g.prompt.empty() || g.raw) {
     reply = session->complete(g.prompt.empty() ? g.chat : g.prompt, opts, print);
   } else {
@@ -708,7 +708,7 @@ void add_generate(CLI::App& app, Verbs& verbs) {
 
 struct ServeFlags {
   std::string model, device = "cpu", dtype = "float32", log_level = "info";
-  policy::ServeOptions options;
+  serve::ServeOptions options;
 };
 
 void add_serve(CLI::App& app, Verbs& verbs) {
@@ -729,8 +729,8 @@ void add_serve(CLI::App& app, Verbs& verbs) {
                      policy::LmOptions lm;
                      lm.device = f->device;
                      lm.dtype = f->dtype;
-                     auto session = policy::ChatSession::open(f->model, lm);
-                     policy::run_openai_server(*session, f->options);
+                     auto session = serve::ChatSession::open(f->model, lm);
+                     serve::run_openai_server(*session, f->options);
                      return 0;
                    }});
 }
@@ -800,7 +800,7 @@ int reject_unknown_verb(CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  policy::register_local_policy();  // --policy local:MODEL (make_policy lives in ca_agent, below ca_serve)
+  serve::register_local_policy();  // --policy local:MODEL (make_policy lives in ca_agent, below ca_serve)
   CLI::App app{"cuda-agent: train and evaluate language models that write fast CUDA kernels"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "cuda-agent 0.1.0");

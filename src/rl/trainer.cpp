@@ -236,7 +236,7 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   ctx.rank = dist.rank;
   ctx.world = dist.world_size;
   ctx.gpu = gpu;
-  ctx.chat = policy::ChatSession::open_with_model(actor, learner->policy());
+  ctx.chat = serve::ChatSession::open_with_model(actor, learner->policy());
 
   TrainRunSummary summary;
   summary.run_dir = run_dir;

@@ -13,10 +13,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda_agent/bench/split.h"
-#include "cuda_agent/policy/chat_session.h"
 #include "cuda_agent/policy/ppo_learner.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/trainer.h"
+#include "cuda_agent/serve/chat_session.h"
 
 namespace cuda_agent::rl::detail {
 
@@ -55,7 +55,7 @@ struct RunContext {
   int gpu = 0;    // the GPU of this process's model and episodes
   // The actor's tokenizer and chat template over the learner's model, read once: each episode's
   // session shares them (ChatSession::share_with_model) instead of reading the tokenizer again.
-  std::unique_ptr<policy::ChatSession> chat;
+  std::unique_ptr<serve::ChatSession> chat;
 
   bool writer() const { return rank == 0; }
   // The sum over the job's processes (every process must call it alike).

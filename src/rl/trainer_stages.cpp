@@ -20,10 +20,8 @@
 #include "cuda_agent/agent/reference_policy.h"
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
-#include "cuda_agent/core/stop_request.h"
 #include "cuda_agent/core/progress.h"
-#include "cuda_agent/policy/chat_session.h"
-#include "cuda_agent/policy/local_policy.h"
+#include "cuda_agent/core/stop_request.h"
 #include "cuda_agent/policy/ppo_learner.h"
 #include "cuda_agent/rl/rft_filter.h"
 #include "cuda_agent/rl/rollout.h"
@@ -31,6 +29,8 @@
 #include "cuda_agent/rl/train_config.h"
 #include "cuda_agent/sandbox/eval_result.h"
 #include "cuda_agent/sandbox/worker_confinement.h"
+#include "cuda_agent/serve/chat_session.h"
+#include "cuda_agent/serve/local_policy.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -90,17 +90,18 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
   const json& rollout = ctx.config["rollout"];
   const auto t0 = Clock::now();
   try {
-    policy::LocalPolicyOptions lp;
+    serve::LocalPolicyOptions lp;
     lp.temperature = rollout["temperature"].get<double>();
     lp.top_p = rollout["top_p"].get<double>();
     lp.max_new_tokens = rollout["max_new_tokens"].get<int64_t>();
     lp.seed = episode_seed(ctx.config["run"]["seed"].get<uint64_t>(), step, run.task_index, run.episode);
-    std::unique_ptr<policy::ChatSession> session = policy::ChatSession::share_with_model(*ctx.chat, ctx.learner->policy());
-    std::unique_ptr<policy::LocalPolicy> own =
+    std::unique_ptr<serve::ChatSession> session =
+        serve::ChatSession::share_with_model(*ctx.chat, ctx.learner->policy());
+    std::unique_ptr<serve::LocalPolicy> own =
         run.teacher.empty()
-            ? std::make_unique<policy::LocalPolicy>(std::move(session), lp)
-            : std::make_unique<policy::LocalPolicy>(std::move(session), lp, agent::make_policy(run.teacher));
-    policy::LocalPolicy& policy = *own;
+            ? std::make_unique<serve::LocalPolicy>(std::move(session), lp)
+            : std::make_unique<serve::LocalPolicy>(std::move(session), lp, agent::make_policy(run.teacher));
+    serve::LocalPolicy& policy = *own;
     const bool on_gpu = ctx.options.device == "cuda";
     QuietGpuPolicy quiet_policy(policy, ctx.gpu);
 

@@ -1,4 +1,4 @@
-#include "cuda_agent/policy/chat_session.h"
+#include "cuda_agent/serve/chat_session.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,21 @@
 
 namespace fs = std::filesystem;
 
-namespace cuda_agent::policy {
+namespace cuda_agent::serve {
+
+// The policy component's types, used throughout this file.
+using policy::ChatOptions;
+using policy::ChatTemplate;
+using policy::Family;
+using policy::Generation;
+using policy::LanguageModel;
+using policy::LmOptions;
+using policy::load_language_model;
+using policy::ModelConfig;
+using policy::open_gguf;
+using policy::SamplingOptions;
+using policy::Tokenizer;
+
 namespace {
 
 constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
@@ -301,4 +315,4 @@ ChatReply ChatSession::generate(std::vector<int64_t> prompt, const ChatRequestOp
   return reply;
 }
 
-}  // namespace cuda_agent::policy
+}  // namespace cuda_agent::serve

@@ -1,4 +1,4 @@
-#include "cuda_agent/policy/local_policy.h"
+#include "cuda_agent/serve/local_policy.h"
 
 #include <charconv>
 #include <filesystem>
@@ -8,7 +8,12 @@
 
 #include "cuda_agent/core/error.h"
 
-namespace cuda_agent::policy {
+namespace cuda_agent::serve {
+
+// The policy component's types, used throughout this file.
+using policy::ChatOptions;
+using policy::LmOptions;
+
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -284,4 +289,4 @@ void register_local_policy() {
       });
 }
 
-}  // namespace cuda_agent::policy
+}  // namespace cuda_agent::serve

@@ -1,4 +1,4 @@
-#include "cuda_agent/policy/openai_server.h"
+#include "cuda_agent/serve/openai_server.h"
 
 #include <atomic>
 #include <chrono>
@@ -14,7 +14,11 @@
 #include "cuda_agent/core/log.h"
 #include "http_server.h"
 
-namespace cuda_agent::policy {
+namespace cuda_agent::serve {
+
+// The policy component's types, used throughout this file.
+using policy::SamplingOptions;
+
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -338,4 +342,4 @@ void run_openai_server(ChatSession& session, const ServeOptions& options) {
   CA_LOG_INFO("serve", "stopped");
 }
 
-}  // namespace cuda_agent::policy
+}  // namespace cuda_agent::serve

@@ -2,7 +2,7 @@
 // reply out. Implementations: ReplayPolicy (scripted replies from JSONL, for tests and demos),
 // ReferencePolicy (a finished solution played as an episode, reference_policy.h),
 // OpenAiPolicy (an OpenAI-compatible HTTP server, openai_policy.h) and, registered from ca_serve,
-// LocalPolicy (the in-process libtorch model, cuda_agent/policy/local_policy.h).
+// LocalPolicy (the in-process libtorch model, cuda_agent/serve/local_policy.h).
 #pragma once
 
 #include <cstdint>

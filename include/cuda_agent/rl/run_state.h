@@ -97,7 +97,7 @@ CheckpointInfo find_checkpoint(const std::filesystem::path& path);
 // template as tokenizer.json and tokenizer_config.json (policy::Tokenizer::save_hf).
 void write_actor_tokenizer_files(const std::filesystem::path& actor, const std::filesystem::path& to);
 
-// `cuda-agent eval --checkpoint`: the local policy spec (policy/local_policy.h) over the actor of
+// `cuda-agent eval --checkpoint`: the local policy spec (serve/local_policy.h) over the actor of
 // the checkpoint find_checkpoint(path) names, sampling as the run's rollouts did (rollout.temperature,
 // rollout.top_p, rollout.max_new_tokens and model.dtype of its saved config; float16 loads as
 // bfloat16) on `device` (cpu, cuda, cuda:N). `overrides` ("key=value&...", the local policy's

@@ -12,10 +12,10 @@
 #include "cuda_agent/agent/policy.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
-#include "cuda_agent/policy/chat_session.h"
-#include "cuda_agent/policy/local_policy.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
+#include "cuda_agent/serve/chat_session.h"
+#include "cuda_agent/serve/local_policy.h"
 
 using namespace cuda_agent;
 using nlohmann::json;
@@ -55,8 +55,7 @@ TEST_F(EvalCheckpoint, RunFolderAndCheckpointFolderGiveTheActorWithTheRunsSampli
   const fs::path run = write_run(dir.path());
   const fs::path actor = run / "checkpoints" / "step-000003" / "actor";
   for (const fs::path& arg : {run, run / "checkpoints" / "step-000003"}) {
-    const policy::LocalPolicyOptions o =
-        policy::parse_local_policy_spec(rl::checkpoint_policy_spec(arg, "cuda", ""));
+    const serve::LocalPolicyOptions o = serve::parse_local_policy_spec(rl::checkpoint_policy_spec(arg, "cuda", ""));
     EXPECT_EQ(o.model, actor) << arg;
     EXPECT_DOUBLE_EQ(o.temperature, 0.7);
     EXPECT_DOUBLE_EQ(o.top_p, 0.9);
@@ -65,8 +64,8 @@ TEST_F(EvalCheckpoint, RunFolderAndCheckpointFolderGiveTheActorWithTheRunsSampli
     EXPECT_EQ(o.device, "cuda");
   }
   // Overrides come last and win.
-  const policy::LocalPolicyOptions greedy =
-      policy::parse_local_policy_spec(rl::checkpoint_policy_spec(run, "cpu", "temperature=0&max_new_tokens=9"));
+  const serve::LocalPolicyOptions greedy =
+      serve::parse_local_policy_spec(rl::checkpoint_policy_spec(run, "cpu", "temperature=0&max_new_tokens=9"));
   EXPECT_DOUBLE_EQ(greedy.temperature, 0.0);
   EXPECT_EQ(greedy.max_new_tokens, 9);
   EXPECT_EQ(greedy.device, "cpu");
@@ -103,7 +102,7 @@ TEST_F(EvalCheckpoint, EvalRunsTheCheckpointsActorOverASplit) {
   write_file_atomic(dir.path() / "split" / "split.yaml",
                     "name: one\ndescription: one tiny task\ntasks:\n  - id: add\n    path: tasks/add/model.py\n"
                     "    level: 1\n");
-  policy::register_local_policy();  // as main() does
+  serve::register_local_policy();  // as main() does
   agent::EvalSpec spec;
   spec.split = dir.path() / "split";
   spec.output_dir = dir.path() / "eval";
@@ -144,15 +143,15 @@ TEST(EvalCheckpointGguf, ActorFolderOfAGgufRunChatsLikeTheGguf) {
   EXPECT_TRUE(fs::is_regular_file(actor / "tokenizer.json"));
   EXPECT_TRUE(fs::is_regular_file(actor / "tokenizer_config.json"));
 
-  policy::ChatRequestOptions o;
+  serve::ChatRequestOptions o;
   o.sampling.greedy = true;
   o.sampling.max_new_tokens = 12;
   const json messages = json::array({{{"role", "user"}, {"content", "What is the capital of France?"}}});
   const auto reply = [&](const fs::path& model) {
-    auto session = policy::ChatSession::open(model, policy::LmOptions{});
+    auto session = serve::ChatSession::open(model, policy::LmOptions{});
     return session->chat(nlohmann::ordered_json(messages), nlohmann::ordered_json(), o);
   };
-  const policy::ChatReply from_gguf = reply(gguf), from_folder = reply(actor);
+  const serve::ChatReply from_gguf = reply(gguf), from_folder = reply(actor);
   EXPECT_EQ(from_folder.text, from_gguf.text);
   EXPECT_EQ(from_folder.completion_token_ids, from_gguf.completion_token_ids);
   EXPECT_EQ(from_folder.prompt_token_ids, from_gguf.prompt_token_ids);
@@ -174,7 +173,7 @@ TEST(EvalPlacement, LocalPoliciesOnCudaGoToTheWorkersGpu) {
 
 // The local: policies eval would take: checked before any episode, without loading a model.
 TEST(EvalPolicySpec, LocalPoliciesThatCannotWorkAreRejectedBeforeAnyEpisode) {
-  policy::register_local_policy();
+  serve::register_local_policy();
   TempDir dir("ca-eval-local-spec-");
   write_file_atomic(dir.path() / "split" / "tasks" / "add" / "model.py", "import torch\n");
   write_file_atomic(dir.path() / "split" / "split.yaml", "name: one\ntasks:\n  - id: add\n    path: tasks/add/model.py\n");

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "chatml_test_util.h"
 #include "cuda_agent/agent/agent_loop.h"
 #include "cuda_agent/agent/policy.h"
 #include "cuda_agent/agent/reference_policy.h"
@@ -19,9 +20,8 @@
 #include "cuda_agent/agent/workspace.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
-#include "cuda_agent/policy/chat_session.h"
-#include "cuda_agent/policy/local_policy.h"
-#include "chatml_test_util.h"
+#include "cuda_agent/serve/chat_session.h"
+#include "cuda_agent/serve/local_policy.h"
 #include "lm_test_util.h"
 
 using namespace cuda_agent;
@@ -57,7 +57,7 @@ class LocalPolicyTiny : public cuda_agent::testing::TinyChatmlModelSuite {
 // invalid UTF-8 repaired as the streaming decoder repairs it (random weights write invalid bytes).
 std::string decoded_text(const policy::Tokenizer& tok, const std::vector<int64_t>& ids) {
   std::vector<int32_t> ids32(ids.begin(), ids.end());
-  policy::StreamDecoder d({}, {});
+  serve::StreamDecoder d({}, {});
   d.push(tok.decode_bytes(ids32, /*skip_special=*/true));
   d.finish();
   return d.text();
@@ -66,7 +66,7 @@ std::string decoded_text(const policy::Tokenizer& tok, const std::vector<int64_t
 }  // namespace
 
 TEST_F(LocalPolicyTiny, TokenRecordsMatchTheReplyTheTemplateAndAForward) {
-  policy::LocalPolicy local(policy::parse_local_policy_spec(spec("temperature=1&seed=3&max_new_tokens=24")));
+  serve::LocalPolicy local(serve::parse_local_policy_spec(spec("temperature=1&seed=3&max_new_tokens=24")));
   const agent::PolicyRequest req = request();
   const agent::PolicyReply reply = local.complete(req);
 
@@ -113,7 +113,7 @@ TEST_F(LocalPolicyTiny, TokenRecordsMatchTheReplyTheTemplateAndAForward) {
 }
 
 TEST_F(LocalPolicyTiny, GreedyRepliesAreDeterministicAndSeedsDiffer) {
-  policy::LocalPolicy greedy(policy::parse_local_policy_spec(spec("temperature=0&max_new_tokens=16&seed=5")));
+  serve::LocalPolicy greedy(serve::parse_local_policy_spec(spec("temperature=0&max_new_tokens=16&seed=5")));
   const agent::PolicyReply a = greedy.complete(request()), b = greedy.complete(request());
   EXPECT_EQ(a.completion_token_ids, b.completion_token_ids);
   EXPECT_EQ(a.text, b.text);
@@ -121,8 +121,8 @@ TEST_F(LocalPolicyTiny, GreedyRepliesAreDeterministicAndSeedsDiffer) {
   EXPECT_EQ(greedy.calls(), 2u);
 
   // Sampling: call k uses seed + k, so a fresh policy with the same spec replays the same calls.
-  policy::LocalPolicy s1(policy::parse_local_policy_spec(spec("max_new_tokens=16&seed=9")));
-  policy::LocalPolicy s2(policy::parse_local_policy_spec(spec("max_new_tokens=16&seed=9")));
+  serve::LocalPolicy s1(serve::parse_local_policy_spec(spec("max_new_tokens=16&seed=9")));
+  serve::LocalPolicy s2(serve::parse_local_policy_spec(spec("max_new_tokens=16&seed=9")));
   const agent::PolicyReply first = s1.complete(request()), second = s1.complete(request());
   EXPECT_EQ(s2.complete(request()).completion_token_ids, first.completion_token_ids);
   EXPECT_EQ(s2.complete(request()).completion_token_ids, second.completion_token_ids);
@@ -135,26 +135,26 @@ TEST_F(LocalPolicyTiny, GreedyRepliesAreDeterministicAndSeedsDiffer) {
 // template's text differ from the kept text and end the chain (the edited-reply case below).
 // A reply the caller's callback cut short (a server that is stopping) says "abort", not "stop".
 TEST_F(LocalPolicyTiny, AReplyTheCallerStoppedFinishesWithAbort) {
-  policy::LocalPolicy local(policy::parse_local_policy_spec(spec("temperature=1&seed=3&max_new_tokens=64")));
-  policy::ChatRequestOptions opt;
+  serve::LocalPolicy local(serve::parse_local_policy_spec(spec("temperature=1&seed=3&max_new_tokens=64")));
+  serve::ChatRequestOptions opt;
   opt.sampling.temperature = 1.0;
   opt.sampling.seed = 3;
   opt.sampling.max_new_tokens = 64;
   const ojson messages = ojson::array({{{"role", "user"}, {"content", "Make it fast."}}});
   int deltas = 0;
-  const policy::ChatReply cut =
+  const serve::ChatReply cut =
       local.session().chat(messages, nullptr, opt, [&](const std::string&) { return ++deltas < 2; });
   ASSERT_GE(deltas, 2) << "the reply never streamed two pieces: " << cut.text;
   EXPECT_EQ(cut.finish_reason, "abort");
   EXPECT_EQ(deltas, 2);  // no callback after it said stop
   // The same request left alone ends on its own terms.
-  const policy::ChatReply whole = local.session().chat(messages, nullptr, opt);
+  const serve::ChatReply whole = local.session().chat(messages, nullptr, opt);
   EXPECT_TRUE(whole.finish_reason == "stop" || whole.finish_reason == "length") << whole.finish_reason;
   EXPECT_LT(cut.completion_tokens, whole.completion_tokens);
 }
 
 TEST_F(LocalPolicyTiny, TurnsOfOneConversationChainTheirTokenIds) {
-  policy::LocalPolicy local(policy::parse_local_policy_spec(spec("temperature=1&seed=4&max_new_tokens=12")));
+  serve::LocalPolicy local(serve::parse_local_policy_spec(spec("temperature=1&seed=4&max_new_tokens=12")));
   const policy::Tokenizer& tok = local.session().tokenizer();
   agent::PolicyRequest req;
   req.messages.push_back({"system", "You write kernels.", {}, "", ""});
@@ -162,16 +162,16 @@ TEST_F(LocalPolicyTiny, TurnsOfOneConversationChainTheirTokenIds) {
   std::vector<agent::PolicyReply> replies;
   std::string last_prompt;
   for (int turn = 1; turn <= 3; ++turn) {
-    last_prompt = local.session().render(policy::template_messages(req.messages), ojson::array(),
+    last_prompt = local.session().render(serve::template_messages(req.messages), ojson::array(),
                                          local.request_options(local.calls()).chat);
     replies.push_back(local.complete(req));
     req.messages.push_back({"assistant", replies.back().text, {}, "", ""});
     req.messages.push_back({"user", "Turn " + std::to_string(turn) + " done. Go on.", {}, "", ""});
   }
   EXPECT_FALSE(replies[0].prompt_extends_previous);
-  EXPECT_EQ(replies[0].prompt_token_ids, local.session().encode_prompt(
-                                             local.session().render(policy::template_messages({req.messages[0], req.messages[1]}),
-                                                                    ojson::array())));
+  EXPECT_EQ(replies[0].prompt_token_ids,
+            local.session().encode_prompt(
+                local.session().render(serve::template_messages({req.messages[0], req.messages[1]}), ojson::array())));
   for (size_t k = 1; k < replies.size(); ++k) {
     SCOPED_TRACE("turn " + std::to_string(k + 1));
     EXPECT_TRUE(replies[k].prompt_extends_previous);
@@ -186,8 +186,8 @@ TEST_F(LocalPolicyTiny, TurnsOfOneConversationChainTheirTokenIds) {
   const std::vector<int64_t> full = local.session().encode_prompt(last_prompt);
   std::vector<int32_t> full32(full.begin(), full.end());
   EXPECT_EQ(tok.decode(full32), last_prompt);
-  EXPECT_EQ(policy::decode_with_specials(tok, full), last_prompt);
-  EXPECT_EQ(policy::decode_with_specials(tok, replies[2].prompt_token_ids), last_prompt);
+  EXPECT_EQ(serve::decode_with_specials(tok, full), last_prompt);
+  EXPECT_EQ(serve::decode_with_specials(tok, replies[2].prompt_token_ids), last_prompt);
   std::cout << "[ chained  ] final prompt " << replies[2].prompt_token_ids.size() << " ids, full encode " << full.size()
             << " ids, " << (replies[2].prompt_token_ids == full ? "identical" : "different") << " ids\n";
 
@@ -211,13 +211,13 @@ TEST_F(LocalPolicyTiny, TurnsOfOneConversationChainTheirTokenIds) {
   edited.messages.push_back({"user", "Go on.", {}, "", ""});
   const agent::PolicyReply after_edit = local.complete(edited);
   EXPECT_FALSE(after_edit.prompt_extends_previous);
-  EXPECT_EQ(after_edit.prompt_token_ids,
-            local.session().encode_prompt(local.session().render(policy::template_messages(edited.messages), ojson::array())));
+  EXPECT_EQ(after_edit.prompt_token_ids, local.session().encode_prompt(local.session().render(
+                                             serve::template_messages(edited.messages), ojson::array())));
 }
 
 TEST_F(LocalPolicyTiny, MakePolicyTakesLocalSpecsOnceRegistered) {
-  policy::register_local_policy();
-  policy::register_local_policy();  // harmless twice
+  serve::register_local_policy();
+  serve::register_local_policy();  // harmless twice
   std::unique_ptr<agent::Policy> p = agent::make_policy(spec("temperature=0&max_new_tokens=4"));
   EXPECT_EQ(p->name().rfind("local:" + model_dir().string() + "?temperature=0&", 0), 0u) << p->name();
   const agent::PolicyReply reply = p->complete(request());
@@ -236,8 +236,9 @@ TEST_F(LocalPolicyTiny, MakePolicyTakesLocalSpecsOnceRegistered) {
 }
 
 TEST(LocalPolicySpec, ParsesRoundTripsAndRefusesBadValues) {
-  const policy::LocalPolicyOptions o = policy::parse_local_policy_spec(
-      "local:models/m.gguf?temperature=0.7&top_p=0.95&top_k=40&max_new_tokens=512&seed=7&device=cuda:1&dtype=bfloat16&thinking=0");
+  const serve::LocalPolicyOptions o = serve::parse_local_policy_spec(
+      "local:models/"
+      "m.gguf?temperature=0.7&top_p=0.95&top_k=40&max_new_tokens=512&seed=7&device=cuda:1&dtype=bfloat16&thinking=0");
   EXPECT_EQ(o.model, fs::path("models/m.gguf"));
   EXPECT_DOUBLE_EQ(o.temperature, 0.7);
   EXPECT_DOUBLE_EQ(o.top_p, 0.95);
@@ -248,18 +249,18 @@ TEST(LocalPolicySpec, ParsesRoundTripsAndRefusesBadValues) {
   EXPECT_EQ(o.dtype, "bfloat16");
   ASSERT_TRUE(o.enable_thinking.has_value());
   EXPECT_FALSE(*o.enable_thinking);
-  const policy::LocalPolicyOptions back = policy::parse_local_policy_spec(o.to_spec());
+  const serve::LocalPolicyOptions back = serve::parse_local_policy_spec(o.to_spec());
   EXPECT_EQ(back.to_spec(), o.to_spec());
   EXPECT_DOUBLE_EQ(back.top_p, 0.95);
 
-  const policy::LocalPolicyOptions d = policy::parse_local_policy_spec("local:m");
+  const serve::LocalPolicyOptions d = serve::parse_local_policy_spec("local:m");
   EXPECT_EQ(d.model, fs::path("m"));
   EXPECT_DOUBLE_EQ(d.temperature, 1.0);
   EXPECT_EQ(d.max_new_tokens, 2048);
   EXPECT_EQ(d.device, "cpu");
   EXPECT_FALSE(d.enable_thinking.has_value());
 
-  auto err = [](const std::string& s) { return error_of([&] { policy::parse_local_policy_spec(s); }); };
+  auto err = [](const std::string& s) { return error_of([&] { serve::parse_local_policy_spec(s); }); };
   EXPECT_NE(err("local:").find("no model"), std::string::npos);
   EXPECT_NE(err("local:m?temp=1").find("unknown key 'temp'"), std::string::npos);
   EXPECT_NE(err("local:m?temperature=hot").find("temperature=hot is not a number"), std::string::npos);
@@ -275,15 +276,15 @@ TEST(LocalPolicyMessages, AgentMessagesBecomeTemplateMessages) {
       {"user", "hi", {}, "", ""},
       {"assistant", "", {agent::ToolCall{"call_3", "Bash", json{{"command", "ls"}}}}, "", ""},
       {"tool", "a b", {}, "call_3", "Bash"}};
-  const ojson t = policy::template_messages(msgs);
+  const ojson t = serve::template_messages(msgs);
   const ojson expected = ojson::parse(R"([
     {"role": "user", "content": "hi"},
     {"role": "assistant", "content": "", "tool_calls": [{"id": "call_3", "type": "function",
         "function": {"name": "Bash", "arguments": {"command": "ls"}}}]},
     {"role": "tool", "content": "a b", "tool_call_id": "call_3", "name": "Bash"}])");
   EXPECT_EQ(t, expected);
-  EXPECT_EQ(policy::template_tools(json()), ojson::array());
-  EXPECT_THROW(policy::template_tools(json{{"not", "a list"}}), Error);
+  EXPECT_EQ(serve::template_tools(json()), ojson::array());
+  EXPECT_THROW(serve::template_tools(json{{"not", "a list"}}), Error);
 }
 
 // --- the real SmolLM2-135M-Instruct --------------------------------------------------------------
@@ -293,10 +294,10 @@ TEST(LocalPolicySmolLM2, AgentEpisodeRecordsTheTokens) {
   if (!env || !*env || !fs::exists(env))
     GTEST_SKIP() << "CUDA_AGENT_SMOLLM2_GGUF does not name SmolLM2-135M-Instruct.Q4_1.gguf (scripts/test.sh sets it)";
   cuda_agent::testing::use_built_lm_module();
-  policy::register_local_policy();
+  serve::register_local_policy();
   std::unique_ptr<agent::Policy> policy =
       agent::make_policy("local:" + std::string(env) + "?temperature=0&max_new_tokens=40&device=cpu");
-  auto* local = dynamic_cast<policy::LocalPolicy*>(policy.get());
+  auto* local = dynamic_cast<serve::LocalPolicy*>(policy.get());
   ASSERT_NE(local, nullptr);
 
   TempDir dir("ca-local-episode-");
@@ -357,11 +358,11 @@ TEST(LocalPolicySmolLM2, TeacherForcedEpisodeChainsEveryTurn) {
   const std::string task = source + "/tests/data/tasks/add/model.py";
   const std::string solution = source + "/tests/data/solutions/add_ok/model_new.py";
   auto run = [&](int64_t max_new_tokens, TempDir& dir) {
-    policy::LocalPolicyOptions o = policy::parse_local_policy_spec("local:" + std::string(env) + "?device=cpu");
+    serve::LocalPolicyOptions o = serve::parse_local_policy_spec("local:" + std::string(env) + "?device=cpu");
     o.max_new_tokens = max_new_tokens;
     policy::LmOptions lm;
-    auto session = policy::ChatSession::open(o.model, lm);
-    policy::LocalPolicy teacher(std::move(session), o, std::make_unique<agent::ReferencePolicy>(solution));
+    auto session = serve::ChatSession::open(o.model, lm);
+    serve::LocalPolicy teacher(std::move(session), o, std::make_unique<agent::ReferencePolicy>(solution));
     agent::Workspace workspace = agent::Workspace::create({dir.path() / "ws", task, {}, "", "", false, ""});
     agent::ToolRegistry tools(workspace);
     agent::AgentOptions ao;

@@ -14,9 +14,9 @@
 #include "chatml_test_util.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
-#include "cuda_agent/policy/chat_session.h"
-#include "cuda_agent/policy/local_policy.h"
 #include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/serve/chat_session.h"
+#include "cuda_agent/serve/local_policy.h"
 #include "lm_test_util.h"
 
 using namespace cuda_agent;
@@ -34,13 +34,12 @@ class LocalPolicyOnLearner : public cuda_agent::testing::TinyChatmlModelSuite {
     r.messages.push_back({"user", "Make it fast.", {}, "", ""});
     return r;
   }
-  static policy::LocalPolicyOptions greedy() {
-    policy::LocalPolicyOptions o;
+  static serve::LocalPolicyOptions greedy() {
+    serve::LocalPolicyOptions o;
     o.temperature = 0;
     o.max_new_tokens = 12;
     return o;
   }
-
 };
 
 }  // namespace
@@ -54,19 +53,19 @@ TEST_F(LocalPolicyOnLearner, SamplesFromTheWeightsTheLearnerTrains) {
   ppo.critic_lr = 1e-2;
   auto learner = policy::create_ppo_learner(model_dir(), lm, ppo);
 
-  auto opened = policy::ChatSession::open_with_model(model_dir(), learner->policy());
+  auto opened = serve::ChatSession::open_with_model(model_dir(), learner->policy());
   // The trainer's per-episode session: the same tokenizer object, not read again; the same model.
-  auto session = policy::ChatSession::share_with_model(*opened, learner->policy());
+  auto session = serve::ChatSession::share_with_model(*opened, learner->policy());
   EXPECT_EQ(&session->tokenizer(), &opened->tokenizer());
   EXPECT_EQ(session->path(), opened->path());
   EXPECT_EQ(session->stop_token_ids(), opened->stop_token_ids());
   EXPECT_FALSE(session->owns_model());
   EXPECT_EQ(&session->model(), &learner->policy());
   opened.reset();  // the shared tokenizer outlives the session it came from
-  policy::LocalPolicy borrowed(std::move(session), greedy());
-  policy::LocalPolicyOptions from_folder_options = greedy();
+  serve::LocalPolicy borrowed(std::move(session), greedy());
+  serve::LocalPolicyOptions from_folder_options = greedy();
   from_folder_options.model = model_dir();
-  policy::LocalPolicy from_folder(from_folder_options);
+  serve::LocalPolicy from_folder(from_folder_options);
   EXPECT_TRUE(from_folder.session().owns_model());
   // The spec names the folder the tokenizer came from, with the sampling options given.
   EXPECT_EQ(borrowed.name(), from_folder.name());
@@ -143,7 +142,7 @@ TEST_F(LocalPolicyOnLearner, VocabularyMismatchNamesBothSizes) {
   policy::ModelConfig small = cuda_agent::testing::tiny_config(policy::Family::kQwen2);  // 256 ids
   ASSERT_EQ(small.vocab_size, 256);
   auto model = policy::random_language_model(small, cuda_agent::testing::test_options());
-  const std::string borrowed = error_of([&] { policy::ChatSession::open_with_model(model_dir(), *model); });
+  const std::string borrowed = error_of([&] { serve::ChatSession::open_with_model(model_dir(), *model); });
   EXPECT_NE(borrowed.find("the tokenizer has 258 ids but the model's vocabulary has 256"), std::string::npos)
       << borrowed;
   EXPECT_NE(borrowed.find(model_dir().string()), std::string::npos) << borrowed;
@@ -152,12 +151,12 @@ TEST_F(LocalPolicyOnLearner, VocabularyMismatchNamesBothSizes) {
   const fs::path folder = dir_->path() / "small";
   model->save_hf(folder);
   write_file_atomic(folder / "tokenizer.json", cuda_agent::testing::tiny_chatml_tokenizer().dump());
-  const std::string opened = error_of([&] { policy::ChatSession::open(folder, policy::LmOptions{}); });
+  const std::string opened = error_of([&] { serve::ChatSession::open(folder, policy::LmOptions{}); });
   EXPECT_NE(opened.find("the tokenizer has 258 ids but the model's vocabulary has 256"), std::string::npos) << opened;
 
   // A larger model vocabulary (padded embeddings) is fine.
   policy::ModelConfig large = small;
   large.vocab_size = 300;
   auto padded = policy::random_language_model(large, cuda_agent::testing::test_options());
-  EXPECT_NO_THROW(policy::ChatSession::open_with_model(model_dir(), *padded));
+  EXPECT_NO_THROW(serve::ChatSession::open_with_model(model_dir(), *padded));
 }

@@ -10,9 +10,9 @@
 
 #include "chatml_test_util.h"
 #include "cuda_agent/core/files.h"
-#include "cuda_agent/policy/local_policy.h"
 #include "cuda_agent/policy/ppo_learner.h"
 #include "cuda_agent/rl/rollout.h"
+#include "cuda_agent/serve/local_policy.h"
 #include "lm_test_util.h"
 
 using namespace cuda_agent;
@@ -26,8 +26,8 @@ class RolloutLocal : public cuda_agent::testing::TinyChatmlModelSuite {};
 
 TEST_F(RolloutLocal, TwoTurnEpisodeBecomesOneSequenceAndTrainsFromRatioOne) {
   const std::filesystem::path model = model_dir();
-  policy::LocalPolicy local(
-      policy::parse_local_policy_spec("local:" + model.string() + "?temperature=1&seed=4&max_new_tokens=12"));
+  serve::LocalPolicy local(
+      serve::parse_local_policy_spec("local:" + model.string() + "?temperature=1&seed=4&max_new_tokens=12"));
 
   // The events run_episode records: system, user, then per turn the assistant event with the token
   // records and the tool's observation; the score last.

@@ -20,7 +20,7 @@
 #include "cuda_agent/agent/openai_policy.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
-#include "cuda_agent/policy/chat_session.h"
+#include "cuda_agent/serve/chat_session.h"
 
 extern char** environ;
 
@@ -108,7 +108,7 @@ json capital_request(bool stream) {
 // --- model-free ------------------------------------------------------------------------------
 
 TEST(ServeStreamDecoder, HoldsSplitUtf8CharactersUntilComplete) {
-  policy::StreamDecoder d({}, {});
+  serve::StreamDecoder d({}, {});
   EXPECT_EQ(d.push("caf\xC3"), "caf");
   EXPECT_EQ(d.push("\xA9 \xE2"), "\xC3\xA9 ");  // "é "
   EXPECT_EQ(d.push("\x82"), "");
@@ -120,7 +120,7 @@ TEST(ServeStreamDecoder, HoldsSplitUtf8CharactersUntilComplete) {
 }
 
 TEST(ServeStreamDecoder, StopStringsAcrossPiecesAreCutAndNeverEmitted) {
-  policy::StreamDecoder d({"END"}, {});
+  serve::StreamDecoder d({"END"}, {});
   EXPECT_EQ(d.push("abcE"), "abc");  // "E" may start "END"
   EXPECT_EQ(d.push("x"), "Ex");      // it did not
   EXPECT_EQ(d.push("EN"), "");
@@ -133,39 +133,40 @@ TEST(ServeStreamDecoder, StopStringsAcrossPiecesAreCutAndNeverEmitted) {
 }
 
 TEST(ServeStreamDecoder, HoldBackKeepsToolCallsOutOfTheStream) {
-  policy::StreamDecoder d({}, {"<tool_call>"});
+  serve::StreamDecoder d({}, {"<tool_call>"});
   std::string out = d.push("Sure. <tool");
   out += d.push("_call>{\"name\": \"f\"}</tool_call>");
   out += d.finish();
   EXPECT_EQ(out, "Sure. ");
   EXPECT_EQ(d.text(), "Sure. <tool_call>{\"name\": \"f\"}</tool_call>");
-  policy::StreamDecoder e({}, {"<tool_call>"});
+  serve::StreamDecoder e({}, {"<tool_call>"});
   EXPECT_EQ(e.push("a <tool"), "a ");
   EXPECT_EQ(e.push("box>"), "<toolbox>");
 }
 
 TEST(ServeToolCalls, ExtractedFromTheModelText) {
   auto extracted = [](std::string text, std::string finish_reason) {
-    policy::ChatReply reply;
+    serve::ChatReply reply;
     reply.text = std::move(text);
     reply.finish_reason = std::move(finish_reason);
-    policy::extract_tool_calls(reply);
+    serve::extract_tool_calls(reply);
     return reply;
   };
-  policy::ChatReply r = extracted(
-      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "stop");
+  serve::ChatReply r = extracted(
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+      "stop");
   ASSERT_EQ(r.tool_calls.size(), 1u);
   EXPECT_EQ(r.tool_calls[0].name, "get_weather");
   EXPECT_EQ(r.tool_calls[0].arguments, json({{"city", "Paris"}}));
   EXPECT_EQ(r.content, "Let me check.");
   EXPECT_EQ(r.finish_reason, "tool_calls");
 
-  policy::ChatReply plain = extracted("No tools needed. ", "length");
+  serve::ChatReply plain = extracted("No tools needed. ", "length");
   EXPECT_TRUE(plain.tool_calls.empty());
   EXPECT_EQ(plain.content, "No tools needed. ");
   EXPECT_EQ(plain.finish_reason, "length");
 
-  policy::ChatReply broken = extracted("<tool_call>{not json}</tool_call>", "stop");
+  serve::ChatReply broken = extracted("<tool_call>{not json}</tool_call>", "stop");
   EXPECT_TRUE(broken.tool_calls.empty());
   EXPECT_EQ(broken.tool_call_errors.size(), 1u);
   EXPECT_EQ(broken.finish_reason, "stop");

@@ -17,14 +17,14 @@
 #include <cstdint>
 #include <string>
 
-#include "cuda_agent/policy/chat_session.h"
+#include "cuda_agent/serve/chat_session.h"
 
-namespace cuda_agent::policy {
+namespace cuda_agent::serve {
 
 struct ServeOptions {
   std::string host = "127.0.0.1";
-  int port = 8000;                // 0: any free port (logged)
-  std::string model_name;         // "model" in replies and /v1/models; empty: the file or folder name
+  int port = 8000;         // 0: any free port (logged)
+  std::string model_name;  // "model" in replies and /v1/models; empty: the file or folder name
   size_t max_body_bytes = 16u << 20;
   int64_t default_max_tokens = 1024;  // when a request sets neither max_tokens nor max_completion_tokens
 };
@@ -34,4 +34,4 @@ struct ServeOptions {
 // for SIGINT and SIGTERM for its duration (the previous ones are restored).
 void run_openai_server(ChatSession& session, const ServeOptions& options);
 
-}  // namespace cuda_agent::policy
+}  // namespace cuda_agent::serve

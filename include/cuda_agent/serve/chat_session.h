@@ -1,7 +1,7 @@
 // A chat model ready to answer: the language model (lm.h), its tokenizer and its chat template,
 // loaded together from one Hugging Face folder or one .gguf file. Used by `cuda-agent generate`,
-// `cuda-agent serve` and the agent's local: policy (local_policy.h); lives in the static library ca_serve (it parses tool calls with the
-// agent's parser, and ca_policy must stay free of ca_agent, which the libtorch module links).
+// `cuda-agent serve` and the agent's local: policy (local_policy.h); lives in the static library ca_serve (it parses
+// tool calls with the agent's parser, and ca_policy must stay free of ca_agent, which the libtorch module links).
 //
 // Streaming: text deltas are whole UTF-8 characters (a character split across tokens is held
 // until complete; invalid bytes become U+FFFD), never contain a stop string or the text after
@@ -26,19 +26,19 @@
 #include "cuda_agent/policy/lm.h"
 #include "cuda_agent/policy/tokenizer.h"
 
-namespace cuda_agent::policy {
+namespace cuda_agent::serve {
 
 // Called with each new piece of text; returning false stops generation (finish_reason "stop").
 using TextDeltaFn = std::function<bool(const std::string& delta)>;
 
 struct ChatRequestOptions {
-  SamplingOptions sampling;  // stop_token_ids are added to the session's end-of-turn/eos ids
+  policy::SamplingOptions sampling;  // stop_token_ids are added to the session's end-of-turn/eos ids
   // Generation ends before the first occurrence of any of these strings (OpenAI's `stop`).
   std::vector<std::string> stop;
   // Text that, once it appears, is not streamed any more (it still ends up in ChatReply::text):
   // the server sets "<tool_call>" when tools are offered, so calls arrive as tool_calls only.
   std::vector<std::string> hold_back;
-  ChatOptions chat;  // add_generation_prompt, enable_thinking
+  policy::ChatOptions chat;  // add_generation_prompt, enable_thinking
 };
 
 struct ChatReply {
@@ -88,7 +88,7 @@ class StreamDecoder {
 // repairs them (StreamDecoder: each invalid byte -> U+FFFD), with special tokens kept as their
 // text ("<|im_end|>") where ChatReply::text drops them. For valid UTF-8 it equals
 // Tokenizer::decode(ids) (specials kept). LocalPolicy chains turns on it.
-std::string decode_with_specials(const Tokenizer& tokenizer, const std::vector<int64_t>& ids);
+std::string decode_with_specials(const policy::Tokenizer& tokenizer, const std::vector<int64_t>& ids);
 
 // Fills content, tool_calls, tool_call_errors and (when there are calls) finish_reason of a
 // reply whose text is set, with the agent's Hermes parser.
@@ -101,7 +101,7 @@ class ChatSession {
   // tokenizer.chat_template, else the family's). Throws Error naming the file and what is missing.
   // Also checks that the model's vocabulary holds every tokenizer id (it may be larger: padded
   // embeddings, as Qwen's are); a mismatch throws Error naming both sizes. The session owns the model.
-  static std::unique_ptr<ChatSession> open(const std::filesystem::path& model, const LmOptions& options);
+  static std::unique_ptr<ChatSession> open(const std::filesystem::path& model, const policy::LmOptions& options);
   // The same session over a model it does not own (the RL trainer's PpoLearner::policy(), so
   // rollouts are sampled from the weights being trained): the tokenizer and chat template are read
   // from `model_path` as open() reads them, the weights are not loaded, and the same checks apply
@@ -109,12 +109,13 @@ class ChatSession {
   // session, and whoever changes its weights (an optimizer step) changes what the session samples.
   // Sessions over one model may generate in several threads at once, but not while its owner
   // trains it.
-  static std::unique_ptr<ChatSession> open_with_model(const std::filesystem::path& model_path, LanguageModel& model);
+  static std::unique_ptr<ChatSession> open_with_model(const std::filesystem::path& model_path,
+                                                      policy::LanguageModel& model);
   // open_with_model without reading the tokenizer again: the new session shares `like`'s
   // tokenizer (immutable, thread-safe) and path, borrows `model` the same way and runs the same
   // checks. The trainer opens one session per run and one of these per episode. `like` may be
   // shared from several threads at once.
-  static std::unique_ptr<ChatSession> share_with_model(const ChatSession& like, LanguageModel& model);
+  static std::unique_ptr<ChatSession> share_with_model(const ChatSession& like, policy::LanguageModel& model);
 
   // Renders `messages` (OpenAI chat messages) and `tools` (OpenAI function tools; null or [] for
   // none) with the template, generates, and parses tool calls from the text. Template errors
@@ -131,15 +132,15 @@ class ChatSession {
 
   // The prompt text chat() feeds the model.
   std::string render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
-                     const ChatOptions& options = {}) const;
+                     const policy::ChatOptions& options = {}) const;
   // Prompt token ids of `text` (BOS when asked for).
   std::vector<int64_t> encode_prompt(const std::string& text) const;
 
   // The model (owned, or borrowed through open_with_model).
-  LanguageModel& model() { return *model_; }
+  policy::LanguageModel& model() { return *model_; }
   bool owns_model() const { return owned_model_ != nullptr; }
-  const Tokenizer& tokenizer() const { return *tokenizer_; }
-  const ChatTemplate& chat_template() const { return *template_; }
+  const policy::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const policy::ChatTemplate& chat_template() const { return *template_; }
   // eos ids of the config and tokenizer plus the template's end-of-turn token.
   const std::vector<int64_t>& stop_token_ids() const { return stop_ids_; }
   const std::filesystem::path& path() const { return path_; }
@@ -154,11 +155,11 @@ class ChatSession {
   ChatReply generate(std::vector<int64_t> prompt, const ChatRequestOptions& options, const TextDeltaFn& on_text_delta);
 
   std::filesystem::path path_;
-  std::unique_ptr<LanguageModel> owned_model_;  // null when the model is borrowed
-  LanguageModel* model_ = nullptr;               // owned_model_ or the borrowed one
-  std::shared_ptr<const Tokenizer> tokenizer_;  // immutable and thread-safe: sessions may share it
-  std::unique_ptr<ChatTemplate> template_;
+  std::unique_ptr<policy::LanguageModel> owned_model_;  // null when the model is borrowed
+  policy::LanguageModel* model_ = nullptr;              // owned_model_ or the borrowed one
+  std::shared_ptr<const policy::Tokenizer> tokenizer_;  // immutable and thread-safe: sessions may share it
+  std::unique_ptr<policy::ChatTemplate> template_;
   std::vector<int64_t> stop_ids_;
 };
 
-}  // namespace cuda_agent::policy
+}  // namespace cuda_agent::serve

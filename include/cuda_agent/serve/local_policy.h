@@ -51,19 +51,19 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda_agent/agent/policy.h"
-#include "cuda_agent/policy/chat_session.h"
+#include "cuda_agent/serve/chat_session.h"
 
-namespace cuda_agent::policy {
+namespace cuda_agent::serve {
 
 struct LocalPolicyOptions {
   std::filesystem::path model;  // Hugging Face folder or .gguf file
   std::string device = "cpu";   // cpu, cuda, cuda:N
   std::string dtype = "float32";
-  double temperature = 1.0;     // 0: greedy
+  double temperature = 1.0;  // 0: greedy
   double top_p = 1.0;
-  int64_t top_k = 0;            // 0: no top-k filter
+  int64_t top_k = 0;  // 0: no top-k filter
   int64_t max_new_tokens = 2048;
-  uint64_t seed = 0;            // call k samples with seed + k
+  uint64_t seed = 0;  // call k samples with seed + k
   std::optional<bool> enable_thinking;
 
   // The spec that gives these options back ("local:PATH?temperature=...&..."; every key written).
@@ -149,4 +149,4 @@ class LocalPolicy : public agent::Policy {
 // local spec (main() does, before parsing verbs); calling it again is harmless.
 void register_local_policy();
 
-}  // namespace cuda_agent::policy
+}  // namespace cuda_agent::serve
