@@ -198,7 +198,7 @@ struct GenerateFlags {
 int run_generate(const GenerateFlags& g) {
   int given = !g.prompt.empty() + !g.chat.empty() + !g.messages.empty();
   CA_CHECK(given == 1, "generate needs exactly one of --prompt TEXT, --chat TEXT or --messages FILE.json");
-  policy::LmOptions lm;
+  lm::LmOptions lm;
   lm.device = g.device;
   lm.dtype = g.dtype;
   const auto t_load = std::chrono::steady_clock::now();
@@ -726,7 +726,7 @@ void add_serve(CLI::App& app, Verbs& verbs) {
                   "trace, debug, info (default: one line per request), warn, error or off");
   verbs.push_back({cmd, [f] {
                      set_log_level(f->log_level);
-                     policy::LmOptions lm;
+                     lm::LmOptions lm;
                      lm.device = f->device;
                      lm.dtype = f->dtype;
                      auto session = serve::ChatSession::open(f->model, lm);

@@ -111,7 +111,7 @@ json bench_generation(TorchLanguageModel& m, const json& spec) {
     // Decoding from CUDA graphs (the default) and, beside it in the same run, without them.
     json row = {{"batch", batch}, {"prompt_tokens", prompt}, {"new_tokens", fresh}};
     for (const bool graphs : {true, false}) {
-      policy::SamplingOptions one, all;
+      lm::SamplingOptions one, all;
       one.greedy = all.greedy = true;
       one.max_new_tokens = 1;
       all.max_new_tokens = fresh;
@@ -143,7 +143,7 @@ json bench_generation(TorchLanguageModel& m, const json& spec) {
 json bench_inference_memory(TorchLanguageModel& m, const json& spec) {
   MemoryMeter meter(m.model()->device());
   json rows = json::array();
-  policy::SamplingOptions one;
+  lm::SamplingOptions one;
   one.greedy = true;
   one.max_new_tokens = 1;
   for (int64_t len : positive_list(spec, "contexts", {1024, 4096, 16384})) {
@@ -210,7 +210,7 @@ json bench_training(TorchLanguageModel& m, const json& spec) {
 
 json run_benchmark(const json& spec) {
   CA_CHECK(spec.is_object(), "benchmark spec must be a JSON object");
-  policy::LmOptions options;
+  lm::LmOptions options;
   options.device = spec.value("device", "cuda");
   options.dtype = spec.value("dtype", "bfloat16");
   options.seed = spec.value("seed", 1);

@@ -19,11 +19,11 @@
 namespace cuda_agent::lm {
 namespace {
 
-std::chrono::milliseconds timeout_of(const policy::DistributedOptions& o) {
+std::chrono::milliseconds timeout_of(const lm::DistributedOptions& o) {
   return std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000));
 }
 
-c10::intrusive_ptr<c10d::Store> join_rendezvous(const policy::DistributedOptions& o) {
+c10::intrusive_ptr<c10d::Store> join_rendezvous(const lm::DistributedOptions& o) {
   c10d::TCPStoreOptions so;
   so.port = static_cast<uint16_t>(o.master_port);
   so.isServer = o.rank == 0;
@@ -41,7 +41,7 @@ c10::intrusive_ptr<c10d::Store> join_rendezvous(const policy::DistributedOptions
 // store away from one still reading the last collective's messages.
 class StoreHandle {
  public:
-  explicit StoreHandle(const policy::DistributedOptions& o) : options_(o), store_(join_rendezvous(o)) {}
+  explicit StoreHandle(const lm::DistributedOptions& o) : options_(o), store_(join_rendezvous(o)) {}
   ~StoreHandle() {
     try {
       store_->add("ca/done", 1);
@@ -58,14 +58,14 @@ class StoreHandle {
   const c10::intrusive_ptr<c10d::Store>& get() const { return store_; }
 
  private:
-  policy::DistributedOptions options_;
+  lm::DistributedOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
 };
 
 // A world of one: nothing to exchange.
 class SingleProcess final : public Communicator {
  public:
-  SingleProcess(const policy::DistributedOptions& o, const at::Device& device) : Communicator(o, device) {}
+  SingleProcess(const lm::DistributedOptions& o, const at::Device& device) : Communicator(o, device) {}
   std::string backend() const override { return "none"; }
   void all_reduce_sum(const std::vector<at::Tensor>&) override {}
   void broadcast(const std::vector<at::Tensor>&, int) override {}
@@ -75,8 +75,7 @@ class SingleProcess final : public Communicator {
 // everyone's; the sums run in rank order on every rank, so every rank gets the same bits.
 class StoreCommunicator final : public Communicator {
  public:
-  StoreCommunicator(const policy::DistributedOptions& o, const at::Device& device)
-      : Communicator(o, device), store_(o) {}
+  StoreCommunicator(const lm::DistributedOptions& o, const at::Device& device) : Communicator(o, device), store_(o) {}
   std::string backend() const override { return "store"; }
 
   void all_reduce_sum(const std::vector<at::Tensor>& tensors) override {
@@ -159,7 +158,7 @@ class StoreCommunicator final : public Communicator {
 // (flattened, at most kBucketElements each) to keep the number of collectives small.
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(const policy::DistributedOptions& o, const at::Device& device) : Communicator(o, device) {
+  NcclCommunicator(const lm::DistributedOptions& o, const at::Device& device) : Communicator(o, device) {
     setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // NVLink multicast stays off (the hosts ask it)
     c10::cuda::set_device(device.index());
     store_ = std::make_unique<StoreHandle>(o);
@@ -230,7 +229,7 @@ std::vector<double> Communicator::sum(const std::vector<double>& values) {
   return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
 }
 
-std::unique_ptr<Communicator> make_communicator(const policy::DistributedOptions& options, const at::Device& device) {
+std::unique_ptr<Communicator> make_communicator(const lm::DistributedOptions& options, const at::Device& device) {
   if (!options.distributed()) return std::make_unique<SingleProcess>(options, device);
   if (device.is_cuda()) {
 #ifdef CA_WITH_NCCL

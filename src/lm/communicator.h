@@ -14,7 +14,7 @@
 
 #include <ATen/ATen.h>
 
-#include "cuda_agent/policy/distributed.h"
+#include "cuda_agent/lm/distributed.h"
 
 namespace cuda_agent::lm {
 
@@ -24,7 +24,7 @@ class Communicator {
 
   int rank() const { return options_.rank; }
   int world_size() const { return options_.world_size; }
-  const policy::DistributedOptions& options() const { return options_; }
+  const lm::DistributedOptions& options() const { return options_; }
   virtual std::string backend() const = 0;  // "none", "store" or "nccl"
 
   // Sums every tensor over the processes, in place. The tensors must be contiguous; any number,
@@ -37,11 +37,11 @@ class Communicator {
   std::vector<double> sum(const std::vector<double>& values);
 
  protected:
-  Communicator(policy::DistributedOptions options, const at::Device& device)
+  Communicator(lm::DistributedOptions options, const at::Device& device)
       : options_(std::move(options)), device_(device) {}
 
  private:
-  policy::DistributedOptions options_;
+  lm::DistributedOptions options_;
   at::Device device_;  // where sum() puts its numbers (NCCL wants them on the GPU)
 };
 
@@ -49,6 +49,6 @@ class Communicator {
 // "nccl" for CUDA devices (Error when this build has no NCCL: the message says how to get it);
 // "store" for the CPU. Joins the rendezvous at master_addr:master_port (rank 0 hosts it) and
 // returns once every process has joined, or throws Error after timeout_s naming the address.
-std::unique_ptr<Communicator> make_communicator(const policy::DistributedOptions& options, const at::Device& device);
+std::unique_ptr<Communicator> make_communicator(const lm::DistributedOptions& options, const at::Device& device);
 
 }  // namespace cuda_agent::lm

@@ -10,12 +10,12 @@
 namespace cuda_agent::lm {
 namespace {
 
-policy::LmOptions with_value_head(policy::LmOptions options) {
+lm::LmOptions with_value_head(lm::LmOptions options) {
   options.value_head = true;
   return options;
 }
 
-torch::TensorOptions tensor_options(const policy::LmOptions& options) {
+torch::TensorOptions tensor_options(const lm::LmOptions& options) {
   return torch::TensorOptions().device(parse_device(options.device)).dtype(parse_dtype(options.dtype));
 }
 
@@ -28,7 +28,7 @@ CriticKind critic_kind(const std::string& critic) {
   return CriticKind::kPath;
 }
 
-CausalLM critic_from_actor(CausalLMImpl& actor, const policy::LmOptions& options) {
+CausalLM critic_from_actor(CausalLMImpl& actor, const lm::LmOptions& options) {
   CausalLM critic(actor.config(), /*value_head=*/true,
                   torch::TensorOptions().device(actor.device()).dtype(actor.dtype()), /*lm_head=*/false);
   std::unordered_map<std::string, torch::Tensor> source;
@@ -44,7 +44,7 @@ CausalLM critic_from_actor(CausalLMImpl& actor, const policy::LmOptions& options
   return critic;
 }
 
-CausalLM critic_from_path(const std::filesystem::path& path, const policy::LmOptions& options,
+CausalLM critic_from_path(const std::filesystem::path& path, const lm::LmOptions& options,
                           const policy::ModelConfig& actor) {
   const auto critic_options = with_value_head(options);
   CausalLM critic = load_causal_lm(path, critic_options, tensor_options(critic_options), /*lm_head=*/false);

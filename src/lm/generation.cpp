@@ -108,12 +108,12 @@ void check_tokens(const policy::ModelConfig& config, const std::vector<int64_t>&
              what, tokens[i], i, config.vocab_size);
 }
 
-std::vector<policy::Generation> generate(CausalLMImpl& model, const std::vector<std::vector<int64_t>>& prompts,
-                                         const policy::SamplingOptions& options,
-                                         const std::function<bool(size_t, int64_t)>& on_token) {
+std::vector<lm::Generation> generate(CausalLMImpl& model, const std::vector<std::vector<int64_t>>& prompts,
+                                     const lm::SamplingOptions& options,
+                                     const std::function<bool(size_t, int64_t)>& on_token) {
   Sampler sampler(options);
   const int64_t n = static_cast<int64_t>(prompts.size());
-  std::vector<policy::Generation> results(n);
+  std::vector<lm::Generation> results(n);
   for (int64_t i = 0; i < n; ++i) {
     CA_CHECK(!prompts[i].empty(), "prompt {} is empty: a prompt needs at least one token (e.g. the BOS token)", i);
     check_tokens(model.config(), prompts[i], fmt::format("prompt {}", i));

@@ -13,7 +13,7 @@
 #include <functional>
 #include <vector>
 
-#include "cuda_agent/policy/lm.h"
+#include "cuda_agent/lm/lm.h"
 #include "model.h"
 
 namespace cuda_agent::lm {
@@ -21,9 +21,9 @@ namespace cuda_agent::lm {
 // Throws Error when a token id is outside [0, vocab_size); `what` names the sequence.
 void check_tokens(const policy::ModelConfig& config, const std::vector<int64_t>& tokens, const std::string& what);
 
-std::vector<policy::Generation> generate(CausalLMImpl& model, const std::vector<std::vector<int64_t>>& prompts,
-                                         const policy::SamplingOptions& options,
-                                         const std::function<bool(size_t, int64_t)>& on_token);
+std::vector<lm::Generation> generate(CausalLMImpl& model, const std::vector<std::vector<int64_t>>& prompts,
+                                     const lm::SamplingOptions& options,
+                                     const std::function<bool(size_t, int64_t)>& on_token);
 
 // Logits [T, vocab] float32 (CPU): `prefill` tokens in one cached forward, then one per forward.
 torch::Tensor cached_logits(CausalLMImpl& model, const std::vector<int64_t>& tokens, int64_t prefill);

@@ -1,4 +1,4 @@
-// The module's extern "C" entry points (see include/cuda_agent/policy/lm.h): status and message
+// The module's extern "C" entry points (see include/cuda_agent/lm/lm.h): status and message
 // out, never an exception.
 #include "torch_fmt.h"  // first: see there
 #include <ATen/CPUGeneratorImpl.h>
@@ -10,17 +10,17 @@
 #include "torch_language_model.h"
 #include "training.h"
 
-using cuda_agent::policy::kLmModuleAbi;
-using cuda_agent::policy::LanguageModel;
-using cuda_agent::policy::LmCreateRequest;
+using cuda_agent::lm::kLmModuleAbi;
+using cuda_agent::lm::LanguageModel;
+using cuda_agent::lm::LmCreateRequest;
+using cuda_agent::lm::PpoCreateRequest;
+using cuda_agent::lm::PpoLearner;
 using cuda_agent::policy::ModelConfig;
-using cuda_agent::policy::PpoCreateRequest;
-using cuda_agent::policy::PpoLearner;
 
 namespace {
 
 constexpr const char* kStale =
-    "libca_lm.so was built for another version of include/cuda_agent/policy/lm.h (ABI {} here, {} asked); "
+    "libca_lm.so was built for another version of include/cuda_agent/lm/lm.h (ABI {} here, {} asked); "
     "rebuild both with scripts/setup.sh";
 
 template <typename Fn>
@@ -93,7 +93,7 @@ extern "C" PpoLearner* ca_lm_create_ppo_learner(const PpoCreateRequest* request,
     CA_CHECK(request->ppo != nullptr && request->model.options != nullptr,
              "ca_lm_create_ppo_learner: no PPO or model options given");
     // A separate critic has the value head; the actor then gets none (not even an unused one).
-    cuda_agent::policy::LmOptions actor_options = *request->model.options;
+    cuda_agent::lm::LmOptions actor_options = *request->model.options;
     if (cuda_agent::lm::critic_kind(request->ppo->critic) != cuda_agent::lm::CriticKind::kShared)
       actor_options.value_head = false;
     LmCreateRequest actor = request->model;

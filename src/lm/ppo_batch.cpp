@@ -17,7 +17,7 @@ const char* label(Use use) {
   return "?";
 }
 
-void check_sample(const policy::PpoSample& s, size_t i, const policy::ModelConfig& config, Use use) {
+void check_sample(const lm::PpoSample& s, size_t i, const policy::ModelConfig& config, Use use) {
   const char* name = label(use);
   CA_CHECK(!s.tokens.empty(), "{} sample {} has no tokens", name, i);
   check_tokens(config, s.tokens, fmt::format("{} sample {}", name, i));
@@ -42,7 +42,7 @@ void check_sample(const policy::PpoSample& s, size_t i, const policy::ModelConfi
            name, i);
 }
 
-Padded pad(const std::vector<const policy::PpoSample*>& samples, const torch::Device& device, Use use) {
+Padded pad(const std::vector<const lm::PpoSample*>& samples, const torch::Device& device, Use use) {
   const int64_t batch = static_cast<int64_t>(samples.size());
   int64_t len = 0;
   for (const auto* s : samples) len = std::max<int64_t>(len, static_cast<int64_t>(s->tokens.size()));
@@ -58,7 +58,7 @@ Padded pad(const std::vector<const policy::PpoSample*>& samples, const torch::De
   if (values) p.old_values = torch::zeros({batch, len}, f32);
   if (ref) p.ref_logprobs = torch::zeros({batch, len}, f32);
   for (int64_t i = 0; i < batch; ++i) {
-    const policy::PpoSample& s = *samples[i];
+    const lm::PpoSample& s = *samples[i];
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     auto row = [&](torch::Tensor& dst, const auto& src, torch::ScalarType type) {
       if (!dst.defined()) return;
@@ -78,12 +78,12 @@ Padded pad(const std::vector<const policy::PpoSample*>& samples, const torch::De
   return p;
 }
 
-torch::Tensor aggregate(const torch::Tensor& per_token, const torch::Tensor& mask, policy::LossAggregation mode) {
+torch::Tensor aggregate(const torch::Tensor& per_token, const torch::Tensor& mask, lm::LossAggregation mode) {
   auto sums = torch::where(mask, per_token, torch::zeros_like(per_token)).sum(1);
   auto counts = mask.sum(1).to(torch::kFloat32);
-  if (mode == policy::LossAggregation::kTokenMean) return sums.sum() / counts.sum();
+  if (mode == lm::LossAggregation::kTokenMean) return sums.sum() / counts.sum();
   auto sequences = (counts > 0).sum().to(torch::kFloat32);
-  if (mode == policy::LossAggregation::kSeqMeanTokenSum) return sums.sum() / sequences;
+  if (mode == lm::LossAggregation::kSeqMeanTokenSum) return sums.sum() / sequences;
   return (sums / counts.clamp_min(1)).sum() / sequences;
 }
 

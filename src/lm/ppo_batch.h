@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/lm/ppo_learner.h"
 
 namespace cuda_agent::lm {
 
@@ -17,7 +17,7 @@ const char* label(Use use);  // "PPO", "SFT", "value"
 
 // Error naming the sample, the vector and the lengths (or the token) when sample i is malformed
 // for `use`.
-void check_sample(const policy::PpoSample& s, size_t i, const policy::ModelConfig& config, Use use);
+void check_sample(const lm::PpoSample& s, size_t i, const policy::ModelConfig& config, Use use);
 
 // One mini-batch, right-padded to [B, T] on the model's device; padding has mask false. Only the
 // vectors its Use reads are filled; the others stay undefined.
@@ -26,11 +26,11 @@ struct Padded {
   int64_t tokens = 0;
 };
 
-Padded pad(const std::vector<const policy::PpoSample*>& samples, const torch::Device& device, Use use);
+Padded pad(const std::vector<const lm::PpoSample*>& samples, const torch::Device& device, Use use);
 
 // rl::aggregate_loss on tensors: masked positions are selected away (they may hold inf or NaN),
 // sequences without policy tokens do not count in the seq_ modes.
-torch::Tensor aggregate(const torch::Tensor& per_token, const torch::Tensor& mask, policy::LossAggregation mode);
+torch::Tensor aggregate(const torch::Tensor& per_token, const torch::Tensor& mask, lm::LossAggregation mode);
 
 // The share of policy tokens where `flag` holds (the reference's clip fractions).
 double token_fraction(const torch::Tensor& flag, const torch::Tensor& mask, int64_t tokens);

@@ -21,13 +21,13 @@
 namespace cuda_agent::lm {
 namespace {
 
-using policy::PpoOptions;
-using policy::PpoSample;
-using policy::PpoStats;
-using policy::StageUpdateOptions;
+using lm::PpoOptions;
+using lm::PpoSample;
+using lm::PpoStats;
+using lm::StageUpdateOptions;
 
-using Aggregation = policy::LossAggregation;
-using policy::KlEstimator;
+using Aggregation = lm::LossAggregation;
+using lm::KlEstimator;
 
 void check_options(const PpoOptions& o) {
   CA_CHECK(std::isfinite(o.actor_lr) && o.actor_lr >= 0, "ppo.actor_lr = {}: must be >= 0", o.actor_lr);
@@ -42,8 +42,8 @@ void check_options(const PpoOptions& o) {
   CA_CHECK(o.mini_batches >= 1, "ppo.mini_batches = {}: must be >= 1", o.mini_batches);
   CA_CHECK(o.epochs >= 1, "ppo.epochs = {}: must be >= 1", o.epochs);
   CA_CHECK(o.weight_decay >= 0, "ppo weight_decay = {}: must be >= 0", o.weight_decay);
-  policy::parse_loss_aggregation(o.loss_aggregation);
-  policy::parse_kl_estimator(o.kl_estimator);
+  lm::parse_loss_aggregation(o.loss_aggregation);
+  lm::parse_kl_estimator(o.kl_estimator);
   critic_kind(o.critic);
 }
 
@@ -102,15 +102,15 @@ std::vector<float> row_values(const torch::Tensor& rows, int64_t row, int64_t le
   return {r.data_ptr<float>(), r.data_ptr<float>() + len};
 }
 
-class TorchPpoLearner final : public policy::PpoLearner {
+class TorchPpoLearner final : public lm::PpoLearner {
  public:
   // `critic` is null for the shared critic (the actor's value head), else the separate critic.
   TorchPpoLearner(std::unique_ptr<TorchLanguageModel> model, CausalLM critic, const PpoOptions& options)
       : model_(std::move(model)),
         critic_(std::move(critic)),
         options_(options),
-        aggregation_(policy::parse_loss_aggregation(options.loss_aggregation)),
-        kl_(policy::parse_kl_estimator(options.kl_estimator)),
+        aggregation_(lm::parse_loss_aggregation(options.loss_aggregation)),
+        kl_(lm::parse_kl_estimator(options.kl_estimator)),
         rng_(options.seed) {
     CausalLM& m = model_->model();
     groups_ = {{"actor", {}}, {"critic", {}}};
@@ -213,8 +213,8 @@ class TorchPpoLearner final : public policy::PpoLearner {
     });
   }
 
-  std::vector<policy::TrainForward> forward(const std::vector<std::vector<int64_t>>& sequences,
-                                            const std::vector<std::vector<uint8_t>>& loss_mask) override {
+  std::vector<lm::TrainForward> forward(const std::vector<std::vector<int64_t>>& sequences,
+                                        const std::vector<std::vector<uint8_t>>& loss_mask) override {
     // The actor's pass checks the arguments and gives log-probs and entropies (and the shared
     // critic's values); a separate critic adds its values in a pass of its own.
     auto out = model_->forward_for_training(sequences, loss_mask);
@@ -311,7 +311,7 @@ class TorchPpoLearner final : public policy::PpoLearner {
     return bytes;
   }
 
-  policy::LanguageModel& policy() override { return *model_; }
+  lm::LanguageModel& policy() override { return *model_; }
   const PpoOptions& options() const override { return options_; }
 
   std::vector<double> sum_over_processes(const std::vector<double>& values) override {
@@ -650,15 +650,19 @@ class TorchPpoLearner final : public policy::PpoLearner {
 
 }  // namespace
 
-std::unique_ptr<policy::PpoLearner> make_ppo_learner(std::unique_ptr<TorchLanguageModel> model,
-                                                     const PpoOptions& options) {
-  return translate_errors("create_ppo_learner", [&]() -> std::unique_ptr<policy::PpoLearner> {
+std::unique_ptr<lm::PpoLearner> make_ppo_learner(std::unique_ptr<TorchLanguageModel> model, const PpoOptions& options) {
+  return translate_errors("create_ppo_learner", [&]() -> std::unique_ptr<lm::PpoLearner> {
     check_options(options);
     CausalLM critic{nullptr};
     switch (critic_kind(options.critic)) {
-      case CriticKind::kShared: break;
-      case CriticKind::kFromActor: critic = critic_from_actor(*model->model(), model->options()); break;
-      case CriticKind::kPath: critic = critic_from_path(options.critic, model->options(), model->config()); break;
+      case CriticKind::kShared:
+        break;
+      case CriticKind::kFromActor:
+        critic = critic_from_actor(*model->model(), model->options());
+        break;
+      case CriticKind::kPath:
+        critic = critic_from_path(options.critic, model->options(), model->config());
+        break;
     }
     return std::make_unique<TorchPpoLearner>(std::move(model), std::move(critic), options);
   });

@@ -9,7 +9,7 @@
 
 namespace cuda_agent::lm {
 
-Sampler::Sampler(const policy::SamplingOptions& options)
+Sampler::Sampler(const lm::SamplingOptions& options)
     : options_(options),
       greedy_(options.greedy || options.temperature == 0.0),
       generator_(at::detail::createCPUGenerator(options.seed)) {

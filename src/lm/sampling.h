@@ -10,7 +10,7 @@
 
 #include <vector>
 
-#include "cuda_agent/policy/lm.h"
+#include "cuda_agent/lm/lm.h"
 
 namespace cuda_agent::lm {
 
@@ -18,7 +18,7 @@ class Sampler {
  public:
   // Throws Error naming the option when temperature < 0, top_p not in (0, 1], top_k < 0 or
   // max_new_tokens < 0.
-  explicit Sampler(const policy::SamplingOptions& options);
+  explicit Sampler(const lm::SamplingOptions& options);
 
   struct Picks {
     std::vector<int64_t> tokens;
@@ -28,7 +28,7 @@ class Sampler {
   Picks pick(const torch::Tensor& logits);
 
  private:
-  policy::SamplingOptions options_;
+  lm::SamplingOptions options_;
   bool greedy_;
   at::Generator generator_;
 };

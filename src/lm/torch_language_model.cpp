@@ -17,7 +17,7 @@ std::vector<float> to_vector(const torch::Tensor& t) {
   return {cpu.data_ptr<float>(), cpu.data_ptr<float>() + cpu.numel()};
 }
 
-torch::TensorOptions tensor_options(const policy::LmOptions& options) {
+torch::TensorOptions tensor_options(const lm::LmOptions& options) {
   return torch::TensorOptions().device(parse_device(options.device)).dtype(parse_dtype(options.dtype));
 }
 
@@ -73,11 +73,11 @@ torch::ScalarType parse_dtype(const std::string& name) {
   CA_FAIL("unknown dtype '{}': use float32 or bfloat16", name);
 }
 
-TorchLanguageModel::TorchLanguageModel(CausalLM model, policy::LmOptions options)
+TorchLanguageModel::TorchLanguageModel(CausalLM model, lm::LmOptions options)
     : model_(std::move(model)), options_(std::move(options)) {}
 
 std::unique_ptr<TorchLanguageModel> TorchLanguageModel::random(const policy::ModelConfig& config,
-                                                               const policy::LmOptions& options) {
+                                                               const lm::LmOptions& options) {
   return translate_errors("random_language_model", [&] {
     CausalLM model(config, options.value_head, tensor_options(options));
     model->init_random(options.seed, options.init_std);
@@ -86,7 +86,7 @@ std::unique_ptr<TorchLanguageModel> TorchLanguageModel::random(const policy::Mod
 }
 
 std::unique_ptr<TorchLanguageModel> TorchLanguageModel::load(const std::filesystem::path& path,
-                                                             const policy::LmOptions& options) {
+                                                             const lm::LmOptions& options) {
   return translate_errors("load_language_model", [&] {
     auto model = load_causal_lm(path, options, tensor_options(options));
     return std::make_unique<TorchLanguageModel>(std::move(model), options);
@@ -109,13 +109,13 @@ std::vector<float> TorchLanguageModel::logits_with_cache(const std::vector<int64
   return translate_errors("logits_with_cache", [&] { return to_vector(cached_logits(*model_, tokens, prefill)); });
 }
 
-std::vector<policy::Generation> TorchLanguageModel::generate(const std::vector<std::vector<int64_t>>& prompts,
-                                                             const policy::SamplingOptions& options,
-                                                             const std::function<bool(size_t, int64_t)>& on_token) {
+std::vector<lm::Generation> TorchLanguageModel::generate(const std::vector<std::vector<int64_t>>& prompts,
+                                                         const lm::SamplingOptions& options,
+                                                         const std::function<bool(size_t, int64_t)>& on_token) {
   return translate_errors("generate", [&] { return lm::generate(*model_, prompts, options, on_token); });
 }
 
-std::vector<policy::TrainForward> TorchLanguageModel::forward_for_training(
+std::vector<lm::TrainForward> TorchLanguageModel::forward_for_training(
     const std::vector<std::vector<int64_t>>& sequences, const std::vector<std::vector<uint8_t>>& loss_mask) {
   return translate_errors("forward_for_training", [&] {
     const size_t n = sequences.size();
@@ -130,7 +130,7 @@ std::vector<policy::TrainForward> TorchLanguageModel::forward_for_training(
                sequences[i].size());
     }
     c10::InferenceMode inference;
-    std::vector<policy::TrainForward> out(n);
+    std::vector<lm::TrainForward> out(n);
     for_each_padded_run(sequences, kTrainingForwardTokens, [&](size_t begin, size_t end, const torch::Tensor& ids) {
       TokenStats stats = token_stats(*model_, ids.to(model_->device()));
       auto logprobs = stats.logprobs.cpu(), entropy = stats.entropy.cpu();

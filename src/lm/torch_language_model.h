@@ -1,4 +1,4 @@
-// policy::LanguageModel implemented on CausalLM, inside the module. The trainer (same module)
+// lm::LanguageModel implemented on CausalLM, inside the module. The trainer (same module)
 // reaches the torch model through model().
 //
 // Every method translates what libtorch throws (c10::Error, std::bad_alloc, ...) into
@@ -11,7 +11,7 @@
 #include <new>
 
 #include "cuda_agent/core/error.h"
-#include "cuda_agent/policy/lm.h"
+#include "cuda_agent/lm/lm.h"
 #include "model.h"
 
 namespace cuda_agent::lm {
@@ -21,33 +21,31 @@ torch::Device parse_device(const std::string& name);
 // "float32" / "fp32" / "float", "bfloat16" / "bf16" -> the dtype; Error otherwise.
 torch::ScalarType parse_dtype(const std::string& name);
 
-class TorchLanguageModel final : public policy::LanguageModel {
+class TorchLanguageModel final : public lm::LanguageModel {
  public:
-  TorchLanguageModel(CausalLM model, policy::LmOptions options);
+  TorchLanguageModel(CausalLM model, lm::LmOptions options);
 
   // A model of `config` with random weights (CausalLMImpl::init_random), per options.
-  static std::unique_ptr<TorchLanguageModel> random(const policy::ModelConfig& config,
-                                                    const policy::LmOptions& options);
+  static std::unique_ptr<TorchLanguageModel> random(const policy::ModelConfig& config, const lm::LmOptions& options);
   // A model loaded from a Hugging Face folder or a GGUF file, per options.
-  static std::unique_ptr<TorchLanguageModel> load(const std::filesystem::path& path,
-                                                  const policy::LmOptions& options);
+  static std::unique_ptr<TorchLanguageModel> load(const std::filesystem::path& path, const lm::LmOptions& options);
 
   const policy::ModelConfig& config() const override { return model_->config(); }
-  const policy::LmOptions& options() const override { return options_; }
+  const lm::LmOptions& options() const override { return options_; }
   std::vector<float> logits(const std::vector<int64_t>& tokens) override;
   std::vector<float> logits_with_cache(const std::vector<int64_t>& tokens, int64_t prefill) override;
-  std::vector<policy::Generation> generate(const std::vector<std::vector<int64_t>>& prompts,
-                                           const policy::SamplingOptions& options,
-                                           const std::function<bool(size_t, int64_t)>& on_token) override;
-  std::vector<policy::TrainForward> forward_for_training(const std::vector<std::vector<int64_t>>& sequences,
-                                                         const std::vector<std::vector<uint8_t>>& loss_mask) override;
+  std::vector<lm::Generation> generate(const std::vector<std::vector<int64_t>>& prompts,
+                                       const lm::SamplingOptions& options,
+                                       const std::function<bool(size_t, int64_t)>& on_token) override;
+  std::vector<lm::TrainForward> forward_for_training(const std::vector<std::vector<int64_t>>& sequences,
+                                                     const std::vector<std::vector<uint8_t>>& loss_mask) override;
   void save_hf(const std::filesystem::path& dir) override;
 
   CausalLM& model() { return model_; }
 
  private:
   CausalLM model_;
-  policy::LmOptions options_;
+  lm::LmOptions options_;
 };
 
 // Sequences per forward of forward_for_training: at most this many (padded) tokens at once.

@@ -148,8 +148,8 @@ void fill_value_head(CausalLMImpl& model, const policy::WeightFile& weights) {
 
 }  // namespace
 
-CausalLM load_causal_lm(const fs::path& path, const policy::LmOptions& options,
-                        const torch::TensorOptions& tensor_options, bool lm_head) {
+CausalLM load_causal_lm(const fs::path& path, const lm::LmOptions& options, const torch::TensorOptions& tensor_options,
+                        bool lm_head) {
   auto w = open_weights(path, lm_head);
   CausalLM model(w.config, options.value_head, tensor_options, lm_head);
   torch::NoGradGuard no_grad;

@@ -7,7 +7,7 @@
 
 #include <filesystem>
 
-#include "cuda_agent/policy/lm.h"
+#include "cuda_agent/lm/lm.h"
 #include "model.h"
 
 namespace cuda_agent::lm {
@@ -18,7 +18,7 @@ namespace cuda_agent::lm {
 // tensor that is missing or has the wrong shape. lm_head false builds the model without an
 // untied lm_head (a separate critic): the file's lm_head.weight is then ignored, and a folder
 // without one (a critic saved by save_hf_folder) is accepted.
-CausalLM load_causal_lm(const std::filesystem::path& path, const policy::LmOptions& options,
+CausalLM load_causal_lm(const std::filesystem::path& path, const lm::LmOptions& options,
                         const torch::TensorOptions& tensor_options, bool lm_head = true);
 
 // Overwrites every parameter of `model` with the weights of `path` (a folder or file as for

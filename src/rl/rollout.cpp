@@ -138,15 +138,15 @@ std::vector<std::vector<int64_t>> sequence_tokens(const std::vector<EpisodeSeque
   return out;
 }
 
-std::vector<policy::PpoSample> ppo_samples(const std::vector<EpisodeSequence>& episodes,
-                                           const std::vector<std::vector<float>>& values, double gamma, double lambda,
-                                           bool whiten, const SumAcross& sum_across) {
+std::vector<lm::PpoSample> ppo_samples(const std::vector<EpisodeSequence>& episodes,
+                                       const std::vector<std::vector<float>>& values, double gamma, double lambda,
+                                       bool whiten, const SumAcross& sum_across) {
   size_t count = 0;
   for (const auto& e : episodes) count += e.sequences.size();
   CA_CHECK(values.size() == count, "{} value rows for {} sequences (one row per sequence, in sequence_tokens order)",
            values.size(), count);
 
-  std::vector<policy::PpoSample> samples;
+  std::vector<lm::PpoSample> samples;
   TokenBatch advantages, masks;
   size_t i = 0;
   for (size_t ep = 0; ep < episodes.size(); ++ep) {
@@ -174,7 +174,7 @@ std::vector<policy::PpoSample> ppo_samples(const std::vector<EpisodeSequence>& e
       rewards[last] = static_cast<float>(episodes[ep].reward);
       GaeResult gae = compute_gae(rewards, values[i], mask, gamma, lambda);
 
-      policy::PpoSample p;
+      lm::PpoSample p;
       p.tokens = s.tokens;
       p.loss_mask = s.loss_mask;
       p.old_logprobs = s.old_logprobs;

@@ -10,8 +10,8 @@
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/stop_request.h"
-#include "cuda_agent/policy/distributed.h"
-#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/lm/distributed.h"
+#include "cuda_agent/lm/ppo_learner.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
 #include "trainer_internal.h"
@@ -77,7 +77,7 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
            options.device);
   // One process per GPU under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT);
   // without them a world of one. Rank 0 writes the run's files; every process samples its share.
-  const policy::DistributedOptions dist = policy::DistributedOptions::from_environment();
+  const lm::DistributedOptions dist = lm::DistributedOptions::from_environment();
   const bool writer = dist.rank == 0;
   CA_CHECK(config["data"]["tasks_per_step"].get<int>() >= dist.world_size,
            "train config: data.tasks_per_step = {} is smaller than WORLD_SIZE = {}: every process needs a task per "
@@ -196,13 +196,13 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
              run_dir.string(), latest.step);
   }
 
-  policy::PpoOptions ppo = policy::PpoOptions::from_config(config["ppo"]);
+  lm::PpoOptions ppo = lm::PpoOptions::from_config(config["ppo"]);
   ppo.critic = config["model"]["critic"].get<std::string>();
   // A resumed separate critic starts from the checkpoint's critic/ (load_state sets its weights
   // and moments either way; this only spares copying or loading the configured one first).
   if (!learner_state.empty() && ppo.critic != "shared" && fs::is_directory(learner_state / "critic"))
     ppo.critic = (learner_state / "critic").string();
-  policy::LmOptions lm;
+  lm::LmOptions lm;
   lm.value_head = ppo.critic == "shared";
   lm.dtype = config["model"]["dtype"].get<std::string>();
   const bool on_cpu = options.device == "cpu" || config["model"]["device"].get<std::string>() == "cpu";
@@ -218,7 +218,7 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   ppo.seed = lm.seed;
   ppo.distributed = dist;
   CA_CHECK(fs::exists(actor_weights), "--resume: the checkpoint's actor folder {} is missing", actor_weights.string());
-  std::unique_ptr<policy::PpoLearner> learner = policy::create_ppo_learner(actor_weights, lm, ppo);
+  std::unique_ptr<lm::PpoLearner> learner = lm::create_ppo_learner(actor_weights, lm, ppo);
   if (!learner_state.empty()) learner->load_state(learner_state);  // the optimizer continues where it was
   if (listed != split.tasks.size())
     log << fmt::format("[train] {} of {} tasks in {} are flagged degenerate and left out\n", listed - split.tasks.size(),

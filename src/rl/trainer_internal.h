@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda_agent/bench/split.h"
-#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/lm/ppo_learner.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/trainer.h"
 #include "cuda_agent/serve/chat_session.h"
@@ -48,7 +48,7 @@ struct RunContext {
   std::filesystem::path actor;  // model.actor: the tokenizer and template of every rollout session
   bench::Split split;
   TaskCursor cursor;
-  policy::PpoLearner* learner = nullptr;
+  lm::PpoLearner* learner = nullptr;
   MetricsLog metrics;
   int rank = 0;   // this process in a data-parallel job (torchrun's RANK); rank 0 writes the run's files
   int world = 1;  // processes in the job

@@ -22,7 +22,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/progress.h"
 #include "cuda_agent/core/stop_request.h"
-#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/lm/ppo_learner.h"
 #include "cuda_agent/rl/rft_filter.h"
 #include "cuda_agent/rl/rollout.h"
 #include "cuda_agent/rl/run_state.h"
@@ -47,7 +47,7 @@ std::string rollout_dir_name(int64_t step) { return fmt::format("step-{:06d}", s
 // The critic's values of every sequence of `episodes`, in sequence_tokens() order: the value head
 // on the actor's trunk (shared) or the separate critic model, through PpoLearner::forward.
 std::vector<std::vector<float>> critic_values(RunContext& ctx, const std::vector<EpisodeSequence>& episodes) {
-  const std::vector<policy::TrainForward> forward = ctx.learner->forward(sequence_tokens(episodes), {});
+  const std::vector<lm::TrainForward> forward = ctx.learner->forward(sequence_tokens(episodes), {});
   std::vector<std::vector<float>> values;
   values.reserve(forward.size());
   for (const auto& f : forward) values.push_back(f.values);
@@ -398,12 +398,12 @@ json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in
     record["update_skipped"] = true;
   } else {
     const auto t_update = Clock::now();
-    const std::vector<policy::PpoSample> samples =
+    const std::vector<lm::PpoSample> samples =
         ppo_samples(episodes, critic_values(ctx, episodes), c["ppo"]["gamma"].get<double>(),
                     c["ppo"]["lambda"].get<double>(), c["ppo"]["whiten_advantages"].get<bool>(),
                     // the whitening's mean and variance over every process's share
                     ctx.world > 1 ? SumAcross([&](const std::vector<double>& v) { return ctx.sum(v); }) : SumAcross());
-    const policy::PpoStats s = ctx.learner->update(samples);
+    const lm::PpoStats s = ctx.learner->update(samples);
     record["update_skipped"] = false;
     record["loss"] = s.loss;
     record["policy_loss"] = s.policy_loss;
@@ -485,20 +485,20 @@ void fine_tune(RunContext& ctx, const std::vector<EpisodeSequence>& kept, int64_
     return;
   }
   const auto t_update = Clock::now();
-  std::vector<policy::PpoSample> samples;
+  std::vector<lm::PpoSample> samples;
   for (const EpisodeSequence& episode : kept)
     for (const TokenSequence& s : episode.sequences) {
-      policy::PpoSample sample;
+      lm::PpoSample sample;
       sample.tokens = s.tokens;
       sample.loss_mask = s.loss_mask;
       samples.push_back(std::move(sample));
     }
   const auto batch_size = section["batch_size"].get<int64_t>();
-  policy::StageUpdateOptions plan;
+  lm::StageUpdateOptions plan;
   plan.lr = section["lr"].get<double>();
   plan.epochs = section["epochs"].get<int>();
   plan.mini_batches = static_cast<int>(std::min<int64_t>(fewest, (job_kept + batch_size - 1) / batch_size));
-  const policy::PpoStats s = ctx.learner->sft_update(samples, plan);
+  const lm::PpoStats s = ctx.learner->sft_update(samples, plan);
   record["update_skipped"] = false;
   record["loss"] = s.loss;  // the mean NLL of the kept assistant tokens, before each step
   record["entropy"] = s.entropy;
@@ -628,14 +628,14 @@ json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
   }
 
   const auto t_update = Clock::now();
-  std::vector<policy::PpoSample> samples = ppo_samples(episodes, critic_values(ctx, episodes),
-                                                       vp["gamma"].get<double>(), vp["lambda"].get<double>(),
-                                                       /*whiten=*/false);  // advantages are not used here
+  std::vector<lm::PpoSample> samples =
+      ppo_samples(episodes, critic_values(ctx, episodes), vp["gamma"].get<double>(), vp["lambda"].get<double>(),
+                  /*whiten=*/false);  // advantages are not used here
   const int steps = vp["steps"].get<int>();
   const size_t n = samples.size();
   // Every process takes as many steps per pass: as many as the fewest sequences of a process.
   const size_t per_pass = std::min(static_cast<size_t>(steps), static_cast<size_t>(ctx.min(static_cast<double>(n))));
-  policy::StageUpdateOptions one_step;
+  lm::StageUpdateOptions one_step;
   one_step.lr = vp["lr"].get<double>();
   int64_t policy_tokens = 0;
   for (const auto& s : samples) policy_tokens += std::count(s.loss_mask.begin(), s.loss_mask.end(), uint8_t{1});
@@ -658,9 +658,9 @@ json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
     const size_t parts = std::min(per_pass, static_cast<size_t>(steps - done));
     double pass_loss = 0;
     for (size_t k = 0; k < parts; ++k) {
-      std::vector<policy::PpoSample> part;
+      std::vector<lm::PpoSample> part;
       for (size_t j = n * k / parts; j < n * (k + 1) / parts; ++j) part.push_back(samples[order[j]]);
-      const policy::PpoStats s = ctx.learner->value_update(part, one_step);
+      const lm::PpoStats s = ctx.learner->value_update(part, one_step);
       loss_sum += s.value_loss;
       clip_sum += s.value_clip_fraction;
       grad_sum += s.grad_norm_critic;

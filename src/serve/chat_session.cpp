@@ -12,16 +12,16 @@ namespace fs = std::filesystem;
 namespace cuda_agent::serve {
 
 // The policy component's types, used throughout this file.
+using lm::Generation;
+using lm::LanguageModel;
+using lm::LmOptions;
+using lm::load_language_model;
+using lm::SamplingOptions;
 using policy::ChatOptions;
 using policy::ChatTemplate;
 using policy::Family;
-using policy::Generation;
-using policy::LanguageModel;
-using policy::LmOptions;
-using policy::load_language_model;
 using policy::ModelConfig;
 using policy::open_gguf;
-using policy::SamplingOptions;
 using policy::Tokenizer;
 
 namespace {

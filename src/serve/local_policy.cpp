@@ -11,8 +11,8 @@
 namespace cuda_agent::serve {
 
 // The policy component's types, used throughout this file.
+using lm::LmOptions;
 using policy::ChatOptions;
-using policy::LmOptions;
 
 namespace {
 

@@ -17,7 +17,7 @@
 namespace cuda_agent::serve {
 
 // The policy component's types, used throughout this file.
-using policy::SamplingOptions;
+using lm::SamplingOptions;
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "cuda_agent/core/error.h"
-#include "cuda_agent/policy/lm.h"
+#include "cuda_agent/lm/lm.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
     } catch (const nlohmann::json::exception& e) {
       CA_FAIL("{} is not valid JSON: {}", argv[1], e.what());
     }
-    std::cout << cuda_agent::policy::run_language_model_benchmark(spec).dump(2) << "\n";
+    std::cout << cuda_agent::lm::run_language_model_benchmark(spec).dump(2) << "\n";
     return 0;
   } catch (const std::exception& e) {
     std::cerr << "ca-lm-bench: " << e.what() << "\n";

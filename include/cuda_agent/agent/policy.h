@@ -43,7 +43,7 @@ struct PolicyReply {
   // model. completion_token_ids: every sampled token, the end-of-turn token included (`text` is
   // their decode without special tokens). completion_logprobs: log p of each completion token
   // under the model's unmodified distribution (temperature 1, no top-k/top-p), as
-  // policy::Generation::logprobs; same length as completion_token_ids.
+  // lm::Generation::logprobs; same length as completion_token_ids.
   std::vector<int64_t> prompt_token_ids;
   std::vector<int64_t> completion_token_ids;
   std::vector<float> completion_logprobs;

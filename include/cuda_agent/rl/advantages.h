@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/lm/ppo_learner.h"
 
 namespace cuda_agent::rl {
 
@@ -70,8 +70,8 @@ void whiten_masked(TokenBatch& values, const TokenBatch& masks, bool keep_mean =
 //   k1 = logp - logp_ref
 //   k2 = 0.5 * (logp - logp_ref)^2
 //   k3 = exp(logp_ref - logp) - (logp_ref - logp) - 1      (unbiased, never negative)
-using policy::KlEstimator;         // defined with the learner (policy/ppo_learner.h)
-using policy::parse_kl_estimator;  // "k1", "k2", "k3"; Error otherwise
+using lm::KlEstimator;         // defined with the learner (policy/ppo_learner.h)
+using lm::parse_kl_estimator;  // "k1", "k2", "k3"; Error otherwise
 double kl_estimate(double logp, double logp_ref, KlEstimator estimator);
 
 // KL in "reward" mode: rewards[t] -= coef * kl_estimate(logp[t], logp_ref[t]) at every
@@ -106,8 +106,8 @@ TokenLoss ppo_value_token_loss(double value, double old_value, double ret, doubl
 //   seq_mean_token_mean mean over sequences of (sum_t l m / sum_t m)
 // The two seq_ modes average over the sequences that hold at least one mask-1 token; a batch
 // with no mask-1 token at all is an Error.
-using policy::LossAggregation;         // defined with the learner (policy/ppo_learner.h)
-using policy::parse_loss_aggregation;  // the names above; Error otherwise
+using lm::LossAggregation;         // defined with the learner (policy/ppo_learner.h)
+using lm::parse_loss_aggregation;  // the names above; Error otherwise
 double aggregate_loss(const TokenBatch& per_token, const TokenBatch& masks, LossAggregation mode);
 
 // ---- batch losses ------------------------------------------------------------------------------

@@ -27,7 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/lm/ppo_learner.h"
 #include "cuda_agent/rl/advantages.h"
 
 namespace cuda_agent::rl {
@@ -82,9 +82,9 @@ std::vector<std::vector<int64_t>> sequence_tokens(const std::vector<EpisodeSeque
 // episode (its log-probs are not the policy's), gamma or lambda outside [0, 1].
 // With `sum_across` (data parallelism) the whitening's mean and variance are the job's
 // (whiten_masked); every process must call it then, also one without episodes.
-std::vector<policy::PpoSample> ppo_samples(const std::vector<EpisodeSequence>& episodes,
-                                           const std::vector<std::vector<float>>& values, double gamma, double lambda,
-                                           bool whiten, const SumAcross& sum_across = {});
+std::vector<lm::PpoSample> ppo_samples(const std::vector<EpisodeSequence>& episodes,
+                                       const std::vector<std::vector<float>>& values, double gamma, double lambda,
+                                       bool whiten, const SumAcross& sum_across = {});
 
 // Batch statistics the trainer logs per step.
 struct RolloutStats {

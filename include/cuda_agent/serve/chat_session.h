@@ -22,8 +22,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda_agent/agent/tool_call_parser.h"
+#include "cuda_agent/lm/lm.h"
 #include "cuda_agent/policy/chat_template.h"
-#include "cuda_agent/policy/lm.h"
 #include "cuda_agent/policy/tokenizer.h"
 
 namespace cuda_agent::serve {
@@ -32,7 +32,7 @@ namespace cuda_agent::serve {
 using TextDeltaFn = std::function<bool(const std::string& delta)>;
 
 struct ChatRequestOptions {
-  policy::SamplingOptions sampling;  // stop_token_ids are added to the session's end-of-turn/eos ids
+  lm::SamplingOptions sampling;  // stop_token_ids are added to the session's end-of-turn/eos ids
   // Generation ends before the first occurrence of any of these strings (OpenAI's `stop`).
   std::vector<std::string> stop;
   // Text that, once it appears, is not streamed any more (it still ends up in ChatReply::text):
@@ -101,7 +101,7 @@ class ChatSession {
   // tokenizer.chat_template, else the family's). Throws Error naming the file and what is missing.
   // Also checks that the model's vocabulary holds every tokenizer id (it may be larger: padded
   // embeddings, as Qwen's are); a mismatch throws Error naming both sizes. The session owns the model.
-  static std::unique_ptr<ChatSession> open(const std::filesystem::path& model, const policy::LmOptions& options);
+  static std::unique_ptr<ChatSession> open(const std::filesystem::path& model, const lm::LmOptions& options);
   // The same session over a model it does not own (the RL trainer's PpoLearner::policy(), so
   // rollouts are sampled from the weights being trained): the tokenizer and chat template are read
   // from `model_path` as open() reads them, the weights are not loaded, and the same checks apply
@@ -110,12 +110,12 @@ class ChatSession {
   // Sessions over one model may generate in several threads at once, but not while its owner
   // trains it.
   static std::unique_ptr<ChatSession> open_with_model(const std::filesystem::path& model_path,
-                                                      policy::LanguageModel& model);
+                                                      lm::LanguageModel& model);
   // open_with_model without reading the tokenizer again: the new session shares `like`'s
   // tokenizer (immutable, thread-safe) and path, borrows `model` the same way and runs the same
   // checks. The trainer opens one session per run and one of these per episode. `like` may be
   // shared from several threads at once.
-  static std::unique_ptr<ChatSession> share_with_model(const ChatSession& like, policy::LanguageModel& model);
+  static std::unique_ptr<ChatSession> share_with_model(const ChatSession& like, lm::LanguageModel& model);
 
   // Renders `messages` (OpenAI chat messages) and `tools` (OpenAI function tools; null or [] for
   // none) with the template, generates, and parses tool calls from the text. Template errors
@@ -137,7 +137,7 @@ class ChatSession {
   std::vector<int64_t> encode_prompt(const std::string& text) const;
 
   // The model (owned, or borrowed through open_with_model).
-  policy::LanguageModel& model() { return *model_; }
+  lm::LanguageModel& model() { return *model_; }
   bool owns_model() const { return owned_model_ != nullptr; }
   const policy::Tokenizer& tokenizer() const { return *tokenizer_; }
   const policy::ChatTemplate& chat_template() const { return *template_; }
@@ -155,8 +155,8 @@ class ChatSession {
   ChatReply generate(std::vector<int64_t> prompt, const ChatRequestOptions& options, const TextDeltaFn& on_text_delta);
 
   std::filesystem::path path_;
-  std::unique_ptr<policy::LanguageModel> owned_model_;  // null when the model is borrowed
-  policy::LanguageModel* model_ = nullptr;              // owned_model_ or the borrowed one
+  std::unique_ptr<lm::LanguageModel> owned_model_;      // null when the model is borrowed
+  lm::LanguageModel* model_ = nullptr;                  // owned_model_ or the borrowed one
   std::shared_ptr<const policy::Tokenizer> tokenizer_;  // immutable and thread-safe: sessions may share it
   std::unique_ptr<policy::ChatTemplate> template_;
   std::vector<int64_t> stop_ids_;

@@ -50,7 +50,7 @@ inline void write_tiny_chatml_model(const std::filesystem::path& dir) {
   config.vocab_size = 258;  // the tokenizer's: a sampled id must be a token
   config.max_position_embeddings = 2048;
   config.attention_bias = true;
-  policy::random_language_model(config, test_options())->save_hf(dir);
+  lm::random_language_model(config, test_options())->save_hf(dir);
   write_file_atomic(dir / "tokenizer.json", tiny_chatml_tokenizer().dump());
   write_file_atomic(dir / "tokenizer_config.json", nlohmann::json{{"eos_token", "<|im_end|>"}}.dump());
 }

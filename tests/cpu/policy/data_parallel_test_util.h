@@ -19,21 +19,21 @@
 
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
-#include "cuda_agent/policy/distributed.h"
+#include "cuda_agent/lm/distributed.h"
 #include "ppo_test_util.h"
 
 namespace cuda_agent::testing {
 
 inline constexpr int64_t kDpVocab = 64;
 
-inline std::vector<double> stats_vector(const policy::PpoStats& s) {
+inline std::vector<double> stats_vector(const lm::PpoStats& s) {
   return {s.loss, s.policy_loss, s.value_loss, s.entropy, s.kl, s.clip_fraction, s.value_clip_fraction,
           s.grad_norm_actor, s.grad_norm_critic, static_cast<double>(s.tokens)};
 }
 
 // The PPO options of the test job (every loss term on, so every aggregation is exercised).
-inline policy::PpoOptions dp_options(const std::string& critic, const std::string& aggregation) {
-  policy::PpoOptions o;
+inline lm::PpoOptions dp_options(const std::string& critic, const std::string& aggregation) {
+  lm::PpoOptions o;
   o.critic = critic;
   o.loss_aggregation = aggregation;
   o.actor_lr = o.critic_lr = 1e-2;
@@ -46,10 +46,10 @@ inline policy::PpoOptions dp_options(const std::string& critic, const std::strin
 
 // A learner of the test job on `device` ("cpu", or "cuda": then GPU LOCAL_RANK), random weights
 // from one seed.
-inline std::unique_ptr<policy::PpoLearner> dp_learner(const policy::PpoOptions& ppo, const std::string& device) {
-  policy::LmOptions o = learner_options(3);
+inline std::unique_ptr<lm::PpoLearner> dp_learner(const lm::PpoOptions& ppo, const std::string& device) {
+  lm::LmOptions o = learner_options(3);
   o.device = device == "cuda" ? fmt::format("cuda:{}", ppo.distributed.local_rank) : device;
-  return policy::create_random_ppo_learner(small_config(kDpVocab), o, ppo);
+  return lm::create_random_ppo_learner(small_config(kDpVocab), o, ppo);
 }
 
 // One process's part of the job, as the environment (CA_DP_*, torchrun's variables) describes
@@ -58,15 +58,15 @@ inline std::unique_ptr<policy::PpoLearner> dp_learner(const policy::PpoOptions& 
 inline void run_dp_process() {
   const char* out = std::getenv("CA_DP_OUT");
   ASSERT_NE(out, nullptr) << "this test is started by the data-parallel tests only";
-  policy::PpoOptions o = dp_options(std::getenv("CA_DP_CRITIC"), std::getenv("CA_DP_AGGREGATION"));
-  o.distributed = policy::DistributedOptions::from_environment();
+  lm::PpoOptions o = dp_options(std::getenv("CA_DP_CRITIC"), std::getenv("CA_DP_AGGREGATION"));
+  o.distributed = lm::DistributedOptions::from_environment();
   o.shard_optimizer_state = std::getenv("CA_DP_SHARD") != nullptr;
   o.distributed.timeout_s = 120;
   auto learner = dp_learner(o, std::getenv("CA_DP_DEVICE"));
   const Batch b = fixed_batch(kDpVocab);
   // Every rank computes the same samples (same weights, same seed) and keeps its share.
-  const std::vector<policy::PpoSample> all = samples_around(*learner, b, 7);
-  std::vector<policy::PpoSample> share;
+  const std::vector<lm::PpoSample> all = samples_around(*learner, b, 7);
+  std::vector<lm::PpoSample> share;
   for (size_t i = 0; i < all.size(); ++i)
     if (static_cast<int>(i) % o.distributed.world_size == o.distributed.rank) share.push_back(all[i]);
 

@@ -20,7 +20,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
-#include "cuda_agent/policy/lm.h"
+#include "cuda_agent/lm/lm.h"
 #include "cuda_agent/sandbox/python_runtime.h"
 
 namespace cuda_agent::testing {
@@ -136,8 +136,8 @@ inline std::vector<TinyModel> rope_variants() {
   return out;
 }
 
-inline policy::LmOptions test_options(const std::string& device = "cpu", uint64_t seed = 1) {
-  policy::LmOptions o;
+inline lm::LmOptions test_options(const std::string& device = "cpu", uint64_t seed = 1) {
+  lm::LmOptions o;
   o.device = device;
   o.seed = seed;
   o.init_std = kTestInitStd;
@@ -209,11 +209,11 @@ inline void expect_matches_transformers(const std::vector<TinyModel>& models, co
   const auto tokens = test_tokens(40, 256);
   const std::vector<int64_t> prompt(tokens.begin(), tokens.begin() + 8);
   for (size_t i = 0; i < models.size(); ++i) {
-    auto model = policy::random_language_model(models[i].config, test_options(device, 100 + i));
+    auto model = lm::random_language_model(models[i].config, test_options(device, 100 + i));
     const auto folder = dir.path() / models[i].name;
     model->save_hf(folder);
     our_logits.push_back(model->logits(tokens));
-    policy::SamplingOptions greedy;
+    lm::SamplingOptions greedy;
     greedy.greedy = true;
     greedy.max_new_tokens = 64;
     our_greedy.push_back(model->generate({prompt}, greedy)[0].tokens);

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/lm/ppo_learner.h"
 #include "cuda_agent/rl/advantages.h"
 #include "lm_test_util.h"
 
@@ -27,7 +27,7 @@ inline policy::ModelConfig small_config(int64_t vocab, bool tied = true) {
 }
 
 // CPU, float32, a value head (which only the shared critic uses), random weights from `seed`.
-inline policy::LmOptions learner_options(uint64_t seed = 3, double init_std = kTestInitStd) {
+inline lm::LmOptions learner_options(uint64_t seed = 3, double init_std = kTestInitStd) {
   use_built_lm_module();
   auto o = test_options("cpu", seed);
   o.value_head = true;
@@ -35,10 +35,9 @@ inline policy::LmOptions learner_options(uint64_t seed = 3, double init_std = kT
   return o;
 }
 
-inline std::unique_ptr<policy::PpoLearner> make_learner(const policy::PpoOptions& ppo, int64_t vocab = 64,
-                                                        uint64_t seed = 3, double init_std = kTestInitStd,
-                                                        bool tied = true) {
-  return policy::create_random_ppo_learner(small_config(vocab, tied), learner_options(seed, init_std), ppo);
+inline std::unique_ptr<lm::PpoLearner> make_learner(const lm::PpoOptions& ppo, int64_t vocab = 64, uint64_t seed = 3,
+                                                    double init_std = kTestInitStd, bool tied = true) {
+  return lm::create_random_ppo_learner(small_config(vocab, tied), learner_options(seed, init_std), ppo);
 }
 
 inline rl::TokenBatch as_float(const std::vector<std::vector<uint8_t>>& masks) {
@@ -72,14 +71,14 @@ inline Batch fixed_batch(int64_t vocab) {
 // PPO inputs around the model's current outputs: old log-probs new + offsets in [-0.6, 0.6]
 // (ratios from 0.55 to 1.8, so both clip bounds bind), old values within +-0.4 of the new ones
 // (value_clip 0.2 binds for some), reference log-probs near the new ones.
-inline std::vector<policy::PpoSample> samples_around(policy::PpoLearner& learner, const Batch& b, uint64_t seed,
-                                      double logprob_offset = 0.6) {
+inline std::vector<lm::PpoSample> samples_around(lm::PpoLearner& learner, const Batch& b, uint64_t seed,
+                                                 double logprob_offset = 0.6) {
   const auto now = learner.forward(b.tokens, b.masks);
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<policy::PpoSample> out;
+  std::vector<lm::PpoSample> out;
   for (size_t i = 0; i < b.tokens.size(); ++i) {
-    policy::PpoSample s;
+    lm::PpoSample s;
     s.tokens = b.tokens[i];
     s.loss_mask = b.masks[i];
     for (size_t t = 0; t < s.tokens.size(); ++t) {
@@ -97,8 +96,7 @@ inline std::vector<policy::PpoSample> samples_around(policy::PpoLearner& learner
 // The token-mean clipped value loss of the learner's current values on `b` against the old
 // values and returns of `batch` (one sample per sequence of b): the torch-free reference of what
 // value_update minimizes.
-inline double reference_value_loss(policy::PpoLearner& learner, const Batch& b,
-                                   const std::vector<policy::PpoSample>& batch) {
+inline double reference_value_loss(lm::PpoLearner& learner, const Batch& b, const std::vector<lm::PpoSample>& batch) {
   rl::TokenBatch values, old_values, returns;
   for (const auto& s : batch) {
     old_values.push_back(s.old_values);

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda_agent/core/error.h"
-#include "cuda_agent/policy/distributed.h"
+#include "cuda_agent/lm/distributed.h"
 #include "data_parallel_test_util.h"
 
 using namespace cuda_agent;
@@ -24,7 +24,7 @@ TEST(DataParallel, ShardedOptimizerStateStepsAndSavesLikeTheFullOne) {
 }
 
 TEST(DataParallel, EnvironmentIsReadLikeTorchrun) {
-  using policy::DistributedOptions;
+  using lm::DistributedOptions;
   EXPECT_EQ(DistributedOptions::from_environment(std::map<std::string, std::string>{}).world_size, 1);
   const DistributedOptions o = DistributedOptions::from_environment(
       {{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "29600"}});

@@ -138,7 +138,7 @@ TEST(EvalCheckpointGguf, ActorFolderOfAGgufRunChatsLikeTheGguf) {
   const fs::path gguf = env;
   TempDir dir("ca-eval-ckpt-gguf-");
   const fs::path actor = dir.path() / "actor";
-  policy::load_language_model(gguf, policy::LmOptions{})->save_hf(actor);
+  lm::load_language_model(gguf, lm::LmOptions{})->save_hf(actor);
   rl::write_actor_tokenizer_files(gguf, actor);
   EXPECT_TRUE(fs::is_regular_file(actor / "tokenizer.json"));
   EXPECT_TRUE(fs::is_regular_file(actor / "tokenizer_config.json"));
@@ -148,7 +148,7 @@ TEST(EvalCheckpointGguf, ActorFolderOfAGgufRunChatsLikeTheGguf) {
   o.sampling.max_new_tokens = 12;
   const json messages = json::array({{{"role", "user"}, {"content", "What is the capital of France?"}}});
   const auto reply = [&](const fs::path& model) {
-    auto session = serve::ChatSession::open(model, policy::LmOptions{});
+    auto session = serve::ChatSession::open(model, lm::LmOptions{});
     return session->chat(nlohmann::ordered_json(messages), nlohmann::ordered_json(), o);
   };
   const serve::ChatReply from_gguf = reply(gguf), from_folder = reply(actor);

@@ -13,16 +13,16 @@
 namespace cuda_agent::testing {
 namespace {
 
-using policy::Generation;
-using policy::SamplingOptions;
+using lm::Generation;
+using lm::SamplingOptions;
 
 class LmFamilies : public ::testing::TestWithParam<TinyModel> {
  protected:
   void SetUp() override { use_built_lm_module(); }
-  std::unique_ptr<policy::LanguageModel> make(uint64_t seed = 1, bool value_head = false) {
+  std::unique_ptr<lm::LanguageModel> make(uint64_t seed = 1, bool value_head = false) {
     auto o = test_options("cpu", seed);
     o.value_head = value_head;
-    return policy::random_language_model(GetParam().config, o);
+    return lm::random_language_model(GetParam().config, o);
   }
 };
 
@@ -114,7 +114,7 @@ TEST_P(LmFamilies, SaveHfThenLoadGivesIdenticalLogits) {
   model->save_hf(dir.path() / "m");
   auto o = test_options();
   o.value_head = true;
-  auto loaded = policy::load_language_model(dir.path() / "m", o);
+  auto loaded = lm::load_language_model(dir.path() / "m", o);
   const auto tokens = test_tokens(17, 256);
   EXPECT_EQ(loaded->logits(tokens), model->logits(tokens));
   EXPECT_EQ(loaded->config().family, GetParam().config.family);
@@ -133,9 +133,9 @@ class LmSampling : public ::testing::Test {
  protected:
   void SetUp() override {
     use_built_lm_module();
-    model_ = policy::random_language_model(tiny_models()[3].config, test_options());
+    model_ = lm::random_language_model(tiny_models()[3].config, test_options());
   }
-  std::unique_ptr<policy::LanguageModel> model_;
+  std::unique_ptr<lm::LanguageModel> model_;
   std::vector<std::vector<int64_t>> prompts_ = {{1, 2, 3}, {7, 8, 9, 10, 11}};
 };
 
@@ -220,7 +220,7 @@ TEST_F(LmSampling, StopTokensCallbackAndLength) {
 TEST(LmErrors, BadInputsSayWhatIsWrong) {
   use_built_lm_module();
   const auto config = tiny_models()[0].config;
-  auto model = policy::random_language_model(config, test_options());
+  auto model = lm::random_language_model(config, test_options());
   EXPECT_NE(error_message([&] { model->logits({1, 256}); }).find("token 256 at position 1"), std::string::npos);
   EXPECT_NE(error_message([&] { model->generate({{1}, {-3}}, greedy(2)); }).find("prompt 1"), std::string::npos);
   EXPECT_NE(error_message([&] { model->generate({{1}, {}}, greedy(2)); }).find("prompt 1 is empty"),
@@ -236,25 +236,25 @@ TEST(LmErrors, BadInputsSayWhatIsWrong) {
   EXPECT_NE(error_message([&] { model->logits_with_cache({1, 2}, 3); }).find("prefill 3"), std::string::npos);
 
   auto o = test_options("tpu");
-  EXPECT_NE(error_message([&] { policy::random_language_model(config, o); }).find("unknown device 'tpu'"),
+  EXPECT_NE(error_message([&] { lm::random_language_model(config, o); }).find("unknown device 'tpu'"),
             std::string::npos);
   o = test_options("cpu");
   o.dtype = "float64";
-  EXPECT_NE(error_message([&] { policy::random_language_model(config, o); }).find("unknown dtype 'float64'"),
+  EXPECT_NE(error_message([&] { lm::random_language_model(config, o); }).find("unknown dtype 'float64'"),
             std::string::npos);
   auto bad_shape = config;
   bad_shape.num_key_value_heads = 3;
-  EXPECT_NE(error_message([&] { policy::random_language_model(bad_shape, test_options()); }).find("num_key_value_heads"),
+  EXPECT_NE(error_message([&] { lm::random_language_model(bad_shape, test_options()); }).find("num_key_value_heads"),
             std::string::npos);
-  EXPECT_NE(error_message([&] { policy::load_language_model("/nonexistent/model", test_options()); })
-                .find("/nonexistent/model"),
-            std::string::npos);
+  EXPECT_NE(
+      error_message([&] { lm::load_language_model("/nonexistent/model", test_options()); }).find("/nonexistent/model"),
+      std::string::npos);
 }
 
 TEST(LmErrors, CudaWithoutGpuIsRefused) {
   use_built_lm_module();
   try {
-    policy::random_language_model(tiny_models()[0].config, test_options("cuda"));
+    lm::random_language_model(tiny_models()[0].config, test_options("cuda"));
     GTEST_SKIP() << "this machine has a CUDA GPU; the refusal is for machines without one";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no CUDA GPU"), std::string::npos) << e.what();
@@ -265,12 +265,12 @@ TEST(LmErrors, LoadingRejectsWrongShapes) {
   use_built_lm_module();
   TempDir dir("ca-lm-bad-");
   auto config = tiny_models()[2].config;
-  policy::random_language_model(config, test_options())->save_hf(dir.path() / "m");
+  lm::random_language_model(config, test_options())->save_hf(dir.path() / "m");
   // The config now claims a wider MLP than the weights have.
   auto wrong = config;
   wrong.intermediate_size = 96;
   write_file_atomic(dir.path() / "m" / "config.json", wrong.to_hf_json().dump());
-  const auto message = error_message([&] { policy::load_language_model(dir.path() / "m", test_options()); });
+  const auto message = error_message([&] { lm::load_language_model(dir.path() / "m", test_options()); });
   EXPECT_NE(message.find("mlp"), std::string::npos) << message;
 }
 
@@ -278,7 +278,7 @@ TEST(LmLoad, ReadsTransformers5RopeParameters) {
   use_built_lm_module();
   for (size_t which : {size_t{1}, size_t{2}}) {  // llama3 scaling; qwen2 with rope_theta 1e6
     SCOPED_TRACE(tiny_models()[which].name);
-    auto model = policy::random_language_model(tiny_models()[which].config, test_options());
+    auto model = lm::random_language_model(tiny_models()[which].config, test_options());
     TempDir dir("ca-lm-rope-params-");
     model->save_hf(dir.path() / "m");
     // transformers 5 keeps rope_theta and the scaling together under "rope_parameters".
@@ -290,17 +290,17 @@ TEST(LmLoad, ReadsTransformers5RopeParameters) {
     j["rope_parameters"] = rope;
     write_file_atomic(dir.path() / "m" / "config.json", j.dump());
     const auto tokens = test_tokens(30, 256);
-    EXPECT_EQ(policy::load_language_model(dir.path() / "m", test_options())->logits(tokens), model->logits(tokens));
+    EXPECT_EQ(lm::load_language_model(dir.path() / "m", test_options())->logits(tokens), model->logits(tokens));
   }
 }
 
 TEST(LmBf16, CloseToFloat32AndRoundTrips) {
   use_built_lm_module();
   auto config = tiny_models()[3].config;
-  auto f32 = policy::random_language_model(config, test_options());
+  auto f32 = lm::random_language_model(config, test_options());
   auto o = test_options();
   o.dtype = "bfloat16";
-  auto bf16 = policy::random_language_model(config, o);
+  auto bf16 = lm::random_language_model(config, o);
   const auto tokens = test_tokens(16, 256);
   const auto a = f32->logits(tokens), b = bf16->logits(tokens);
   double scale = 0;
@@ -309,7 +309,7 @@ TEST(LmBf16, CloseToFloat32AndRoundTrips) {
   EXPECT_GT(max_abs_diff(a, b), 0.0);          // and it really ran in bf16
   TempDir dir("ca-lm-bf16-");
   bf16->save_hf(dir.path() / "m");
-  EXPECT_EQ(policy::load_language_model(dir.path() / "m", o)->logits(tokens), b);
+  EXPECT_EQ(lm::load_language_model(dir.path() / "m", o)->logits(tokens), b);
   const auto gen = bf16->generate({{1, 2, 3}}, greedy(8));
   EXPECT_EQ(gen[0].tokens.size(), 8u);
 }
@@ -319,14 +319,14 @@ TEST(LmGguf, LoadsTheSameModelAsTheHfFolder) {
   for (size_t which : {size_t{0}, size_t{3}}) {  // llama (RoPE rows permuted in GGUF), qwen3
     const auto config = tiny_models()[which].config;
     SCOPED_TRACE(tiny_models()[which].name);
-    auto model = policy::random_language_model(config, test_options());
+    auto model = lm::random_language_model(config, test_options());
     TempDir dir("ca-lm-gguf-");
     model->save_hf(dir.path() / "m");
     auto w = policy::load_model_weights(dir.path() / "m");
     std::vector<policy::NamedTensor> tensors;
     for (const auto& t : w.file->tensors()) tensors.push_back({t.name, t.shape, w.file->read_f32(t.name)});
     policy::write_model_gguf(dir.path() / "m.gguf", config, tensors, policy::WeightType::F32);
-    auto from_gguf = policy::load_language_model(dir.path() / "m.gguf", test_options());
+    auto from_gguf = lm::load_language_model(dir.path() / "m.gguf", test_options());
     const auto tokens = test_tokens(12, 256);
     EXPECT_LT(max_abs_diff(from_gguf->logits(tokens), model->logits(tokens)), 1e-5);
   }
@@ -336,13 +336,13 @@ TEST(LmCheckpointing, RecomputedLayersGiveTheSameGradients) {
   use_built_lm_module();
   for (const auto& m : tiny_models()) {
     SCOPED_TRACE(m.name);
-    EXPECT_LT(policy::checkpointing_gradient_difference(m.config), 1e-5);
+    EXPECT_LT(lm::checkpointing_gradient_difference(m.config), 1e-5);
   }
 }
 
 TEST(LmModule, IsFoundBesideTheBinary) {
   use_built_lm_module();
-  EXPECT_EQ(policy::language_model_module_path().filename(), "libca_lm.so");
+  EXPECT_EQ(lm::language_model_module_path().filename(), "libca_lm.so");
 }
 
 TEST(LmTransformers, MatchesLogitsAndGreedyTokensOnCpu) {

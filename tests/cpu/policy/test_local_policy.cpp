@@ -106,7 +106,7 @@ TEST_F(LocalPolicyTiny, TokenRecordsMatchTheReplyTheTemplateAndAForward) {
   // The log-probs against a full forward of prompt + completion without a cache.
   std::vector<int64_t> sequence = reply.prompt_token_ids;
   sequence.insert(sequence.end(), reply.completion_token_ids.begin(), reply.completion_token_ids.end());
-  const policy::TrainForward f = local.session().model().forward_for_training({sequence}, {}).at(0);
+  const lm::TrainForward f = local.session().model().forward_for_training({sequence}, {}).at(0);
   ASSERT_EQ(f.logprobs.size(), sequence.size());
   for (size_t i = 0; i < reply.completion_logprobs.size(); ++i)
     EXPECT_NEAR(reply.completion_logprobs[i], f.logprobs[reply.prompt_token_ids.size() + i], 1e-3) << "token " << i;
@@ -360,7 +360,7 @@ TEST(LocalPolicySmolLM2, TeacherForcedEpisodeChainsEveryTurn) {
   auto run = [&](int64_t max_new_tokens, TempDir& dir) {
     serve::LocalPolicyOptions o = serve::parse_local_policy_spec("local:" + std::string(env) + "?device=cpu");
     o.max_new_tokens = max_new_tokens;
-    policy::LmOptions lm;
+    lm::LmOptions lm;
     auto session = serve::ChatSession::open(o.model, lm);
     serve::LocalPolicy teacher(std::move(session), o, std::make_unique<agent::ReferencePolicy>(solution));
     agent::Workspace workspace = agent::Workspace::create({dir.path() / "ws", task, {}, "", "", false, ""});

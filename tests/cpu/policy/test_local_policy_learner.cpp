@@ -14,7 +14,7 @@
 #include "chatml_test_util.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
-#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/lm/ppo_learner.h"
 #include "cuda_agent/serve/chat_session.h"
 #include "cuda_agent/serve/local_policy.h"
 #include "lm_test_util.h"
@@ -45,13 +45,13 @@ class LocalPolicyOnLearner : public cuda_agent::testing::TinyChatmlModelSuite {
 }  // namespace
 
 TEST_F(LocalPolicyOnLearner, SamplesFromTheWeightsTheLearnerTrains) {
-  policy::LmOptions lm;
+  lm::LmOptions lm;
   lm.value_head = true;
   lm.seed = 7;
-  policy::PpoOptions ppo;
+  lm::PpoOptions ppo;
   ppo.actor_lr = 1e-2;  // large: one step must move the log-probs well past float noise
   ppo.critic_lr = 1e-2;
-  auto learner = policy::create_ppo_learner(model_dir(), lm, ppo);
+  auto learner = lm::create_ppo_learner(model_dir(), lm, ppo);
 
   auto opened = serve::ChatSession::open_with_model(model_dir(), learner->policy());
   // The trainer's per-episode session: the same tokenizer object, not read again; the same model.
@@ -84,7 +84,7 @@ TEST_F(LocalPolicyOnLearner, SamplesFromTheWeightsTheLearnerTrains) {
   std::vector<int64_t> sequence = a.prompt_token_ids;
   sequence.insert(sequence.end(), a.completion_token_ids.begin(), a.completion_token_ids.end());
   const size_t n_prompt = a.prompt_token_ids.size();
-  policy::PpoSample sample;
+  lm::PpoSample sample;
   sample.tokens = sequence;
   sample.loss_mask.assign(sequence.size(), 0);
   sample.old_logprobs.assign(sequence.size(), 0.0f);
@@ -98,7 +98,7 @@ TEST_F(LocalPolicyOnLearner, SamplesFromTheWeightsTheLearnerTrains) {
   }
   sample.old_values = learner->policy().forward_for_training({sequence}, {sample.loss_mask}).at(0).values;
   ASSERT_EQ(sample.old_values.size(), sequence.size());
-  const policy::PpoStats step = learner->update({sample});
+  const lm::PpoStats step = learner->update({sample});
   ASSERT_GT(step.grad_norm_actor, 0.0);
 
   // The borrowed policy sees the trained weights: its log-probs of the same reply moved (up).
@@ -141,7 +141,7 @@ TEST_F(LocalPolicyOnLearner, SamplesFromTheWeightsTheLearnerTrains) {
 TEST_F(LocalPolicyOnLearner, VocabularyMismatchNamesBothSizes) {
   policy::ModelConfig small = cuda_agent::testing::tiny_config(policy::Family::kQwen2);  // 256 ids
   ASSERT_EQ(small.vocab_size, 256);
-  auto model = policy::random_language_model(small, cuda_agent::testing::test_options());
+  auto model = lm::random_language_model(small, cuda_agent::testing::test_options());
   const std::string borrowed = error_of([&] { serve::ChatSession::open_with_model(model_dir(), *model); });
   EXPECT_NE(borrowed.find("the tokenizer has 258 ids but the model's vocabulary has 256"), std::string::npos)
       << borrowed;
@@ -151,12 +151,12 @@ TEST_F(LocalPolicyOnLearner, VocabularyMismatchNamesBothSizes) {
   const fs::path folder = dir_->path() / "small";
   model->save_hf(folder);
   write_file_atomic(folder / "tokenizer.json", cuda_agent::testing::tiny_chatml_tokenizer().dump());
-  const std::string opened = error_of([&] { serve::ChatSession::open(folder, policy::LmOptions{}); });
+  const std::string opened = error_of([&] { serve::ChatSession::open(folder, lm::LmOptions{}); });
   EXPECT_NE(opened.find("the tokenizer has 258 ids but the model's vocabulary has 256"), std::string::npos) << opened;
 
   // A larger model vocabulary (padded embeddings) is fine.
   policy::ModelConfig large = small;
   large.vocab_size = 300;
-  auto padded = policy::random_language_model(large, cuda_agent::testing::test_options());
+  auto padded = lm::random_language_model(large, cuda_agent::testing::test_options());
   EXPECT_NO_THROW(serve::ChatSession::open_with_model(model_dir(), *padded));
 }

@@ -16,7 +16,7 @@
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
-#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/lm/ppo_learner.h"
 #include "cuda_agent/policy/weights.h"
 #include "cuda_agent/rl/advantages.h"
 #include "lm_test_util.h"
@@ -26,10 +26,10 @@ namespace cuda_agent::testing {
 namespace {
 
 namespace fs = std::filesystem;
-using policy::PpoLearner;
-using policy::PpoOptions;
-using policy::PpoSample;
-using policy::PpoStats;
+using lm::PpoLearner;
+using lm::PpoOptions;
+using lm::PpoSample;
+using lm::PpoStats;
 using Tensors = std::map<std::string, std::string>;  // tensor name -> stored bytes
 
 Tensors tensors_of(const fs::path& file) {
@@ -156,7 +156,7 @@ TEST(PpoCritic, ValuesEqualTheSavedCriticLoadedAsAModel) {
   learner->update(samples_around(*learner, b, 20));  // the critic is no longer the actor's copy
   TempDir dir("ca-ppo-critic-");
   learner->save_state(dir.path());
-  auto reference = policy::load_language_model(dir.path() / "critic", learner_options());
+  auto reference = lm::load_language_model(dir.path() / "critic", learner_options());
   const auto want = reference->forward_for_training(b.tokens, b.masks);
   const auto got = learner->forward(b.tokens, b.masks);
   for (size_t i = 0; i < b.tokens.size(); ++i) EXPECT_LE(max_abs_diff(got[i].values, want[i].values), 1e-6) << i;
@@ -241,11 +241,11 @@ TEST(PpoCritic, CriticFromAPath) {
   // An untied model without a value head (its lm_head.weight is ignored): the head is initialised
   // from the learner's seed, as load_language_model initialises it.
   auto plain_options = test_options("cpu", 77);
-  policy::random_language_model(small_config(64, /*tied=*/false), plain_options)->save_hf(dir.path() / "plain");
+  lm::random_language_model(small_config(64, /*tied=*/false), plain_options)->save_hf(dir.path() / "plain");
   PpoOptions ppo = trained((dir.path() / "plain").string());
   auto learner = make_learner(ppo);
-  const auto want = policy::load_language_model(dir.path() / "plain", learner_options())->forward_for_training(
-      b.tokens, b.masks);
+  const auto want =
+      lm::load_language_model(dir.path() / "plain", learner_options())->forward_for_training(b.tokens, b.masks);
   auto got = learner->forward(b.tokens, b.masks);
   for (size_t i = 0; i < b.tokens.size(); ++i) {
     EXPECT_LE(max_abs_diff(got[i].values, want[i].values), 1e-6) << i;
@@ -256,14 +256,14 @@ TEST(PpoCritic, CriticFromAPath) {
   // With value_head.safetensors beside the weights the critic is that model, head included.
   auto with_head_options = test_options("cpu", 78);
   with_head_options.value_head = true;
-  auto with_head = policy::random_language_model(small_config(64), with_head_options);
+  auto with_head = lm::random_language_model(small_config(64), with_head_options);
   with_head->save_hf(dir.path() / "with_head");
   const auto original = with_head->forward_for_training(b.tokens, b.masks);
   learner = make_learner(trained((dir.path() / "with_head").string()));
   got = learner->forward(b.tokens, b.masks);
   for (size_t i = 0; i < b.tokens.size(); ++i) EXPECT_LE(max_abs_diff(got[i].values, original[i].values), 1e-6) << i;
 
-  policy::random_language_model(small_config(80), plain_options)->save_hf(dir.path() / "other_vocab");
+  lm::random_language_model(small_config(80), plain_options)->save_hf(dir.path() / "other_vocab");
   expect_error([&] { make_learner(trained((dir.path() / "other_vocab").string())); },
                {"other_vocab", "vocab_size 80", "the actor's is 64"});
   expect_error([&] { make_learner(trained((dir.path() / "missing").string())); }, {"missing", "does not exist"});
@@ -300,7 +300,7 @@ TEST_P(PpoState, ResumedUpdateIsBitForBit) {
 
   PpoOptions resumed = ppo;
   resumed.critic = c.resume_critic == "<dir>" ? (dir.path() / "critic").string() : c.resume_critic;
-  auto second = policy::create_ppo_learner(dir.path() / "actor", learner_options(), resumed);
+  auto second = lm::create_ppo_learner(dir.path() / "actor", learner_options(), resumed);
   second->load_state(dir.path());
   second->update(b2);
   const Snapshot got = snapshot(*second);
@@ -313,7 +313,7 @@ TEST_P(PpoState, ResumedUpdateIsBitForBit) {
   EXPECT_EQ(got.state["shuffle_generator"], want.state["shuffle_generator"]);
   EXPECT_EQ(want.critic.empty(), c.critic == "shared");
 
-  auto fresh = policy::create_ppo_learner(dir.path() / "actor", learner_options(), resumed);
+  auto fresh = lm::create_ppo_learner(dir.path() / "actor", learner_options(), resumed);
   fresh->update(b2);
   EXPECT_FALSE(same(snapshot(*fresh).actor, want.actor));
 }
@@ -336,7 +336,7 @@ TEST(PpoStateErrors, LoadStateRefusesStateThatDoesNotFit) {
 
   auto config = small_config(64);
   config.num_hidden_layers = 3;
-  auto deeper = policy::create_random_ppo_learner(config, learner_options(), trained("shared"));
+  auto deeper = lm::create_random_ppo_learner(config, learner_options(), trained("shared"));
   deeper->update(samples_around(*deeper, b, 33));
   const Snapshot before = snapshot(*deeper);
   expect_error([&] { deeper->load_state(dir.path()); },
@@ -348,7 +348,7 @@ TEST(PpoStateErrors, LoadStateRefusesStateThatDoesNotFit) {
   config = small_config(64);
   config.hidden_size = 48;
   config.head_dim = 12;
-  auto wider = policy::create_random_ppo_learner(config, learner_options(), trained("shared"));
+  auto wider = lm::create_random_ppo_learner(config, learner_options(), trained("shared"));
   expect_error([&] { wider->load_state(dir.path()); },
                {file, "'model.embed_tokens.weight' has shape [64, 32] in the optimizer state, [64, 48] in the model"});
 
@@ -359,7 +359,7 @@ TEST(PpoStateErrors, LoadStateRefusesStateThatDoesNotFit) {
   auto separate = make_learner(trained("from_actor"));
   TempDir other("ca-ppo-state-");
   separate->save_state(other.path());
-  policy::random_language_model(config, test_options())->save_hf(other.path() / "wide");
+  lm::random_language_model(config, test_options())->save_hf(other.path() / "wide");
   auto wide_critic = make_learner(trained((other.path() / "wide").string()));
   expect_error([&] { wide_critic->load_state(other.path()); },
                {(other.path() / "learner_state.json").string(), "critic parameter 'model.embed_tokens.weight'"});

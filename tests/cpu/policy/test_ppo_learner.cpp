@@ -14,7 +14,7 @@
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
-#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/lm/ppo_learner.h"
 #include "cuda_agent/rl/advantages.h"
 #include "cuda_agent/rl/train_config.h"
 #include "lm_test_util.h"
@@ -23,10 +23,10 @@
 namespace cuda_agent::testing {
 namespace {
 
-using policy::PpoLearner;
-using policy::PpoOptions;
-using policy::PpoSample;
-using policy::PpoStats;
+using lm::PpoLearner;
+using lm::PpoOptions;
+using lm::PpoSample;
+using lm::PpoStats;
 
 double tolerance(double x) { return 2e-5 * std::max(1.0, std::fabs(x)); }
 
@@ -184,7 +184,7 @@ TEST(PpoLearner, BadInputSaysWhatIsWrong) {
   many.mini_batches = 6;
   EXPECT_THROW(make_learner(many)->update(batch), Error);
   auto o = test_options();
-  EXPECT_THROW(policy::create_random_ppo_learner(small_config(64), o, PpoOptions{}), Error);  // no value head
+  EXPECT_THROW(lm::create_random_ppo_learner(small_config(64), o, PpoOptions{}), Error);  // no value head
 }
 
 TEST(PpoLearner, OptionsFromTheTrainConfig) {
@@ -207,7 +207,7 @@ TEST(PpoLearner, OptionsFromTheTrainConfig) {
 // --- stages 2 and 3: sft_update and value_update ------------------------------------------------
 
 // Token-mean NLL of the masked-in tokens under the model now (the reference for sft_update).
-double assistant_nll(policy::LanguageModel& model, const Batch& b) {
+double assistant_nll(lm::LanguageModel& model, const Batch& b) {
   const auto now = model.forward_for_training(b.tokens, b.masks);
   double sum = 0;
   int64_t count = 0;
@@ -226,7 +226,7 @@ struct SavedWeights {
   std::string actor, value_head;
 };
 
-SavedWeights saved_weights(policy::LanguageModel& model) {
+SavedWeights saved_weights(lm::LanguageModel& model) {
   TempDir dir("ca-ppo-stages-");
   model.save_hf(dir.path());
   return {read_file(dir.path() / "model.safetensors"), read_file(dir.path() / "value_head.safetensors")};
@@ -329,7 +329,7 @@ TEST(PpoStages, BadInputSaysWhatIsWrong) {
   auto learner = make_learner(PpoOptions{});
   const Batch b = fixed_batch(64);
   const auto sft = sft_samples(b);
-  const policy::StageUpdateOptions stage{.lr = 1e-3};
+  const lm::StageUpdateOptions stage{.lr = 1e-3};
   auto expect_error = [&](auto&& call, const std::string& needle) {
     try {
       call();
@@ -372,7 +372,7 @@ TEST(PpoLearner, ToyEnvironmentRewardRises) {
   const std::vector<int64_t> prompt = {1, 2, 3, 4};
   std::vector<double> rewards;
   for (int step = 0; step < kSteps; ++step) {
-    policy::SamplingOptions sampling;
+    lm::SamplingOptions sampling;
     sampling.max_new_tokens = kNew;
     sampling.seed = 1000 + step;
     const auto gens = learner->policy().generate(std::vector<std::vector<int64_t>>(kSequences, prompt), sampling);

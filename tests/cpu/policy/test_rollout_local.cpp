@@ -10,7 +10,7 @@
 
 #include "chatml_test_util.h"
 #include "cuda_agent/core/files.h"
-#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/lm/ppo_learner.h"
 #include "cuda_agent/rl/rollout.h"
 #include "cuda_agent/serve/local_policy.h"
 #include "lm_test_util.h"
@@ -61,13 +61,13 @@ TEST_F(RolloutLocal, TwoTurnEpisodeBecomesOneSequenceAndTrainsFromRatioOne) {
 
   // A learner on the same weights (a random value head): its log-probs at the policy tokens are
   // the recorded ones.
-  policy::LmOptions lm;
+  lm::LmOptions lm;
   lm.value_head = true;
   lm.seed = 7;
-  policy::PpoOptions ppo;
+  lm::PpoOptions ppo;
   ppo.actor_lr = 1e-3;
   ppo.critic_lr = 1e-3;
-  auto learner = policy::create_ppo_learner(model, lm, ppo);
+  auto learner = lm::create_ppo_learner(model, lm, ppo);
   const auto forward = learner->policy().forward_for_training(rl::sequence_tokens({episode}), {});
   ASSERT_EQ(forward.size(), 1u);
   ASSERT_EQ(forward[0].logprobs.size(), seq.tokens.size());
@@ -76,17 +76,17 @@ TEST_F(RolloutLocal, TwoTurnEpisodeBecomesOneSequenceAndTrainsFromRatioOne) {
       EXPECT_NEAR(forward[0].logprobs[t], seq.old_logprobs[t], 1e-3) << "position " << t;
     }
 
-  const std::vector<policy::PpoSample> samples =
+  const std::vector<lm::PpoSample> samples =
       rl::ppo_samples({episode}, {forward[0].values}, 1.0, 0.95, /*whiten=*/true);
   ASSERT_EQ(samples.size(), 1u);
   EXPECT_EQ(samples[0].loss_mask[0], 0);
   // Ratio 1 everywhere: nothing clipped, and the whitened advantages (mean 0) give a surrogate of 0.
-  const policy::PpoStats before = learner->evaluate(samples);
+  const lm::PpoStats before = learner->evaluate(samples);
   EXPECT_EQ(before.clip_fraction, 0.0);
   EXPECT_NEAR(before.policy_loss, 0.0, 1e-3);
   EXPECT_EQ(before.tokens, episode.policy_tokens());
 
-  const policy::PpoStats step = learner->update(samples);
+  const lm::PpoStats step = learner->update(samples);
   EXPECT_TRUE(std::isfinite(step.loss)) << step.loss;
   EXPECT_GT(step.grad_norm_actor, 0.0);
   EXPECT_EQ(step.tokens, episode.policy_tokens());

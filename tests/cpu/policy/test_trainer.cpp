@@ -22,7 +22,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
-#include "cuda_agent/policy/lm.h"
+#include "cuda_agent/lm/lm.h"
 #include "cuda_agent/rl/ablation.h"
 #include "cuda_agent/rl/rollout.h"
 #include "cuda_agent/rl/run_state.h"
@@ -124,11 +124,11 @@ json stage_config(const fs::path& root, const std::string& run) {
 }
 
 // The log-probs and values of a fixed sequence under a saved actor (value head included).
-policy::TrainForward probe(const fs::path& actor) {
-  policy::LmOptions o;
+lm::TrainForward probe(const fs::path& actor) {
+  lm::LmOptions o;
   o.value_head = true;
   o.seed = 5;
-  auto model = policy::load_language_model(actor, o);
+  auto model = lm::load_language_model(actor, o);
   return model->forward_for_training({cuda_agent::testing::test_tokens(48, 258)}, {})[0];
 }
 
@@ -545,9 +545,9 @@ TEST(Trainer, RftThenValuePretrainThenPpoAndResumeBetweenThem) {
     const json state = json::parse(read_file(checkpoint_dir(run, step) / "state.json"));
     EXPECT_EQ(state["stage"], stage_names[step - 1]);
   }
-  const policy::TrainForward initial = probe(dir.path() / "m");
-  const policy::TrainForward after_rft = probe(checkpoint_dir(run, 1) / "actor");
-  const policy::TrainForward after_vp = probe(checkpoint_dir(run, 2) / "actor");
+  const lm::TrainForward initial = probe(dir.path() / "m");
+  const lm::TrainForward after_rft = probe(checkpoint_dir(run, 1) / "actor");
+  const lm::TrainForward after_vp = probe(checkpoint_dir(run, 2) / "actor");
   EXPECT_GT(cuda_agent::testing::max_abs_diff(initial.logprobs, after_rft.logprobs), 1e-4);
   EXPECT_EQ(after_rft.logprobs, after_vp.logprobs);
   EXPECT_GT(cuda_agent::testing::max_abs_diff(after_rft.values, after_vp.values), 1e-3);
@@ -581,7 +581,7 @@ TEST(Trainer, RftThenValuePretrainThenPpoAndResumeBetweenThem) {
   EXPECT_FALSE(fs::exists(run_b / "rollouts" / "value_pretrain"));
   EXPECT_EQ(records_b[1]["sequences"], vp["sequences"]);
   EXPECT_NEAR(records_b[1]["value_loss"].get<double>(), vp["value_loss"].get<double>(), 1e-5);
-  const policy::TrainForward resumed_vp = probe(checkpoint_dir(run_b, 2) / "actor");
+  const lm::TrainForward resumed_vp = probe(checkpoint_dir(run_b, 2) / "actor");
   EXPECT_EQ(resumed_vp.logprobs, after_vp.logprobs);
   EXPECT_LT(cuda_agent::testing::max_abs_diff(resumed_vp.values, after_vp.values), 1e-5);
   if (std::getenv("CA_TEST_VERBOSE")) std::cerr << log.str() << records[0].dump(2) << "\n" << vp.dump(2) << "\n";
@@ -616,7 +616,7 @@ TEST(Trainer, RftKeepingNothingChangesNothingAndValuePretrainUsesTheDropped) {
   const rl::CheckpointInfo ckpt = rl::latest_checkpoint(run);
   EXPECT_EQ(ckpt.state["stage"], "rft");
   EXPECT_EQ(ckpt.state["cursor"]["position"], 1) << ckpt.state["cursor"].dump();
-  const policy::TrainForward after_rft = probe(ckpt.dir / "actor");
+  const lm::TrainForward after_rft = probe(ckpt.dir / "actor");
   EXPECT_EQ(probe(dir.path() / "m").logprobs, after_rft.logprobs);
 
   c["stages"]["value_pretrain"]["enabled"] = true;
@@ -626,7 +626,7 @@ TEST(Trainer, RftKeepingNothingChangesNothingAndValuePretrainUsesTheDropped) {
   EXPECT_EQ(records[1]["source"], "rft");
   EXPECT_EQ(records[1]["sequences"], 2) << records[1].dump();
   EXPECT_EQ(records[1]["update_skipped"], false) << records[1].dump();
-  const policy::TrainForward after_vp = probe(rl::latest_checkpoint(run).dir / "actor");
+  const lm::TrainForward after_vp = probe(rl::latest_checkpoint(run).dir / "actor");
   EXPECT_EQ(after_rft.logprobs, after_vp.logprobs);
   EXPECT_GT(cuda_agent::testing::max_abs_diff(after_rft.values, after_vp.values), 1e-3);
 }
@@ -687,10 +687,10 @@ json teacher_config(const fs::path& root, const std::string& run) {
 
 // The summed log-probability the model at `actor` gives the policy tokens of `s`.
 double masked_logprob(const fs::path& actor, const rl::TokenSequence& s) {
-  policy::LmOptions o;
+  lm::LmOptions o;
   o.value_head = true;
   o.seed = 5;
-  const policy::TrainForward f = policy::load_language_model(actor, o)->forward_for_training({s.tokens}, {})[0];
+  const lm::TrainForward f = lm::load_language_model(actor, o)->forward_for_training({s.tokens}, {})[0];
   double sum = 0;
   for (size_t t = 0; t < s.tokens.size(); ++t)
     if (s.loss_mask[t]) sum += f.logprobs[t];

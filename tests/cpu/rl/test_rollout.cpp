@@ -76,7 +76,7 @@ TEST(Rollout, RewardOnTheLastPolicyTokenAndGaeThroughTheToolTokens) {
   const std::vector<float> v = {9, 9, 9, 0.1f, 0.2f, 9, 9, 0.3f, 0.4f, 0.5f};
   const auto samples = ppo_samples({e}, {v}, 1.0, 1.0, /*whiten=*/false);
   ASSERT_EQ(samples.size(), 1u);
-  const policy::PpoSample& p = samples[0];
+  const lm::PpoSample& p = samples[0];
   EXPECT_EQ(p.loss_mask[0], 0);
   EXPECT_EQ(p.tokens, e.sequences[0].tokens);
   EXPECT_EQ(p.old_values, v);

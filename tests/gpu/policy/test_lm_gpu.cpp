@@ -16,8 +16,8 @@
 namespace cuda_agent::testing {
 namespace {
 
-policy::SamplingOptions greedy(int64_t n) {
-  policy::SamplingOptions s;
+lm::SamplingOptions greedy(int64_t n) {
+  lm::SamplingOptions s;
   s.greedy = true;
   s.max_new_tokens = n;
   return s;
@@ -37,8 +37,8 @@ TEST(LmGpu, CudaMatchesCpuAndCacheMatchesRecompute) {
   use_built_lm_module();
   for (const auto& m : tiny_models()) {
     SCOPED_TRACE(m.name);
-    auto cpu = policy::random_language_model(m.config, test_options("cpu"));
-    auto gpu = policy::random_language_model(m.config, test_options("cuda"));  // same seed: same weights
+    auto cpu = lm::random_language_model(m.config, test_options("cpu"));
+    auto gpu = lm::random_language_model(m.config, test_options("cuda"));  // same seed: same weights
     const auto tokens = test_tokens(33, 256);
     const auto full = gpu->logits(tokens);
     EXPECT_LT(max_abs_diff(full, cpu->logits(tokens)), 1e-4);
@@ -53,7 +53,7 @@ TEST(LmGpu, CudaMatchesCpuAndCacheMatchesRecompute) {
     }
     // Seeded sampling draws its randomness on the CPU: the same tokens on both devices (the
     // probabilities differ only by rounding).
-    policy::SamplingOptions s;
+    lm::SamplingOptions s;
     s.max_new_tokens = 16;
     s.seed = 4;
     EXPECT_EQ(gpu->generate(prompts, s)[0].tokens, cpu->generate(prompts, s)[0].tokens);
@@ -68,7 +68,7 @@ TEST(LmGpu, CudaGraphDecodingMatchesEagerDecoding) {
   use_built_lm_module();
   for (const auto& m : tiny_models()) {
     SCOPED_TRACE(m.name);
-    auto gpu = policy::random_language_model(m.config, test_options("cuda"));
+    auto gpu = lm::random_language_model(m.config, test_options("cuda"));
     const auto tokens = test_tokens(40, 256);
     const std::vector<std::vector<int64_t>> prompts = {{tokens.begin(), tokens.begin() + 5},
                                                        {tokens.begin() + 5, tokens.begin() + 40},
@@ -108,14 +108,14 @@ TEST(LmGpu, CudaGraphDecodingInThreadsBesideModelLoads) {
   CA_REQUIRE_GPU();
   use_built_lm_module();
   const auto config = tiny_models()[0].config;
-  auto a = policy::random_language_model(config, test_options("cuda"));
-  auto b = policy::random_language_model(config, test_options("cuda"));
+  auto a = lm::random_language_model(config, test_options("cuda"));
+  auto b = lm::random_language_model(config, test_options("cuda"));
   const auto tokens = test_tokens(40, 256);
   const std::vector<std::vector<int64_t>> prompts = {{tokens.begin(), tokens.begin() + 7},
                                                      {tokens.begin() + 7, tokens.begin() + 30}};
   const auto alone_a = a->generate(prompts, greedy(400)), alone_b = b->generate({prompts[1]}, greedy(400));
   const auto alone_a1 = a->generate({prompts[1]}, greedy(400));
-  std::vector<policy::Generation> got_a, got_a1, got_b;
+  std::vector<lm::Generation> got_a, got_a1, got_b;
   std::string errors;
   std::mutex m;
   const auto guarded = [&](const std::function<void()>& f) {
@@ -132,7 +132,7 @@ TEST(LmGpu, CudaGraphDecodingInThreadsBesideModelLoads) {
   std::thread ta1(guarded([&] { got_a1 = a->generate({prompts[1]}, greedy(400)); }));  // one model, two threads
   std::thread tb(guarded([&] { got_b = b->generate({prompts[1]}, greedy(400)); }));
   std::thread loads(guarded([&] {
-    for (int i = 0; i < 5; ++i) policy::random_language_model(config, test_options("cuda"))->logits(tokens);
+    for (int i = 0; i < 5; ++i) lm::random_language_model(config, test_options("cuda"))->logits(tokens);
   }));
   ta.join();
   ta1.join();
@@ -151,8 +151,8 @@ TEST(LmGpu, Bfloat16RunsAndRoundTrips) {
   auto o = test_options("cuda");
   o.dtype = "bfloat16";
   o.value_head = true;
-  auto bf16 = policy::random_language_model(config, o);
-  auto f32 = policy::random_language_model(config, test_options("cuda"));
+  auto bf16 = lm::random_language_model(config, o);
+  auto f32 = lm::random_language_model(config, test_options("cuda"));
   const auto tokens = test_tokens(24, 256);
   const auto a = f32->logits(tokens), b = bf16->logits(tokens);
   double scale = 0;
@@ -160,7 +160,7 @@ TEST(LmGpu, Bfloat16RunsAndRoundTrips) {
   EXPECT_LT(max_abs_diff(a, b), 0.1 * scale);
   TempDir dir("ca-lm-gpu-bf16-");
   bf16->save_hf(dir.path() / "m");
-  auto loaded = policy::load_language_model(dir.path() / "m", o);
+  auto loaded = lm::load_language_model(dir.path() / "m", o);
   EXPECT_EQ(loaded->logits(tokens), b);
   EXPECT_EQ(loaded->forward_for_training({tokens}, {})[0].values, bf16->forward_for_training({tokens}, {})[0].values);
 }
@@ -185,10 +185,10 @@ TEST(LmGpu, GenerationThroughput) {
   auto o = test_options("cuda");
   o.dtype = "bfloat16";
   o.init_std = 0.02;
-  auto model = policy::random_language_model(c, o);
+  auto model = lm::random_language_model(c, o);
   std::vector<std::vector<int64_t>> prompts;
   for (int i = 0; i < 16; ++i) prompts.push_back(test_tokens(200 + 16 * i, c.vocab_size, 50 + i));
-  policy::SamplingOptions s;
+  lm::SamplingOptions s;
   s.max_new_tokens = 256;
   s.seed = 1;
   model->generate({prompts[0]}, greedy(8));  // warm-up: kernels, allocator

@@ -1,8 +1,8 @@
 // PpoOptions from the training config's "ppo" section (torch-free; the learner is in the module).
 #include "cuda_agent/core/error.h"
-#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/lm/ppo_learner.h"
 
-namespace cuda_agent::policy {
+namespace cuda_agent::lm {
 namespace {
 
 // Sets `out` from section[key] when present; a wrong type names the dotted key.
@@ -46,9 +46,10 @@ LossAggregation parse_loss_aggregation(const std::string& name) {
   if (name == "token_mean") return LossAggregation::kTokenMean;
   if (name == "seq_mean_token_sum") return LossAggregation::kSeqMeanTokenSum;
   if (name == "seq_mean_token_mean") return LossAggregation::kSeqMeanTokenMean;
-  CA_FAIL("unknown loss aggregation '{}' (ppo.loss_aggregation): use token_mean, seq_mean_token_sum or "
-          "seq_mean_token_mean",
-          name);
+  CA_FAIL(
+      "unknown loss aggregation '{}' (ppo.loss_aggregation): use token_mean, seq_mean_token_sum or "
+      "seq_mean_token_mean",
+      name);
 }
 
 KlEstimator parse_kl_estimator(const std::string& name) {
@@ -58,4 +59,4 @@ KlEstimator parse_kl_estimator(const std::string& name) {
   CA_FAIL("unknown KL estimator '{}' (ppo.kl.estimator): use k1, k2 or k3", name);
 }
 
-}  // namespace cuda_agent::policy
+}  // namespace cuda_agent::lm

@@ -79,36 +79,37 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cuda_agent/policy/distributed.h"
-#include "cuda_agent/policy/lm.h"
+#include "cuda_agent/lm/distributed.h"
+#include "cuda_agent/lm/lm.h"
 
-namespace cuda_agent::policy {
+namespace cuda_agent::lm {
 
 // The loss aggregations and KL estimators by name (ppo.loss_aggregation, ppo.kl.estimator), shared
 // by the learner and the torch-free reference (rl/advantages.h, which defines them). The parsers
 // throw Error naming the value and the allowed names.
 enum class LossAggregation { kTokenMean, kSeqMeanTokenSum, kSeqMeanTokenMean };
-LossAggregation parse_loss_aggregation(const std::string& name);  // token_mean | seq_mean_token_sum | seq_mean_token_mean
+LossAggregation parse_loss_aggregation(
+    const std::string& name);  // token_mean | seq_mean_token_sum | seq_mean_token_mean
 enum class KlEstimator { kK1, kK2, kK3 };
 KlEstimator parse_kl_estimator(const std::string& name);  // k1 | k2 | k3
 
 struct PpoOptions {
-  double actor_lr = 3e-6;   // AdamW lr of the trunk and lm_head
-  double critic_lr = 6e-6;  // AdamW lr of the value head
-  double clip_low = 0.2;    // ratio clipped below at 1 - clip_low, in (0, 1)
-  double clip_high = 0.28;  // ... and above at 1 + clip_high, > 0
-  double value_clip = 0.2;  // new values within old +- value_clip in the clipped value loss, > 0
-  double entropy_coef = 0;  // entropy bonus (subtracted from the loss)
-  double kl_coef = 0;       // weight of the KL term when kl_mode is "loss"
+  double actor_lr = 3e-6;           // AdamW lr of the trunk and lm_head
+  double critic_lr = 6e-6;          // AdamW lr of the value head
+  double clip_low = 0.2;            // ratio clipped below at 1 - clip_low, in (0, 1)
+  double clip_high = 0.28;          // ... and above at 1 + clip_high, > 0
+  double value_clip = 0.2;          // new values within old +- value_clip in the clipped value loss, > 0
+  double entropy_coef = 0;          // entropy bonus (subtracted from the loss)
+  double kl_coef = 0;               // weight of the KL term when kl_mode is "loss"
   std::string kl_estimator = "k1";  // k1 | k2 | k3 (rl::kl_estimate)
   // reward | loss. "reward": the caller put the KL penalty into the rewards (rl::apply_kl_penalty)
   // and the learner adds no term; "loss": the learner adds kl_coef * kl. The kl statistic is
   // reported in both modes whenever the samples carry ref_logprobs.
   std::string kl_mode = "reward";
   std::string loss_aggregation = "token_mean";  // token_mean | seq_mean_token_sum | seq_mean_token_mean
-  double grad_clip = 1.0;  // per-group gradient-norm clip; 0 turns it off
-  int mini_batches = 1;    // optimizer steps per epoch; the batch must hold at least this many samples
-  int epochs = 1;          // passes over one batch
+  double grad_clip = 1.0;                       // per-group gradient-norm clip; 0 turns it off
+  int mini_batches = 1;     // optimizer steps per epoch; the batch must hold at least this many samples
+  int epochs = 1;           // passes over one batch
   double weight_decay = 0;  // AdamW's decoupled weight decay, both groups
   uint64_t seed = 0;        // the mini-batch shuffle (one generator per learner, advanced by each update)
   // shared | from_actor | the critic's weights (a path), as described at the top of this file.
@@ -143,7 +144,7 @@ struct PpoOptions {
 // loss_mask[0] must be 0 (no prediction). Values at positions with loss_mask 0 are ignored.
 struct PpoSample {
   std::vector<int64_t> tokens;
-  std::vector<uint8_t> loss_mask;  // 1 = a policy token with a target (0 or 1 only)
+  std::vector<uint8_t> loss_mask;   // 1 = a policy token with a target (0 or 1 only)
   std::vector<float> old_logprobs;  // from the policy that sampled (Generation::logprobs or forward_for_training)
   std::vector<float> advantages;
   std::vector<float> returns;       // the critic's targets
@@ -163,12 +164,12 @@ struct StageUpdateOptions {
 // Per optimizer step, then averaged over the steps of update(). The losses are those of the
 // mini-batch under the weights before its step (what its gradient was taken of).
 struct PpoStats {
-  double loss = 0;           // the total objective minimized (see the top of this file)
-  double policy_loss = 0;    // clipped surrogate, aggregated per loss_aggregation
-  double value_loss = 0;     // clipped value loss, aggregated per loss_aggregation
-  double entropy = 0;        // token mean over policy tokens
-  double kl = 0;             // token mean of the kl_estimator over policy tokens; 0 without ref_logprobs
-  double clip_fraction = 0;  // share of policy tokens whose surrogate is clipped (token mean)
+  double loss = 0;                 // the total objective minimized (see the top of this file)
+  double policy_loss = 0;          // clipped surrogate, aggregated per loss_aggregation
+  double value_loss = 0;           // clipped value loss, aggregated per loss_aggregation
+  double entropy = 0;              // token mean over policy tokens
+  double kl = 0;                   // token mean of the kl_estimator over policy tokens; 0 without ref_logprobs
+  double clip_fraction = 0;        // share of policy tokens whose surrogate is clipped (token mean)
   double value_clip_fraction = 0;  // share whose clipped value error is the larger one
   double grad_norm_actor = 0;      // before clipping; 0 from evaluate()
   double grad_norm_critic = 0;
@@ -257,7 +258,7 @@ class PpoLearner {
 // and seed; the critic gets the same.
 std::unique_ptr<PpoLearner> create_ppo_learner(const std::filesystem::path& model, const LmOptions& options,
                                                const PpoOptions& ppo);
-std::unique_ptr<PpoLearner> create_random_ppo_learner(const ModelConfig& config, const LmOptions& options,
+std::unique_ptr<PpoLearner> create_random_ppo_learner(const policy::ModelConfig& config, const LmOptions& options,
                                                       const PpoOptions& ppo);
 
 // --- the module boundary (src/policy/lm_loader.cpp and src/lm/module_entry.cpp) ---------------
@@ -268,9 +269,9 @@ struct PpoCreateRequest {
   const PpoOptions* ppo = nullptr;
 };
 
-}  // namespace cuda_agent::policy
+}  // namespace cuda_agent::lm
 
 // Returns the new learner (owned by the caller, delete through the virtual destructor) or nullptr
 // with *error set. Optional: a module built before the learner lacks it.
-extern "C" cuda_agent::policy::PpoLearner* ca_lm_create_ppo_learner(
-    const cuda_agent::policy::PpoCreateRequest* request, std::string* error);
+extern "C" cuda_agent::lm::PpoLearner* ca_lm_create_ppo_learner(const cuda_agent::lm::PpoCreateRequest* request,
+                                                                std::string* error);

@@ -26,7 +26,7 @@
 
 #include "cuda_agent/policy/model_config.h"
 
-namespace cuda_agent::policy {
+namespace cuda_agent::lm {
 
 struct LmOptions {
   std::string device = "cpu";     // "cpu", "cuda", "cuda:1"
@@ -74,7 +74,7 @@ class LanguageModel {
  public:
   virtual ~LanguageModel() = default;
 
-  virtual const ModelConfig& config() const = 0;
+  virtual const policy::ModelConfig& config() const = 0;
   // The options it was created with (device and dtype as given).
   virtual const LmOptions& options() const = 0;
 
@@ -111,13 +111,13 @@ std::unique_ptr<LanguageModel> load_language_model(const std::filesystem::path& 
 
 // A model with random weights: every matrix, embedding and bias ~ N(0, init_std), norm weights
 // 1 + N(0, init_std), from options.seed (the same seed gives the same weights on every device).
-std::unique_ptr<LanguageModel> random_language_model(const ModelConfig& config, const LmOptions& options);
+std::unique_ptr<LanguageModel> random_language_model(const policy::ModelConfig& config, const LmOptions& options);
 
 // Self-check of activation checkpointing, for tests: builds a random model of `config` on the
 // CPU, runs the training forward with and without per-layer checkpointing, back-propagates the
 // same loss through both, and returns the largest absolute difference between any two
 // corresponding parameter gradients (0 means identical).
-double checkpointing_gradient_difference(const ModelConfig& config);
+double checkpointing_gradient_difference(const policy::ModelConfig& config);
 
 // Runs the module's throughput and memory benchmark (spec and result: src/lm/benchmark.h) and
 // returns its result. For scripts/bench_lm.sh through the ca-lm-bench tool.
@@ -136,19 +136,19 @@ inline constexpr int kLmModuleAbi = 6;
 
 struct LmCreateRequest {
   int abi = kLmModuleAbi;
-  const char* path = nullptr;          // load this model, or
-  const ModelConfig* config = nullptr;  // build a random one of this shape
+  const char* path = nullptr;                   // load this model, or
+  const policy::ModelConfig* config = nullptr;  // build a random one of this shape
   const LmOptions* options = nullptr;
 };
 
-}  // namespace cuda_agent::policy
+}  // namespace cuda_agent::lm
 
 // The module's entry points. Both report failure through a status instead of exceptions:
 // ca_lm_create returns the new model (owned by the caller, delete through the virtual destructor)
 // or nullptr with *error set; ca_lm_checkpoint_check returns 0 and sets *difference, or
 // non-zero with *error set.
-extern "C" cuda_agent::policy::LanguageModel* ca_lm_create(const cuda_agent::policy::LmCreateRequest* request,
-                                                           std::string* error);
+extern "C" cuda_agent::lm::LanguageModel* ca_lm_create(const cuda_agent::lm::LmCreateRequest* request,
+                                                       std::string* error);
 extern "C" int ca_lm_benchmark(int abi, const char* spec, std::string* result, std::string* error);
 extern "C" int ca_lm_checkpoint_check(int abi, const cuda_agent::policy::ModelConfig* config, double* difference,
                                       std::string* error);

@@ -1,11 +1,11 @@
-#include "cuda_agent/policy/distributed.h"
+#include "cuda_agent/lm/distributed.h"
 
 #include <charconv>
 #include <cstdlib>
 
 #include "cuda_agent/core/error.h"
 
-namespace cuda_agent::policy {
+namespace cuda_agent::lm {
 namespace {
 
 int whole_number(const std::map<std::string, std::string>& env, const char* name, int fallback) {
@@ -50,4 +50,4 @@ DistributedOptions DistributedOptions::from_environment() {
   return from_environment(env);
 }
 
-}  // namespace cuda_agent::policy
+}  // namespace cuda_agent::lm

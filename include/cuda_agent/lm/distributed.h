@@ -17,15 +17,15 @@
 #include <map>
 #include <string>
 
-namespace cuda_agent::policy {
+namespace cuda_agent::lm {
 
 struct DistributedOptions {
-  int rank = 0;        // this process, 0 .. world_size - 1
-  int world_size = 1;  // processes in the job; 1: no communication
-  int local_rank = 0;  // this process's GPU on its host
+  int rank = 0;                           // this process, 0 .. world_size - 1
+  int world_size = 1;                     // processes in the job; 1: no communication
+  int local_rank = 0;                     // this process's GPU on its host
   std::string master_addr = "127.0.0.1";  // the TCPStore's host (rank 0's)
   int master_port = 29500;                // ... and port
-  double timeout_s = 1800;  // how long a collective (or the rendezvous) may wait for the others
+  double timeout_s = 1800;                // how long a collective (or the rendezvous) may wait for the others
 
   bool distributed() const { return world_size > 1; }
 
@@ -38,4 +38,4 @@ struct DistributedOptions {
   static DistributedOptions from_environment();
 };
 
-}  // namespace cuda_agent::policy
+}  // namespace cuda_agent::lm

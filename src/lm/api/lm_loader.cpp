@@ -7,10 +7,12 @@
 #include <system_error>
 
 #include "cuda_agent/core/error.h"
-#include "cuda_agent/policy/lm.h"
-#include "cuda_agent/policy/ppo_learner.h"
+#include "cuda_agent/lm/lm.h"
+#include "cuda_agent/lm/ppo_learner.h"
 
-namespace cuda_agent::policy {
+namespace cuda_agent::lm {
+
+using policy::ModelConfig;  // the policy component's
 namespace {
 
 constexpr const char* kModuleName = "libca_lm.so";
@@ -24,7 +26,7 @@ struct Module {
   std::filesystem::path path;
   CreateFn create = nullptr;
   CheckFn checkpoint_check = nullptr;
-  BenchFn benchmark = nullptr;  // optional: only ca-lm-bench needs it
+  BenchFn benchmark = nullptr;       // optional: only ca-lm-bench needs it
   PpoCreateFn create_ppo = nullptr;  // optional: only training needs it
 };
 
@@ -39,9 +41,10 @@ std::filesystem::path find_module() {
     if (std::filesystem::exists(p, ec)) return p;
   std::string where;
   for (const auto& p : tried) where += (where.empty() ? "" : ", ") + p.string();
-  CA_FAIL("cannot find the language-model module {} (looked at: {}); build the ca_lm target (scripts/setup.sh) "
-          "and keep it beside the cuda-agent binary",
-          kModuleName, where.empty() ? "nowhere: neither $CUDA_AGENT_BIN nor /proc/self/exe is usable" : where);
+  CA_FAIL(
+      "cannot find the language-model module {} (looked at: {}); build the ca_lm target (scripts/setup.sh) "
+      "and keep it beside the cuda-agent binary",
+      kModuleName, where.empty() ? "nowhere: neither $CUDA_AGENT_BIN nor /proc/self/exe is usable" : where);
 }
 
 // Loaded once per process and never closed: models and libtorch's static state live in it.
@@ -176,7 +179,9 @@ std::unique_ptr<PpoLearner> create_learner(const PpoCreateRequest& request) {
 
 }  // namespace
 
-std::filesystem::path language_model_module_path() { return module().path; }
+std::filesystem::path language_model_module_path() {
+  return module().path;
+}
 
 std::unique_ptr<LanguageModel> load_language_model(const std::filesystem::path& model, const LmOptions& options) {
   const std::string path = model.string();
@@ -214,7 +219,8 @@ std::unique_ptr<PpoLearner> create_random_ppo_learner(const ModelConfig& config,
 
 nlohmann::json run_language_model_benchmark(const nlohmann::json& spec) {
   const Module& m = module();
-  CA_CHECK(m.benchmark != nullptr, "{} lacks the entry point ca_lm_benchmark; rebuild it with scripts/setup.sh", m.path.string());
+  CA_CHECK(m.benchmark != nullptr, "{} lacks the entry point ca_lm_benchmark; rebuild it with scripts/setup.sh",
+           m.path.string());
   std::string result, error;
   CA_CHECK(m.benchmark(kLmModuleAbi, spec.dump().c_str(), &result, &error) == 0, "{}", error);
   return nlohmann::json::parse(result);
@@ -228,4 +234,4 @@ double checkpointing_gradient_difference(const ModelConfig& config) {
   return difference;
 }
 
-}  // namespace cuda_agent::policy
+}  // namespace cuda_agent::lm
