@@ -298,6 +298,20 @@ struct BenchFlags {
   CommonFlags common;
 };
 
+// What bench and baselines share: the split, the GPUs and workers, the run folder
+// (runs/<prefix>-<split> unless --output), the sandbox options and the progress bar.
+bench::BenchOptions bench_options(const BenchFlags& f, const std::string& prefix) {
+  bench::BenchOptions opts;
+  opts.sandbox = resolve_options(f.common);
+  opts.split = f.split;
+  opts.gpus = parse_gpus(f.gpus);
+  opts.workers_per_gpu = f.workers_per_gpu;
+  opts.output_dir =
+      f.output.empty() ? fs::path("runs") / (prefix + "-" + bench::split_name(f.split)) : fs::path(f.output);
+  opts.interactive_progress = stderr_is_terminal();
+  return opts;
+}
+
 void add_bench(CLI::App& app, Verbs& verbs) {
   auto f = std::make_shared<BenchFlags>();
   CLI::App* bench = app.add_subcommand("bench", "score the solutions of a split and print the result table");
@@ -322,17 +336,10 @@ void add_bench(CLI::App& app, Verbs& verbs) {
   verbs.push_back({bench, [f] {
                      CA_CHECK(!f->split.empty() && !f->solutions.empty(),
                               "bench needs --split and --solutions (or the subcommand: bench compare RUN_A RUN_B)");
-                     bench::BenchOptions opts;
-                     opts.sandbox = resolve_options(f->common);
-                     opts.split = f->split;
+                     bench::BenchOptions opts = bench_options(*f, "bench");
                      opts.solutions = f->solutions;
-                     opts.gpus = parse_gpus(f->gpus);
                      opts.resume = !f->no_resume;
-                     opts.workers_per_gpu = f->workers_per_gpu;
-                     opts.output_dir = f->output.empty() ? fs::path("runs") / ("bench-" + bench::split_name(f->split))
-                                                         : fs::path(f->output);
                      require_gpu("bench");
-                     opts.interactive_progress = stderr_is_terminal();
                      nlohmann::json report = bench::run_bench(opts, std::cerr);
                      std::cout << bench::format_table(report["results"], report["summary"]);
                      std::cout << fmt::format("\nresults: {}\n", (opts.output_dir / "results").string());
@@ -350,16 +357,8 @@ void add_baselines(CLI::App& app, Verbs& verbs) {
   cmd->add_option("--workers-per-gpu", f->workers_per_gpu, kWorkersHelp)->check(CLI::Range(1, 16));
   add_common(cmd, f->common);
   verbs.push_back({cmd, [f] {
-                     bench::BenchOptions opts;
-                     opts.sandbox = resolve_options(f->common);
+                     bench::BenchOptions opts = bench_options(*f, "baselines");
                      opts.mode = sandbox::EvalMode::kBaselines;
-                     opts.split = f->split;
-                     opts.gpus = parse_gpus(f->gpus);
-                     opts.workers_per_gpu = f->workers_per_gpu;
-                     opts.output_dir = f->output.empty()
-                                           ? fs::path("runs") / ("baselines-" + bench::split_name(f->split))
-                                           : fs::path(f->output);
-                     opts.interactive_progress = stderr_is_terminal();
                      require_gpu("baselines");
                      nlohmann::json report = bench::run_bench(opts, std::cerr);
                      std::cout << bench::format_baselines_table(report["results"]);

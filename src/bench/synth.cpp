@@ -1,10 +1,8 @@
 #include "cuda_agent/bench/synth.h"
 
 #include <algorithm>
-#include <fstream>
 #include <map>
 #include <random>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -78,6 +76,14 @@ struct Candidate {
   nlohmann::json info = nlohmann::json::object();     // ops, seed, source
   nlohmann::json filters = nlohmann::json::object();  // name -> {passed, detail}
 };
+
+// The first filter, in the funnel's order, that the candidate failed or has not been through;
+// empty when it passed them all (a filter not measured counts as passed).
+std::string first_failed(const Candidate& c) {
+  for (const char* f : kFilters)
+    if (!c.filters.contains(f) || c.filters[f]["passed"] == false) return f;
+  return "";
+}
 
 // Composes the candidates: by the sampler, by the LLM, or from an existing split.
 std::vector<Candidate> compose(const SynthOptions& o, nlohmann::json& funnel, std::ostream& progress) {
@@ -309,17 +315,10 @@ nlohmann::json run_synth(const SynthOptions& o, std::ostream& progress) {
   }
 
   // Similarity last, in the candidates' order: to KernelBench and to those accepted before.
-  auto passed_so_far = [](const Candidate& c) {  // every filter before similarity ran and did not fail
-    for (const char* f : kFilters) {
-      if (std::string(f) == "similarity") break;
-      if (!c.filters.contains(f) || c.filters[f]["passed"] == false) return false;
-    }
-    return true;
-  };
   nlohmann::json sim_in = {
       {"references", references}, {"candidates", nlohmann::json::array()}, {"threshold", o.max_similarity}};
   for (const Candidate& c : cands)
-    if (passed_so_far(c))
+    if (first_failed(c) == "similarity")  // every filter before it passed
       sim_in["candidates"].push_back(
           {{"id", c.id}, {"path", (work / "candidates" / "tasks" / c.id / "model.py").string()}, {"eligible", true}});
   std::map<std::string, nlohmann::json> sims;
@@ -349,12 +348,7 @@ nlohmann::json run_synth(const SynthOptions& o, std::ostream& progress) {
   nlohmann::json records = nlohmann::json::array();
   std::vector<const Candidate*> accepted;
   for (const Candidate& c : cands) {
-    std::string failed;
-    for (const char* f : kFilters)
-      if (!c.filters.contains(f) || c.filters[f]["passed"] == false) {
-        failed = f;
-        break;
-      }
+    const std::string failed = first_failed(c);
     if (failed.empty())
       accepted.push_back(&c);
     else

@@ -34,10 +34,9 @@ DENY = re.compile(
     r"searchsorted|cdist|pdist|cosine_similarity|pairwise|batch_norm|instance_norm|group_norm|layer_norm|rms_norm|"
     r"local_response_norm|max_pool|avg_pool|adaptive|lp_pool|fractional|conv|linear|scaled_dot|multi_head|"
     r"gumbel|rrelu|slice_|chain_matmul|positive$|.*_$)")
-KEEP_ONLY_FLOAT = True
 
 
-def _ok_tensor(torch, y, x):
+def _ok_tensor(torch, y):
     return (isinstance(y, torch.Tensor) and y.is_floating_point() and y.dim() >= 1 and y.numel() > 0
             and bool(torch.isfinite(y).all()))
 
@@ -48,7 +47,7 @@ def _probe_call(torch, fn, template, rank, arity):
     env = {"f": fn, "x": xs[0], "y": xs[-1]}
     a = eval(template.replace("{x}", "x").replace("{y}", "y"), env)
     b = eval(template.replace("{x}", "x").replace("{y}", "y"), env)
-    if not _ok_tensor(torch, a, xs[0]) or not torch.equal(a, b):
+    if not _ok_tensor(torch, a) or not torch.equal(a, b):
         return None
     return list(a.shape)
 
@@ -98,13 +97,12 @@ def _module_entry(torch, qual, cls):
     ranks, shapes = [], {}
     for r, shape in PROBE.items():
         try:
-            m = cls(**{k: _ctor_value(v, shape, {"new_last": shape[-1] * 2, "new_dim1": shape[1] * 2})
-                       for k, v in ctor}).eval()
+            m = cls(**{k: _ctor_value(v, shape) for k, v in ctor}).eval()
             g = torch.Generator().manual_seed(0)
             x = torch.randn(shape, generator=g)
             with torch.no_grad():
                 a, b = m(x), m(x)
-            if not _ok_tensor(torch, a, x) or not torch.equal(a, b) or a.dim() != len(shape):
+            if not _ok_tensor(torch, a) or not torch.equal(a, b) or a.dim() != len(shape):
                 continue
             ranks.append(r)
             shapes[r] = list(a.shape)
@@ -124,10 +122,11 @@ def _module_entry(torch, qual, cls):
             "signature": str(inspect.signature(cls.__init__))}
 
 
-def _ctor_value(rule, shape, new):
+def _ctor_value(rule, shape):
+    """A constructor argument for probing at `shape` (a new size: twice the one it replaces)."""
     if isinstance(rule, int):
         return rule
-    return {"last": shape[-1], "dim1": shape[1], "new_last": new["new_last"], "new_dim1": new["new_dim1"]}[rule]
+    return {"last": shape[-1], "dim1": shape[1], "new_last": shape[-1] * 2, "new_dim1": shape[1] * 2}[rule]
 
 
 def catalogue(args):
@@ -299,7 +298,7 @@ def _compose(rng, cat, max_ops):
 
 
 def _render(comp, seed):
-    dims_used = [d for d in comp.dim_names]
+    dims_used = comp.dim_names
     ops = " -> ".join(comp.ops)
     out = ["import torch", "import torch.nn as nn", "import torch.nn.functional as F"]
     out += [f"import {m}" for m in sorted(comp.imports)]
@@ -316,29 +315,25 @@ def _render(comp, seed):
     return "\n".join(out)
 
 
-def _smoke(torch, code, dims, small):
-    """Runs the module at small sizes on the CPU (every size variable set to at most `small`)
-    and at full size on the meta device (shapes only). Returns None or why it failed."""
+def _module_ns(code, dims):
+    """The task module's namespace with its size variables d0, d1, ... set to `dims`."""
     ns = {}
     exec(compile(code, "<synth>", "exec"), ns)
     for i, d in enumerate(dims):
-        ns[f"d{i}"] = min(d, small) if i < 4 else min(d, small * 2)
+        ns[f"d{i}"] = d
+    return ns
+
+
+def _smoke(torch, code, dims, small):
+    """Runs the module at small sizes on the CPU (every size variable set to at most `small`).
+    Returns None or why it failed."""
+    ns = _module_ns(code, [min(d, small) if i < 4 else min(d, small * 2) for i, d in enumerate(dims)])
     torch.manual_seed(0)
     m = ns["Model"](*ns["get_init_inputs"]()).eval()
     with torch.no_grad():
         y = m(*ns["get_inputs"]())
-        y2 = m(*[t.clone() for t in ns["get_inputs"]()])
     if not isinstance(y, torch.Tensor) or not bool(torch.isfinite(y).all()):
         return "non-finite or non-tensor output at small sizes"
-    for i, d in enumerate(dims):
-        ns[f"d{i}"] = d
-    with torch.device("meta"):
-        m = ns["Model"](*ns["get_init_inputs"]())
-        y = m(*ns["get_inputs"]())
-    if y.numel() == 0:
-        return "empty output"
-    if y.numel() * 4 > 4 << 30:
-        return f"output of {y.numel() * 4 / 2**30:.1f} GiB"
     return None
 
 
@@ -348,21 +343,18 @@ EST_BYTES_PER_S = 3.0e12
 MAX_TENSOR_ELEMENTS = 1 << 27  # 512 MiB of float32: the inputs are drawn on the CPU, per round
 
 
-def _estimate_ms(torch, code, dims):
-    """Eager's time on the roofline: FLOPs counted on the meta device (matrix products and
-    convolutions), plus every value the forward makes written and read once."""
+def _meta_run(torch, code, dims):
+    """One forward at full size on the meta device (shapes only): eager's time on the roofline
+    (FLOPs of matrix products and convolutions, plus every value the forward makes written and
+    read once), the largest tensor's elements and the output's."""
     from torch.utils.flop_counter import FlopCounterMode
-    ns = {}
-    exec(compile(code, "<synth>", "exec"), ns)
-    for i, d in enumerate(dims):
-        ns[f"d{i}"] = d
+    ns = _module_ns(code, dims)
     with torch.device("meta"):
         m = ns["Model"](*ns["get_init_inputs"]())
         inputs = ns["get_inputs"]()
         seen = []
-        hooks = torch.overrides.TorchFunctionMode
 
-        class Sizes(hooks):
+        class Sizes(torch.overrides.TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
                 if isinstance(out, torch.Tensor):
@@ -373,17 +365,19 @@ def _estimate_ms(torch, code, dims):
             y = m(*inputs)
     moved = 4 * (sum(t.numel() for t in inputs) + 2 * sum(seen) + y.numel())
     biggest = max([t.numel() for t in inputs] + seen + [y.numel()])
-    return fc.get_total_flops() / EST_FLOPS * 1e3 + moved / EST_BYTES_PER_S * 1e3, biggest
+    return fc.get_total_flops() / EST_FLOPS * 1e3 + moved / EST_BYTES_PER_S * 1e3, biggest, y.numel()
 
 
 def _fit_batch(torch, comp, seed, log_target_ms):
     """Scales the batch size d0 (every op here is linear in it) so that eager's estimated time is
-    exp(log_target_ms), no tensor over MAX_TENSOR_ELEMENTS. Returns the estimate at the new size."""
-    est, biggest = _estimate_ms(torch, _render(comp, seed), comp.dims)
+    exp(log_target_ms), no tensor over MAX_TENSOR_ELEMENTS. Returns the estimate and the output's
+    elements at the new size."""
+    est, biggest, _ = _meta_run(torch, _render(comp, seed), comp.dims)
     factor = math.exp(log_target_ms) / max(est, 1e-6)
     factor = min(factor, MAX_TENSOR_ELEMENTS / max(biggest, 1))
     comp.dims[0] = max(1, int(comp.dims[0] * factor))
-    return _estimate_ms(torch, _render(comp, seed), comp.dims)[0]
+    est, _, out_elements = _meta_run(torch, _render(comp, seed), comp.dims)
+    return est, out_elements
 
 
 def sample(args):
@@ -399,9 +393,11 @@ def sample(args):
                 rejected["composition"] = rejected.get("composition", 0) + 1
                 continue
             try:
-                estimate = _fit_batch(torch, comp, seed, rng.uniform(math.log(2.0), math.log(20.0)))
+                estimate, out_elements = _fit_batch(torch, comp, seed, rng.uniform(math.log(2.0), math.log(20.0)))
                 code = _render(comp, seed)
-                why = _smoke(torch, code, comp.dims, 8)
+                why = ("empty output" if out_elements == 0 else
+                       f"output of {out_elements * 4 / 2**30:.1f} GiB" if out_elements * 4 > 4 << 30 else
+                       _smoke(torch, code, comp.dims, 8))
             except Exception as e:
                 why = f"{type(e).__name__}: {str(e)[:200]}"
             if why is None:
@@ -540,7 +536,7 @@ def check_replies(args):
 
 MODES = {"catalogue": catalogue, "sample": sample, "similarity": similarity, "check": check_replies}
 
-if __name__ == "__main__" or True:
+if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] in MODES:
         with open(sys.argv[2], encoding="utf-8") as f:
             a = json.load(f)

@@ -12,8 +12,9 @@
 //                   every task accepted before it
 //
 // The accepted tasks become a split folder that bench, eval and train take as it is; a funnel
-// report says how many candidates each filter dropped. Existing splits (Ops-6K rows imported
-// with `cuda-agent import-ops`, say) go through the same filters with `from_split`.
+// report says how many candidates each filter dropped. Existing splits, and Ops-6K rows
+// (.jsonl / .parquet, imported as `bench --split` imports them), go through the same filters with
+// `from_split`.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -57,8 +58,10 @@ nlohmann::json run_synth(const SynthOptions& options, std::ostream& progress);
 void refresh_catalogue(const std::filesystem::path& out);
 
 // The typed sampler alone: `count` compositions of up to `max_ops` catalogue ops, each checked by
-// running it at small sizes on the CPU (and at full size on the meta device):
-// {"candidates": [{"index", "seed", "attempts", "ops", "code"}], "rejected": {reason: n}}.
+// running it at small sizes on the CPU (and at full size on the meta device, where its batch size
+// is fitted to a time on the H200's roofline):
+// {"candidates": [{"index", "seed", "attempts", "ops", "code", "estimated_eager_ms"}],
+//  "rejected": {reason: n}}.
 // Throws Error.
 nlohmann::json sample_tasks(const std::filesystem::path& catalogue, int count, uint64_t seed, int max_ops);
 

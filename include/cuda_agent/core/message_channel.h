@@ -71,8 +71,7 @@ class MessageChannel {
   ChannelMessage receive(double timeout_s, size_t max_bytes = kDefaultMaxBytes);
 
   // Busy-waits up to `spin_s` for a frame to arrive, without sleeping: the calling thread stays
-  // on its core, its caches warm, for a frame expected within microseconds. True when one is
-  // there to receive().
+  // awake on its core for a frame expected soon. True when one is there to receive().
   bool spin_until_readable(double spin_s) const;
 
   int fd() const { return socket_.get(); }
