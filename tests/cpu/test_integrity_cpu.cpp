@@ -336,6 +336,40 @@ TEST_F(Integrity, ANativeThreadRunningWhileTheJudgeWorksIsTampering) {
       << ok["candidate_idle"].dump();
 }
 
+// The same work in a signal handler instead of a thread of its own: a native SIGALRM handler,
+// fired every 2 ms by a process-wide interval timer, runs on whichever thread has the signal
+// unblocked while the candidate waits for the judge. Its CPU in those waits counts (only the
+// main thread's own spin on the GPU, with every signal blocked, is left out). Red team:
+// tp_native_signal_handler_in_waits.
+TEST_F(Integrity, ANativeSignalHandlerRunningWhileTheJudgeWorksIsTampering) {
+#if !defined(__x86_64__)
+  GTEST_SKIP() << "the handler's machine code is x86-64";
+#endif
+  const std::string task = kSource + "/tests/data/tasks/add/model.py";
+  const std::string prelude =
+      "import ctypes, mmap\n"
+      "_BYTES = 64 << 20\n"
+      "_buffer = mmap.mmap(-1, _BYTES)\n"
+      "_address = ctypes.addressof(ctypes.c_char.from_buffer(_buffer))\n"
+      "_code = (b'\\x48\\xb8' + _address.to_bytes(8, 'little') + b'\\x48\\xb9' + (_BYTES // 64).to_bytes(8, 'little')\n"
+      "         + b'\\x48\\x89\\x08\\x48\\x83\\xc0\\x40\\x48\\xff\\xc9\\x75\\xf4\\xc3')\n"
+      "_text = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+      "_text.write(_code)\n"
+      "class _Sigaction(ctypes.Structure):\n"
+      "    _fields_ = [('handler', ctypes.c_void_p), ('mask', ctypes.c_ulong * 16), ('flags', ctypes.c_int),\n"
+      "                ('restorer', ctypes.c_void_p)]\n"
+      "class _Timeval(ctypes.Structure):\n"
+      "    _fields_ = [('sec', ctypes.c_long), ('usec', ctypes.c_long)]\n"
+      "_libc = ctypes.CDLL(None)\n"
+      "_action = _Sigaction(handler=ctypes.addressof(ctypes.c_char.from_buffer(_text)), flags=0x10000000)\n"
+      "_libc.sigaction(14, ctypes.byref(_action), None)\n"
+      "_timer = (_Timeval * 2)(_Timeval(0, 2000), _Timeval(0, 2000))\n"
+      "_libc.setitimer(0, ctypes.byref(_timer), None)\n\n";
+  auto r = verify(task, write("native_handler.py", add_solution("        return a + b\n", prelude)));
+  EXPECT_EQ(r["category"], "tampering") << r.dump(2);
+  EXPECT_NE(r.value("message", std::string()).find("while it waited"), std::string::npos) << r.dump(2);
+}
+
 TEST_F(Integrity, RandomOutputIsNondeterministic) {
   const std::string task = kSource + "/tests/data/tasks/add/model.py";
   // Every second call adds 0.1. Not torch.rand: the harness reseeds torch before each run, so
