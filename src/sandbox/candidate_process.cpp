@@ -328,6 +328,7 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
   reply["ms"] = run.ms;
   reply["host_ms"] = run.host_ms;
   reply["joined"] = run.joined;
+  reply["held"] = run.held;
   // Straight after the forward, before any Python-level code of ours could let another thread
   // run: the outputs' bytes go to the judge's block through C-level calls only.
   try {

@@ -31,6 +31,7 @@ struct __attribute__((visibility("hidden"))) CandidateRun {
   double ms = 0;               // the candidate process's claim
   double host_ms = 0;          // its claim of the forward's host time
   bool joined = true;          // its claim that every stream was joined to the timing stream
+  bool held = true;            // its claim that the host, not the timeout, released the hold (timer.h)
   double round_trip_ms = 0;    // the judge's own clock: inputs sent to outputs back
   pybind11::object outputs;    // views into the output block: compare before the next run
   std::vector<KernelUse> kernels;  // what ran inside the forward, by origin (claims)

@@ -232,7 +232,7 @@ void judge_profile(Judge& j) {
   // The rounds: eager, torch.compile, the candidate, one after the other on one input set.
   std::vector<double> claimed, host_ms, round_trips;
   std::vector<std::string> wheres;
-  int unjoined = 0;
+  int unjoined = 0, cand_hold_timeouts = 0;
   int64_t traffic_bytes = 0;
   for (int k = 0; k < opt.timed_runs; ++k) {
     const std::string where = fmt::format("timed run {}", k);
@@ -276,6 +276,7 @@ void judge_profile(Judge& j) {
     host_ms.push_back(run.host_ms);
     round_trips.push_back(run.round_trip_ms);
     if (!run.joined) ++unjoined;
+    if (!run.held) ++cand_hold_timeouts;
     if (k == 0) traffic_bytes = tree_tensor_bytes(inputs) + tree_tensor_bytes(ref);
     inputs = ref = ref64 = py::none();
     j.release_cached();
@@ -370,11 +371,16 @@ void judge_profile(Judge& j) {
       {"rounds", opt.timed_runs},
       {"interval",
        "CUDA events around the forward on the timing stream, every stream it used joined; L2 flushed "
-       "and the device synchronized before the start event"},
+       "and the device synchronized before; the timing stream held until the host had queued the "
+       "forward, so that the interval is its GPU time, not the host's launch latency"},
       {"compile_source", compile_source},
       {"baseline_check", baseline_check},
       {"runs_extended_by_gpu_span",
        {{"eager", extended_eager}, {"compile", extended_compile}, {"candidate", cand_extended}}},
+      {"runs_hold_timed_out",
+       {{"eager", base[kEager].hold_timeouts},
+        {"compile", compile_paired.empty() ? 0 : base[kCompile].hold_timeouts},
+        {"candidate", cand_hold_timeouts}}},
       {"pre_runs", pre_runs},
       {"candidate_unjoined_runs", unjoined},
       {"candidate_host_median_ms", median(host_ms)}};

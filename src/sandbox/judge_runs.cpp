@@ -279,6 +279,7 @@ CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, cons
   run.ms = r["ms"].get<double>();
   run.host_ms = r.value("host_ms", 0.0);
   run.joined = r.value("joined", true);
+  run.held = r.value("held", true);
 
   if (gpu && !flags.defer_report) {
     // The records are audited before provenance reads them: a blinded recorder's verdict

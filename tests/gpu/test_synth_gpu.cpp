@@ -78,8 +78,12 @@ TEST(SynthGpu, TheGpuFiltersAreMeasuredAndDropWhatFailsThem) {
   const nlohmann::json sampled = nlohmann::json::parse(read_file(s.output / "work" / "candidates.json"));
   ASSERT_EQ(sampled.size(), 2u);
   for (const auto& r : sampled) {
-    if (r["filters"].contains("eager_time")) EXPECT_FALSE(r["filters"]["eager_time"]["passed"].is_null()) << r.dump(1);
-    if (r["accepted"] == true) EXPECT_EQ(r["filters"]["not_degenerate"]["passed"], true) << r.dump(1);
+    if (r["filters"].contains("eager_time")) {
+      EXPECT_FALSE(r["filters"]["eager_time"]["passed"].is_null()) << r.dump(1);
+    }
+    if (r["accepted"] == true) {
+      EXPECT_EQ(r["filters"]["not_degenerate"]["passed"], true) << r.dump(1);
+    }
   }
   EXPECT_EQ(load_split(s.output).tasks.size(), f2["accepted"].get<size_t>());
   std::cout << read_file(s.output / "funnel.md");

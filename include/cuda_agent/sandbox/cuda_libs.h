@@ -35,7 +35,7 @@ namespace cuda_agent::sandbox {
   X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap)     \
   X(cuMemUnmap) X(cuMemSetAccess) X(cuMemGetAllocationGranularity)                          \
   X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) X(cuMemcpyDtoH)      \
-  X(cuStreamWaitEvent)
+  X(cuStreamWaitEvent) X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemFreeHost)
 
 #define CA_NVRTC_FUNCTIONS(X)                                                            \
   X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram)    \

@@ -1,16 +1,26 @@
 // Timing a forward the same way for eager, torch.compile and the candidate (whose forwards run
 // in different processes: the judge times the baselines, the candidate process its own).
 //
-// timed_call() is one timed run, KernelBench's measurement with nothing but the forward in the
-// interval: persisting-L2 lines dropped and the L2 flushed (a memset of a buffer four times its
-// size) and the device synchronized, all before the interval; then the start event on the timing
-// stream (the legacy default stream, torch's current stream), the forward under torch.no_grad(),
-// every other stream the forward sent work to joined to the timing stream (an event on each,
-// waited for on the timing stream: launch_origins.h notes them), the end event; the host
-// synchronizes only after it. A stream that cannot be joined (destroyed meanwhile) falls back to
-// a device-wide synchronize before the end event. Its window brackets the run on CUPTI's clock,
-// so that kernel records can be sorted into "inside a forward" and "outside".
+// timed_call() is one timed run with nothing but the forward's GPU work in the interval:
+// persisting-L2 lines dropped and the L2 flushed (a memset of a buffer four times its size) and
+// the device synchronized, all before the interval; then the hold (below), the start event on the
+// timing stream (the legacy default stream, torch's current stream), the forward under
+// torch.no_grad(), every other stream the forward sent work to joined to the timing stream (an
+// event on each, waited for on the timing stream: launch_origins.h notes them), the end event, the
+// hold released; the host synchronizes only after it. A stream that cannot be joined (destroyed
+// meanwhile) falls back to a device-wide synchronize before the end event. Its window brackets the
+// run on CUPTI's clock, so that kernel records can be sorted into "inside a forward" and "outside".
 //
+// The hold is a one-thread kernel on the timing stream, ahead of the start event, that waits until
+// the host has queued the whole forward (it releases the hold after the end event) or
+// kHoldTimeoutNs passed: the GPU then runs the queued forward back to back, and the interval is
+// its GPU time, not the host's launch latency, which differs between processes by tens of
+// microseconds and would dominate a small task (NVBench's blocking kernel; docs/benchmarks.md,
+// section 10). The host's time per forward is reported beside it (TimedRun::host_ms). Work the
+// forward sends to a non-blocking stream is not held: it starts at once, inside the window, and
+// the GPU span rule below counts it from its first launch. A forward that waits on the GPU (a
+// synchronize, a copy to the host) waits for the timeout, and its interval starts when the hold
+// ends: its host time after that point counts, as without the hold (TimedRun::held says which).
 // With CUPTI recording, each run's sample is its events' interval or, when the GPU work inside
 // its window spanned longer (work on a stream nobody joined, or begun before the end event and
 // finished after it), that span: work cannot leave the interval by escaping the join. Each run
@@ -30,6 +40,13 @@
 #include "cuda_agent/sandbox/timing_stats.h"
 
 namespace cuda_agent::sandbox {
+
+// How long the hold waits for the host to queue a forward before it lets the GPU go.
+inline constexpr uint64_t kHoldTimeoutNs = 10'000'000;
+
+// Whether a kernel record is the timer's hold (the harness's launch of it where launches are
+// attributed, as in every sandbox process; by its name alone elsewhere).
+bool is_timer_hold(const KernelRecord& r);
 
 struct TimingOptions {
   int warmup_runs = 3;
@@ -51,6 +68,7 @@ struct __attribute__((visibility("hidden"))) TimedRun {
   double ms = 0;       // start to end event
   double host_ms = 0;  // the forward call on the host (start event recorded to return)
   bool joined = true;  // every stream was joined (false: a device-wide synchronize ended it)
+  bool held = true;    // the host released the hold (false: the timeout did; the forward waited on the GPU)
   Window window;
 };
 
@@ -74,8 +92,8 @@ struct RunGpu {
 };
 // Sorts `kernels` and `transfers` into `windows` (runs with event intervals `ms`; a window past
 // the end of `ms` counts 0): each run's GPU activity and sample; *inside, when given, gets each
-// run's kernel records and *outside the kernel records in no window (the probe's left out of
-// both), moved out of `kernels`.
+// run's kernel records and *outside the kernel records in no window (the probe's and the hold's
+// left out of both), moved out of `kernels`.
 std::vector<RunGpu> runs_gpu(const std::vector<Window>& windows, const std::vector<double>& ms,
                              std::vector<KernelRecord>& kernels, const std::vector<GpuSpan>& transfers,
                              std::vector<std::vector<KernelRecord>>* inside = nullptr,
@@ -90,6 +108,7 @@ class __attribute__((visibility("hidden"))) TimedSeries {
     std::vector<double> ms;             // each run's sample (RunGpu::sample_ms; the events' without CUPTI)
     std::vector<double> gpu_ms;         // each run's GPU time (empty without CUPTI)
     int extended = 0;                   // runs whose GPU span was longer than their events' interval
+    int hold_timeouts = 0;              // runs whose hold the timeout released (TimedRun::held)
     std::vector<KernelRecord> kernels;  // inside this series' runs
   };
 
@@ -107,6 +126,7 @@ class __attribute__((visibility("hidden"))) TimedSeries {
   bool recording_ = false;
   std::vector<std::vector<Window>> windows_;
   std::vector<std::vector<double>> ms_;
+  std::vector<int> hold_timeouts_;
 };
 
 struct TimingResult {
