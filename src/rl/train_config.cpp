@@ -432,4 +432,70 @@ void save_resolved_config(const json& config, const std::filesystem::path& run_d
   write_file_atomic(run_dir / "config.resolved.yaml", train_config_to_yaml(config));
 }
 
+TrainConfig TrainConfig::from_json(json config) {
+  validate_train_config(config);
+  TrainConfig t;
+  const json& c = config;
+  const json &run = c["run"], &model = c["model"], &rollout = c["rollout"], &stages = c["stages"], &ppo = c["ppo"];
+  t.run.output_dir = run["output_dir"].get<std::string>();
+  t.run.seed = run["seed"].get<uint64_t>();
+  t.run.steps_per_log = run["steps_per_log"].get<int>();
+  t.model.actor = model["actor"].get<std::string>();
+  t.model.critic = model["critic"].get<std::string>();
+  t.model.dtype = model["dtype"].get<std::string>();
+  t.model.device = model["device"].get<std::string>();
+  t.data.split = c["data"]["split"].get<std::string>();
+  t.data.tasks_per_step = c["data"]["tasks_per_step"].get<int>();
+  TrainConfig::Rollout& r = t.rollout;
+  r.episodes_per_task = rollout["episodes_per_task"].get<int>();
+  r.max_turns = rollout["max_turns"].get<int>();
+  r.max_context_tokens = rollout["max_context_tokens"].get<int64_t>();
+  r.max_new_tokens = rollout["max_new_tokens"].get<int64_t>();
+  r.temperature = rollout["temperature"].get<double>();
+  r.top_p = rollout["top_p"].get<double>();
+  r.sandbox_timeout_s = rollout["sandbox_timeout_s"].get<double>();
+  r.concurrent_episodes = rollout["concurrent_episodes"].get<int>();
+  r.single_turn = rollout["single_turn"].get<bool>();
+  r.max_invalid_turns = rollout["max_invalid_turns"].get<int>();
+  r.max_repeated_calls = rollout["max_repeated_calls"].get<int>();
+  auto fine_tune = [](const json& s, TrainConfig::FineTune& f) {
+    f.enabled = s["enabled"].get<bool>();
+    f.teacher = s["teacher"].get<std::string>();
+    f.tasks = s["tasks"].get<size_t>();
+    f.filter = RftFilterOptions::from_config(s);
+    f.epochs = s["epochs"].get<int>();
+    f.batch_size = s["batch_size"].get<int64_t>();
+    f.lr = s["lr"].get<double>();
+  };
+  fine_tune(stages["sft"], t.stages.sft);
+  t.stages.sft.episodes_per_task = stages["sft"]["episodes_per_task"].get<int>();
+  fine_tune(stages["rft"], t.stages.rft);
+  t.stages.rft.teacher_episodes_per_task = stages["rft"]["teacher_episodes_per_task"].get<int>();
+  const json& warmup = stages["warmup"];
+  t.stages.warmup.enabled = warmup["enabled"].get<bool>();
+  t.stages.warmup.steps = warmup["steps"].get<int>();
+  t.stages.warmup.max_context_tokens = warmup["max_context_tokens"].get<int64_t>();
+  t.stages.warmup.single_turn = warmup["single_turn"].get<bool>();
+  const json& vp = stages["value_pretrain"];
+  t.stages.value_pretrain.enabled = vp["enabled"].get<bool>();
+  t.stages.value_pretrain.steps = vp["steps"].get<int>();
+  t.stages.value_pretrain.gamma = vp["gamma"].get<double>();
+  t.stages.value_pretrain.lambda = vp["lambda"].get<double>();
+  t.stages.value_pretrain.lr = vp["lr"].get<double>();
+  t.ppo.enabled = ppo["enabled"].get<bool>();
+  t.ppo.steps = ppo["steps"].get<int>();
+  t.ppo.batch_size = ppo["batch_size"].get<int64_t>();
+  t.ppo.gamma = ppo["gamma"].get<double>();
+  t.ppo.lambda = ppo["lambda"].get<double>();
+  t.ppo.whiten_advantages = ppo["whiten_advantages"].get<bool>();
+  t.ppo.learner = lm::PpoOptions::from_config(ppo);
+  t.reward.kind = c["reward"]["kind"].get<std::string>();
+  t.reward.speedup_margin = c["reward"]["speedup_margin"].get<double>();
+  t.checkpoint.every_steps = c["checkpoint"]["every_steps"].get<int>();
+  t.checkpoint.keep_last = c["checkpoint"]["keep_last"].get<int>();
+  t.distributed_backend = c["distributed"]["backend"].get<std::string>();
+  t.raw = std::move(config);
+  return t;
+}
+
 }  // namespace cuda_agent::rl

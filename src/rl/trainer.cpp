@@ -50,7 +50,7 @@ void checkpoint(RunContext& ctx, const Stage& stage, int64_t step, int step_in_s
     return;
   }
   const json state = {{"stage", stage.name}, {"step_in_stage", step_in_stage}, {"global_step", step},
-                      {"cursor", ctx.cursor.state()}, {"config", ctx.config}};
+                      {"cursor", ctx.cursor.state()}, {"config", ctx.config.raw}};
   const CheckpointInfo info = write_checkpoint(
       ctx.run_dir, step, state,
       [&](const fs::path& dir) {
@@ -58,7 +58,7 @@ void checkpoint(RunContext& ctx, const Stage& stage, int64_t step, int step_in_s
         write_actor_tokenizer_files(ctx.actor, dir / "actor");
         ctx.learner->save_state(dir);  // critic/ (when separate), optimizer moments, shuffle generator
       },
-      ctx.config["checkpoint"]["keep_last"].get<int>());
+      ctx.config.checkpoint.keep_last);
   ctx.log << fmt::format("[train] checkpoint {}\n", info.dir.string());
 }
 
@@ -72,21 +72,21 @@ uint64_t episode_seed(uint64_t run_seed, int64_t step, size_t task_index, int ep
 }
 
 TrainRunSummary run_training(const json& config, const TrainRunOptions& options, std::ostream& log) {
-  validate_train_config(config);
+  const TrainConfig cfg = TrainConfig::from_json(config);
   CA_CHECK(options.device == "cuda" || options.device == "cpu", "train: device must be cuda or cpu, got '{}'",
            options.device);
   // One process per GPU under torchrun (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT);
   // without them a world of one. Rank 0 writes the run's files; every process samples its share.
   const lm::DistributedOptions dist = lm::DistributedOptions::from_environment();
   const bool writer = dist.rank == 0;
-  CA_CHECK(config["data"]["tasks_per_step"].get<int>() >= dist.world_size,
+  CA_CHECK(cfg.data.tasks_per_step >= dist.world_size,
            "train config: data.tasks_per_step = {} is smaller than WORLD_SIZE = {}: every process needs a task per "
            "step",
-           config["data"]["tasks_per_step"].get<int>(), dist.world_size);
-  const fs::path run_dir = config["run"]["output_dir"].get<std::string>();
-  const fs::path actor = config["model"]["actor"].get<std::string>();
+           cfg.data.tasks_per_step, dist.world_size);
+  const fs::path run_dir = cfg.run.output_dir;
+  const fs::path actor = cfg.model.actor;
   CA_CHECK(fs::exists(actor), "train config: model.actor = '{}': no such file or folder", actor.string());
-  const fs::path split_path = config["data"]["split"].get<std::string>();
+  const fs::path split_path = cfg.data.split;
   CA_CHECK(fs::exists(split_path), "train config: data.split = '{}': no such file or folder", split_path.string());
   bench::Split split = bench::load_any_split(split_path, run_dir / "split");
   // A degenerate task (a trivial kernel passes it) teaches nothing but the trivial kernel: tasks
@@ -99,37 +99,33 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
 
   // The teachers, checked before any model loads: reference:DIR's folder, or the policy spec as
   // make_policy takes it (a replay file read, a local model's file found).
-  for (const char* key : {"sft", "rft"}) {
-    const json& section = config["stages"][key];
-    const std::string teacher = section["teacher"].get<std::string>();
-    const bool used = std::string(key) == "sft" ? section["enabled"].get<bool>()
-                                                : section["enabled"].get<bool>() &&
-                                                      section["teacher_episodes_per_task"].get<int>() > 0;
-    if (!used) continue;
+  const TrainConfig::Stages& st = cfg.stages;
+  auto check_teacher = [](const char* key, const std::string& teacher, bool used) {
+    if (!used) return;
     try {
       agent::validate_teacher_spec(teacher);
     } catch (const std::exception& e) {
       CA_FAIL("train config: stages.{}.teacher = '{}': {}", key, teacher, e.what());
     }
-  }
+  };
+  check_teacher("sft", st.sft.teacher, st.sft.enabled);
+  check_teacher("rft", st.rft.teacher, st.rft.enabled && st.rft.teacher_episodes_per_task > 0);
 
   // The enabled stages in the recipe's order (validate_train_config requires at least one).
   std::vector<Stage> stages;
-  const json& st = config["stages"];
-  const bool rollout_single_turn = config["rollout"]["single_turn"].get<bool>();
-  const int64_t rollout_context = config["rollout"]["max_context_tokens"].get<int64_t>();
-  if (st["sft"]["enabled"].get<bool>())
+  const bool rollout_single_turn = cfg.rollout.single_turn;
+  const int64_t rollout_context = cfg.rollout.max_context_tokens;
+  if (st.sft.enabled)
     stages.push_back({"sft", StageKind::kSft, 1, rollout_single_turn, rollout_context});
-  if (st["warmup"]["enabled"].get<bool>())
-    stages.push_back({"warmup", StageKind::kPpo, st["warmup"]["steps"].get<int>(),
-                      st["warmup"]["single_turn"].get<bool>(), st["warmup"]["max_context_tokens"].get<int64_t>()});
-  if (st["rft"]["enabled"].get<bool>())
-    stages.push_back({"rft", StageKind::kRft, 1, rollout_single_turn, rollout_context});
-  if (st["value_pretrain"]["enabled"].get<bool>())
-    stages.push_back({"value_pretrain", StageKind::kValuePretrain, 1, rollout_single_turn, rollout_context});
-  if (config["ppo"]["enabled"].get<bool>())
+  if (st.warmup.enabled)
     stages.push_back(
-        {"ppo", StageKind::kPpo, config["ppo"]["steps"].get<int>(), rollout_single_turn, rollout_context});
+        {"warmup", StageKind::kPpo, st.warmup.steps, st.warmup.single_turn, st.warmup.max_context_tokens});
+  if (st.rft.enabled)
+    stages.push_back({"rft", StageKind::kRft, 1, rollout_single_turn, rollout_context});
+  if (st.value_pretrain.enabled)
+    stages.push_back({"value_pretrain", StageKind::kValuePretrain, 1, rollout_single_turn, rollout_context});
+  if (cfg.ppo.enabled)
+    stages.push_back({"ppo", StageKind::kPpo, cfg.ppo.steps, rollout_single_turn, rollout_context});
 
   // Where to start: a fresh run, or after the latest checkpoint.
   fs::path actor_weights = actor;
@@ -196,16 +192,16 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
              run_dir.string(), latest.step);
   }
 
-  lm::PpoOptions ppo = lm::PpoOptions::from_config(config["ppo"]);
-  ppo.critic = config["model"]["critic"].get<std::string>();
+  lm::PpoOptions ppo = cfg.ppo.learner;
+  ppo.critic = cfg.model.critic;
   // A resumed separate critic starts from the checkpoint's critic/ (load_state sets its weights
   // and moments either way; this only spares copying or loading the configured one first).
   if (!learner_state.empty() && ppo.critic != "shared" && fs::is_directory(learner_state / "critic"))
     ppo.critic = (learner_state / "critic").string();
   lm::LmOptions lm;
   lm.value_head = ppo.critic == "shared";
-  lm.dtype = config["model"]["dtype"].get<std::string>();
-  const bool on_cpu = options.device == "cpu" || config["model"]["device"].get<std::string>() == "cpu";
+  lm.dtype = cfg.model.dtype;
+  const bool on_cpu = options.device == "cpu" || cfg.model.device == "cpu";
   if (on_cpu && lm.dtype != "float32") {
     // PyTorch runs half-precision matrix work on the CPU through a slow generic path (a cut-down
     // quickstart sat in its first update for over 17 minutes): float32 there.
@@ -214,7 +210,7 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   }
   const int gpu = dist.distributed() ? dist.local_rank : options.gpu;  // torchrun: LOCAL_RANK's GPU
   lm.device = on_cpu ? "cpu" : fmt::format("cuda:{}", gpu);
-  lm.seed = config["run"]["seed"].get<uint64_t>();
+  lm.seed = cfg.run.seed;
   ppo.seed = lm.seed;
   ppo.distributed = dist;
   CA_CHECK(fs::exists(actor_weights), "--resume: the checkpoint's actor folder {} is missing", actor_weights.string());
@@ -229,8 +225,8 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   if (writer) save_resolved_config(config, run_dir);
 
   const size_t task_count = split.tasks.size();
-  RunContext ctx{config, options, log, run_dir, actor, std::move(split),
-                 TaskCursor(task_count, config["run"]["seed"].get<uint64_t>()), learner.get(),
+  RunContext ctx{cfg, options, log, run_dir, actor, std::move(split),
+                 TaskCursor(task_count, cfg.run.seed), learner.get(),
                  MetricsLog(run_dir / "metrics.jsonl")};
   if (!cursor_state.is_null()) ctx.cursor.restore(cursor_state);
   ctx.rank = dist.rank;
@@ -240,7 +236,7 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
 
   TrainRunSummary summary;
   summary.run_dir = run_dir;
-  const int every = config["checkpoint"]["every_steps"].get<int>();
+  const int every = cfg.checkpoint.every_steps;
   if (first_stage == stages.size()) log << "[train] no enabled stage comes after the checkpoint: nothing to run\n";
   for (size_t si = first_stage; si < stages.size(); ++si) {
     const Stage& stage = stages[si];

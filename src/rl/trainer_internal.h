@@ -15,6 +15,7 @@
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/lm/ppo_learner.h"
 #include "cuda_agent/rl/run_state.h"
+#include "cuda_agent/rl/train_config.h"
 #include "cuda_agent/rl/trainer.h"
 #include "cuda_agent/serve/chat_session.h"
 
@@ -41,7 +42,7 @@ struct Stage {
 
 // The state of one training run, made by run_training and passed to every step. Not thread-safe.
 struct RunContext {
-  const nlohmann::json& config;
+  const TrainConfig& config;  // typed; config.raw is what checkpoints save
   const TrainRunOptions& options;
   std::ostream& log;
   std::filesystem::path run_dir;

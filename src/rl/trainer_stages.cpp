@@ -87,14 +87,14 @@ struct EpisodeRun {
 // on this GPU, so evaluations and generation take the GPU's locks. Never throws: a failure is
 // kept in run.error. Reads ctx only, so episodes may run in several threads.
 void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bool beside_others, EpisodeRun& run) {
-  const json& rollout = ctx.config["rollout"];
+  const TrainConfig::Rollout& rollout = ctx.config.rollout;
   const auto t0 = Clock::now();
   try {
     serve::LocalPolicyOptions lp;
-    lp.temperature = rollout["temperature"].get<double>();
-    lp.top_p = rollout["top_p"].get<double>();
-    lp.max_new_tokens = rollout["max_new_tokens"].get<int64_t>();
-    lp.seed = episode_seed(ctx.config["run"]["seed"].get<uint64_t>(), step, run.task_index, run.episode);
+    lp.temperature = rollout.temperature;
+    lp.top_p = rollout.top_p;
+    lp.max_new_tokens = rollout.max_new_tokens;
+    lp.seed = episode_seed(ctx.config.run.seed, step, run.task_index, run.episode);
     std::unique_ptr<serve::ChatSession> session =
         serve::ChatSession::share_with_model(*ctx.chat, ctx.learner->policy());
     std::unique_ptr<serve::LocalPolicy> own =
@@ -114,14 +114,14 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
     spec.gpu = ctx.gpu;
     spec.gpu_lock = beside_others;
     spec.agent.single_turn = stage.single_turn;
-    spec.agent.max_turns = stage.single_turn ? 1 : rollout["max_turns"].get<int>();
-    spec.agent.max_invalid_turns = rollout["max_invalid_turns"].get<int>();
-    spec.agent.max_repeated_calls = rollout["max_repeated_calls"].get<int>();
+    spec.agent.max_turns = stage.single_turn ? 1 : rollout.max_turns;
+    spec.agent.max_invalid_turns = rollout.max_invalid_turns;
+    spec.agent.max_repeated_calls = rollout.max_repeated_calls;
     // AgentOptions budgets characters; ~4 characters a token, as its default (400k ~ 100k tokens).
     spec.agent.context_budget_chars = static_cast<size_t>(stage.max_context_tokens) * 4;
-    spec.sandbox.timeout_s = rollout["sandbox_timeout_s"].get<double>();
-    spec.sandbox.reward = ctx.config["reward"]["kind"].get<std::string>();
-    spec.sandbox.speedup_margin = ctx.config["reward"]["speedup_margin"].get<double>();
+    spec.sandbox.timeout_s = rollout.sandbox_timeout_s;
+    spec.sandbox.reward = ctx.config.reward.kind;
+    spec.sandbox.speedup_margin = ctx.config.reward.speedup_margin;
     bench::apply_task_options(spec.sandbox, ctx.split.tasks[run.task_index]);  // as bench and eval score it
     run.result = agent::run_task_episode(spec);
     run.ok = true;
@@ -201,7 +201,7 @@ void add_episode_times(const json& events, Sampling& s) {
 // timing, so a step's batch does not depend on how many ran at once.
 Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, const std::vector<size_t>& picks,
                          const fs::path& folder, int per_task, const std::string& teacher = "") {
-  const bool milestone = ctx.config["reward"]["kind"].get<std::string>() == "milestone";
+  const bool milestone = ctx.config.reward.kind == "milestone";
   Sampling s;
   std::vector<EpisodeRun> runs;
   std::map<size_t, int> numbered;
@@ -231,7 +231,7 @@ Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, cons
       runs.push_back(std::move(run));
     }
   }
-  run_episodes(ctx, stage, step, ctx.config["rollout"]["concurrent_episodes"].get<int>(), runs);
+  run_episodes(ctx, stage, step, ctx.config.rollout.concurrent_episodes, runs);
   for (EpisodeRun& run : runs) {
     s.seconds += run.seconds;
     if (!run.ok) {
@@ -293,7 +293,7 @@ void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record
   if (completed == 0) return;
   record[p + "reward_mean"] = g[4] / g[0];
   record[p + "pass_rate"] = g[2] / g[0];
-  if (ctx.config["reward"]["kind"].get<std::string>() == "milestone")
+  if (ctx.config.reward.kind == "milestone")
     record[p + "faster_than_compile_rate"] = g[3] / g[0];
 }
 
@@ -352,8 +352,8 @@ std::vector<fs::path> trajectory_files(const fs::path& folder) {
 
 // `section`.tasks tasks (stages.rft, stages.sft): every task of the split in its order (0), else the
 // next ones of the cursor.
-std::vector<size_t> stage_tasks(RunContext& ctx, const json& section) {
-  const size_t count = section["tasks"].get<size_t>();
+std::vector<size_t> stage_tasks(RunContext& ctx, const TrainConfig::FineTune& section) {
+  const size_t count = section.tasks;
   if (count > 0) return ctx.cursor.next(count);
   std::vector<size_t> all(ctx.split.tasks.size());
   std::iota(all.begin(), all.end(), size_t{0});
@@ -368,11 +368,11 @@ std::string describe_drops(const std::map<std::string, size_t>& by_reason) {
 
 // A warm-up or agentic PPO step.
 json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
-  const json& c = ctx.config;
+  const TrainConfig& c = ctx.config;
   const auto t_step = Clock::now();
-  const std::vector<size_t> picks = ctx.cursor.next(c["data"]["tasks_per_step"].get<size_t>());
+  const std::vector<size_t> picks = ctx.cursor.next(static_cast<size_t>(c.data.tasks_per_step));
   const Sampling sampled = sample_episodes(ctx, stage, step, picks, ctx.run_dir / "rollouts" / rollout_dir_name(step),
-                                          c["rollout"]["episodes_per_task"].get<int>());
+                                          c.rollout.episodes_per_task);
 
   json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", step_in_stage}};
   add_sampling_metrics(ctx, sampled, record);
@@ -390,7 +390,7 @@ json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in
   add_rollout_metrics(ctx, episodes, unusable, record);
 
   // Every process updates or none does: each needs mini_batches sequences of its own.
-  const int mini_batches = c["ppo"]["mini_batches"].get<int>();
+  const int mini_batches = c.ppo.learner.mini_batches;
   const auto fewest = static_cast<int64_t>(ctx.min(static_cast<double>(rollout_stats(episodes).sequences)));
   if (fewest < mini_batches) {
     ctx.log << fmt::format("[train] step {}: {} usable sequences{}, fewer than ppo.mini_batches = {}: no update\n", step,
@@ -399,8 +399,8 @@ json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in
   } else {
     const auto t_update = Clock::now();
     const std::vector<lm::PpoSample> samples =
-        ppo_samples(episodes, critic_values(ctx, episodes), c["ppo"]["gamma"].get<double>(),
-                    c["ppo"]["lambda"].get<double>(), c["ppo"]["whiten_advantages"].get<bool>(),
+        ppo_samples(episodes, critic_values(ctx, episodes), c.ppo.gamma,
+                    c.ppo.lambda, c.ppo.whiten_advantages,
                     // the whitening's mean and variance over every process's share
                     ctx.world > 1 ? SumAcross([&](const std::vector<double>& v) { return ctx.sum(v); }) : SumAcross());
     const lm::PpoStats s = ctx.learner->update(samples);
@@ -436,10 +436,10 @@ const std::vector<std::string>& drop_reasons() {
 // max_invalid_tool_calls) keeps of `sampled`'s trajectories, as usable episodes; the job's counts
 // go into `record` as <prefix>kept, <prefix>dropped, <prefix>dropped_by_reason (and
 // <prefix>kept_reward_mean). `*job_kept` gets the job's count of usable kept episodes.
-std::vector<EpisodeSequence> keep_filtered(RunContext& ctx, const Sampling& sampled, const json& section,
+std::vector<EpisodeSequence> keep_filtered(RunContext& ctx, const Sampling& sampled, const TrainConfig::FineTune& section,
                                            int64_t step, const std::string& prefix, json& record, int64_t* job_kept,
                                            int64_t* unusable) {
-  const RftFilterResult filtered = filter_trajectories(sampled.trajectories, section);
+  const RftFilterResult filtered = filter_trajectories(sampled.trajectories, section.filter);
   std::vector<EpisodeSequence> kept = read_usable_episodes(ctx, filtered.kept, step, unusable);
   const std::vector<std::string>& reasons = drop_reasons();
   std::vector<double> counts = {static_cast<double>(filtered.kept.size()), static_cast<double>(filtered.dropped.size()),
@@ -472,7 +472,7 @@ std::vector<EpisodeSequence> keep_filtered(RunContext& ctx, const Sampling& samp
 // template text carry none) with `section`'s lr, epochs and batch_size: ceil(job_kept / batch_size)
 // mini-batches, at most as many as the process with the fewest kept has. Every process fine-tunes
 // or none does; one whose share kept nothing leaves the stage without an update, and says so.
-void fine_tune(RunContext& ctx, const std::vector<EpisodeSequence>& kept, int64_t job_kept, const json& section,
+void fine_tune(RunContext& ctx, const std::vector<EpisodeSequence>& kept, int64_t job_kept, const TrainConfig::FineTune& section,
                int64_t step, json& record) {
   const auto fewest = static_cast<int64_t>(ctx.min(static_cast<double>(kept.size())));
   if (fewest == 0) {
@@ -493,10 +493,10 @@ void fine_tune(RunContext& ctx, const std::vector<EpisodeSequence>& kept, int64_
       sample.loss_mask = s.loss_mask;
       samples.push_back(std::move(sample));
     }
-  const auto batch_size = section["batch_size"].get<int64_t>();
+  const auto batch_size = section.batch_size;
   lm::StageUpdateOptions plan;
-  plan.lr = section["lr"].get<double>();
-  plan.epochs = section["epochs"].get<int>();
+  plan.lr = section.lr;
+  plan.epochs = section.epochs;
   plan.mini_batches = static_cast<int>(std::min<int64_t>(fewest, (job_kept + batch_size - 1) / batch_size));
   const lm::PpoStats s = ctx.learner->sft_update(samples, plan);
   record["update_skipped"] = false;
@@ -512,10 +512,10 @@ void fine_tune(RunContext& ctx, const std::vector<EpisodeSequence>& kept, int64_
 // what `section`'s filter keeps of them; adds the job's kept count to *job_kept.
 std::vector<EpisodeSequence> teacher_episodes(RunContext& ctx, const Stage& stage, int64_t step,
                                               const std::vector<size_t>& tasks, const fs::path& folder, int per_task,
-                                              const json& section, json& record, int64_t* job_kept,
+                                              const TrainConfig::FineTune& section, json& record, int64_t* job_kept,
                                               int64_t* unusable) {
   const Sampling taught =
-      sample_episodes(ctx, stage, step, tasks, folder, per_task, section["teacher"].get<std::string>());
+      sample_episodes(ctx, stage, step, tasks, folder, per_task, section.teacher);
   add_sampling_metrics(ctx, taught, record, "teacher_");
   int64_t kept = 0;
   std::vector<EpisodeSequence> demos = keep_filtered(ctx, taught, section, step, "teacher_", record, &kept, unusable);
@@ -536,19 +536,19 @@ void fresh_folders(RunContext& ctx, std::initializer_list<fs::path> folders) {
 // > 0, the teacher's (into rollouts/rft-teacher/, which value pretraining does not read), each
 // through the same filter; the metrics keep the two apart (kept, teacher_kept, ...).
 json run_rft(RunContext& ctx, const Stage& stage, int64_t step) {
-  const json& rft = ctx.config["stages"]["rft"];
+  const TrainConfig::Rft& rft = ctx.config.stages.rft;
   const auto t_step = Clock::now();
   const fs::path folder = ctx.run_dir / "rollouts" / "rft";
   const fs::path teacher_folder = ctx.run_dir / "rollouts" / "rft-teacher";
   fresh_folders(ctx, {folder, teacher_folder});
   const std::vector<size_t> tasks = stage_tasks(ctx, rft);
   const Sampling sampled =
-      sample_episodes(ctx, stage, step, tasks, folder, ctx.config["rollout"]["episodes_per_task"].get<int>());
+      sample_episodes(ctx, stage, step, tasks, folder, ctx.config.rollout.episodes_per_task);
   json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}};
   add_sampling_metrics(ctx, sampled, record);
   int64_t unusable = 0, job_kept = 0;
   std::vector<EpisodeSequence> kept = keep_filtered(ctx, sampled, rft, step, "", record, &job_kept, &unusable);
-  const int teacher_per_task = rft["teacher_episodes_per_task"].get<int>();
+  const int teacher_per_task = rft.teacher_episodes_per_task;
   if (teacher_per_task > 0)
     for (EpisodeSequence& e :
          teacher_episodes(ctx, stage, step, tasks, teacher_folder, teacher_per_task, rft, record, &job_kept, &unusable))
@@ -564,14 +564,14 @@ json run_rft(RunContext& ctx, const Stage& stage, int64_t step) {
 // filters (stages.sft's keep_reward_above, drop_stop_reasons, max_invalid_tool_calls), then the
 // actor fine-tuned on what is kept (stages.sft's lr, epochs, batch_size).
 json run_sft(RunContext& ctx, const Stage& stage, int64_t step) {
-  const json& sft = ctx.config["stages"]["sft"];
+  const TrainConfig::Sft& sft = ctx.config.stages.sft;
   const auto t_step = Clock::now();
   const fs::path folder = ctx.run_dir / "rollouts" / "sft";
   fresh_folders(ctx, {folder});
-  json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}, {"teacher", sft["teacher"]}};
+  json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}, {"teacher", sft.teacher}};
   int64_t unusable = 0, job_kept = 0;
   const std::vector<EpisodeSequence> kept = teacher_episodes(ctx, stage, step, stage_tasks(ctx, sft), folder,
-                                                             sft["episodes_per_task"].get<int>(), sft, record,
+                                                             sft.episodes_per_task, sft, record,
                                                              &job_kept, &unusable);
   add_rollout_metrics(ctx, kept, unusable, record);
   fine_tune(ctx, kept, job_kept, sft, step, record);
@@ -589,7 +589,7 @@ json run_sft(RunContext& ctx, const Stage& stage, int64_t step) {
 // critic's current values: the value clip (ppo.value_clip) bounds how far one pass moves a value,
 // not the whole stage.
 json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
-  const json& vp = ctx.config["stages"]["value_pretrain"];
+  const TrainConfig::ValuePretrain& vp = ctx.config.stages.value_pretrain;
   const auto t_step = Clock::now();
   json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", 1}};
   std::vector<fs::path> files = trajectory_files(ctx.run_dir / "rollouts" / "rft");
@@ -608,8 +608,8 @@ json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
     fresh_folders(ctx, {folder});
     ctx.log << fmt::format("[train] step {} (value_pretrain): no RFT trajectories in {}: sampling into {}\n", step,
                            (ctx.run_dir / "rollouts" / "rft").string(), folder.string());
-    const Sampling sampled = sample_episodes(ctx, stage, step, stage_tasks(ctx, ctx.config["stages"]["rft"]), folder,
-                                             ctx.config["rollout"]["episodes_per_task"].get<int>());
+    const Sampling sampled = sample_episodes(ctx, stage, step, stage_tasks(ctx, ctx.config.stages.rft), folder,
+                                             ctx.config.rollout.episodes_per_task);
     add_sampling_metrics(ctx, sampled, record);
     files = sampled.trajectories;
     record["source"] = "sampled";
@@ -629,21 +629,21 @@ json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
 
   const auto t_update = Clock::now();
   std::vector<lm::PpoSample> samples =
-      ppo_samples(episodes, critic_values(ctx, episodes), vp["gamma"].get<double>(), vp["lambda"].get<double>(),
+      ppo_samples(episodes, critic_values(ctx, episodes), vp.gamma, vp.lambda,
                   /*whiten=*/false);  // advantages are not used here
-  const int steps = vp["steps"].get<int>();
+  const int steps = vp.steps;
   const size_t n = samples.size();
   // Every process takes as many steps per pass: as many as the fewest sequences of a process.
   const size_t per_pass = std::min(static_cast<size_t>(steps), static_cast<size_t>(ctx.min(static_cast<double>(n))));
   lm::StageUpdateOptions one_step;
-  one_step.lr = vp["lr"].get<double>();
+  one_step.lr = vp.lr;
   int64_t policy_tokens = 0;
   for (const auto& s : samples) policy_tokens += std::count(s.loss_mask.begin(), s.loss_mask.end(), uint8_t{1});
   policy_tokens = static_cast<int64_t>(ctx.sum({static_cast<double>(policy_tokens)})[0]);
 
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), size_t{0});
-  uint64_t state = splitmix64(splitmix64(ctx.config["run"]["seed"].get<uint64_t>()) ^ static_cast<uint64_t>(step));
+  uint64_t state = splitmix64(splitmix64(ctx.config.run.seed) ^ static_cast<uint64_t>(step));
   double loss_sum = 0, clip_sum = 0, grad_sum = 0, first_pass = 0, last_pass = 0;
   int done = 0, passes = 0;
   while (done < steps) {

@@ -23,6 +23,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cuda_agent/lm/ppo_learner.h"
+#include "cuda_agent/rl/rft_filter.h"
+
 namespace cuda_agent::rl {
 
 // The stop reasons an episode can end with (agent/agent_loop.h), the allowed entries of
@@ -45,6 +48,85 @@ nlohmann::json load_train_config(const std::filesystem::path& yaml, const std::v
 // allowed; a missing key or a wrong type is an error too, so a hand-built JSON is checked as
 // thoroughly as a loaded one.
 void validate_train_config(const nlohmann::json& config);
+
+// The same config, typed: what the trainer reads, read once. The JSON it came from stays beside
+// it (raw), for what is saved (config.resolved.yaml, checkpoints).
+struct TrainConfig {
+  nlohmann::json raw;
+
+  struct Run {
+    std::string output_dir;
+    uint64_t seed = 0;
+    int steps_per_log = 1;
+  } run;
+  struct Model {
+    std::string actor, critic, dtype, device;
+  } model;
+  struct Data {
+    std::string split;
+    int tasks_per_step = 0;
+  } data;
+  struct Rollout {
+    int episodes_per_task = 0, max_turns = 0;
+    int64_t max_context_tokens = 0, max_new_tokens = 0;
+    double temperature = 1, top_p = 1, sandbox_timeout_s = 0;
+    int concurrent_episodes = 1;
+    bool single_turn = false;
+    int max_invalid_turns = 0, max_repeated_calls = 0;
+  } rollout;
+  // What stages.sft and stages.rft share: which episodes they keep and how they fine-tune on them.
+  struct FineTune {
+    bool enabled = false;
+    std::string teacher;
+    size_t tasks = 0;
+    RftFilterOptions filter;
+    int epochs = 1;
+    int64_t batch_size = 1;
+    double lr = 0;
+  };
+  struct Sft : FineTune {
+    int episodes_per_task = 1;
+  };
+  struct Rft : FineTune {
+    int teacher_episodes_per_task = 0;
+  };
+  struct Warmup {
+    bool enabled = false;
+    int steps = 0;
+    int64_t max_context_tokens = 0;
+    bool single_turn = true;
+  };
+  struct ValuePretrain {
+    bool enabled = false;
+    int steps = 0;
+    double gamma = 1, lambda = 1, lr = 0;
+  };
+  struct Stages {
+    Sft sft;
+    Warmup warmup;
+    Rft rft;
+    ValuePretrain value_pretrain;
+  } stages;
+  struct Ppo {
+    bool enabled = false;
+    int steps = 0;
+    int64_t batch_size = 0;
+    double gamma = 1, lambda = 1;
+    bool whiten_advantages = true;
+    lm::PpoOptions learner;  // the learner's share of the section (critic, seed and distributed unset)
+  } ppo;
+  struct Reward {
+    std::string kind;
+    double speedup_margin = 0;
+  } reward;
+  struct Checkpoint {
+    int every_steps = 0, keep_last = 0;
+  } checkpoint;
+  std::string distributed_backend;
+
+  // validate_train_config(config), then every field from it. Throws Error as that does.
+  static TrainConfig from_json(nlohmann::json config);
+};
 
 // Writes `config` as YAML to run_dir/config.resolved.yaml atomically (creating run_dir), in a
 // form that load_yaml_file and load_train_config read back to the same JSON: strings are

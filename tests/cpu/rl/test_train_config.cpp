@@ -211,6 +211,39 @@ TEST(TrainConfig, ValidateChecksHandBuiltJson) {
   EXPECT_HAS(msg, "ppo.gamma");
 }
 
+// The typed config reads every value the trainer uses from the JSON, and only a valid one.
+TEST(TrainConfig, TypedConfigHoldsTheResolvedValues) {
+  TempDir dir("train-config-");
+  const fs::path yaml = write_yaml(dir, "t.yaml",
+                                   "model:\n  actor: a.gguf\n  critic: shared\nrollout:\n  temperature: 0.7\n"
+                                   "stages:\n  rft:\n    drop_stop_reasons: [looping]\n    keep_reward_above: 1\n");
+  const json c = load_train_config(yaml, {"ppo.mini_batches=2", "run.seed=7", "stages.sft.enabled=true",
+                                          "stages.sft.teacher=reference:data/core/solutions"});
+  const TrainConfig t = TrainConfig::from_json(c);
+  EXPECT_EQ(t.raw, c);
+  EXPECT_EQ(t.model.actor, "a.gguf");
+  EXPECT_EQ(t.model.critic, "shared");
+  EXPECT_EQ(t.run.seed, 7u);
+  EXPECT_EQ(t.rollout.temperature, 0.7);
+  EXPECT_EQ(t.rollout.max_turns, 150);
+  EXPECT_EQ(t.rollout.max_context_tokens, 131072);
+  EXPECT_EQ(t.stages.warmup.max_context_tokens, 32768);
+  EXPECT_TRUE(t.stages.sft.enabled);
+  EXPECT_EQ(t.stages.sft.teacher, "reference:data/core/solutions");
+  EXPECT_EQ(t.stages.rft.filter.drop_stop_reasons, std::vector<std::string>{"looping"});
+  EXPECT_EQ(t.stages.rft.filter.keep_reward_above, 1.0);
+  EXPECT_EQ(t.stages.value_pretrain.lambda, 0.95);
+  EXPECT_EQ(t.ppo.learner.mini_batches, 2);
+  EXPECT_EQ(t.ppo.learner.clip_high, 0.28);
+  EXPECT_EQ(t.ppo.steps, 150);
+  EXPECT_EQ(t.reward.kind, "milestone");
+  EXPECT_EQ(t.checkpoint.keep_last, 3);
+
+  json bad = c;
+  bad["rollout"]["top_p"] = 2.0;
+  EXPECT_HAS(error_message([&] { (void)TrainConfig::from_json(bad); }), "rollout.top_p");
+}
+
 TEST(TrainConfig, ResolvedConfigRoundTrips) {
   TempDir dir("train-config-");
   // Values that a careless writer would not read back the same: a string that looks like a
