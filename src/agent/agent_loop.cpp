@@ -140,6 +140,8 @@ EpisodeResult run_episode(Policy& policy, Workspace& workspace, ToolRegistry& to
       assistant_event["prompt_extends_previous"] = reply.prompt_extends_previous;
       if (reply.teacher_forced) assistant_event["teacher_forced"] = true;
     }
+    result.turn_tokens.push_back({turn, std::move(reply.prompt_token_ids), std::move(reply.completion_token_ids),
+                                  std::move(reply.completion_logprobs), reply.teacher_forced});
     emit(std::move(assistant_event));
     ChatMessage assistant{"assistant", reply.tool_calls.empty() ? parsed.content : reply.text, parsed.calls, "", ""};
     request.messages.push_back(assistant);

@@ -9,22 +9,19 @@
 namespace cuda_agent::rl {
 namespace {
 
-struct TurnRecord {
-  int turn = 0;
-  std::vector<int64_t> prompt, completion;
-  std::vector<float> logprobs;
-  bool teacher_forced = false;
-};
+using TurnRecord = agent::TurnTokens;
 
+constexpr const char* kNoRecords =
+    "assistant turn {} has no token records (prompt_token_ids, completion_token_ids, completion_logprobs): its "
+    "policy does not see tokens (replay: and openai: policies); train with an in-process local:MODEL policy";
+
+// An assistant event's token records, as read back from a trajectory.
 TurnRecord turn_record(const nlohmann::json& e, size_t index) {
   TurnRecord r;
   r.turn = e.value("turn", static_cast<int>(index) + 1);
   const bool has = e.contains("prompt_token_ids") && e.contains("completion_token_ids") &&
                    e.contains("completion_logprobs");
-  CA_CHECK(has,
-           "assistant turn {} has no token records (prompt_token_ids, completion_token_ids, completion_logprobs): its "
-           "policy does not see tokens (replay: and openai: policies); train with an in-process local:MODEL policy",
-           r.turn);
+  CA_CHECK(has, kNoRecords, r.turn);
   try {
     r.prompt = e.at("prompt_token_ids").get<std::vector<int64_t>>();
     r.completion = e.at("completion_token_ids").get<std::vector<int64_t>>();
@@ -32,13 +29,16 @@ TurnRecord turn_record(const nlohmann::json& e, size_t index) {
   } catch (const nlohmann::json::exception& x) {
     CA_FAIL("assistant turn {}: the token records are not lists of numbers: {}", r.turn, x.what());
   }
+  r.teacher_forced = e.value("teacher_forced", false);
+  return r;
+}
+
+void check_turn(const TurnRecord& r) {
   CA_CHECK(!r.prompt.empty(), "assistant turn {}: prompt_token_ids is empty (the first token has no prediction, so a "
            "sequence needs a prompt)", r.turn);
   CA_CHECK(r.logprobs.size() == r.completion.size(),
            "assistant turn {}: {} completion_logprobs for {} completion_token_ids", r.turn, r.logprobs.size(),
            r.completion.size());
-  r.teacher_forced = e.value("teacher_forced", false);
-  return r;
 }
 
 // Does `next`'s prompt start with `prev`'s prompt + completion?
@@ -87,10 +87,24 @@ EpisodeSequence episode_sequence(const nlohmann::json& trajectory_events) {
   CA_CHECK(score != nullptr, "the trajectory has no score event: the episode did not finish");
   CA_CHECK(score->contains("reward") && (*score)["reward"].is_number(), "the score event's reward is {}, not a number",
            score->contains("reward") ? (*score)["reward"].dump() : "missing");
+  return episode_sequence(turns, (*score)["reward"].get<double>(), score->value("stop_reason", ""));
+}
 
+EpisodeSequence episode_sequence(const agent::EpisodeResult& result) {
+  CA_CHECK(!result.turn_tokens.empty(),
+           "the episode has no assistant turn: the policy never answered (see its error event)");
+  for (const TurnRecord& r : result.turn_tokens)
+    CA_CHECK(!r.prompt.empty() || !r.completion.empty(), kNoRecords, r.turn);
+  return episode_sequence(result.turn_tokens, result.reward, result.stop_reason);
+}
+
+EpisodeSequence episode_sequence(const std::vector<agent::TurnTokens>& turns, double reward,
+                                 const std::string& stop_reason) {
+  CA_CHECK(!turns.empty(), "the episode has no assistant turn");
+  for (const TurnRecord& r : turns) check_turn(r);
   EpisodeSequence out;
-  out.reward = (*score)["reward"].get<double>();
-  out.stop_reason = score->value("stop_reason", "");
+  out.reward = reward;
+  out.stop_reason = stop_reason;
   out.assistant_turns = static_cast<int>(turns.size());
   out.teacher_forced = std::any_of(turns.begin(), turns.end(), [](const TurnRecord& r) { return r.teacher_forced; });
   out.chained = true;

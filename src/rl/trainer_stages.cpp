@@ -316,8 +316,7 @@ int64_t add_rollout_metrics(const RunContext& ctx, const std::vector<EpisodeSequ
 
 // The episode of a trajectory without its sequences that hold no policy token (a turn whose reply
 // was empty: nothing to learn from, and ppo_samples refuses it). Error when none is left.
-EpisodeSequence usable_episode(const json& events) {
-  EpisodeSequence episode = episode_sequence(events);
+EpisodeSequence usable_episode(EpisodeSequence episode) {
   std::erase_if(episode.sequences, [](const TokenSequence& s) {
     return std::find(s.loss_mask.begin(), s.loss_mask.end(), uint8_t{1}) == s.loss_mask.end();
   });
@@ -331,7 +330,7 @@ std::vector<EpisodeSequence> read_usable_episodes(RunContext& ctx, const std::ve
   std::vector<EpisodeSequence> episodes;
   for (const fs::path& file : files) {
     try {
-      episodes.push_back(usable_episode(read_trajectory(file)));
+      episodes.push_back(usable_episode(episode_sequence(read_trajectory(file))));
     } catch (const std::exception& e) {
       ++*unusable;
       ctx.log << fmt::format("[train] step {}: {} has no usable token records: {}\n", step, file.string(), e.what());
@@ -380,7 +379,7 @@ json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in
   int64_t unusable = 0;
   for (size_t i = 0; i < sampled.results.size(); ++i) {
     try {
-      episodes.push_back(usable_episode(sampled.results[i].trajectory));
+      episodes.push_back(usable_episode(episode_sequence(sampled.results[i])));
     } catch (const std::exception& err) {
       ++unusable;
       ctx.log << fmt::format("[train] step {}: {} has no usable token records: {}\n", step,

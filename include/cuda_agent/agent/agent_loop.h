@@ -6,8 +6,10 @@
 // as it happens and kept in EpisodeResult::trajectory, the JSONL of docs/agent.md.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -32,6 +34,16 @@ struct AgentOptions {
 // Scores a solution file: returns a sandbox result (the JSON of docs/results.md).
 using Scorer = std::function<nlohmann::json(const std::string& solution_path)>;
 
+// One assistant turn's token records (PolicyReply's), kept typed beside its event so that an
+// in-process trainer need not read them back from JSON. Empty vectors: the policy does not see
+// tokens.
+struct TurnTokens {
+  int turn = 0;
+  std::vector<int64_t> prompt, completion;
+  std::vector<float> logprobs;
+  bool teacher_forced = false;
+};
+
 struct EpisodeResult {
   std::string stop_reason;   // answered, max_turns, policy_error, invalid_tool_calls, looping, single_turn
   int turns = 0;
@@ -40,6 +52,7 @@ struct EpisodeResult {
   double reward = -1.0;
   nlohmann::json score;       // the scorer's result
   nlohmann::json trajectory = nlohmann::json::array();  // every event, in order
+  std::vector<TurnTokens> turn_tokens;  // every assistant event's token records, in order
 };
 
 // Runs one episode. Never throws for anything the policy or the tools do; throws Error only

@@ -27,6 +27,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cuda_agent/agent/agent_loop.h"
 #include "cuda_agent/lm/ppo_learner.h"
 #include "cuda_agent/rl/advantages.h"
 
@@ -62,6 +63,14 @@ struct EpisodeSequence {
 // tokens: the message names the turn and says to train with local:MODEL); records of mismatched
 // lengths or an empty prompt (naming the turn); no "score" event or a non-numeric reward.
 EpisodeSequence episode_sequence(const nlohmann::json& trajectory_events);
+
+// The same from an episode run in this process: its typed token records (EpisodeResult::
+// turn_tokens), reward and stop reason, with the same errors; no JSON read back.
+EpisodeSequence episode_sequence(const agent::EpisodeResult& result);
+
+// The same from the turns' records themselves, the episode's reward and stop reason.
+EpisodeSequence episode_sequence(const std::vector<agent::TurnTokens>& turns, double reward,
+                                 const std::string& stop_reason);
 
 // The events of a trajectory.jsonl file (one JSON object a line; blank lines skipped), as an
 // array. Error naming the file (and the line) when it cannot be read or a line is not JSON.

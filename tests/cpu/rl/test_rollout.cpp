@@ -50,6 +50,38 @@ TEST(Rollout, ChainedTurnsBecomeOneSequenceMaskedOnEveryCompletion) {
   EXPECT_EQ(e.policy_tokens(), 5);
 }
 
+// An episode run in this process gives the same sequences from its typed records as from its
+// events, and the same errors.
+TEST(Rollout, TypedTurnRecordsGiveWhatTheEventsGive) {
+  agent::EpisodeResult r;
+  r.reward = 2.0;
+  r.stop_reason = "answered";
+  r.turn_tokens = {{1, {1, 2, 3}, {4, 5}, {-0.1f, -0.2f}, false},
+                   {2, {1, 2, 3, 4, 5, 6, 7}, {8, 9, 10}, {-0.3f, -0.4f, -0.5f}, false}};
+  const EpisodeSequence typed = episode_sequence(r), events = episode_sequence(chained_trajectory());
+  ASSERT_EQ(typed.sequences.size(), events.sequences.size());
+  EXPECT_EQ(typed.sequences[0].tokens, events.sequences[0].tokens);
+  EXPECT_EQ(typed.sequences[0].loss_mask, events.sequences[0].loss_mask);
+  EXPECT_EQ(typed.sequences[0].old_logprobs, events.sequences[0].old_logprobs);
+  EXPECT_EQ(typed.sequences[0].turns, events.sequences[0].turns);
+  EXPECT_EQ(typed.chained, events.chained);
+  EXPECT_EQ(typed.reward, events.reward);
+  EXPECT_EQ(typed.stop_reason, events.stop_reason);
+
+  r.turn_tokens[1].prompt.clear();
+  r.turn_tokens[1].completion.clear();
+  r.turn_tokens[1].logprobs.clear();
+  std::string m = error_message([&] { episode_sequence(r); });
+  EXPECT_NE(m.find("assistant turn 2 has no token records"), std::string::npos) << m;
+  r.turn_tokens.pop_back();
+  r.turn_tokens[0].logprobs = {-0.1f};
+  m = error_message([&] { episode_sequence(r); });
+  EXPECT_NE(m.find("assistant turn 1: 1 completion_logprobs for 2 completion_token_ids"), std::string::npos) << m;
+  r.turn_tokens.clear();
+  m = error_message([&] { episode_sequence(r); });
+  EXPECT_NE(m.find("no assistant turn"), std::string::npos) << m;
+}
+
 TEST(Rollout, ATurnThatDoesNotExtendFallsBackToPerTurnSequences) {
   json t = chained_trajectory();
   t[4]["prompt_token_ids"] = {1, 2, 3, 4, 99, 6, 7};  // the template rewrote the first completion
