@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "benchmark.h"
+#include "cuda_agent/core/log_forward.h"
 #include "checkpoint.h"
 #include "critic.h"
 #include "ppo_learner.h"
@@ -101,6 +102,12 @@ extern "C" PpoLearner* ca_lm_create_ppo_learner(const PpoCreateRequest* request,
     learner = cuda_agent::lm::make_ppo_learner(create_model(actor), *request->ppo).release();
   });
   return learner;
+}
+
+extern "C" int ca_lm_set_log(int abi, void (*forward)(int, const char*, const char*)) {
+  if (abi != kLmModuleAbi || forward == nullptr) return 1;
+  cuda_agent::forward_logs_to(forward);
+  return 0;
 }
 
 extern "C" int ca_lm_checkpoint_check(int abi, const ModelConfig* config, double* difference, std::string* error) {

@@ -5,12 +5,19 @@
 
 #include <optional>
 
+#include "cuda_agent/core/log_forward.h"
 #include "generation.h"
 #include "training.h"
 #include "weights_io.h"
 
 namespace cuda_agent::lm {
 namespace {
+
+int64_t parameter_count(torch::nn::Module& model) {
+  int64_t n = 0;
+  for (const auto& p : model.parameters()) n += p.numel();
+  return n;
+}
 
 std::vector<float> to_vector(const torch::Tensor& t) {
   auto cpu = t.to(torch::kCPU, torch::kFloat32).contiguous();
@@ -81,6 +88,9 @@ std::unique_ptr<TorchLanguageModel> TorchLanguageModel::random(const policy::Mod
   return translate_errors("random_language_model", [&] {
     CausalLM model(config, options.value_head, tensor_options(options));
     model->init_random(options.seed, options.init_std);
+    log_text(LogLevel::kDebug, "lm",
+             fmt::format("random model: {} parameters, {} on {}", parameter_count(*model), options.dtype,
+                         options.device));
     return std::make_unique<TorchLanguageModel>(std::move(model), options);
   });
 }
@@ -89,6 +99,9 @@ std::unique_ptr<TorchLanguageModel> TorchLanguageModel::load(const std::filesyst
                                                              const lm::LmOptions& options) {
   return translate_errors("load_language_model", [&] {
     auto model = load_causal_lm(path, options, tensor_options(options));
+    log_text(LogLevel::kDebug, "lm",
+             fmt::format("loaded {}: {} parameters, {} on {}", path.string(), parameter_count(*model), options.dtype,
+                         options.device));
     return std::make_unique<TorchLanguageModel>(std::move(model), options);
   });
 }

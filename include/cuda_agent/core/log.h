@@ -7,6 +7,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "cuda_agent/core/log_forward.h"
+
 namespace cuda_agent {
 
 // Returns the logger for `component` ("sandbox", "bench", ...), creating it on first use.
@@ -16,6 +18,7 @@ std::shared_ptr<spdlog::logger> logger(const std::string& component);
 // Sets the level of every logger, current and future: "trace", "debug", "info", "warn",
 // "error", "off". Throws Error on an unknown name.
 void set_log_level(const std::string& level);
+
 
 }  // namespace cuda_agent
 

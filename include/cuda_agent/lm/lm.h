@@ -131,8 +131,9 @@ std::filesystem::path language_model_module_path();
 
 // Raised whenever the layout of these types or the entry points change (ppo_learner.h's
 // PpoOptions and PpoLearner included), so a stale module is refused with a clear message instead
-// of crashing. 3: PpoOptions::critic, PpoLearner::forward / save_state / load_state.
-inline constexpr int kLmModuleAbi = 6;
+// of crashing. 3: PpoOptions::critic, PpoLearner::forward / save_state / load_state. 7:
+// ca_lm_set_log.
+inline constexpr int kLmModuleAbi = 7;
 
 struct LmCreateRequest {
   int abi = kLmModuleAbi;
@@ -150,5 +151,9 @@ struct LmCreateRequest {
 extern "C" cuda_agent::lm::LanguageModel* ca_lm_create(const cuda_agent::lm::LmCreateRequest* request,
                                                        std::string* error);
 extern "C" int ca_lm_benchmark(int abi, const char* spec, std::string* result, std::string* error);
+// Sends the module's log messages to `forward` (core/log.h's forward_logs_to); the loader calls
+// it once, right after loading the module, with the binary's loggers. Returns non-zero for
+// another ABI.
+extern "C" int ca_lm_set_log(int abi, void (*forward)(int level, const char* component, const char* text));
 extern "C" int ca_lm_checkpoint_check(int abi, const cuda_agent::policy::ModelConfig* config, double* difference,
                                       std::string* error);

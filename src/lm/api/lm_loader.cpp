@@ -7,6 +7,7 @@
 #include <system_error>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/log.h"
 #include "cuda_agent/lm/lm.h"
 #include "cuda_agent/lm/ppo_learner.h"
 
@@ -61,6 +62,10 @@ const Module& module() {
       m.checkpoint_check = reinterpret_cast<CheckFn>(dlsym(handle, "ca_lm_checkpoint_check"));
       m.benchmark = reinterpret_cast<BenchFn>(dlsym(handle, "ca_lm_benchmark"));
       m.create_ppo = reinterpret_cast<PpoCreateFn>(dlsym(handle, "ca_lm_create_ppo_learner"));
+      // The module's messages come out of this binary's loggers (absent in a module built before).
+      using SetLogFn = int (*)(int, LogForward);
+      if (auto set_log = reinterpret_cast<SetLogFn>(dlsym(handle, "ca_lm_set_log")))
+        (void)set_log(kLmModuleAbi, &log_forwarded);
       CA_CHECK(m.create != nullptr && m.checkpoint_check != nullptr,
                "{} lacks the entry points ca_lm_create / ca_lm_checkpoint_check; rebuild it with scripts/setup.sh",
                m.path.string());

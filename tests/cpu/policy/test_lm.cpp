@@ -5,8 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <sstream>
+
+#include <spdlog/sinks/ostream_sink.h>
 
 #include "../test_util.h"
+#include "cuda_agent/core/log.h"
 #include "cuda_agent/policy/weights.h"
 #include "lm_test_util.h"
 
@@ -249,6 +253,24 @@ TEST(LmErrors, BadInputsSayWhatIsWrong) {
   EXPECT_NE(
       error_message([&] { lm::load_language_model("/nonexistent/model", test_options()); }).find("/nonexistent/model"),
       std::string::npos);
+}
+
+// The module's messages come out of this binary's loggers, at this binary's level.
+TEST(LmLog, TheModuleLogsThroughTheBinarysLoggers) {
+  use_built_lm_module();
+  std::ostringstream out;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
+  sink->set_pattern("%n %l %v");
+  std::shared_ptr<spdlog::logger> lm_logger = logger("lm");
+  lm_logger->sinks().push_back(sink);
+  set_log_level("debug");
+  (void)lm::random_language_model(tiny_models()[0].config, test_options());
+  set_log_level("info");
+  (void)lm::random_language_model(tiny_models()[0].config, test_options());
+  lm_logger->sinks().pop_back();
+  const std::string text = out.str();
+  EXPECT_NE(text.find("lm debug random model: "), std::string::npos) << text;
+  EXPECT_EQ(text.find("random model"), text.rfind("random model")) << "one message, at debug only: " << text;
 }
 
 TEST(LmErrors, CudaWithoutGpuIsRefused) {
