@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|lm|multi|train|train-2gpu|learning|learning-report|kernelbench|timing|synth]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|lm|multi|train|train-2gpu|learning|learning-report|kernelbench|timing|synth]
+# agreement: issue 17's repeatability: the baselines of data/core's solved tasks cached, then
+# AGREE_RUNS (default 5) benches of their reference solutions, each a fresh evaluation per task;
+# scripts/reward_agreement.py compares their rewards pair by pair and the speedups' CV.
 # synth: issue 20's target, SYNTH_COUNT (default 300) sampled candidates through every filter,
 # against KB_DIR's KernelBench tasks where that folder exists; the funnel and the wall time.
 # kernelbench: every task of a KernelBench checkout (KB_DIR, default kb: its level1/ level2/
@@ -90,6 +93,19 @@ if [ "$what" = core-cached ]; then
   echo "core bench wall (cached baselines): $((SECONDS - start)) s" | tee -a "$out/core_bench.txt"
   cat "$out/core_bench.txt"; tail -5 "$out/core_bench.err"
   tar czf "$out/baseline-cache.tgz" -C "$CUDA_AGENT_CACHE_DIR" . 2>/dev/null
+fi
+if [ "$what" = agreement ]; then
+  make_core_solved
+  timeout "${CORE_BASELINES_TIMEOUT:-300}" $build/cuda-agent baselines --split $sub --output "$out/agree-baselines" \
+    > "$out/agree_baselines.txt" 2>&1
+  dirs=()
+  for i in $(seq 1 "${AGREE_RUNS:-5}"); do
+    start=$SECONDS
+    timeout "${CORE_BENCH_TIMEOUT:-300}" $build/cuda-agent bench --split $sub --solutions data/core/solutions \
+      --output "$out/agree-$i" > "$out/agree_$i.txt" 2> "$out/agree_$i.err"
+    echo "bench $i: $((SECONDS - start)) s"; dirs+=("$out/agree-$i")
+  done
+  python3 scripts/reward_agreement.py "${dirs[@]}" | tee "$out/agreement.md"
 fi
 if [ "$what" = lm ]; then
   timeout "${LM_BENCH_TIMEOUT:-3000}" scripts/bench_lm.sh $build "$out/lm-bench" > "$out/lm_bench.md" 2> "$out/lm_bench.err"
