@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "adamw_state.h"
-#include "communicator.h"
+#include "replicas.h"
 #include "ppo_batch.h"
 #include "critic.h"
 #include "cuda_agent/core/files.h"
@@ -130,13 +130,15 @@ class TorchPpoLearner final : public lm::PpoLearner {
     }
     for (const auto& [name, p] : groups_[kActorGroup].params) actor_params_.push_back(p);
     for (const auto& [name, p] : groups_[kCriticGroup].params) critic_params_.push_back(p);
-    comm_ = make_communicator(options.distributed, m->device());
-    if (options.shard_optimizer_state && distributed()) assign_owners();
+    std::vector<torch::Tensor> all(actor_params_);
+    all.insert(all.end(), critic_params_.begin(), critic_params_.end());
+    replicas_ = std::make_unique<Replicas>(options.distributed, m->device(), std::move(all),
+                                           options.shard_optimizer_state);
     // The optimizer steps the parameters this process owns: all of them unless sharded.
     auto group = [&](const std::vector<torch::Tensor>& all, size_t first, double lr) {
       std::vector<torch::Tensor> params;
       for (size_t i = 0; i < all.size(); ++i)
-        if (owns(first + i)) params.push_back(all[i]);
+        if (replicas_->owns(first + i)) params.push_back(all[i]);
       auto o = std::make_unique<torch::optim::AdamWOptions>(lr);
       o->weight_decay(options.weight_decay);
       return torch::optim::OptimizerParamGroup(std::move(params), std::move(o));
@@ -147,20 +149,15 @@ class TorchPpoLearner final : public lm::PpoLearner {
     optimizer_ = std::make_unique<torch::optim::AdamW>(std::move(groups),
                                                        torch::optim::AdamWOptions(options.actor_lr)
                                                            .weight_decay(options.weight_decay));
-    if (distributed()) {
-      // Every replica starts from rank 0's weights (a value head drawn from the seed is equal
-      // anyway; this also covers a rank that loaded other files).
-      torch::NoGradGuard no_grad;
-      std::vector<at::Tensor> all(actor_params_);
-      all.insert(all.end(), critic_params_.begin(), critic_params_.end());
-      comm_->broadcast(all, 0);
-    }
+    // Every replica starts from rank 0's weights (a value head drawn from the seed is equal
+    // anyway; this also covers a rank that loaded other files).
+    if (replicas_->distributed()) replicas_->broadcast_from_rank0();
   }
 
   PpoStats update(const std::vector<PpoSample>& batch) override {
     return translate_errors("PPO update", [&] {
       const auto start = std::chrono::steady_clock::now();
-      auto [tokens, plan] = agreed("PPO update", [&] {
+      auto [tokens, plan] = replicas_->agreed("PPO update", [&] {
         const int64_t t = check_batch(batch, Use::kPpo);
         return std::pair(t, draw_plan(batch, options_.epochs, options_.mini_batches, Use::kPpo, "ppo."));
       });
@@ -172,7 +169,7 @@ class TorchPpoLearner final : public lm::PpoLearner {
   PpoStats sft_update(const std::vector<PpoSample>& batch, const StageUpdateOptions& stage) override {
     return translate_errors("SFT update", [&] {
       const auto start = std::chrono::steady_clock::now();
-      auto [tokens, plan] = agreed("SFT update", [&] {
+      auto [tokens, plan] = replicas_->agreed("SFT update", [&] {
         check_stage(stage, Use::kSft);
         const int64_t t = check_batch(batch, Use::kSft);
         return std::pair(t, draw_plan(batch, stage.epochs, stage.mini_batches, Use::kSft, ""));
@@ -187,7 +184,7 @@ class TorchPpoLearner final : public lm::PpoLearner {
   PpoStats value_update(const std::vector<PpoSample>& batch, const StageUpdateOptions& stage) override {
     return translate_errors("value update", [&] {
       const auto start = std::chrono::steady_clock::now();
-      auto [tokens, plan] = agreed("value update", [&] {
+      auto [tokens, plan] = replicas_->agreed("value update", [&] {
         check_stage(stage, Use::kValue);
         const int64_t t = check_batch(batch, Use::kValue);
         return std::pair(t, draw_plan(batch, stage.epochs, stage.mini_batches, Use::kValue, ""));
@@ -206,7 +203,7 @@ class TorchPpoLearner final : public lm::PpoLearner {
       const int64_t tokens = check_batch(batch, Use::kPpo);
       CA_CHECK(tokens > 0, "PPO evaluate: the batch holds no policy tokens (loss_mask 1)");
       torch::NoGradGuard no_grad;
-      token_share_ = sequence_share_ = 1;  // this process's batch alone, also in a world of several
+      replicas_->reset_shares();  // this process's batch alone, also in a world of several
       std::vector<const PpoSample*> all;
       for (const auto& s : batch) all.push_back(&s);
       return finish(objective(pad(all, model_->model()->device(), Use::kPpo), /*backward=*/false), tokens, start);
@@ -238,7 +235,8 @@ class TorchPpoLearner final : public lm::PpoLearner {
   void save_state(const std::filesystem::path& dir) override {
     translate_errors("PPO learner save_state", [&] {
       // Rank 0 borrows the other processes' moments for the file, and drops them afterwards.
-      const std::vector<c10::TensorImpl*> borrowed = sharded() ? gather_moments_on_rank0() : std::vector<c10::TensorImpl*>{};
+      const std::vector<c10::TensorImpl*> borrowed =
+          replicas_->sharded() ? replicas_->gather_moments_on_rank0(*optimizer_) : std::vector<c10::TensorImpl*>{};
       struct Drop {
         torch::optim::AdamW& optimizer;
         const std::vector<c10::TensorImpl*>& keys;
@@ -246,7 +244,7 @@ class TorchPpoLearner final : public lm::PpoLearner {
           for (auto* k : keys) optimizer.state().erase(k);
         }
       } drop{*optimizer_, borrowed};
-      if (comm_->rank() != 0) return;
+      if (replicas_->rank() != 0) return;
       std::error_code ec;
       std::filesystem::create_directories(dir, ec);
       CA_CHECK(!ec, "cannot create the folder {}: {}", dir.string(), ec.message());
@@ -293,9 +291,9 @@ class TorchPpoLearner final : public lm::PpoLearner {
       }
       if (separate()) load_weights_into(*critic_, dir / kCriticFolder);
       restore_adamw_state(*optimizer_, groups_, state.at("optimizer"), *moments);
-      if (sharded())  // keep this process's share only
+      if (replicas_->sharded())  // keep this process's share only
         for_each_param([&](size_t i, const torch::Tensor& p) {
-          if (!owns(i)) optimizer_->state().erase(p.unsafeGetTensorImpl());
+          if (!replicas_->owns(i)) optimizer_->state().erase(p.unsafeGetTensorImpl());
         });
       rng_ = generator;
     });
@@ -315,148 +313,18 @@ class TorchPpoLearner final : public lm::PpoLearner {
   const PpoOptions& options() const override { return options_; }
 
   std::vector<double> sum_over_processes(const std::vector<double>& values) override {
-    return translate_errors("PPO learner sum_over_processes", [&] { return comm_->sum(values); });
+    return translate_errors("PPO learner sum_over_processes", [&] { return replicas_->sum(values); });
   }
 
  private:
   static constexpr size_t kActorGroup = 0, kCriticGroup = 1;  // the optimizer's parameter groups
 
   bool separate() const { return !critic_.is_empty(); }
-  bool distributed() const { return comm_->world_size() > 1; }
-  bool sharded() const { return !owner_.empty(); }
-  // Parameter i counts the actor's parameters, then the critic's.
-  bool owns(size_t i) const { return !sharded() || owner_[i] == comm_->rank(); }
   template <class F>
   void for_each_param(F&& f) const {
     size_t i = 0;
     for (const auto* params : {&actor_params_, &critic_params_})
       for (const auto& p : *params) f(i++, p);
-  }
-
-  // ZeRO stage 1: each parameter to the process with the fewest elements so far, largest first
-  // (ties to the lower index and rank), the same on every process.
-  void assign_owners() {
-    std::vector<std::pair<int64_t, size_t>> sizes;
-    for_each_param([&](size_t i, const torch::Tensor& p) { sizes.emplace_back(p.numel(), i); });
-    std::stable_sort(sizes.begin(), sizes.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    std::vector<int64_t> load(static_cast<size_t>(comm_->world_size()), 0);
-    owner_.assign(sizes.size(), 0);
-    for (const auto& [numel, i] : sizes) {
-      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
-      owner_[i] = static_cast<int>(least);
-      load[static_cast<size_t>(least)] += numel;
-    }
-  }
-
-  // After a sharded step: every owner sends the new values of its stepped parameters (those with
-  // a gradient, the same on every process) to the others.
-  void share_stepped_params() {
-    torch::NoGradGuard no_grad;
-    std::vector<std::vector<at::Tensor>> by_owner(static_cast<size_t>(comm_->world_size()));
-    for_each_param([&](size_t i, const torch::Tensor& p) {
-      if (p.grad().defined()) by_owner[static_cast<size_t>(owner_[i])].push_back(p);
-    });
-    for (size_t r = 0; r < by_owner.size(); ++r)
-      if (!by_owner[r].empty()) comm_->broadcast(by_owner[r], static_cast<int>(r));
-  }
-
-  // Every process takes part; rank 0 receives each other process's moments and holds them as
-  // AdamW state of the parameters (returned, to drop after saving). One parameter at a time, so
-  // the other processes never hold more than one parameter's foreign moments.
-  std::vector<c10::TensorImpl*> gather_moments_on_rank0() {
-    torch::NoGradGuard no_grad;
-    const int rank = comm_->rank();
-    std::vector<c10::TensorImpl*> borrowed;
-    const auto device = model_->model()->device();
-    for_each_param([&](size_t i, const torch::Tensor& p) {
-      const int owner = owner_[i];
-      if (owner == 0) return;  // rank 0's own
-      auto* state = rank == owner ? adamw_state_of(*optimizer_, p) : nullptr;
-      auto step = torch::full({1}, state != nullptr ? state->step() : 0, torch::TensorOptions().dtype(torch::kInt64).device(device));
-      comm_->broadcast({step}, owner);
-      const int64_t steps = step.item<int64_t>();
-      if (steps == 0) return;
-      std::vector<at::Tensor> moments = rank == owner ? std::vector<at::Tensor>{state->exp_avg(), state->exp_avg_sq()}
-                                                      : std::vector<at::Tensor>{torch::empty_like(p), torch::empty_like(p)};
-      comm_->broadcast(moments, owner);
-      if (rank != 0) return;
-      auto gathered = std::make_unique<torch::optim::AdamWParamState>();
-      gathered->step(steps);
-      gathered->exp_avg(moments[0]);
-      gathered->exp_avg_sq(moments[1]);
-      optimizer_->state()[p.unsafeGetTensorImpl()] = std::move(gathered);
-      borrowed.push_back(p.unsafeGetTensorImpl());
-    });
-    return borrowed;
-  }
-
-  // Runs this process's checks of its share (returning the policy tokens and the plan); in a
-  // world of several, every process fails when one does (one that threw alone would leave the
-  // others waiting in a collective), and the tokens become the job's.
-  template <class Check>
-  auto agreed(const char* what, Check&& check) -> decltype(check()) {
-    if (!distributed()) return check();
-    std::string error;
-    decltype(check()) out{};
-    try {
-      out = check();
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
-    const std::vector<double> g = comm_->sum({error.empty() ? 0.0 : 1.0, static_cast<double>(out.first)});
-    CA_CHECK(error.empty(), "{}", error);
-    CA_CHECK(g[0] == 0, "{}: rank {}'s share is fine, but {} other process(es) refused theirs (see their logs); no "
-             "step was taken", what, comm_->rank(), g[0]);
-    out.first = static_cast<int64_t>(g[1]);
-    return out;
-  }
-
-  // Data parallelism: the share of the job's policy tokens (and of its sequences with policy
-  // tokens) this process's part of a mini-batch holds. agg() scales each aggregation by it, so
-  // the gradients summed over the processes are those of the aggregation over the union.
-  void set_shares(const std::vector<const PpoSample*>& part) {
-    double tokens = 0, sequences = 0;
-    for (const PpoSample* s : part) {
-      int64_t t = 0;
-      for (uint8_t m : s->loss_mask) t += m;
-      tokens += static_cast<double>(t);
-      sequences += t > 0 ? 1 : 0;
-    }
-    const std::vector<double> g = comm_->sum({tokens, sequences});
-    token_share_ = tokens / g[0];
-    sequence_share_ = sequences / g[1];
-  }
-
-  // aggregate(), as this process's share of the job's aggregate (exactly aggregate() alone).
-  torch::Tensor agg(const torch::Tensor& per_token, const torch::Tensor& mask, Aggregation mode) const {
-    torch::Tensor a = aggregate(per_token, mask, mode);
-    if (!distributed()) return a;
-    return a * (mode == Aggregation::kTokenMean ? token_share_ : sequence_share_);
-  }
-
-  // After the backward of every process's share: the gradients summed over the processes.
-  void reduce_gradients() {
-    std::vector<at::Tensor> grads;
-    for (const auto* params : {&actor_params_, &critic_params_})
-      for (const auto& p : *params)
-        if (p.grad().defined()) grads.push_back(p.grad());
-    comm_->all_reduce_sum(grads);
-  }
-
-  // The statistics of the job's mini-batch from this process's shares of them.
-  PpoStats reduce_stats(PpoStats s) {
-    s.clip_fraction *= token_share_;
-    s.value_clip_fraction *= token_share_;
-    const std::vector<double> g =
-        comm_->sum({s.loss, s.policy_loss, s.value_loss, s.entropy, s.kl, s.clip_fraction, s.value_clip_fraction});
-    s.loss = g[0];
-    s.policy_loss = g[1];
-    s.value_loss = g[2];
-    s.entropy = g[3];
-    s.kl = g[4];
-    s.clip_fraction = g[5];
-    s.value_clip_fraction = g[6];
-    return s;
   }
 
   // Checks every sample; returns the batch's policy tokens.
@@ -512,16 +380,16 @@ class TorchPpoLearner final : public lm::PpoLearner {
     PpoStats mean;
     for (const auto& part : plan) {
       zero_grads();
-      if (distributed()) set_shares(part);
+      if (replicas_->distributed()) replicas_->set_shares(part);
       PpoStats stats = objective_of(pad(part, model_->model()->device(), use));
-      if (distributed()) {
-        reduce_gradients();
-        stats = reduce_stats(stats);
+      if (replicas_->distributed()) {
+        replicas_->reduce_gradients();
+        stats = replicas_->reduce_stats(stats);
       }
       if (use != Use::kValue) stats.grad_norm_actor = torch::nn::utils::clip_grad_norm_(actor_params_, max_norm);
       if (use != Use::kSft) stats.grad_norm_critic = torch::nn::utils::clip_grad_norm_(critic_params_, max_norm);
       optimizer_->step();
-      if (sharded()) share_stepped_params();
+      if (replicas_->sharded()) replicas_->share_stepped_params();
       add(mean, stats, 1.0 / static_cast<double>(plan.size()));
     }
     zero_grads();
@@ -544,10 +412,10 @@ class TorchPpoLearner final : public lm::PpoLearner {
   // Stage 2: the mean NLL of the policy tokens, token_mean whatever loss_aggregation says.
   PpoStats sft_objective(const Padded& b) {
     TokenStats s = token_stats(*model_->model(), b.ids);
-    auto loss = agg(-s.logprobs, b.mask, Aggregation::kTokenMean);
+    auto loss = replicas_->agg(-s.logprobs, b.mask, Aggregation::kTokenMean);
     PpoStats stats;
     stats.loss = loss.item<double>();
-    stats.entropy = agg(s.entropy.detach(), b.mask, Aggregation::kTokenMean).item<double>();
+    stats.entropy = replicas_->agg(s.entropy.detach(), b.mask, Aggregation::kTokenMean).item<double>();
     loss.backward();
     return stats;
   }
@@ -569,7 +437,7 @@ class TorchPpoLearner final : public lm::PpoLearner {
     auto v_clipped = b.old_values + (v - b.old_values).clamp(-options_.value_clip, options_.value_clip);
     error = (v - b.returns).square();
     clipped_error = (v_clipped - b.returns).square();
-    return agg(0.5 * torch::maximum(error, clipped_error), b.mask, aggregation_);
+    return replicas_->agg(0.5 * torch::maximum(error, clipped_error), b.mask, aggregation_);
   }
 
   // The PPO objective of a mini-batch; with `backward` its gradient is accumulated as well. The
@@ -587,14 +455,14 @@ class TorchPpoLearner final : public lm::PpoLearner {
     auto ratio = torch::where(m, s.logprobs - b.old_logprobs, zeros).exp();
     auto unclipped = -b.advantages * ratio;
     auto clipped = -b.advantages * ratio.clamp(1.0 - options_.clip_low, 1.0 + options_.clip_high);
-    auto policy_loss = agg(torch::maximum(unclipped, clipped), m, aggregation_);
+    auto policy_loss = replicas_->agg(torch::maximum(unclipped, clipped), m, aggregation_);
 
     torch::Tensor value, error, clipped_error;
     if (!separate()) value = value_loss(s.values, b, error, clipped_error);
 
     PpoStats stats;
     torch::Tensor loss = separate() ? policy_loss : policy_loss + value;
-    if (options_.entropy_coef != 0) loss = loss - options_.entropy_coef * agg(s.entropy, m, aggregation_);
+    if (options_.entropy_coef != 0) loss = loss - options_.entropy_coef * replicas_->agg(s.entropy, m, aggregation_);
     if (b.ref_logprobs.defined()) {
       auto d = torch::where(m, s.logprobs - b.ref_logprobs, zeros);
       torch::Tensor kl;
@@ -604,12 +472,12 @@ class TorchPpoLearner final : public lm::PpoLearner {
         case KlEstimator::kK3: kl = torch::expm1(-d) + d; break;
       }
       if (options_.kl_mode == "loss" && options_.kl_coef != 0)
-        loss = loss + options_.kl_coef * agg(kl, m, aggregation_);
-      stats.kl = agg(kl.detach(), m, Aggregation::kTokenMean).item<double>();
+        loss = loss + options_.kl_coef * replicas_->agg(kl, m, aggregation_);
+      stats.kl = replicas_->agg(kl.detach(), m, Aggregation::kTokenMean).item<double>();
     }
     stats.loss = loss.item<double>();
     stats.policy_loss = policy_loss.item<double>();
-    stats.entropy = agg(s.entropy.detach(), m, Aggregation::kTokenMean).item<double>();
+    stats.entropy = replicas_->agg(s.entropy.detach(), m, Aggregation::kTokenMean).item<double>();
     stats.clip_fraction = token_fraction(clipped > unclipped, m, b.tokens);
     if (backward) loss.backward();
     if (separate()) {
@@ -643,9 +511,7 @@ class TorchPpoLearner final : public lm::PpoLearner {
   std::vector<NamedGroup> groups_;  // [kActorGroup], [kCriticGroup], by parameter name (save_state)
   std::vector<torch::Tensor> actor_params_, critic_params_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
-  std::vector<int> owner_;  // with shard_optimizer_state: the rank that steps each parameter
-  std::unique_ptr<Communicator> comm_;  // a world of one unless options.distributed says otherwise
-  double token_share_ = 1, sequence_share_ = 1;  // set_shares()
+  std::unique_ptr<Replicas> replicas_;  // a world of one unless options.distributed says otherwise
 };
 
 }  // namespace
