@@ -259,6 +259,22 @@ TEST_F(Integrity, FallbackGuardRecordsOrRejectsPyTorchCompute) {
 namespace {
 
 // add: forward(a, b) -> a + b on the CPU, in PyTorch (the CPU path has no kernels to check).
+// Python that writes x86-64 machine code to an executable page `_text`: a loop storing to every
+// cache line of a 64 MiB buffer, followed by `tail` (its last instruction: jump back to the
+// start, or return). The red team's native-thread and signal-handler entries use the same code.
+std::string native_streamer(const std::string& tail) {
+  return "import ctypes, mmap\n"
+         "_BYTES = 64 << 20\n"
+         "_buffer = mmap.mmap(-1, _BYTES)\n"
+         "_address = ctypes.addressof(ctypes.c_char.from_buffer(_buffer))\n"
+         "_code = (b'\\x48\\xb8' + _address.to_bytes(8, 'little') + b'\\x48\\xb9' + (_BYTES // 64).to_bytes(8, 'little')\n"
+         "         + b'\\x48\\x89\\x08\\x48\\x83\\xc0\\x40\\x48\\xff\\xc9\\x75\\xf4" +
+         tail +
+         "')\n"
+         "_text = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+         "_text.write(_code)\n";
+}
+
 std::string add_solution(const std::string& body, const std::string& prelude = "") {
   return std::string(kModelNewHeader) + prelude +
          "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n\n"
@@ -312,15 +328,9 @@ TEST_F(Integrity, ANativeThreadRunningWhileTheJudgeWorksIsTampering) {
   GTEST_SKIP() << "the thread's machine code is x86-64";
 #endif
   const std::string task = kSource + "/tests/data/tasks/add/model.py";
+  // The streaming loop, run forever (a thread's body).
   const std::string prelude =
-      "import ctypes, mmap\n"
-      "_BYTES = 64 << 20\n"
-      "_buffer = mmap.mmap(-1, _BYTES)\n"
-      "_address = ctypes.addressof(ctypes.c_char.from_buffer(_buffer))\n"
-      "_code = (b'\\x48\\xb8' + _address.to_bytes(8, 'little') + b'\\x48\\xb9' + (_BYTES // 64).to_bytes(8, 'little')\n"
-      "         + b'\\x48\\x89\\x08\\x48\\x83\\xc0\\x40\\x48\\xff\\xc9\\x75\\xf4\\xeb\\xde')\n"
-      "_text = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
-      "_text.write(_code)\n"
+      native_streamer("\\xeb\\xde") +
       "_libc = ctypes.CDLL(None)\n"
       "_libc.pthread_create.argtypes = [ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, ctypes.c_void_p, "
       "ctypes.c_void_p]\n"
@@ -346,15 +356,9 @@ TEST_F(Integrity, ANativeSignalHandlerRunningWhileTheJudgeWorksIsTampering) {
   GTEST_SKIP() << "the handler's machine code is x86-64";
 #endif
   const std::string task = kSource + "/tests/data/tasks/add/model.py";
+  // One pass of the streaming loop, then return (a handler's body).
   const std::string prelude =
-      "import ctypes, mmap\n"
-      "_BYTES = 64 << 20\n"
-      "_buffer = mmap.mmap(-1, _BYTES)\n"
-      "_address = ctypes.addressof(ctypes.c_char.from_buffer(_buffer))\n"
-      "_code = (b'\\x48\\xb8' + _address.to_bytes(8, 'little') + b'\\x48\\xb9' + (_BYTES // 64).to_bytes(8, 'little')\n"
-      "         + b'\\x48\\x89\\x08\\x48\\x83\\xc0\\x40\\x48\\xff\\xc9\\x75\\xf4\\xc3')\n"
-      "_text = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
-      "_text.write(_code)\n"
+      native_streamer("\\xc3") +
       "class _Sigaction(ctypes.Structure):\n"
       "    _fields_ = [('handler', ctypes.c_void_p), ('mask', ctypes.c_ulong * 16), ('flags', ctypes.c_int),\n"
       "                ('restorer', ctypes.c_void_p)]\n"
