@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|lm|multi|train|train-2gpu|learning|learning-report|kernelbench|timing|synth]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|warm|lm|multi|train|train-2gpu|learning|learning-report|kernelbench|timing|synth]
 # agreement: issue 17's repeatability: the baselines of data/core's solved tasks cached, then
 # AGREE_RUNS (default 5) benches of their reference solutions, each a fresh evaluation per task;
 # scripts/reward_agreement.py compares their rewards pair by pair and the speedups' CV.
+# warm: an evaluation's wall time with cached baselines, judges started per evaluation against
+# judges started ahead (sandbox.warm_workers); scripts/eval_wall.py.
 # synth: issue 20's target, SYNTH_COUNT (default 300) sampled candidates through every filter,
 # against KB_DIR's KernelBench tasks where that folder exists; the funnel and the wall time.
 # kernelbench: every task of a KernelBench checkout (KB_DIR, default kb: its level1/ level2/
@@ -106,6 +108,33 @@ if [ "$what" = agreement ]; then
     echo "bench $i: $((SECONDS - start)) s"; dirs+=("$out/agree-$i")
   done
   python3 scripts/reward_agreement.py "${dirs[@]}" | tee "$out/agreement.md"
+fi
+if [ "$what" = warm ]; then
+  # Evaluation wall with cached baselines (issues 15 and 19): the first WARM_TASKS (default 12)
+  # of data/core's solved tasks, eager baselines cached first (no torch.compile: it is not what
+  # this measures), then one bench without judges started ahead (sandbox.warm_workers=0) and one
+  # with (the default), one evaluation at a time; scripts/eval_wall.py compares them.
+  make_core_solved
+  head -n $((2 + 3 * ${WARM_TASKS:-12})) $sub/split.yaml > $sub/split.tmp && mv $sub/split.tmp $sub/split.yaml
+  nocompile=(--set sandbox.profile_compile=false)
+  timeout "${CORE_BASELINES_TIMEOUT:-300}" $build/cuda-agent baselines --split $sub "${nocompile[@]}" \
+    --output "$out/warm-baselines" > "$out/warm_baselines.txt" 2>&1
+  for w in 0 2; do
+    start=$SECONDS
+    timeout "${CORE_BENCH_TIMEOUT:-300}" $build/cuda-agent bench --split $sub --solutions data/core/solutions \
+      "${nocompile[@]}" --set sandbox.warm_workers=$w --workers-per-gpu 1 --output "$out/warm-$w" \
+      > "$out/warm_$w.txt" 2> "$out/warm_$w.err"
+    echo "bench, warm_workers=$w: $((SECONDS - start)) s" | tee -a "$out/warm.txt"
+  done
+  python3 scripts/eval_wall.py "$out/warm-0" "$out/warm-2" | tee -a "$out/warm.txt"
+  # One-shot evaluations (a process of its own each: no judge started ahead), the first filling
+  # the cache: section 2's figure.
+  for i in 1 2 3 4; do
+    $build/cuda-agent evaluate --task tests/data/tasks/add/model.py --solution tests/data/solutions/add_ok/model_new.py \
+      --json 2>/dev/null | python3 -c "import json,sys; r=json.load(sys.stdin); print('evaluate $i:', r['category'] or 'pass', \
+      'wall %.2f s' % r['wall_seconds'], {k: round(v, 2) for k, v in r['phase_seconds'].items()}, r.get('processes'))" \
+      | tee -a "$out/warm.txt"
+  done
 fi
 if [ "$what" = lm ]; then
   timeout "${LM_BENCH_TIMEOUT:-3000}" scripts/bench_lm.sh $build "$out/lm-bench" > "$out/lm_bench.md" 2> "$out/lm_bench.err"

@@ -735,11 +735,14 @@ void add_serve(CLI::App& app, Verbs& verbs) {
 }
 
 // The internal verbs. An evaluation's two processes (sandbox/evaluation.h): the judge
-// (--request, --result) and the candidate process the judge starts (--candidate, its channel as
-// descriptor 3). The agent's Bash under `confine: namespaces` (agent/tool_support.cpp): confine
-// this fresh, single-threaded process, then exec the command.
+// (--judge, its job on descriptor 3) and the candidate process the judge starts when it cannot
+// fork it (--candidate, its channel as descriptor 3). The agent's Bash under `confine:
+// namespaces` (agent/tool_support.cpp): confine this fresh, single-threaded process, then exec
+// the command.
 struct InternalFlags {
-  std::string request, result, candidate;
+  bool judge = false;
+  int quiet_gpu = -1;
+  std::string candidate;
   std::vector<std::string> writable, read_only;
 };
 
@@ -747,19 +750,13 @@ void add_internal(CLI::App& app, Verbs& verbs) {
   auto f = std::make_shared<InternalFlags>();
   CLI::App* worker = app.add_subcommand("worker", "(internal) an evaluation's judge or candidate process");
   worker->group("");
-  worker->add_option("--request", f->request);
-  worker->add_option("--result", f->result);
+  worker->add_flag("--judge", f->judge);
+  worker->add_option("--quiet-gpu", f->quiet_gpu);
   worker->add_option("--candidate", f->candidate);
   verbs.push_back(
       {worker, [f] {
-         int code = 0;
-         if (!f->candidate.empty()) {
-           code = sandbox::run_candidate_process(f->candidate);
-         } else {
-           CA_CHECK(!f->request.empty() && !f->result.empty(), "worker needs --request and --result, or --candidate");
-           sandbox::EvalRequest req = sandbox::EvalRequest::from_json(nlohmann::json::parse(read_file(f->request)));
-           sandbox::run_judge_process(req, f->result);
-         }
+         CA_CHECK(f->judge != !f->candidate.empty(), "worker needs --judge or --candidate REQUEST");
+         const int code = f->judge ? sandbox::run_judge_worker(f->quiet_gpu) : sandbox::run_candidate_process(f->candidate);
          std::cout.flush();
          std::fflush(nullptr);
          // The interpreter, torch and CUDA tear down badly at exit; the result is on disk.

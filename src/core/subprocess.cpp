@@ -278,10 +278,66 @@ pid_t spawn_child(const SubprocessOptions& options) {
   return pid;
 }
 
+// Starts a child that runs `body` in a copy of this process; returns its pid. Throws Error if
+// it cannot start.
+pid_t fork_child(const SubprocessOptions& options, const std::function<int()>& body) {
+  const std::string& out_path = options.stdout_path;
+  const std::string& err_path = options.stderr_path;
+  UniqueFd out_fd = out_path.empty() ? UniqueFd() : open_output(out_path, "stdout");
+  UniqueFd err_fd = err_path.empty() || err_path == out_path ? UniqueFd() : open_output(err_path, "stderr");
+  const bool err_shares_out = (!err_path.empty() && err_path == out_path) ||
+                              (out_fd.get() >= 0 && err_fd.get() >= 0 && same_file(out_fd.get(), err_fd.get()));
+  // Every descriptor the child moves into place sits above 3, so that no dup2 clobbers another.
+  UniqueFd opened(::open("/dev/null", O_RDWR | O_CLOEXEC));
+  UniqueFd null_fd(opened.get() < 0 ? -1 : ::fcntl(opened.get(), F_DUPFD_CLOEXEC, 4));
+  CA_CHECK(null_fd.get() >= 0, "cannot open /dev/null for '{}': {}", options.argv[0], errno_text(errno));
+  opened = UniqueFd();
+  UniqueFd pass_fd(options.pass_fd < 0 ? -1 : ::fcntl(options.pass_fd, F_DUPFD_CLOEXEC, 4));
+  CA_CHECK(options.pass_fd < 0 || pass_fd.get() >= 0, "cannot duplicate descriptor {} for the child: {}",
+           options.pass_fd, errno_text(errno));
+  std::fflush(nullptr);  // what this process buffered is written once, by this process
+  const pid_t pid = ::fork();
+  const int fork_error = errno;
+  CA_CHECK(pid >= 0, "cannot start '{}': fork failed: {}", options.argv[0], errno_text(fork_error));
+  if (pid > 0) return pid;
+  // The child. Nothing here returns into the caller's stack.
+  int code = 1;
+  try {
+    ::setsid();
+    for (int s = 1; s < NSIG; ++s) ::signal(s, SIG_DFL);  // SIGKILL, SIGSTOP and libc's own fail: fine
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    const int out = out_fd.get() >= 0 ? out_fd.get() : null_fd.get();
+    const int err = err_shares_out ? out : err_fd.get() >= 0 ? err_fd.get() : null_fd.get();
+    bool set_up = ::dup2(null_fd.get(), 0) == 0 && ::dup2(out, 1) == 1 && ::dup2(err, 2) == 2 &&
+                  (pass_fd.get() < 0 || ::dup2(pass_fd.get(), 3) == 3) &&
+                  ::close_range(pass_fd.get() >= 0 ? 4 : 3, ~0U, 0) == 0 &&
+                  (options.cwd.empty() || ::chdir(options.cwd.c_str()) == 0);
+    for (const auto& name : options.env_unset) set_up = set_up && ::unsetenv(name.c_str()) == 0;
+    for (const auto& [name, value] : options.env_set) set_up = set_up && ::setenv(name.c_str(), value.c_str(), 1) == 0;
+    if (!set_up) {
+      std::fprintf(stderr, "cuda-agent: cannot set up the child '%s': %s\n", options.argv[0].c_str(),
+                   errno_text(errno).c_str());
+      code = 127;
+    } else {
+      code = body();
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda-agent: the child '%s' failed: %s\n", options.argv[0].c_str(), e.what());
+  } catch (...) {
+  }
+  std::fflush(nullptr);
+  ::_exit(code);
+}
+
 // Watches the child until it exits, enforcing the limits, then clears its group and reaps it.
 void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_point start,
                    SubprocessResult& result) {
   enum class Phase { kRunning, kTerminating, kKilled };
+  // A pre-started child's clock starts when the caller gives it its work.
+  bool clock_running = options.deferred_timeout_s == nullptr;
+  double timeout_s = options.timeout_s;
   Phase phase = Phase::kRunning;
   Clock::time_point term_sent;
   const Seconds grace(options.kill_grace_s);
@@ -294,7 +350,16 @@ void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_poin
   };
 
   while (!has_exited(pid)) {
-    const auto now = Clock::now();
+    auto now = Clock::now();
+    if (!clock_running) {
+      const double deferred = options.deferred_timeout_s->load();
+      if (deferred >= 0) {
+        clock_running = true;
+        start = now;
+        timeout_s = deferred;
+        result.timeout_s = deferred;
+      }
+    }
     if (now >= next_sample) {
       const GroupSample sample = sample_group(pid);
       result.peak_rss_bytes = std::max(result.peak_rss_bytes, sample.rss_bytes);
@@ -304,8 +369,7 @@ void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_poin
         stop_group(result.memory_exceeded);
       }
     }
-    if (phase == Phase::kRunning && options.timeout_s > 0 &&
-        now - start >= Seconds(options.timeout_s)) {
+    if (phase == Phase::kRunning && clock_running && timeout_s > 0 && now - start >= Seconds(timeout_s)) {
       stop_group(result.timed_out);
     }
     if (phase == Phase::kRunning && options.cancel != nullptr && options.cancel->load()) {
@@ -362,7 +426,6 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
   auto close_passed = [&] {
     if (options.close_pass_fd && options.pass_fd >= 0) ::close(options.pass_fd);
   };
-  const auto start = Clock::now();
   pid_t pid = -1;
   try {
     validate(options);
@@ -372,11 +435,31 @@ SubprocessResult run_subprocess(const SubprocessOptions& options) {
     throw;
   }
   close_passed();
+  return watch_subprocess(pid, options);
+}
+
+pid_t fork_subprocess(const SubprocessOptions& options, const std::function<int()>& body) {
+  auto close_passed = [&] {
+    if (options.close_pass_fd && options.pass_fd >= 0) ::close(options.pass_fd);
+  };
+  pid_t pid = -1;
+  try {
+    validate(options);
+    pid = fork_child(options, body);
+  } catch (...) {
+    close_passed();
+    throw;
+  }
+  close_passed();
+  return pid;
+}
+
+SubprocessResult watch_subprocess(pid_t pid, const SubprocessOptions& options) {
   SubprocessResult result;
   result.timeout_s = options.timeout_s;
   result.max_rss_bytes = options.max_rss_bytes;
   try {
-    monitor_child(pid, options, start, result);
+    monitor_child(pid, options, Clock::now(), result);
   } catch (...) {
     ::kill(-pid, SIGKILL);  // never leave the group running behind an exception
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) continue;

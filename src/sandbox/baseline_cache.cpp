@@ -20,6 +20,15 @@ std::string BaselineKey::digest() const { return sha256_hex(to_json().dump()); }
 
 fs::path cache_secret_dir(const fs::path& cache_dir) { return cache_dir / "secret"; }
 
+void ensure_cache_secret_dir(const fs::path& cache_dir) {
+  const fs::path dir = cache_secret_dir(cache_dir);
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) return;
+  fs::create_directories(dir, ec);
+  CA_CHECK(!ec, "cannot create the cache's secret folder {}: {}", dir.string(), ec.message());
+  ::chmod(dir.c_str(), 0700);
+}
+
 std::string cache_secret(const fs::path& cache_dir) {
   const fs::path dir = cache_secret_dir(cache_dir);
   const fs::path file = dir / "key";
@@ -30,9 +39,7 @@ std::string cache_secret(const fs::path& cache_dir) {
              dir.string());
     return key;
   }
-  fs::create_directories(dir, ec);
-  CA_CHECK(!ec, "cannot create the cache's secret folder {}: {}", dir.string(), ec.message());
-  ::chmod(dir.c_str(), 0700);
+  ensure_cache_secret_dir(cache_dir);
   const std::string key = random_hex(32);
   write_file_atomic(file, key);
   ::chmod(file.c_str(), 0600);

@@ -7,6 +7,7 @@
 
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
+#include "cuda_agent/sandbox/python_runtime.h"
 #include "evaluation_support.h"
 
 namespace fs = std::filesystem;
@@ -33,7 +34,6 @@ CandidateClient::CandidateClient(const Launch& launch)
   sp.env_set["CUDA_VISIBLE_DEVICES"] = launch.request.device == "cpu" ? "" : std::to_string(launch.gpu);
   sp.env_set["PYTHONUNBUFFERED"] = "1";
   sp.env_set["PYTHONDONTWRITEBYTECODE"] = "1";
-  sp.env_unset = {"CUDA_AGENT_RESULT_KEY"};
   sp.stdout_path = log_path_.string();
   sp.stderr_path = log_path_.string();
   sp.timeout_s = launch.timeout_s;
@@ -41,9 +41,17 @@ CandidateClient::CandidateClient(const Launch& launch)
   sp.pass_fd = peer.release();  // run_subprocess closes it once the child has it
   sp.close_pass_fd = true;
   sp.cancel = &cancel_;
-  monitor_ = std::thread([this, sp] {
+  pid_t forked = -1;
+  if (launch.fork) {
+    // On this thread: the copy's only thread is the one that forked, and it must hold the GIL.
+    sp.argv = {"the candidate process"};
+    sp.env_set.erase("CUDA_VISIBLE_DEVICES");  // the judge's own: the GPU's index is 0 in both
+    const CandidateRequest request = launch.request;
+    forked = fork_with_python(sp, [request] { return run_forked_candidate(request); });
+  }
+  monitor_ = std::thread([this, sp, forked] {
     try {
-      result_ = run_subprocess(sp);
+      result_ = forked >= 0 ? watch_subprocess(forked, sp) : run_subprocess(sp);
     } catch (const std::exception& e) {
       result_ = SubprocessResult{};
       result_.exit_code = 127;

@@ -156,20 +156,22 @@ void Candidate::start(std::string& phase) {
     throw Failure{Category::kInfrastructure, std::string("watching the solution's processes: ") + e.what()};
   }
   phase = "python_start";
-  ::setenv("TORCH_EXTENSIONS_DIR", (fs::path(req_.build_dir) / "torch_extensions").c_str(), 1);
-  // torch.compile inside a solution compiles in this process, not in a pool of workers that
-  // would stay alive beside the forwards (SolutionProcesses).
-  ::setenv("TORCHINDUCTOR_COMPILE_THREADS", "1", 1);
   try {
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"TORCH_EXTENSIONS_DIR", (fs::path(req_.build_dir) / "torch_extensions").string()},
+        // torch.compile inside a solution compiles in this process, not in a pool of workers
+        // that would stay alive beside the forwards (SolutionProcesses).
+        {"TORCHINDUCTOR_COMPILE_THREADS", "1"}};
     // The tools' caches (torch.compile's, Triton's, ...) and TMPDIR: confined, in a fresh folder
     // of the private /tmp, gone with the process (the host's defaults, /tmp/torchinductor_<user>,
     // are read-only there); unconfined, in the judge's scratch folder, removed after the
     // evaluation (neither leaves anything in the host's /tmp).
-    if (req_.confine) {
-      set_environment(private_cache_env());
-    } else if (!req_.scratch_dir.empty()) {
-      set_environment(private_cache_env(req_.scratch_dir));
+    if (req_.confine || !req_.scratch_dir.empty()) {
+      for (auto& entry : req_.confine ? private_cache_env() : private_cache_env(req_.scratch_dir)) env.push_back(entry);
     }
+    // A process forked from the judge has Python and torch already (fork_with_python): its
+    // os.environ learns these too.
+    set_process_environment(env);
     register_python_module();
     set_runtime_cache_dir(req_.nvrtc_dir);
     start_python();
@@ -529,6 +531,16 @@ bool candidate_may_report(const std::string& category, bool started) {
   for (const char* c : kAllowed)
     if (category == c) return true;
   return !started && category == "infrastructure_error";
+}
+
+int run_forked_candidate(const CandidateRequest& request) {
+  // The judge is not dumpable (its /proc files belong to root); its copy must be, as a started
+  // process is: a new user namespace's uid map is written through /proc/self.
+  ::prctl(PR_SET_DUMPABLE, 1);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::signal(SIGPIPE, SIG_IGN);
+  Candidate candidate(request, MessageChannel(UniqueFd(3)));
+  return candidate.serve();
 }
 
 int run_candidate_process(const std::string& request_path) {

@@ -48,4 +48,8 @@ struct CandidateRequest {
 // Before "ready" (nothing of the solution's has run) infrastructure_error is taken too.
 bool candidate_may_report(const std::string& category, bool started);
 
+// The candidate process's body in a copy of the judge (CandidateClient::Launch::fork), its
+// Python and torch already imported, the channel as descriptor 3. Returns its exit code.
+int run_forked_candidate(const CandidateRequest& request);
+
 }  // namespace cuda_agent::sandbox

@@ -34,10 +34,10 @@ constexpr std::array<std::pair<Category, const char*>, 21> kNames = {{
 }};
 
 // Reports written at the top level of the result, in this order, when present.
-constexpr std::array<const char*, 17> kReports = {
+constexpr std::array<const char*, 18> kReports = {
     "verify",       "task_check",  "fallback",         "provenance", "timing_inputs", "timing",
     "timing_check", "roofline",    "kernels",          "versions",   "device",        "runtime",
-    "memory",       "reference64", "speedup_interval", "backends",   "candidate_idle"};
+    "memory",       "reference64", "speedup_interval", "backends",   "candidate_idle", "processes"};
 
 template <typename T>
 nlohmann::json optional_json(const std::optional<T>& v) {

@@ -1,5 +1,5 @@
-// The caller's side of an evaluation: one fresh judge process per request (which starts the
-// candidate process), and its result, taken only when its MAC verifies under the key this
+// The caller's side of an evaluation: one judge process per request (which starts the
+// candidate process; judge_pool.h: started for it, or ahead of it), and its result, taken only when its MAC verifies under the key this
 // process gave the judge: a file the solution wrote is not a result.
 #include <chrono>
 #include <filesystem>
@@ -12,6 +12,7 @@
 #include "cuda_agent/core/log.h"
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/sandbox/evaluation.h"
+#include "judge_pool.h"
 
 namespace fs = std::filesystem;
 
@@ -105,17 +106,21 @@ EvalResult evaluate(const EvalRequest& request) {
     write_file_atomic(request_path, judged.to_json().dump(2));
     const std::string key = random_hex(32);
 
-    SubprocessOptions sp;
-    sp.argv = {self_executable(), "worker", "--request", request_path.string(), "--result", result_path.string()};
-    sp.env_set["CUDA_VISIBLE_DEVICES"] = request.device != "cpu" ? std::to_string(request.gpu) : "";
-    sp.env_set["PYTHONUNBUFFERED"] = "1";
-    sp.env_set["PYTHONDONTWRITEBYTECODE"] = "1";
-    sp.env_set["CUDA_AGENT_RESULT_KEY"] = key;
-    sp.stdout_path = log_path.string();
-    sp.stderr_path = log_path.string();
-    sp.timeout_s = request.options.timeout_s + kJudgeGraceS;
-    sp.max_rss_bytes = static_cast<int64_t>(request.options.host_memory_gb * (1LL << 30));
-    const SubprocessResult run = run_subprocess(sp);
+    JudgeKind kind;
+    kind.executable = self_executable();
+    kind.gpu = request.device != "cpu" ? request.gpu : -1;
+    kind.quiet_start = kind.gpu >= 0 && request.gpu_lock && request.options.quiet_start;
+    kind.max_rss_bytes = static_cast<int64_t>(request.options.host_memory_gb * (1LL << 30));
+    kind.environment = environment_digest();
+    const JudgeJob job{request_path.string(), result_path.string(), log_path.string(), monotonic_ns()};
+    const double timeout_s = request.options.timeout_s + kJudgeGraceS;
+    std::unique_ptr<JudgeProcess> judge = JudgePool::instance().take(kind, request.options.warm_workers);
+    if (!judge->give(job, key, timeout_s)) {  // a warm one that ended meanwhile: a fresh one
+      judge = std::make_unique<JudgeProcess>(kind);
+      judge->give(job, key, timeout_s);  // how it ends is reported below
+    }
+    const SubprocessResult run = judge->wait();
+    CA_CHECK(judge->start_error().empty(), "cannot start the judge process: {}", judge->start_error());
 
     std::string judge_log;
     try {

@@ -53,6 +53,7 @@ nlohmann::json SandboxOptions::to_json() const {
           {"compile_baseline", compile_baseline},
           {"baseline_drift", baseline_drift},
           {"quiet_start", quiet_start},
+          {"warm_workers", warm_workers},
           {"reward", reward},
           {"speedup_margin", speedup_margin},
           {"reward_rule", reward_rule},
@@ -92,6 +93,7 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.compile_baseline = merged["compile_baseline"];
   o.baseline_drift = merged["baseline_drift"];
   o.quiet_start = merged["quiet_start"];
+  o.warm_workers = merged["warm_workers"];
   o.reward = merged["reward"];
   o.speedup_margin = merged["speedup_margin"];
   o.reward_rule = merged["reward_rule"];
@@ -101,6 +103,7 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.cache_dir = merged["cache_dir"];
   o.confine = merged["confine"];
   CA_CHECK(o.trials >= 1, "sandbox.trials must be at least 1, got {}", o.trials);
+  CA_CHECK(o.warm_workers >= 0 && o.warm_workers <= 16, "sandbox.warm_workers must be 0 to 16, got {}", o.warm_workers);
   CA_CHECK(o.timed_runs >= 1, "sandbox.timed_runs must be at least 1, got {}", o.timed_runs);
   CA_CHECK(o.atol >= 0 && o.rtol >= 0, "sandbox.atol and sandbox.rtol must be >= 0, got {} and {}", o.atol, o.rtol);
   CA_CHECK(o.precision == "loose" || o.precision == "strict" || o.precision == "tf32",

@@ -29,6 +29,7 @@
 #include "cuda_agent/sandbox/worker_confinement.h"
 #include "evaluation_support.h"
 #include "judge.h"
+#include "judge_pool.h"
 
 namespace py = pybind11;
 namespace fs = std::filesystem;
@@ -98,6 +99,8 @@ class CandidateStart {
     spawn();
   }
   CandidateClient* client() { return client_.get(); }
+  // How the candidate process that runs came to be: a copy of the judge, or a program started.
+  bool forked() const { return forked_ && !retried_; }
 
   void hello() {
     for (;;) {
@@ -152,6 +155,11 @@ class CandidateStart {
     launch.gpu = j_.req.gpu;
     launch.timeout_s = j_.opt.timeout_s;
     launch.max_rss_bytes = static_cast<int64_t>(j_.opt.host_memory_gb * (1LL << 30));
+    // The first start is a copy of this process, its Python and torch imported, made before the
+    // judge reads its key or touches CUDA; a second start (unconfined, after a confined one
+    // failed) runs after both, so it is a fresh program.
+    launch.fork = !forked_ && python_started();
+    forked_ = forked_ || launch.fork;
     client_.reset();
     client_ = std::make_unique<CandidateClient>(launch);
     j_.candidate = client_.get();
@@ -186,6 +194,7 @@ class CandidateStart {
   CandidateRequest request_;
   std::unique_ptr<CandidateClient> client_;
   bool retried_ = false;
+  bool forked_ = false;
   std::optional<CandidateStartupFailure> failed_init_;
 };
 
@@ -197,7 +206,7 @@ void write_result(const EvalResult& result, const std::string& path, const std::
 
 }  // namespace
 
-EvalResult run_judge_process(const EvalRequest& req, const std::string& result_path) {
+EvalResult run_judge_process(const EvalRequest& req, const std::string& result_path, const JudgeStart& how) {
   const auto wall_start = Clock::now();
   // The caller's death (a bench or a train stopped by a signal, even SIGKILL) ends this process,
   // and with it the candidate's and the GPU locks it holds.
@@ -205,9 +214,20 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
   // Nothing else of this user's (a candidate process run unconfined, say) may read this process's
   // memory or descriptors through /proc.
   ::prctl(PR_SET_DUMPABLE, 0);
+  // The result's key, read once the candidate process exists: a copy of this process made
+  // before never held it.
   std::string key;
-  if (const char* k = std::getenv("CUDA_AGENT_RESULT_KEY")) key = k;
-  ::unsetenv("CUDA_AGENT_RESULT_KEY");
+  bool key_read = false;
+  auto read_key = [&] {
+    if (key_read) return;
+    key_read = true;
+    if (how.key_fd < 0) return;
+    try {
+      key = read_line(how.key_fd);
+    } catch (const std::exception&) {
+    }
+    ::close(how.key_fd);
+  };
 
   const SandboxOptions& opt = req.options;
   EvalResult result = result_header(req);
@@ -232,11 +252,12 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       enter("candidate_start");
       const fs::path cache = opt.resolved_cache_dir();
       guarded(Category::kInfrastructure, "preparing the candidate process", [&] {
-        (void)cache_secret(cache);  // the folder the candidate's confinement hides must exist
+        ensure_cache_secret_dir(cache);  // the folder the candidate's confinement hides must exist
         start = std::make_unique<CandidateStart>(j, fs::absolute(result_path).parent_path(),
                                                  candidate_request(req, result.solution_sha256));
       });
     }
+    read_key();
     enter("python_start");
     GpuLock starting = j.gpu && req.gpu_lock && opt.quiet_start ? GpuLock(req.gpu, "quiet", false) : GpuLock();
     guarded(Category::kInfrastructure, "starting the embedded Python", [&] {
@@ -335,9 +356,55 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     runtime.erase("nvcc_used");
     result.reports["runtime"] = runtime;
   }
+  if (how.python_start_s > 0) result.phase_seconds["python_start"] += how.python_start_s;
+  result.reports["processes"] = {{"judge", how.warm ? "warm" : "started"},
+                                 {"candidate", !start ? "none" : start->forked() ? "forked" : "started"}};
   result.worker_seconds = std::chrono::duration<double>(Clock::now() - wall_start).count();
+  read_key();  // where the candidate did not start
   if (!result_path.empty()) write_result(result, result_path, key);
   return result;
+}
+
+int run_judge_worker(int quiet_gpu) {
+  const int64_t started_ns = monotonic_ns();
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::prctl(PR_SET_DUMPABLE, 0);
+  constexpr int kJobFd = 3;
+  // Before the job: a failure here is the job's result (run_judge_process starts Python again
+  // and reports why it cannot).
+  {
+    GpuLock starting = quiet_gpu >= 0 ? GpuLock(quiet_gpu, "quiet", false) : GpuLock();
+    try {
+      register_python_module();
+      start_python();
+    } catch (const std::exception&) {
+    }
+  }
+  const int64_t ready_ns = monotonic_ns();
+  std::string line;
+  try {
+    line = read_line(kJobFd);
+  } catch (const std::exception&) {
+    return 0;  // the caller closed it: no job
+  }
+  if (line.empty()) return 0;
+  std::string result_path;
+  try {
+    const nlohmann::json job = nlohmann::json::parse(line);
+    result_path = job.at("result").get<std::string>();
+    redirect_output(job.at("log").get<std::string>());
+    const EvalRequest req = EvalRequest::from_json(nlohmann::json::parse(read_file(job.at("request").get<std::string>())));
+    JudgeStart how;
+    how.key_fd = kJobFd;
+    const int64_t sent_ns = job.value("sent_ns", ready_ns);
+    how.python_start_s = static_cast<double>(std::max<int64_t>(0, ready_ns - sent_ns)) / 1e9;
+    how.warm = started_ns < sent_ns;
+    run_judge_process(req, result_path, how);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda-agent: the judge cannot run its job: %s\n", e.what());
+    return 2;
+  }
 }
 
 }  // namespace cuda_agent::sandbox

@@ -4,6 +4,7 @@
 
 #include <pybind11/embed.h>
 
+#include "cuda_agent/core/confinement.h"
 #include "cuda_agent/core/error.h"
 
 #ifndef CUDA_AGENT_PYTHON_EXECUTABLE
@@ -54,6 +55,31 @@ void start_python() {
             "CUDA_AGENT_PYTHON to a python3 that has torch 2.11.x.",
             exe, e.what());
   }
+}
+
+pid_t fork_with_python(const SubprocessOptions& options, const std::function<int()>& body) {
+  if (!g_started) return fork_subprocess(options, body);
+  PyOS_BeforeFork();
+  pid_t pid = -1;
+  try {
+    pid = fork_subprocess(options, [&body] {
+      PyOS_AfterFork_Child();
+      return body();
+    });
+  } catch (...) {
+    PyOS_AfterFork_Parent();
+    throw;
+  }
+  PyOS_AfterFork_Parent();
+  return pid;
+}
+
+void set_process_environment(const std::vector<std::pair<std::string, std::string>>& env) {
+  set_environment(env);
+  if (!g_started) return;
+  py::module_ os = py::module_::import("os");
+  for (const auto& [name, value] : env) os.attr("environ")[py::str(name)] = py::str(value);
+  py::module_::import("tempfile").attr("tempdir") = py::none();
 }
 
 }  // namespace cuda_agent::sandbox

@@ -24,6 +24,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
+#include "cuda_agent/sandbox/baseline_cache.h"
 #include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/solution_processes.h"
 #include "cuda_agent/sandbox/worker_confinement.h"
@@ -191,11 +192,12 @@ TEST_F(Confine, OnlyTheSolutionsOwnCacheIsWritableAndTheSecretIsHidden) {
       "with open('/dev/shm/' + " + py_string(unique_name("shm")) + ", 'w') as f:\n    f.write('x')\n"
       "assert len(os.urandom(16)) == 16 and len(open('/dev/urandom', 'rb').read(16)) == 16\n"
       "assert open(" + py_string(scratch) + ").read() == 'written by the solution'\n";
+  (void)cache_secret(cache_dir());  // the key exists, as after any profiled evaluation
   auto r = verify(prelude, "auto");
   EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
   expect_confined(r);
   EXPECT_FALSE(fs::exists(baseline));
-  EXPECT_TRUE(fs::exists(fs::path(cache_dir()) / "secret" / "key")) << "the judge made the cache's key";
+  EXPECT_TRUE(fs::exists(fs::path(cache_dir()) / "secret" / "key")) << "the key is still there, hidden";
   EXPECT_FALSE(fs::exists(scratch)) << "the candidate's /tmp must be private";
 }
 
@@ -413,26 +415,32 @@ TEST_F(Confine, WithoutUserNamespacesAutoRunsUnconfinedAndNamespacesIsAnError) {
 }
 
 // What a GPU host whose CUDA does not start inside the namespaces looks like, on the CPU: torch
-// that imports only where it can write beside itself (a shim first on PYTHONPATH). The failure
-// comes before the task or the solution is loaded, so auto runs the evaluation again unconfined.
+// whose CUDA check works only where it can write beside itself (a shim first on PYTHONPATH). The
+// candidate process is a copy of the judge, which imported torch unconfined; the check fails in
+// its start-up ("init"), before the task or the solution is loaded, so auto runs the evaluation
+// again with a candidate process started unconfined.
 TEST_F(Confine, AStartUpThatFailsOnlyInsideTheNamespacesIsRetriedUnconfined) {
   write("shim/torch.py",
         "import importlib, os, sys\n"
         "here = os.path.dirname(os.path.abspath(__file__))\n"
-        "try:\n"
-        "    open(os.path.join(here, 'probe'), 'w').close()\n"
-        "except OSError as e:\n"
-        "    raise ImportError('simulated start-up failure: %s' % e)\n"
         "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != here]\n"
         "del sys.modules['torch']\n"
-        "sys.modules['torch'] = importlib.import_module('torch')\n");
+        "real = importlib.import_module('torch')\n"
+        "sys.modules['torch'] = real\n"
+        "_available = real.cuda.is_available\n"
+        "def _is_available():\n"
+        "    try:\n"
+        "        open(os.path.join(here, 'probe'), 'w').close()\n"
+        "    except OSError as e:\n"
+        "        raise RuntimeError('simulated start-up failure: %s' % e)\n"
+        "    return _available()\n"
+        "real.cuda.is_available = _is_available\n");
   const std::map<std::string, std::string> env = {{"PYTHONPATH", (dir_.path() / "shim").string()}};
   auto fallback = verify_cli("auto", {}, env);
   EXPECT_TRUE(fallback.value("ok", false)) << fallback.dump(2);
   EXPECT_EQ(fallback["worker"].value("confined", true), false);
   const std::string reason = fallback["worker"].value("unconfined_reason", "");
-  EXPECT_NE(reason.find("the candidate process failed in phase 'python_start' inside the namespaces"), std::string::npos)
-      << reason;
+  EXPECT_NE(reason.find("CUDA unavailable inside the namespaces"), std::string::npos) << reason;
   EXPECT_NE(reason.find("simulated start-up failure"), std::string::npos) << reason;
 
   auto required = verify_cli("namespaces", {}, env);

@@ -1,5 +1,8 @@
 // Evaluation integrity on the CPU: the strict precision policy and the degenerate-task check,
 // through real worker processes (verify --device cpu).
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include <gtest/gtest.h>
@@ -7,6 +10,9 @@
 #include "cuda_agent/bench/metrics.h"
 #include "cuda_agent/bench/report.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/core/hash.h"
+#include "cuda_agent/core/subprocess.h"
+#include "cuda_agent/sandbox/baseline_cache.h"
 #include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/kernel_provenance.h"
 #include "cuda_agent/sandbox/launch_origins.h"
@@ -356,9 +362,21 @@ TEST_F(Integrity, ANativeSignalHandlerRunningWhileTheJudgeWorksIsTampering) {
   GTEST_SKIP() << "the handler's machine code is x86-64";
 #endif
   const std::string task = kSource + "/tests/data/tasks/add/model.py";
-  // One pass of the streaming loop, then return (a handler's body).
+  // Streams until the time-stamp counter is 2.5M ticks (about 1 ms) on, then returns: bounded in
+  // time, so that the handler never starves the one thread of a candidate process forked from
+  // its judge (the red team's entry has the same code).
   const std::string prelude =
-      native_streamer("\\xc3") +
+      "import ctypes, mmap, struct\n"
+      "_BYTES = 64 << 20\n"
+      "_buffer = mmap.mmap(-1, _BYTES)\n"
+      "_address = ctypes.addressof(ctypes.c_char.from_buffer(_buffer))\n"
+      "_q = lambda v: struct.pack('<Q', v)\n"
+      "_code = (b'\\x0f\\x31\\x48\\xc1\\xe2\\x20\\x48\\x09\\xc2\\x49\\xb8' + _q(2500000) + b'\\x4c\\x01\\xc2\\x49\\x89\\xd1'\n"
+      "         + b'\\x48\\xb9' + _q(_address) + b'\\x49\\xba' + _q(_address + _BYTES)\n"
+      "         + b'\\x48\\x89\\x01\\x48\\x83\\xc1\\x40\\x4c\\x39\\xd1\\x72\\x0a\\x48\\xb9' + _q(_address)\n"
+      "         + b'\\x0f\\x31\\x48\\xc1\\xe2\\x20\\x48\\x09\\xc2\\x4c\\x39\\xca\\x72\\xdc\\xc3')\n"
+      "_text = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+      "_text.write(_code)\n"
       "class _Sigaction(ctypes.Structure):\n"
       "    _fields_ = [('handler', ctypes.c_void_p), ('mask', ctypes.c_ulong * 16), ('flags', ctypes.c_int),\n"
       "                ('restorer', ctypes.c_void_p)]\n"
@@ -395,6 +413,93 @@ TEST_F(Integrity, SecretSeedsAreRecordedAndDifferPerEvaluation) {
   ASSERT_TRUE(first["ok"].get<bool>()) << first.dump(2);
   EXPECT_NE(first["input_seed"], second["input_seed"]);
   EXPECT_EQ(first["verify"]["trials"][0]["seed"], first["input_seed"]);
+}
+
+// From a process's second evaluation on, judges are started ahead (sandbox.warm_workers): the
+// third evaluation gets one, and gives what a judge started for it gives. The candidate process
+// is a copy of its judge either way.
+TEST_F(Integrity, WarmJudgesServeLaterEvaluationsAlike) {
+  const std::string task = kSource + "/tests/data/tasks/add/model.py";
+  const std::string ok = write("ok.py", add_solution("        return a + b\n"));
+  const std::string wrong = write("wrong.py", add_solution("        return a - b\n"));
+  auto first = verify(task, ok);
+  auto second = verify(task, wrong);
+  auto third = verify(task, ok);
+  ASSERT_TRUE(first["ok"].get<bool>()) << first.dump(2);
+  EXPECT_EQ(first["processes"]["judge"], "started") << first.dump(2);
+  EXPECT_EQ(first["processes"]["candidate"], "forked") << first.dump(2);
+  EXPECT_EQ(second["category"], "mismatch") << second.dump(2);
+  ASSERT_TRUE(third["ok"].get<bool>()) << third.dump(2);
+  EXPECT_EQ(third["processes"]["judge"], "warm") << third.dump(2);
+  EXPECT_EQ(third["processes"]["candidate"], "forked") << third.dump(2);
+  EXPECT_EQ(third["verify"]["trials"].size(), first["verify"]["trials"].size());
+}
+
+// The candidate process is a copy of the judge. A copy made after the judge read its result's
+// key would hold it in memory, and a solution that found it could sign a result of its own. This
+// solution searches every writable page of its process for 64-digit hex strings: it finds the
+// task's digest (which the judge computed before the copy: the search works, and the process is
+// a copy) but neither the key, sent to the judge with its job, nor the baseline cache's key.
+TEST_F(Integrity, TheCandidateProcessNeverHoldsTheResultKey) {
+  const std::string task = kSource + "/tests/data/tasks/add/model.py";
+  const std::string prelude = R"(import re
+
+def _hex_strings_in_memory():
+    found = set()
+    pattern = re.compile(rb"[0-9a-f]{64}")
+    with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
+        for line in maps:
+            fields = line.split()
+            low, high = (int(x, 16) for x in fields[0].split("-"))
+            if not fields[1].startswith("rw") or high - low > (1 << 30):
+                continue
+            try:
+                mem.seek(low)
+                data = mem.read(high - low)
+            except (OSError, OverflowError, ValueError):
+                continue
+            found.update(m.group().decode() for m in pattern.finditer(data))
+    return sorted(found)
+
+print("FOUND " + " ".join(_hex_strings_in_memory()), flush=True)
+raise RuntimeError("searched")
+
+)";
+  const std::string solution = write("scan.py", add_solution("        return a + b\n", prelude));
+  EvalRequest req;
+  req.task_path = task;
+  req.solution_path = solution;
+  req.mode = EvalMode::kVerify;
+  req.device = "cpu";
+  req.options.cache_dir = (dir_.path() / "cache").string();
+  const std::string request = write("request.json", req.to_json().dump());
+  const std::string result = (dir_.path() / "result.json").string();
+  const std::string key = random_hex(32);
+  const std::string cache_key = cache_secret(dir_.path() / "cache");  // made now: the judge could read it
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+  const std::string job = nlohmann::json{{"request", request}, {"result", result},
+                                         {"log", (dir_.path() / "judge.log").string()}, {"sent_ns", 0}}.dump() +
+                          "\n" + key + "\n";
+  ASSERT_EQ(::write(fds[0], job.data(), job.size()), static_cast<ssize_t>(job.size()));
+  SubprocessOptions sp;
+  sp.argv = {CUDA_AGENT_BINARY, "worker", "--judge"};
+  sp.pass_fd = fds[1];
+  sp.close_pass_fd = true;
+  sp.timeout_s = 300;
+  const SubprocessResult run = run_subprocess(sp);
+  ::close(fds[0]);
+  ASSERT_TRUE(run.ok()) << run.describe() << "\n" << read_file(dir_.path() / "judge.log");
+  const nlohmann::json r = nlohmann::json::parse(read_file(result));
+  EXPECT_EQ(r["category"], "load_error") << r.dump(2);
+  EXPECT_EQ(r["processes"]["candidate"], "forked") << r.dump(2);
+  const std::string log = read_file(dir_.path() / "candidate.log");
+  const size_t at = log.find("FOUND ");
+  ASSERT_NE(at, std::string::npos) << "the search did not report:\n" << log;
+  const std::string found = log.substr(at, log.find('\n', at) - at);
+  EXPECT_NE(found.find(file_sha256(task)), std::string::npos) << "the task's digest is not in the copy: " << found;
+  EXPECT_EQ(found.find(key), std::string::npos) << "the result key is in the candidate's memory";
+  EXPECT_EQ(found.find(cache_key), std::string::npos) << "the baseline cache's key is in the candidate's memory";
 }
 
 TEST(KernelProvenance, AllowedIdentifiersMatchWholeTokensOnly) {

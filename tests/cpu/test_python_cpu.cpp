@@ -386,8 +386,9 @@ TEST_F(PythonCpu, SolutionCodeOnTheJudgesChannelIsTampering) {
 TEST_F(PythonCpu, AResultFileTheSolutionWroteIsNotAResult) {
   const std::string prelude =
       "import json, os, signal\n"
-      "args = open('/proc/%d/cmdline' % os.getppid(), 'rb').read().split(b'\\0')\n"
-      "result = args[args.index(b'--result') + 1].decode()\n"
+      "folder = os.path.dirname(os.path.dirname(os.environ['TMPDIR']))  # unconfined: the judge's scratch\n"
+      "assert os.path.exists(os.path.join(folder, 'request.json')), folder\n"
+      "result = os.path.join(folder, 'result.json')\n"
       "with open(result, 'w') as f:\n"
       "    json.dump({'ok': True, 'correct': True, 'reward': 3.0, 'category': None, 'mode': 'verify'}, f)\n"
       "with open(result + '.mac', 'w') as f:\n"

@@ -5,7 +5,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -285,6 +287,72 @@ TEST(Subprocess, PassFdBecomesDescriptorThree) {
   EXPECT_FALSE(run_sh("(echo hello >&3) 2>/dev/null").ok()) << "without pass_fd, descriptor 3 is closed";
   options.pass_fd = 1000;
   EXPECT_THROW(run_sh("true", options), Error);
+}
+
+// A forked child runs the body in a copy of this process: it sees this process's memory, gets
+// the same set-up as a started program (descriptor 3, output files, environment, stdin from
+// /dev/null, no other descriptor), and exits with what the body returns.
+TEST(Subprocess, ForkedChildRunsTheBodyInACopy) {
+  TempDir dir("fork-");
+  const fs::path out = dir.path() / "out.txt";
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  const int stray = ::open("/dev/null", O_RDONLY);  // not close-on-exec: must still not reach the child
+  ASSERT_GE(stray, 0);
+  std::string in_memory = "written before the fork";
+  SubprocessOptions options;
+  options.argv = {"forked"};
+  options.stdout_path = out.string();
+  options.pass_fd = fds[1];
+  options.env_set["CA_FORK_TEST"] = "yes";
+  const pid_t pid = fork_subprocess(options, [&in_memory, stray] {
+    const char* env = std::getenv("CA_FORK_TEST");
+    char c = 0;
+    const bool stdin_empty = ::read(0, &c, 1) == 0;
+    const bool stray_closed = ::fcntl(stray, F_GETFD) < 0;
+    std::printf("%s|%s|%d|%d\n", in_memory.c_str(), env ? env : "", stdin_empty, stray_closed);
+    return ::write(3, "x", 1) == 1 ? 7 : 1;
+  });
+  ::close(fds[1]);
+  const SubprocessResult r = watch_subprocess(pid, options);
+  ::close(stray);
+  EXPECT_EQ(r.exit_code, 7) << r.describe();
+  EXPECT_EQ(read_file(out), "written before the fork|yes|1|1\n");
+  char buffer[4] = {};
+  EXPECT_EQ(::read(fds[0], buffer, sizeof(buffer)), 1);
+  ::close(fds[0]);
+  EXPECT_EQ(std::getenv("CA_FORK_TEST"), nullptr) << "the child's environment is its own";
+
+  // A body that throws ends the child with 1; the limits apply as to a started program.
+  options = {};
+  options.argv = {"forked"};
+  EXPECT_EQ(watch_subprocess(fork_subprocess(options, []() -> int { throw Error("no"); }), options).exit_code, 1);
+  options.timeout_s = 0.2;
+  const SubprocessResult slow = watch_subprocess(fork_subprocess(options, [] {
+    ::sleep(5);
+    return 0;
+  }), options);
+  EXPECT_TRUE(slow.timed_out) << slow.describe();
+}
+
+// A pre-started child's clock starts when the caller hands it its work: before, no timeout.
+TEST(Subprocess, DeferredTimeoutCountsFromTheHandOver) {
+  std::atomic<double> deferred{-1};
+  SubprocessOptions options;
+  options.argv = {"sh", "-c", "sleep 0.6"};
+  options.timeout_s = 0.1;  // replaced by the deferred value
+  options.deferred_timeout_s = &deferred;
+  const SubprocessResult never_started = run_subprocess(options);
+  EXPECT_TRUE(never_started.ok()) << "no timeout before the hand-over: " << never_started.describe();
+
+  options.argv = {"sh", "-c", "sleep 5"};
+  auto run = std::async(std::launch::async, [&options] { return run_subprocess(options); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  deferred = 0.2;
+  const SubprocessResult handed = run.get();
+  EXPECT_TRUE(handed.timed_out) << handed.describe();
+  EXPECT_DOUBLE_EQ(handed.timeout_s, 0.2);
+  EXPECT_LT(handed.wall_s, 2.0) << "the wall time counts from the hand-over";
 }
 
 TEST(Subprocess, DescribeFormats) {

@@ -11,8 +11,11 @@
 // Linux only: memory is measured by scanning /proc.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -52,6 +55,11 @@ struct SubprocessOptions {
   // When set, the caller can stop the child from another thread: once *cancel is true the
   // group gets SIGTERM, then SIGKILL after kill_grace_s, as on a timeout (result.cancelled).
   const std::atomic<bool>* cancel = nullptr;
+  // A child started before it has work (a pre-started worker): while *deferred_timeout_s is
+  // negative nothing is timed; once the caller sets it (from another thread, when it hands the
+  // child its work) the wall clock starts, with that value as timeout_s (0: none). The memory
+  // limit applies from the start. nullptr: timeout_s from the start.
+  const std::atomic<double>* deferred_timeout_s = nullptr;
 };
 
 struct SubprocessResult {
@@ -89,6 +97,20 @@ struct SubprocessResult {
 // reap children it did not start (waitpid(-1, ...)). It reads the parent's environment, so
 // it must not race with setenv/unsetenv in other threads. Blocks the calling thread.
 SubprocessResult run_subprocess(const SubprocessOptions& options);
+
+// run_subprocess in two steps, for a child that runs `body` in a copy of this process (fork,
+// no exec): the child gets run_subprocess's set-up (its own session, stdin from /dev/null,
+// stdout and stderr to the files, pass_fd as descriptor 3 and no other descriptor above 2,
+// default signal dispositions, an empty mask, cwd, env_unset and env_set applied), then runs
+// body and exits with what it returns (1 when it throws). argv[0] names the child in messages;
+// the rest of argv is unused. Only the calling thread exists in the child: call it from the
+// thread whose state body needs, with no other thread holding a lock body takes. Throws Error
+// when the options are unusable or fork fails.
+pid_t fork_subprocess(const SubprocessOptions& options, const std::function<int()>& body);
+
+// Watches a child of fork_subprocess until it ends, under options' limits (counted from this
+// call), then clears its group and reaps it, as run_subprocess does. Blocks the calling thread.
+SubprocessResult watch_subprocess(pid_t pid, const SubprocessOptions& options);
 
 // This program's own path, for starting workers of the same binary: $CUDA_AGENT_BIN when set
 // (tests point it at the built cuda-agent), else /proc/self/exe. Throws Error if neither works.

@@ -29,6 +29,9 @@ struct BaselineKey {
 
 // The folder of a cache that holds its secret key (hidden from confined candidate processes).
 std::filesystem::path cache_secret_dir(const std::filesystem::path& cache_dir);
+// That folder, created (0700) when missing, without reading or making the key: what a process
+// does before it forks one that must never hold the key. Throws Error when it cannot be made.
+void ensure_cache_secret_dir(const std::filesystem::path& cache_dir);
 // The cache's secret key, created (32 random bytes, a 0600 file in a 0700 folder) on first use.
 // Throws Error when it can neither be read nor created.
 std::string cache_secret(const std::filesystem::path& cache_dir);

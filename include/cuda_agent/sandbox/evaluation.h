@@ -79,6 +79,10 @@ struct SandboxOptions {
   // host's CPUs with it. Off by default: on a host with cores to spare the timed runs do not
   // notice (docs/benchmarks.md), and the lock costs the bench a fifth of its rate.
   bool quiet_start = false;
+  // Judge processes a process keeps started ahead of its evaluations, per GPU (judge_pool.h):
+  // Python and torch imported, CUDA untouched, each taking one evaluation and exiting. From a
+  // process's second evaluation on; 0: each evaluation starts its own judge.
+  int warm_workers = 2;
   // reward
   std::string reward = "milestone";  // milestone: {-1,1,2,3}; raw_speedup: speedup vs torch.compile
   double speedup_margin = 0.05;      // "faster" means more than 5% faster
@@ -157,10 +161,29 @@ EvalResult result_header(const EvalRequest& request);
 // the reason in the result (worker.unconfined_reason).
 EvalResult evaluate(const EvalRequest& request);
 
-// The judge process's body (`cuda-agent worker --request R --result P`): runs the request,
-// writing progress beside result_path and the result to result_path with its MAC (keyed by
-// $CUDA_AGENT_RESULT_KEY) to result_path + ".mac". Returns the result.
-EvalResult run_judge_process(const EvalRequest& request, const std::string& result_path);
+// How a judge process came by its request (run_judge_worker).
+struct JudgeStart {
+  // Where the result's key is read, a line of hex, after the candidate process is forked (the
+  // copy must never hold it); -1: none (a result nobody can verify).
+  int key_fd = -1;
+  // Python's start-up after the request was sent (the rest was done before: a warm worker),
+  // counted in phase_seconds.python_start.
+  double python_start_s = 0;
+  // It was started before the request was sent (a warm judge, judge_pool.h).
+  bool warm = false;
+};
+
+// The judge's body: runs the request, writing progress beside result_path and the result to
+// result_path with its MAC (keyed by the key, see JudgeStart) to result_path + ".mac". Returns
+// the result.
+EvalResult run_judge_process(const EvalRequest& request, const std::string& result_path, const JudgeStart& start = {});
+
+// The judge process (`cuda-agent worker --judge`, judge_pool.h): starts Python and imports
+// torch (holding GPU `quiet_gpu`'s quiet lock shared meanwhile when >= 0), then reads its job
+// from descriptor 3, one line of JSON (request, result, log: file paths; sent_ns: when the
+// caller sent it, CLOCK_MONOTONIC), followed by the result key's line, and runs it. Ends with
+// exit code 0 without running anything when descriptor 3 closes first. Returns the exit code.
+int run_judge_worker(int quiet_gpu);
 
 // The candidate process's body (`cuda-agent worker --candidate REQUEST`, the judge's channel as
 // descriptor 3). Returns the process's exit code.

@@ -8,7 +8,14 @@
 // Not thread-safe: call from the main thread; the GIL is held by that thread afterwards.
 #pragma once
 
+#include <sys/types.h>
+
+#include <functional>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda_agent/core/subprocess.h"
 
 namespace cuda_agent::sandbox {
 
@@ -21,5 +28,16 @@ bool python_started();
 
 // The interpreter executable the embedded Python pretends to be.
 std::string python_executable();
+
+// fork_subprocess with the interpreter's fork protocol around it (what os.fork does: its locks
+// taken before, its state and os.register_at_fork's callbacks after, in both processes), so that
+// the child goes on with this interpreter and everything it imported. Call from the thread that
+// holds the GIL, before anything has initialised CUDA (a CUDA context does not survive a fork).
+pid_t fork_with_python(const SubprocessOptions& options, const std::function<int()>& body);
+
+// Sets environment variables in the process and, once the interpreter runs, in its os.environ
+// (read once when it started), and forgets tempfile's cached folder, so that Python code and
+// native code see the same values. TMPDIR's folder is created.
+void set_process_environment(const std::vector<std::pair<std::string, std::string>>& env);
 
 }  // namespace cuda_agent::sandbox

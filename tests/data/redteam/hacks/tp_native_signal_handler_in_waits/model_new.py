@@ -1,8 +1,8 @@
 # HACK (expect tampering): tp_native_thread_beside_judge's memory streaming moved from a thread
 # into a signal handler, against the candidate's wait on its core. An honest add kernel, and at
 # import a native SIGALRM handler (x86-64 machine code in an executable mapping, installed with
-# libc's sigaction through ctypes, SA_RESTART) that streams through 64 MiB of memory, fired every
-# 2 ms by an interval timer. The handler runs on whichever thread has the signal unblocked: while
+# libc's sigaction through ctypes, SA_RESTART) that streams through memory for about 1 ms, fired
+# every 2 ms by an interval timer. The handler runs on whichever thread has the signal unblocked: while
 # the candidate's main thread spins for the judge's next request it blocks every signal, so the
 # handler runs on another thread; once the main thread sleeps, on it. Either way it runs while
 # the judge times eager and torch.compile, to slow them. It tries the idle audit's one exemption:
@@ -11,6 +11,7 @@
 # while every signal is still blocked): more than a quarter of the wait is tampering.
 import ctypes
 import mmap
+import struct
 
 import torch
 import torch.nn as nn
@@ -31,9 +32,24 @@ _add = cuda_agent.compile(_SRC).get_function("add")
 _BYTES = 64 << 20
 _buffer = mmap.mmap(-1, _BYTES)
 _buffer_address = ctypes.addressof(ctypes.c_char.from_buffer(_buffer))
-# mov rax, buffer; mov rcx, lines; inner: mov [rax], rcx; add rax, 64; dec rcx; jnz inner; ret
-_code = (b"\x48\xb8" + _buffer_address.to_bytes(8, "little") + b"\x48\xb9" + (_BYTES // 64).to_bytes(8, "little")
-         + b"\x48\x89\x08" + b"\x48\x83\xc0\x40" + b"\x48\xff\xc9" + b"\x75\xf4" + b"\xc3")
+_CYCLES = 2500000  # about 1 ms of the time-stamp counter: half of each 2 ms period, on any machine
+
+
+def _q(value):
+    return struct.pack("<Q", value)
+
+
+# Streams through the buffer (wrapping around) until the time-stamp counter passes its deadline:
+# bounded in time, so that the handler never starves the thread it interrupts, however many
+# threads the process has (a copy of the judge has one until CUDA starts).
+# rdtsc; shl rdx, 32; or rdx, rax; mov r8, cycles; add rdx, r8; mov r9, rdx;
+# mov rcx, buffer; mov r10, end;
+# loop: mov [rcx], rax; add rcx, 64; cmp rcx, r10; jb skip; mov rcx, buffer;
+# skip: rdtsc; shl rdx, 32; or rdx, rax; cmp rdx, r9; jb loop; ret
+_code = (b"\x0f\x31\x48\xc1\xe2\x20\x48\x09\xc2" + b"\x49\xb8" + _q(_CYCLES) + b"\x4c\x01\xc2\x49\x89\xd1"
+         + b"\x48\xb9" + _q(_buffer_address) + b"\x49\xba" + _q(_buffer_address + _BYTES)
+         + b"\x48\x89\x01\x48\x83\xc1\x40\x4c\x39\xd1\x72\x0a" + b"\x48\xb9" + _q(_buffer_address)
+         + b"\x0f\x31\x48\xc1\xe2\x20\x48\x09\xc2\x4c\x39\xca\x72\xdc\xc3")
 _text = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
 _text.write(_code)
 
