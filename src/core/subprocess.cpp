@@ -220,6 +220,25 @@ void validate(const SubprocessOptions& options) {
   }
 }
 
+// The child's stdout and stderr files, opened by the parent (unset: /dev/null, fd -1).
+struct ChildOutputs {
+  UniqueFd out, err;
+  bool err_shares_out = false;  // stderr goes to out's open description
+};
+
+ChildOutputs open_outputs(const SubprocessOptions& options) {
+  const std::string& out_path = options.stdout_path;
+  const std::string& err_path = options.stderr_path;
+  ChildOutputs o;
+  if (!out_path.empty()) o.out = open_output(out_path, "stdout");
+  if (!err_path.empty() && err_path != out_path) o.err = open_output(err_path, "stderr");
+  // Two names for one file must share one open description, or the streams overwrite each
+  // other.
+  o.err_shares_out = (!err_path.empty() && err_path == out_path) ||
+                     (o.out.get() >= 0 && o.err.get() >= 0 && same_file(o.out.get(), o.err.get()));
+  return o;
+}
+
 // Starts the child in a new session; returns its pid. Throws Error if it cannot start.
 pid_t spawn_child(const SubprocessOptions& options) {
   const std::map<std::string, std::string> env = build_environment(options);
@@ -230,15 +249,10 @@ pid_t spawn_child(const SubprocessOptions& options) {
   std::vector<char*> envp = to_pointers(env_strings);
   std::vector<char*> argv = to_pointers(argv_strings);
 
-  const std::string& out_path = options.stdout_path;
-  const std::string& err_path = options.stderr_path;
-  UniqueFd out_fd = out_path.empty() ? UniqueFd() : open_output(out_path, "stdout");
-  UniqueFd err_fd = err_path.empty() || err_path == out_path ? UniqueFd() : open_output(err_path, "stderr");
-  // Two names for one file must share one open description, or the streams overwrite each
-  // other.
-  const bool err_shares_out = (!err_path.empty() && err_path == out_path) ||
-                              (out_fd.get() >= 0 && err_fd.get() >= 0 &&
-                               same_file(out_fd.get(), err_fd.get()));
+  const ChildOutputs outputs = open_outputs(options);
+  const UniqueFd& out_fd = outputs.out;
+  const UniqueFd& err_fd = outputs.err;
+  const bool err_shares_out = outputs.err_shares_out;
 
   SpawnFileActions actions;
   auto redirect = [&](int source, int target) {  // source < 0: /dev/null
@@ -281,12 +295,10 @@ pid_t spawn_child(const SubprocessOptions& options) {
 // Starts a child that runs `body` in a copy of this process; returns its pid. Throws Error if
 // it cannot start.
 pid_t fork_child(const SubprocessOptions& options, const std::function<int()>& body) {
-  const std::string& out_path = options.stdout_path;
-  const std::string& err_path = options.stderr_path;
-  UniqueFd out_fd = out_path.empty() ? UniqueFd() : open_output(out_path, "stdout");
-  UniqueFd err_fd = err_path.empty() || err_path == out_path ? UniqueFd() : open_output(err_path, "stderr");
-  const bool err_shares_out = (!err_path.empty() && err_path == out_path) ||
-                              (out_fd.get() >= 0 && err_fd.get() >= 0 && same_file(out_fd.get(), err_fd.get()));
+  const ChildOutputs outputs = open_outputs(options);
+  const UniqueFd& out_fd = outputs.out;
+  const UniqueFd& err_fd = outputs.err;
+  const bool err_shares_out = outputs.err_shares_out;
   // Every descriptor the child moves into place sits above 3, so that no dup2 clobbers another.
   UniqueFd opened(::open("/dev/null", O_RDWR | O_CLOEXEC));
   UniqueFd null_fd(opened.get() < 0 ? -1 : ::fcntl(opened.get(), F_DUPFD_CLOEXEC, 4));
@@ -422,36 +434,35 @@ std::string SubprocessResult::describe() const {
   return fmt::format("exited with code {}", exit_code);
 }
 
-SubprocessResult run_subprocess(const SubprocessOptions& options) {
-  auto close_passed = [&] {
-    if (options.close_pass_fd && options.pass_fd >= 0) ::close(options.pass_fd);
-  };
-  pid_t pid = -1;
-  try {
-    validate(options);
-    pid = spawn_child(options);
-  } catch (...) {
-    close_passed();
-    throw;
-  }
-  close_passed();
-  return watch_subprocess(pid, options);
-}
+namespace {
 
-pid_t fork_subprocess(const SubprocessOptions& options, const std::function<int()>& body) {
+// Validates the options and starts the child with `start`, closing pass_fd afterwards when the
+// options hand it over, whether the start worked or not.
+template <typename Start>
+pid_t start_child(const SubprocessOptions& options, Start&& start) {
   auto close_passed = [&] {
     if (options.close_pass_fd && options.pass_fd >= 0) ::close(options.pass_fd);
   };
   pid_t pid = -1;
   try {
     validate(options);
-    pid = fork_child(options, body);
+    pid = start();
   } catch (...) {
     close_passed();
     throw;
   }
   close_passed();
   return pid;
+}
+
+}  // namespace
+
+SubprocessResult run_subprocess(const SubprocessOptions& options) {
+  return watch_subprocess(start_child(options, [&] { return spawn_child(options); }), options);
+}
+
+pid_t fork_subprocess(const SubprocessOptions& options, const std::function<int()>& body) {
+  return start_child(options, [&] { return fork_child(options, body); });
 }
 
 SubprocessResult watch_subprocess(pid_t pid, const SubprocessOptions& options) {

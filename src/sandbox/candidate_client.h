@@ -35,7 +35,7 @@ class CandidateClient {
     int gpu = 0;
     double timeout_s = 600;     // the whole process's wall time
     int64_t max_rss_bytes = 0;
-    // Fork this process instead of starting `cuda-agent worker --candidate` (fork_candidate() in
+    // Fork this process instead of starting `cuda-agent worker --candidate` (fork_with_python() in
     // python_runtime.h: the copy keeps the judge's Python and torch, already imported). Only
     // before the judge holds anything the solution must not see (its result key, the cache's
     // key, references) or has initialised CUDA; and from the thread that holds the GIL.

@@ -1,6 +1,6 @@
-// The caller's side of an evaluation: one judge process per request (which starts the
-// candidate process; judge_pool.h: started for it, or ahead of it), and its result, taken only when its MAC verifies under the key this
-// process gave the judge: a file the solution wrote is not a result.
+// The caller's side of an evaluation: one judge process per request (started for it or ahead
+// of it, judge_pool.h; it starts the candidate process), and its result, taken only when its MAC
+// verifies under the key this process gave the judge: a file the solution wrote is not a result.
 #include <chrono>
 #include <filesystem>
 #include <mutex>

@@ -388,10 +388,9 @@ int run_judge_worker(int quiet_gpu) {
     return 0;  // the caller closed it: no job
   }
   if (line.empty()) return 0;
-  std::string result_path;
   try {
     const nlohmann::json job = nlohmann::json::parse(line);
-    result_path = job.at("result").get<std::string>();
+    const std::string result_path = job.at("result").get<std::string>();
     redirect_output(job.at("log").get<std::string>());
     const EvalRequest req = EvalRequest::from_json(nlohmann::json::parse(read_file(job.at("request").get<std::string>())));
     JudgeStart how;

@@ -35,13 +35,18 @@ class Integrity : public ::testing::Test {
     write_file_atomic(p, text);
     return p.string();
   }
-  nlohmann::json verify(const std::string& task, const std::string& solution, const std::string& precision = "loose") {
+  // A CPU verify request in this test's cache.
+  EvalRequest verify_request(const std::string& task, const std::string& solution) {
     EvalRequest req;
     req.task_path = task;
     req.solution_path = solution;
     req.mode = EvalMode::kVerify;
     req.device = "cpu";
     req.options.cache_dir = (dir_.path() / "cache").string();
+    return req;
+  }
+  nlohmann::json verify(const std::string& task, const std::string& solution, const std::string& precision = "loose") {
+    EvalRequest req = verify_request(task, solution);
     req.options.precision = precision;
     req.options.trials = 3;
     return evaluate(req).to_json();
@@ -466,13 +471,7 @@ raise RuntimeError("searched")
 
 )";
   const std::string solution = write("scan.py", add_solution("        return a + b\n", prelude));
-  EvalRequest req;
-  req.task_path = task;
-  req.solution_path = solution;
-  req.mode = EvalMode::kVerify;
-  req.device = "cpu";
-  req.options.cache_dir = (dir_.path() / "cache").string();
-  const std::string request = write("request.json", req.to_json().dump());
+  const std::string request = write("request.json", verify_request(task, solution).to_json().dump());
   const std::string result = (dir_.path() / "result.json").string();
   const std::string key = random_hex(32);
   const std::string cache_key = cache_secret(dir_.path() / "cache");  // made now: the judge could read it
