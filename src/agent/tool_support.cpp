@@ -301,7 +301,11 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
     argv.insert(argv.end(), {"--setenv", name, value});
     if (name == "TMPDIR") argv.insert(argv.end(), {"--dir", value});  // in the private /tmp
   }
-  argv.insert(argv.end(), {"--unshare-net", "--die-with-parent", "--chdir", root, "bash", "-c", command});
+  // The command itself through `confined-exec --signals-only`: it cannot signal (kill) anything
+  // outside what it starts, other episodes' evaluations included (bubblewrap's own answer, a PID
+  // namespace, has not been tried with the GPU's evaluations inside it).
+  argv.insert(argv.end(), {"--unshare-net", "--die-with-parent", "--chdir", root, self_executable(), "confined-exec",
+                           "--signals-only", "bash", "-c", command});
   return argv;
 }
 

@@ -744,6 +744,7 @@ struct InternalFlags {
   int quiet_gpu = -1;
   std::string candidate;
   std::vector<std::string> writable, read_only;
+  bool signals_only = false;
 };
 
 void add_internal(CLI::App& app, Verbs& verbs) {
@@ -767,13 +768,18 @@ void add_internal(CLI::App& app, Verbs& verbs) {
   confined->group("");
   confined->add_option("--writable", f->writable)->allow_extra_args(false);  // one path each, repeatable
   confined->add_option("--read-only", f->read_only)->allow_extra_args(false);
+  // Inside bubblewrap, which made the namespaces: only the signals are scoped.
+  confined->add_flag("--signals-only", f->signals_only);
   confined->prefix_command();  // the first word that is not an option starts the command
   verbs.push_back({confined, [f, confined] {
                      ConfinementPlan plan;
                      plan.writable = f->writable;
                      plan.read_only = f->read_only;
                      plan.private_dirs = {"/tmp"};
-                     return exec_confined(plan, confined->remaining(), private_cache_env());
+                     plan.signals_only = f->signals_only;
+                     return exec_confined(plan, confined->remaining(),
+                                          f->signals_only ? std::vector<std::pair<std::string, std::string>>{}
+                                                          : private_cache_env());
                    }});
 }
 

@@ -133,6 +133,8 @@ nlohmann::json CandidateClient::hello(double timeout_s) {
   const std::string op = m.body.value("op", "");
   if (op == "hello") {
     confined_ = m.body.value("confined", false);
+    signals_scoped_ = m.body.value("signals_scoped", false);
+    signals_unscoped_reason_ = m.body.value("signals_unscoped_reason", "");
     return m.body;
   }
   if (op == "failed") throw CandidateStartupFailure{m.body.value("phase", "start"), m.body.value("message", "")};

@@ -67,6 +67,9 @@ class CandidateClient {
   std::string log_tail(size_t max_bytes) const;
   // The process said it runs confined (in its start-up report).
   bool confined() const { return confined_; }
+  // And whether it scoped its signals (scope_signals()), or why not.
+  bool signals_scoped() const { return signals_scoped_; }
+  const std::string& signals_unscoped_reason() const { return signals_unscoped_reason_; }
   // The runtime counters of the last reply that had them (a failure's too).
   const nlohmann::json& runtime() const { return runtime_; }
   // The judge's phase (verify, profile, ...), named in timeout and crash messages.
@@ -85,6 +88,8 @@ class CandidateClient {
   std::filesystem::path log_path_;
   double timeout_s_;
   bool confined_;
+  bool signals_scoped_ = false;
+  std::string signals_unscoped_reason_;
   bool started_ = false;  // "ready" came
   std::string key_;
   std::string phase_ = "start";

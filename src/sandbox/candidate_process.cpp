@@ -128,6 +128,7 @@ class Candidate {
   // solution's is not a Python thread the integrity checks see).
   bool loaded_ = false;
   double idle_cpu_s_ = 0, idle_wall_s_ = 0;
+  std::string signals_unscoped_reason_;  // "" once scope_signals() took
   // How long the main thread waits for the judge's next op on its core before it sleeps: longer
   // than a round's work for the judge on most tasks; where the baselines take longer, their
   // forwards are long enough for a cold start not to matter.
@@ -155,6 +156,9 @@ void Candidate::start(std::string& phase) {
   } catch (const std::exception& e) {
     throw Failure{Category::kInfrastructure, std::string("watching the solution's processes: ") + e.what()};
   }
+  // Still one thread (a fresh process, or the judge's copy): the scope covers every thread and
+  // process the solution starts.
+  signals_unscoped_reason_ = req_.scope_signals ? scope_signals() : "sandbox.confine is off";
   phase = "python_start";
   try {
     std::vector<std::pair<std::string, std::string>> env = {
@@ -181,6 +185,8 @@ void Candidate::start(std::string& phase) {
   py::module_ torch = py::module_::import("torch");
   channel_.send({{"op", "hello"},
                  {"confined", req_.confine},
+                 {"signals_scoped", signals_unscoped_reason_.empty()},
+                 {"signals_unscoped_reason", signals_unscoped_reason_},
                  {"versions",
                   {{"torch", py::str(torch.attr("__version__")).cast<std::string>()},
                    {"python", py::str(py::module_::import("sys").attr("version")).cast<std::string>()}}}});
@@ -506,7 +512,7 @@ int Candidate::serve() {
 
 nlohmann::json CandidateRequest::to_json() const {
   return {{"task_path", task_path}, {"solution_path", solution_path}, {"device", device},
-          {"confine", confine},     {"nvrtc_dir", nvrtc_dir},         {"build_dir", build_dir},
+          {"confine", confine},     {"scope_signals", scope_signals}, {"nvrtc_dir", nvrtc_dir}, {"build_dir", build_dir},
           {"hidden", hidden},       {"tmpfs_bytes", tmpfs_bytes},     {"scratch_dir", scratch_dir}};
 }
 
@@ -516,6 +522,7 @@ CandidateRequest CandidateRequest::from_json(const nlohmann::json& j) {
   r.solution_path = j.at("solution_path");
   r.device = j.value("device", "cuda");
   r.confine = j.value("confine", false);
+  r.scope_signals = j.value("scope_signals", false);
   r.nvrtc_dir = j.at("nvrtc_dir");
   r.build_dir = j.at("build_dir");
   r.hidden = j.value("hidden", std::vector<std::string>{});

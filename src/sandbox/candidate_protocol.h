@@ -32,6 +32,10 @@ struct CandidateRequest {
   std::string task_path, solution_path;
   std::string device = "cuda";  // cuda or cpu
   bool confine = false;
+  // Scope the process's signals to itself and what it starts (scope_signals(): Landlock), so
+  // that it cannot kill its judge or other evaluations'. Independent of the namespaces: an
+  // unconfined candidate under confine: auto is scoped where the kernel can.
+  bool scope_signals = false;
   std::string nvrtc_dir;        // the solution's own NVRTC cache folder (writable when confined)
   std::string build_dir;        // the solution's own nvcc builds (kernels/, TORCH_EXTENSIONS_DIR)
   std::vector<std::string> hidden;  // folders the confinement empties (the cache's secret)

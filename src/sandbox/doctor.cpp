@@ -1,5 +1,7 @@
 #include "cuda_agent/sandbox/doctor.h"
 
+#include "cuda_agent/core/confinement.h"
+
 #include <map>
 #include <sstream>
 
@@ -34,6 +36,9 @@ nlohmann::json probe(Fn&& fn) {
 
 nlohmann::json run_doctor() {
   nlohmann::json report;
+  // First, while this process has one thread: the child that tries it is forked.
+  const std::string unscoped = signal_scope_unavailable();
+  report["signal_scope"] = unscoped.empty() ? nlohmann::json{{"ok", true}} : nlohmann::json{{"ok", false}, {"error", unscoped}};
   report["gpu"] = probe([] {
     DeviceInfo d = current_device_info();
     nlohmann::json j = d;
@@ -119,6 +124,7 @@ std::string format_doctor(const nlohmann::json& r) {
                                                       py["torch"].get<std::string>(), py["torch_cuda"].get<std::string>(),
                                                       py["torch_sees_gpu"].get<bool>() ? "yes" : "no")
                                         : "");
+  line("Signals", r["signal_scope"], "scoped (Landlock): a solution cannot signal its judge or other evaluations");
   const auto& lt = r["libtorch_linked"];
   line("libtorch", lt, lt["ok"].get<bool>() ? fmt::format("{} (sees {} GPU(s))", lt["version"].get<std::string>(),
                                                         lt["cuda_device_count"].get<int>())

@@ -188,6 +188,8 @@ nlohmann::json EvalResult::to_json() const {
   w["confined"] = confined;
   if (!confined && !unconfined_reason.empty()) w["unconfined_reason"] = unconfined_reason;
   if (confinement_unavailable) w["confinement_unavailable"] = true;
+  w["signals_scoped"] = signals_scoped;
+  if (!signals_scoped && !signals_unscoped_reason.empty()) w["signals_unscoped_reason"] = signals_unscoped_reason;
   if (judge) w["judge"] = judge->to_json();
   j["worker"] = w;
   if (!ok) j["log"] = log;
@@ -230,6 +232,8 @@ EvalResult EvalResult::from_json(const nlohmann::json& j) {
   r.confined = w.value("confined", false);
   r.unconfined_reason = w.value("unconfined_reason", "");
   r.confinement_unavailable = w.value("confinement_unavailable", false);
+  r.signals_scoped = w.value("signals_scoped", false);
+  r.signals_unscoped_reason = w.value("signals_unscoped_reason", "");
   if (w.contains("judge") && w["judge"].is_object()) r.judge = ProcessReport::from_json(w["judge"]);
   r.log = j.value("log", "");
   r.worker_seconds = j.value("worker_seconds", 0.0);

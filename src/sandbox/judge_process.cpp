@@ -48,6 +48,7 @@ CandidateRequest candidate_request(const EvalRequest& req, const std::string& fi
   c.solution_path = req.solution_path;
   c.device = req.device;
   c.confine = req.confine_candidate && req.options.confine != "off";
+  c.scope_signals = req.options.confine != "off";
   // A solution's caches are its own: one it poisons can only mislead its own later evaluations.
   c.nvrtc_dir = (cache / "nvrtc" / "solutions" / scope).string();
   c.build_dir = (cache / "builds" / scope).string();
@@ -341,10 +342,14 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     if (c.runtime().is_object()) runtime = c.runtime();
     result.worker = c.wait(result.ok ? 10.0 : 0.0);
     result.confined = c.confined();
+    result.signals_scoped = c.signals_scoped();
+    result.signals_unscoped_reason = c.signals_unscoped_reason();
     if (!result.ok) result.log = c.log_tail(8000);
   } else {
     result.worker.exit_code = 0;
   }
+  if (!result.signals_scoped && result.signals_unscoped_reason.empty())
+    result.signals_unscoped_reason = opt.confine == "off" ? "sandbox.confine is off" : "no candidate process";
   if (result.confined) result.unconfined_reason.clear();
   else if (result.unconfined_reason.empty())
     result.unconfined_reason = opt.confine == "off" ? "sandbox.confine is off" : "no candidate process (baselines only)";

@@ -21,6 +21,7 @@
 
 #include <gtest/gtest.h>
 
+#include "cuda_agent/core/confinement.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
@@ -390,6 +391,109 @@ nlohmann::json Confine::verify_cli(const std::string& confine, std::vector<std::
   } catch (const std::exception&) {
     ADD_FAILURE() << "no JSON from the CLI (" << run.describe() << "): " << out << read_file(sp.stderr_path);
     return {{"worker", nlohmann::json::object()}};
+  }
+}
+
+// A process of this user's that is not the solution's: a judge of another evaluation, say.
+class Bystander {
+ public:
+  Bystander() {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+  }
+  ~Bystander() {
+    if (alive()) ::kill(pid_, SIGKILL);
+    if (!reaped_) ::waitpid(pid_, nullptr, 0);
+  }
+  pid_t pid() const { return pid_; }
+  bool alive() {
+    if (reaped_) return false;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == 0) return true;
+    reaped_ = true;
+    return false;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+// An evaluation's judges and the other evaluations of a bench or a training step's group run as
+// the same user as the candidate: killing them lowers the rewards of the solutions beside it, and
+// with group-relative advantages that raises its own. The candidate's signals are scoped to
+// itself and what it starts (Landlock); its own children stay reachable. With confine: off the
+// same solution kills the bystander, so the test cannot pass because the hack was broken.
+TEST_F(Confine, TheSolutionCannotSignalProcessesOutsideItsOwn) {
+  const std::string unavailable = signal_scope_unavailable();
+  if (!unavailable.empty()) GTEST_SKIP() << "signals cannot be scoped on this kernel: " << unavailable;
+  for (const std::string confine : {"auto", "off"}) {
+    Bystander bystander;
+    const std::string prelude = fmt::format(
+        "import signal, subprocess\n"
+        "outcome = []\n"
+        "for pid, sig in (({}, signal.SIGKILL), (os.getppid(), 0)):\n"
+        "    try:\n"
+        "        os.kill(pid, sig)\n"
+        "        outcome.append('sent')\n"
+        "    except PermissionError:\n"
+        "        outcome.append('refused')\n"
+        "child = subprocess.Popen(['sleep', '30'])\n"
+        "child.kill()\n"
+        "assert child.wait() == -signal.SIGKILL, 'own child not killed'\n"
+        "assert outcome == ['refused', 'refused'], 'signals outside: %s' % outcome\n",
+        bystander.pid());
+    const nlohmann::json r = verify(prelude, confine);
+    if (confine == "auto") {
+      EXPECT_TRUE(r.value("ok", false)) << r.dump(2);
+      EXPECT_EQ(r["worker"].value("signals_scoped", false), true) << r.dump(2);
+      EXPECT_TRUE(bystander.alive()) << "the confined solution killed a process outside its own";
+    } else {
+      EXPECT_FALSE(r.value("ok", true)) << r.dump(2);
+      EXPECT_NE(r.value("message", "").find("signals outside: ['sent', 'sent']"), std::string::npos) << r.dump(2);
+      EXPECT_EQ(r["worker"].value("signals_scoped", true), false);
+      EXPECT_EQ(r["worker"].value("signals_unscoped_reason", ""), "sandbox.confine is off");
+      for (int i = 0; i < 100 && bystander.alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      EXPECT_FALSE(bystander.alive()) << "with confine: off the hack should have killed the bystander";
+    }
+  }
+}
+
+// The agent's Bash: `confined-exec` (the binary's namespaces) and `confined-exec --signals-only`
+// (inside bubblewrap) both scope the command's signals; a plain shell does not.
+TEST_F(Confine, TheAgentsConfinedCommandsCannotSignalProcessesOutsideTheirOwn) {
+  const std::string unavailable = signal_scope_unavailable();
+  if (!unavailable.empty()) GTEST_SKIP() << "signals cannot be scoped on this kernel: " << unavailable;
+  const std::vector<std::vector<std::string>> wrappers = {
+      {CUDA_AGENT_BINARY, "confined-exec", "--writable", dir_.path().string()},
+      {CUDA_AGENT_BINARY, "confined-exec", "--signals-only"},
+      {}};
+  for (const auto& wrapper : wrappers) {
+    Bystander bystander;
+    SubprocessOptions sp;
+    sp.argv = wrapper;
+    for (const std::string& a : {std::string("bash"), std::string("-c"),
+                                 fmt::format("sleep 30 & kill $! && wait $!; echo own=$?; kill -KILL {}; echo other=$?",
+                                             bystander.pid())})
+      sp.argv.push_back(a);
+    sp.timeout_s = 60;
+    sp.stdout_path = (dir_.path() / unique_name("out")).string();
+    sp.stderr_path = sp.stdout_path;
+    const SubprocessResult run = run_subprocess(sp);
+    const std::string out = read_file(sp.stdout_path);
+    const std::string what = (wrapper.empty() ? "bash" : wrapper.back()) + ": " + run.describe() + ": " + out;
+    EXPECT_NE(out.find("own=143"), std::string::npos) << what;
+    if (wrapper.empty()) {
+      EXPECT_NE(out.find("other=0"), std::string::npos) << what;
+      for (int i = 0; i < 100 && bystander.alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      EXPECT_FALSE(bystander.alive()) << "a plain shell should have killed the bystander";
+    } else {
+      EXPECT_NE(out.find("other=1"), std::string::npos) << what;
+      EXPECT_TRUE(bystander.alive()) << what << " let the command kill a process outside its own";
+    }
   }
 }
 

@@ -35,6 +35,9 @@ struct ConfinementPlan {
   // Size limit of each tmpfs (the private directories and /dev/shm); 0: the kernel's default
   // (half the RAM).
   uint64_t tmpfs_bytes = 0;
+  // exec_confined only: no namespaces, mounts or capability changes (the caller, bubblewrap
+  // say, made them); the command's signals are scoped all the same.
+  bool signals_only = false;
 };
 
 // Moves the calling process into new namespaces and confines it:
@@ -43,7 +46,7 @@ struct ConfinementPlan {
 //           neither it nor a program it runs (setuid or root) can mount, unmount or remount.
 //           Processes outside are out of reach of ptrace and /proc/<pid>/root (they live in
 //           the parent user namespace); they can still be sent signals (there is no PID
-//           namespace).
+//           namespace): scope_signals() below closes that.
 //   network a fresh namespace holding only a loopback interface that is down: no TCP, UDP or
 //           abstract unix socket reaches anything outside.
 //   IPC     private System V IPC objects and POSIX message queues.
@@ -64,7 +67,22 @@ struct ConfinementPlan {
 // changed) and should report and exit rather than go on. Not thread-safe.
 void confine_this_process(const ConfinementPlan& plan);
 
-// confine_this_process(plan), then set_environment(env) and execs `command` (searched in PATH). Returns
+// Puts the calling thread, and every thread and process it starts from then on, in a Landlock
+// domain that scopes signals: kill(2), tgkill(2), pidfd_send_signal(2) and the like fail with
+// EPERM for any process outside the domain (the parent, other evaluations' judges, anything of
+// this user's), while the process's own children stay reachable. Landlock also keeps such a
+// process from ptrace-ing or reading the memory of a process outside its domain. Signals the
+// kernel sends (SIGCHLD to the parent, a parent-death signal) are not affected. Sets
+// no_new_privs. Call while the process has one thread (threads started before are not
+// covered). Returns "" when done, else why it could not be done (a kernel before 6.12, or one
+// without Landlock enabled): the process is then unchanged but for no_new_privs.
+std::string scope_signals();
+
+// Whether scope_signals() works here, tried in a child process: "" when it does, else why not.
+std::string signal_scope_unavailable();
+
+// confine_this_process(plan) (unless plan.signals_only), then set_environment(env) and
+// scope_signals() (where the kernel can), and execs `command` (searched in PATH). Returns
 // only on failure: 126 when the process could not be confined, 127 when the command could not
 // be run, each after a line on stderr saying why. For a fresh process (the agent's Bash runs
 // `cuda-agent confined-exec`).

@@ -109,6 +109,10 @@ struct EvalResult {
   // The candidate could not start confined and did unconfined: the machine cannot confine, and
   // later evaluations of the calling process skip the attempt (sandbox.confine: auto).
   bool confinement_unavailable = false;
+  // The candidate process could not signal (kill) any process outside itself and what it
+  // started: its judge, other evaluations' (Landlock's signal scope); else why not.
+  bool signals_scoped = false;
+  std::string signals_unscoped_reason;
   std::optional<ProcessReport> judge;  // the judge's own process
   std::string log;                     // failures: the tail of the processes' output
   double worker_seconds = 0;           // inside the judge
