@@ -12,6 +12,7 @@
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
 #include "cuda_agent/core/subprocess.h"
+#include "cuda_agent/sandbox/baseline_cache.h"
 #include "cuda_agent/sandbox/worker_confinement.h"
 
 namespace fs = std::filesystem;
@@ -93,9 +94,16 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
                           : fmt::format("{} profile --task {} --solution model_new.py{}{}", bin, shell_quote(task.string()),
                                         device_flag, pinned);
   Workspace workspace = Workspace::create(wopts);
-  std::map<std::string, std::string> env = {{"CUDA_AGENT_CACHE_DIR", spec.sandbox.resolved_cache_dir()}};
+  // The policy's commands (verify.sh and profile.sh among them) evaluate with a cache of their
+  // own: the scoring cache, whose baselines decide the reward, is read-only to a confined Bash
+  // and its secret key hidden, so no command can write an entry that verifies there. Entries in
+  // the tools' cache only change what the scripts print to the policy.
+  const fs::path scoring_cache = spec.sandbox.resolved_cache_dir();
+  sandbox::ensure_cache_secret_dir(scoring_cache);
+  std::map<std::string, std::string> env = {{"CUDA_AGENT_CACHE_DIR", (scoring_cache / "agent-tools").string()}};
   if (spec.device == "cuda") env["CUDA_VISIBLE_DEVICES"] = std::to_string(spec.gpu);
   ToolOptions tool_options = spec.tools;
+  tool_options.hidden_paths.push_back(sandbox::cache_secret_dir(scoring_cache).string());
   if (gpu_lock)
     for (const std::string& file : sandbox::gpu_lock_files(spec.gpu)) tool_options.writable_paths.push_back(file);
   ToolRegistry tools(workspace, tool_options, env);

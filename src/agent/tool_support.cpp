@@ -277,6 +277,8 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
       if (std::filesystem::exists(path, ec)) argv.insert(argv.end(), {"--writable", path});
     for (const auto& locked : context.workspace->locked_files())
       if (std::filesystem::exists(locked, ec)) argv.insert(argv.end(), {"--read-only", locked.string()});
+    for (const auto& path : context.options.hidden_paths)
+      if (std::filesystem::is_directory(path, ec)) argv.insert(argv.end(), {"--hidden", path});
     argv.insert(argv.end(), {"bash", "-c", command});
     return argv;
   }
@@ -297,6 +299,8 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
     if (std::filesystem::exists(path, ec)) argv.insert(argv.end(), {"--bind", path, path});
   for (const auto& locked : context.workspace->locked_files())
     if (std::filesystem::exists(locked, ec)) argv.insert(argv.end(), {"--ro-bind", locked.string(), locked.string()});
+  for (const auto& path : context.options.hidden_paths)
+    if (std::filesystem::is_directory(path, ec)) argv.insert(argv.end(), {"--tmpfs", path, "--remount-ro", path});
   for (const auto& [name, value] : private_cache_env()) {
     argv.insert(argv.end(), {"--setenv", name, value});
     if (name == "TMPDIR") argv.insert(argv.end(), {"--dir", value});  // in the private /tmp

@@ -743,7 +743,7 @@ struct InternalFlags {
   bool judge = false;
   int quiet_gpu = -1;
   std::string candidate;
-  std::vector<std::string> writable, read_only;
+  std::vector<std::string> writable, read_only, hidden;
   bool signals_only = false;
 };
 
@@ -768,6 +768,7 @@ void add_internal(CLI::App& app, Verbs& verbs) {
   confined->group("");
   confined->add_option("--writable", f->writable)->allow_extra_args(false);  // one path each, repeatable
   confined->add_option("--read-only", f->read_only)->allow_extra_args(false);
+  confined->add_option("--hidden", f->hidden)->allow_extra_args(false);  // folders shown empty
   // Inside bubblewrap, which made the namespaces: only the signals are scoped.
   confined->add_flag("--signals-only", f->signals_only);
   confined->prefix_command();  // the first word that is not an option starts the command
@@ -775,6 +776,7 @@ void add_internal(CLI::App& app, Verbs& verbs) {
                      ConfinementPlan plan;
                      plan.writable = f->writable;
                      plan.read_only = f->read_only;
+                     plan.hidden = f->hidden;
                      plan.private_dirs = {"/tmp"};
                      plan.signals_only = f->signals_only;
                      return exec_confined(plan, confined->remaining(),

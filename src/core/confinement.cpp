@@ -505,7 +505,12 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
     return 127;
   }
   try {
-    if (!plan.signals_only) confine_this_process(plan);
+    if (!plan.signals_only) {
+      confine_this_process(plan);
+      // No user namespace can be made inside this one: evaluations the command runs skip
+      // confining their candidates (sandbox.confine: auto), which would fail after a start.
+      ::setenv(kInsideConfinementVariable, "namespaces", 1);
+    }
     set_environment(env);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda-agent: cannot confine the command: %s\n", e.what());

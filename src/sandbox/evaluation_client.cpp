@@ -2,10 +2,12 @@
 // of it, judge_pool.h; it starts the candidate process), and its result, taken only when its MAC
 // verifies under the key this process gave the judge: a file the solution wrote is not a result.
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <optional>
 
+#include "cuda_agent/core/confinement.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
@@ -94,9 +96,15 @@ EvalResult evaluate(const EvalRequest& request) {
       judged.confine_candidate = false;
       judged.unconfined_reason = "sandbox.confine is off";
     } else if (request.options.confine == "auto") {
+      const char* inside = std::getenv(kInsideConfinementVariable);
       if (auto why = known_unconfinable()) {
         judged.confine_candidate = false;
         judged.unconfined_reason = *why;
+      } else if (inside != nullptr && *inside != '\0') {
+        // The agent's Bash, confined by `confined-exec`: the evaluation already runs inside
+        // namespaces, in which no further one can be made.
+        judged.confine_candidate = false;
+        judged.unconfined_reason = "inside the agent's confined shell (no user namespace can be made in it)";
       }
     }
     TempDir dir("cuda-agent-eval-");

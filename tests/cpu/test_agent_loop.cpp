@@ -11,6 +11,7 @@
 #include "cuda_agent/agent/eval_runner.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/sandbox/baseline_cache.h"
 
 using namespace cuda_agent;
 using namespace cuda_agent::agent;
@@ -297,6 +298,57 @@ TEST(AgentLoop, ChangingTheOriginalTaskFailsTheEpisode) {
   EpisodeResult r = run_task_episode(spec);
   EXPECT_EQ(r.reward, -1.0);
   EXPECT_EQ(r.score.value("category", ""), "task_modified") << r.score.dump(2);
+}
+
+// The scoring cache decides the reward (its baselines); the policy's commands must not be able to
+// write an entry that verifies there. A confined Bash sees it read-only with its secret key
+// hidden, and verify.sh evaluates with a cache of its own (agent-tools/). Skipped where Bash
+// cannot run confined (bubblewrap and the binary's namespaces both missing).
+TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
+  setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
+  if (std::system("bwrap --ro-bind / / --unshare-net --die-with-parent true > /dev/null 2>&1") != 0 &&
+      std::system((std::string(CUDA_AGENT_BINARY) + " confined-exec true > /dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << "Bash cannot run confined here (neither bubblewrap nor user namespaces)";
+  TempDir dir("agent-cache-");
+  const auto cache = dir.path() / "cache";
+  const std::string key_file = (sandbox::cache_secret_dir(cache) / "key").string();
+  const std::string probe =
+      "cat " + key_file + " > /dev/null 2>&1 && echo key=read || echo key=hidden; "
+      "mkdir -p " + (cache / "baselines").string() + " 2>/dev/null; echo x > " + (cache / "baselines" / "forged.json").string() +
+      " 2>/dev/null && echo scoring=written || echo scoring=read-only; echo tools=$CUDA_AGENT_CACHE_DIR";
+  {
+    std::ofstream f(dir.path() / "episode.jsonl");
+    nlohmann::json bash = {{"name", "Bash"}, {"arguments", {{"command", probe}}}};
+    f << line({{"content", ""}, {"tool_calls", nlohmann::json::array({bash})}});
+    const std::string solution =
+        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n"
+        "        return a + b\n";
+    f << line({{"content", call("Write", {{"file_path", "model_new.py"}, {"content", solution}})}});
+    f << line({{"content", call("Bash", {{"command", "./verify.sh"}})}});
+  }
+  EpisodeSpec spec;
+  spec.task = kSource + "/tests/data/tasks/add/model.py";
+  spec.policy = "replay:" + (dir.path() / "episode.jsonl").string();
+  spec.output_dir = dir.path() / "run";
+  spec.device = "cpu";
+  spec.sandbox.cache_dir = cache.string();
+  (void)sandbox::cache_secret(cache);  // the key exists, as after any scored episode
+  EpisodeResult r = run_task_episode(spec);
+  std::vector<std::string> outputs;
+  std::ifstream in(spec.output_dir / "trajectory.jsonl");
+  for (std::string text; std::getline(in, text);) {
+    const nlohmann::json e = nlohmann::json::parse(text);
+    if (e.value("type", "") == "observation") outputs.push_back(e.value("output", ""));
+  }
+  ASSERT_EQ(outputs.size(), 3u) << r.score.dump(2);
+  EXPECT_NE(outputs[0].find("key=hidden"), std::string::npos) << outputs[0];
+  EXPECT_NE(outputs[0].find("scoring=read-only"), std::string::npos) << outputs[0];
+  EXPECT_NE(outputs[0].find("tools=" + (cache / "agent-tools").string()), std::string::npos) << outputs[0];
+  EXPECT_FALSE(std::filesystem::exists(cache / "baselines" / "forged.json"));
+  // verify.sh still works, with the tools' cache.
+  EXPECT_NE(outputs[2].find("result    pass"), std::string::npos) << outputs[2];
+  EXPECT_TRUE(std::filesystem::is_directory(cache / "agent-tools" / "secret")) << outputs[2];
+  EXPECT_EQ(r.reward, 1.0) << r.score.dump(2);  // scored with the scoring cache, outside
 }
 
 TEST(AgentEval, EpisodesOverASplitFeedTheBenchReport) {

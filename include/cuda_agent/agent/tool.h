@@ -41,6 +41,9 @@ struct ToolOptions {
   // Existing files or folders a confined Bash may also write (the GPU's lock files when the
   // episode's evaluations take them: EpisodeSpec::gpu_lock).
   std::vector<std::string> writable_paths;
+  // Existing folders a confined Bash must not see into (an empty read-only folder in their
+  // place): the scoring cache's secret key (EpisodeSpec's sandbox cache).
+  std::vector<std::string> hidden_paths;
 };
 
 // One tool. Implementations hold references to the registry's workspace and scratch space;

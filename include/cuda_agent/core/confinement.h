@@ -86,6 +86,8 @@ std::string signal_scope_unavailable();
 // only on failure: 126 when the process could not be confined, 127 when the command could not
 // be run, each after a line on stderr saying why. For a fresh process (the agent's Bash runs
 // `cuda-agent confined-exec`).
+// Set by exec_confined (not with signals_only) in the command's environment.
+inline constexpr const char* kInsideConfinementVariable = "CUDA_AGENT_INSIDE_CONFINEMENT";
 int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& command,
                   const std::vector<std::pair<std::string, std::string>>& env = {});
 
