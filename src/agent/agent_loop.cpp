@@ -191,6 +191,9 @@ EpisodeResult run_episode(Policy& policy, Workspace& workspace, ToolRegistry& to
     enforce_budget(request.messages, o);
   }
 
+  // Nothing the policy started runs beside its own scoring (a GPU hog slowing the baselines,
+  // a writer changing model_new.py while it is imported).
+  tools.stop_background();
   const std::string solution = workspace.resolve("model_new.py").string();
   result.score = scorer(solution);
   const nlohmann::json reward = result.score.value("reward", nlohmann::json());

@@ -76,11 +76,19 @@ std::string ShellStatus::describe() const {
 
 BackgroundShells::BackgroundShells(std::filesystem::path scratch) : scratch_(std::move(scratch)) {}
 
-BackgroundShells::~BackgroundShells() {
+BackgroundShells::~BackgroundShells() { stop_all(); }
+
+void BackgroundShells::stop_all() {
   for (auto& shell : shells_) {
     if (shell.reaped) continue;
+    // SIGTERM first: a confined shell's wrapper (`confined-exec`) then clears the processes
+    // that left the group (setsid) before it goes.
+    ::kill(-shell.pid, SIGTERM);
+    wait_ended(shell.pid, kTermGrace);
     ::kill(-shell.pid, SIGKILL);
     if (wait_ended(shell.pid, kKillWait)) ::waitpid(shell.pid, nullptr, 0);
+    shell.reaped = true;
+    shell.final_status = {ShellStatus::State::kKilled, -1, SIGKILL};
   }
 }
 

@@ -31,7 +31,10 @@ class BackgroundShells {
   static constexpr size_t kMaxRunning = 16;
 
   explicit BackgroundShells(std::filesystem::path scratch);
-  ~BackgroundShells();  // SIGKILLs every shell's group and reaps the shells
+  ~BackgroundShells();  // stop_all()
+  // Ends every shell still running (SIGTERM to its group, SIGKILL after a second) and reaps it:
+  // before an episode is scored, nothing the policy started may still run.
+  void stop_all();
   BackgroundShells(const BackgroundShells&) = delete;
   BackgroundShells& operator=(const BackgroundShells&) = delete;
 

@@ -87,6 +87,8 @@ ToolRegistry::ToolRegistry(Workspace& workspace, ToolOptions options,
 }
 
 ToolRegistry::~ToolRegistry() = default;
+
+void ToolRegistry::stop_background() { impl_->shells->stop_all(); }
 ToolRegistry::ToolRegistry(ToolRegistry&&) noexcept = default;
 ToolRegistry& ToolRegistry::operator=(ToolRegistry&&) noexcept = default;
 

@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -498,6 +499,46 @@ void set_environment(const std::vector<std::pair<std::string, std::string>>& env
   }
 }
 
+namespace {
+
+volatile sig_atomic_t g_stop_signal = 0;
+void note_stop(int signal) { g_stop_signal = signal; }
+
+// This process's children, the orphans it adopted as a subreaper included (from /proc).
+std::vector<pid_t> children_of(pid_t self) {
+  std::vector<pid_t> out;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir("/proc"), ::closedir);
+  if (!dir) return out;
+  while (const dirent* e = ::readdir(dir.get())) {
+    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    long ppid = 0;
+    if (rest >> state >> ppid && ppid == self) out.push_back(static_cast<pid_t>(std::atol(e->d_name)));
+  }
+  return out;
+}
+
+// SIGKILLs every descendant, round after round (a killed process's children are adopted here),
+// and reaps them, until none is left.
+void clear_descendants(pid_t self) {
+  for (int round = 0; round < 10000; ++round) {
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    const std::vector<pid_t> children = children_of(self);
+    if (children.empty()) return;
+    for (pid_t child : children) ::kill(child, SIGKILL);
+    ::usleep(1000);
+  }
+}
+
+}  // namespace
+
 int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& command,
                   const std::vector<std::pair<std::string, std::string>>& env) {
   if (command.empty()) {
@@ -522,9 +563,43 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
   std::vector<char*> args;
   for (const auto& a : command) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  // This process stays as the command's subreaper: whatever the command starts, daemons that
+  // left its session included, is adopted here and ended with it, so nothing of it outlives
+  // the call. Where that cannot be set up, the command replaces this process as before.
+  struct sigaction stop{};
+  stop.sa_handler = note_stop;  // no SA_RESTART: waitpid returns EINTR
+  const bool supervise = ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
+  if (supervise) {
+    for (int s : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(s, &stop, nullptr);
+    const pid_t child = ::fork();
+    if (child > 0) {
+      const pid_t self = ::getpid();
+      int status = 0;
+      while (true) {
+        const pid_t r = ::waitpid(child, &status, 0);
+        if (r == child) break;
+        if (r < 0 && errno != EINTR) break;
+        if (g_stop_signal != 0) {
+          clear_descendants(self);
+          return 128 + g_stop_signal;
+        }
+      }
+      clear_descendants(self);
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+    }
+    if (child == 0) {
+      struct sigaction fallback{};
+      fallback.sa_handler = SIG_DFL;
+      for (int s : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(s, &fallback, nullptr);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    }
+    // fork failed (child < 0): the command replaces this process below.
+  }
   ::execvp(args[0], args.data());
   const int err = errno;
   std::fprintf(stderr, "cuda-agent: cannot run %s: %s\n", command[0].c_str(), errno_text(err).c_str());
+  if (supervise) ::_exit(127);
   return 127;
 }
 

@@ -378,6 +378,7 @@ class TorchPpoLearner final : public lm::PpoLearner {
     torch::AutoGradMode grad(true);
     const double max_norm = options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
     PpoStats mean;
+    double first = 0, last = 0;
     for (const auto& part : plan) {
       zero_grads();
       if (replicas_->distributed()) replicas_->set_shares(part);
@@ -391,8 +392,12 @@ class TorchPpoLearner final : public lm::PpoLearner {
       optimizer_->step();
       if (replicas_->sharded()) replicas_->share_stepped_params();
       add(mean, stats, 1.0 / static_cast<double>(plan.size()));
+      if (&part == &plan.front()) first = stats.loss;
+      last = stats.loss;
     }
     zero_grads();
+    mean.first_loss = first;
+    mean.last_loss = last;
     return mean;
   }
 

@@ -500,6 +500,8 @@ void fine_tune(RunContext& ctx, const std::vector<EpisodeSequence>& kept, int64_
   const lm::PpoStats s = ctx.learner->sft_update(samples, plan);
   record["update_skipped"] = false;
   record["loss"] = s.loss;  // the mean NLL of the kept assistant tokens, before each step
+  record["loss_first_step"] = s.first_loss;
+  record["loss_last_step"] = s.last_loss;
   record["entropy"] = s.entropy;
   record["grad_norm_actor"] = s.grad_norm_actor;
   record["policy_tokens"] = s.tokens;
@@ -707,9 +709,11 @@ std::string step_summary(const Stage& stage, int k, const json& r) {
   const std::string tail = fmt::format(" ({:.1f} s)\n", r["step_seconds"].get<double>());
   switch (stage.kind) {
     case StageKind::kSft:
-      return head + fmt::format("kept {} of {} teacher episodes (teacher reward_mean {}) nll {}", field("teacher_kept"),
+      return head + fmt::format("kept {} of {} teacher episodes (teacher reward_mean {}) nll {} (first step {}, "
+                                "last step {})", field("teacher_kept"),
                                 r["teacher_kept"].get<int64_t>() + r["teacher_dropped"].get<int64_t>(),
-                                field("teacher_reward_mean"), field("loss")) + tail;
+                                field("teacher_reward_mean"), field("loss"), field("loss_first_step"),
+                                field("loss_last_step")) + tail;
     case StageKind::kRft:
       return head + fmt::format("kept {} of {} reward_mean {}{} nll {}", field("kept"), r["kept"].get<int64_t>() +
                                 r["dropped"].get<int64_t>(), field("reward_mean"),

@@ -497,6 +497,44 @@ TEST_F(Confine, TheAgentsConfinedCommandsCannotSignalProcessesOutsideTheirOwn) {
   }
 }
 
+// A command of the agent's Bash that leaves a daemon behind (setsid, its own session and process
+// group, so the tool's group kill misses it): `confined-exec` stays as the command's subreaper and
+// ends it with the command; a plain shell lets it live on (into the episode's scoring and beyond).
+TEST_F(Confine, NothingTheAgentsConfinedCommandStartsOutlivesIt) {
+  const std::vector<std::vector<std::string>> wrappers = {
+      {CUDA_AGENT_BINARY, "confined-exec", "--writable", dir_.path().string()},
+      {CUDA_AGENT_BINARY, "confined-exec", "--signals-only"},
+      {}};
+  for (const auto& wrapper : wrappers) {
+    const fs::path pid_file = dir_.path() / unique_name("daemon");
+    SubprocessOptions sp;
+    sp.argv = wrapper;
+    for (const std::string& a :
+         {std::string("bash"), std::string("-c"),
+          "setsid bash -c 'echo $$ > " + pid_file.string() + "; exec sleep 300' < /dev/null > /dev/null 2>&1 & "
+          "for i in $(seq 100); do [ -s " + pid_file.string() + " ] && break; sleep 0.05; done; exit 3"})
+      sp.argv.push_back(a);
+    sp.timeout_s = 60;
+    const SubprocessResult run = run_subprocess(sp);
+    const std::string what = wrapper.empty() ? "bash" : wrapper.back();
+    EXPECT_EQ(run.exit_code, 3) << what << ": " << run.describe();
+    ASSERT_TRUE(fs::exists(pid_file)) << what;
+    const pid_t daemon = static_cast<pid_t>(std::stol(read_file(pid_file)));
+    bool alive = ::kill(daemon, 0) == 0;
+    for (int i = 0; i < 100 && alive && !wrapper.empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      alive = ::kill(daemon, 0) == 0;
+    }
+    if (wrapper.empty()) {
+      EXPECT_TRUE(alive) << "the daemon of a plain shell should have lived on";
+      ::kill(daemon, SIGKILL);
+    } else {
+      EXPECT_FALSE(alive) << what << " left the command's daemon " << daemon << " running";
+      if (alive) ::kill(daemon, SIGKILL);
+    }
+  }
+}
+
 // A machine without user namespaces, made by running the CLI in a namespace whose
 // user.max_user_namespaces is 0: namespaces is a clear error, auto runs unconfined and says why.
 TEST_F(Confine, WithoutUserNamespacesAutoRunsUnconfinedAndNamespacesIsAnError) {

@@ -48,6 +48,8 @@ class ToolRegistry {
   ToolRegistry(Workspace& workspace, ToolOptions options = {},
                std::map<std::string, std::string> env = {});
   ~ToolRegistry();  // kills the background shells that are still running
+  // Ends the background shells still running, now (the episode's final score comes next).
+  void stop_background();
   ToolRegistry(ToolRegistry&&) noexcept;
   ToolRegistry& operator=(ToolRegistry&&) noexcept;
   ToolRegistry(const ToolRegistry&) = delete;

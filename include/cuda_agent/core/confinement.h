@@ -82,11 +82,14 @@ std::string scope_signals();
 std::string signal_scope_unavailable();
 
 // confine_this_process(plan) (unless plan.signals_only), then set_environment(env) and
-// scope_signals() (where the kernel can), and execs `command` (searched in PATH). Returns
-// only on failure: 126 when the process could not be confined, 127 when the command could not
-// be run, each after a line on stderr saying why. For a fresh process (the agent's Bash runs
-// `cuda-agent confined-exec`).
-// Set by exec_confined (not with signals_only) in the command's environment.
+// scope_signals() (where the kernel can), and runs `command` (searched in PATH) as its child,
+// staying as the subreaper of everything the command starts: when the command ends, or this
+// process gets SIGTERM, SIGINT or SIGHUP, every process left of it (a daemon that setsid()ed
+// included) is killed. Returns the command's exit status (128 + the signal that ended it), or
+// 126 when the process could not be confined, 127 when the command could not be run, each
+// after a line on stderr saying why. For a fresh process (the agent's Bash runs
+// `cuda-agent confined-exec`). It sets kInsideConfinementVariable in the command's environment
+// (not with signals_only).
 inline constexpr const char* kInsideConfinementVariable = "CUDA_AGENT_INSIDE_CONFINEMENT";
 int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& command,
                   const std::vector<std::pair<std::string, std::string>>& env = {});

@@ -132,8 +132,8 @@ std::filesystem::path language_model_module_path();
 // Raised whenever the layout of these types or the entry points change (ppo_learner.h's
 // PpoOptions and PpoLearner included), so a stale module is refused with a clear message instead
 // of crashing. 3: PpoOptions::critic, PpoLearner::forward / save_state / load_state. 7:
-// ca_lm_set_log.
-inline constexpr int kLmModuleAbi = 7;
+// ca_lm_set_log. 8: PpoStats::first_loss / last_loss.
+inline constexpr int kLmModuleAbi = 8;
 
 struct LmCreateRequest {
   int abi = kLmModuleAbi;

@@ -165,6 +165,8 @@ struct StageUpdateOptions {
 // mini-batch under the weights before its step (what its gradient was taken of).
 struct PpoStats {
   double loss = 0;                 // the total objective minimized (see the top of this file)
+  double first_loss = 0;           // `loss` of the call's first optimizer step, and of its last:
+  double last_loss = 0;            // how far a supervised update fitted its batch
   double policy_loss = 0;          // clipped surrogate, aggregated per loss_aggregation
   double value_loss = 0;           // clipped value loss, aggregated per loss_aggregation
   double entropy = 0;              // token mean over policy tokens
