@@ -170,6 +170,14 @@ if [ "$what" = train ] || [ "$what" = train-2gpu ]; then
   find "$out" -name "*.safetensors" -delete
   find "$out" -type d -name workspace -prune -exec rm -rf {} +
 fi
+# The model comes in parts (a call carries at most 64 MiB): `split -b 49181216 -d` of
+# models/SmolLM2-135M-Instruct.Q4_1.gguf into .gpu-cache/m1/ and .gpu-cache/m2/, each carried by
+# one of two calls made back to back on the warm machine; the second assembles it here.
+gguf=models/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ ! -f $gguf ] && compgen -G '.gpu-cache/m*/smol.part*' > /dev/null; then
+  parts=$(ls .gpu-cache/m*/smol.part* | sort -t. -k3)
+  if [ "$(cat $parts | wc -c)" = 98362432 ]; then mkdir -p models && cat $parts > $gguf && echo "assembled $gguf"; fi
+fi
 if [ "$what" = learning ]; then
   # Issue 18's learning quickstart: configs/learning.yaml (models/ must hold the SmolLM2 GGUF, as
   # for train). Its weights stay on the machine (the archive leaves *.safetensors out), so that
