@@ -56,7 +56,7 @@ struct RunContext {
   int gpu = 0;    // the GPU of this process's model and episodes
   // The actor's tokenizer and chat template over the learner's model, read once: each episode's
   // session shares them (ChatSession::share_with_model) instead of reading the tokenizer again.
-  std::unique_ptr<serve::ChatSession> chat;
+  std::unique_ptr<serve::ChatSession> chat{};
 
   bool writer() const { return rank == 0; }
   // The sum over the job's processes (every process must call it alike).
