@@ -80,15 +80,8 @@ BackgroundShells::~BackgroundShells() { stop_all(); }
 
 void BackgroundShells::stop_all() {
   for (auto& shell : shells_) {
-    if (shell.reaped) continue;
-    // SIGTERM first: a confined shell's wrapper (`confined-exec`) then clears the processes
-    // that left the group (setsid) before it goes.
-    ::kill(-shell.pid, SIGTERM);
-    wait_ended(shell.pid, kTermGrace);
-    ::kill(-shell.pid, SIGKILL);
-    if (wait_ended(shell.pid, kKillWait)) ::waitpid(shell.pid, nullptr, 0);
-    shell.reaped = true;
-    shell.final_status = {ShellStatus::State::kKilled, -1, SIGKILL};
+    bool was_running = false;
+    if (!shell.reaped) (void)end(shell, &was_running);  // one that outlives SIGKILL stays unreaped
   }
 }
 
@@ -201,21 +194,19 @@ void BackgroundShells::set_read_offset(const std::string& id, uint64_t offset) {
   find(id).offset = offset;
 }
 
-ShellStatus BackgroundShells::kill(const std::string& id, bool* was_running) {
-  Shell& shell = find(id);
+bool BackgroundShells::end(Shell& shell, bool* was_running) {
   *was_running = false;
-  if (shell.reaped) return shell.final_status;
   if (peek(shell.pid).state == ShellStatus::State::kRunning) {
     *was_running = true;
+    // SIGTERM first: a confined shell's wrapper (`confined-exec`) then clears the processes
+    // that left the group (setsid) before it goes.
     ::kill(-shell.pid, SIGTERM);
     wait_ended(shell.pid, kTermGrace);
   }
   // The leader is unreaped, so its pid still names only this group: clear what is left of
   // it (a grandchild that ignored SIGTERM, or one that outlived a shell that had exited).
   ::kill(-shell.pid, SIGKILL);
-  if (!wait_ended(shell.pid, kKillWait)) {
-    CA_FAIL("background shell {} (pid {}) did not die after SIGKILL; try again", id, shell.pid);
-  }
+  if (!wait_ended(shell.pid, kKillWait)) return false;
   int status = 0;
   while (::waitpid(shell.pid, &status, 0) < 0 && errno == EINTR) continue;
   shell.reaped = true;
@@ -223,6 +214,16 @@ ShellStatus BackgroundShells::kill(const std::string& id, bool* was_running) {
     shell.final_status = {ShellStatus::State::kExited, WEXITSTATUS(status), 0};
   } else {
     shell.final_status = {ShellStatus::State::kKilled, -1, WTERMSIG(status)};
+  }
+  return true;
+}
+
+ShellStatus BackgroundShells::kill(const std::string& id, bool* was_running) {
+  Shell& shell = find(id);
+  *was_running = false;
+  if (shell.reaped) return shell.final_status;
+  if (!end(shell, was_running)) {
+    CA_FAIL("background shell {} (pid {}) did not die after SIGKILL; try again", id, shell.pid);
   }
   return shell.final_status;
 }

@@ -69,6 +69,9 @@ class BackgroundShells {
   Shell& find(const std::string& id);
   const Shell& find(const std::string& id) const;
   ShellStatus poll(Shell& shell);
+  // SIGTERM to the group of a running shell, SIGKILL to what is left, then reaps the shell and
+  // records how it ended; false when it outlived SIGKILL (left unreaped).
+  bool end(Shell& shell, bool* was_running);
 
   std::filesystem::path scratch_;
   std::vector<Shell> shells_;

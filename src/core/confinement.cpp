@@ -30,6 +30,7 @@
 #include <fmt/format.h>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/proc_stat.h"
 #include "cuda_agent/core/unique_fd.h"
 
 namespace cuda_agent {
@@ -504,35 +505,15 @@ namespace {
 volatile sig_atomic_t g_stop_signal = 0;
 void note_stop(int signal) { g_stop_signal = signal; }
 
-// This process's children, the orphans it adopted as a subreaper included (from /proc).
-std::vector<pid_t> children_of(pid_t self) {
-  std::vector<pid_t> out;
-  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir("/proc"), ::closedir);
-  if (!dir) return out;
-  while (const dirent* e = ::readdir(dir.get())) {
-    if (!std::isdigit(static_cast<unsigned char>(e->d_name[0]))) continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
-    std::string line;
-    if (!std::getline(in, line)) continue;
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 1));
-    std::string state;
-    long ppid = 0;
-    if (rest >> state >> ppid && ppid == self) out.push_back(static_cast<pid_t>(std::atol(e->d_name)));
-  }
-  return out;
-}
-
 // SIGKILLs every descendant, round after round (a killed process's children are adopted here),
 // and reaps them, until none is left.
 void clear_descendants(pid_t self) {
   for (int round = 0; round < 10000; ++round) {
     while (::waitpid(-1, nullptr, WNOHANG) > 0) {
     }
-    const std::vector<pid_t> children = children_of(self);
+    const auto children = children_of(self);  // the orphans adopted here as a subreaper too
     if (children.empty()) return;
-    for (pid_t child : children) ::kill(child, SIGKILL);
+    for (const auto& child : children) ::kill(child.first, SIGKILL);
     ::usleep(1000);
   }
 }

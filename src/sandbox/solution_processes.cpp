@@ -11,49 +11,13 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/proc_stat.h"
 
 namespace cuda_agent::sandbox {
-namespace {
-
-struct ProcStat {
-  bool ok = false;
-  std::string comm;
-  char state = '?';
-  pid_t ppid = 0;
-  unsigned long long ticks = 0;  // utime + stime + cutime + cstime
-  unsigned long long child_ticks = 0;  // cutime + cstime
-};
-
-// /proc/<pid>/stat: "pid (comm) state ppid ..." (comm may hold spaces and parentheses).
-ProcStat read_stat(const std::string& pid) {
-  ProcStat s;
-  std::ifstream in("/proc/" + pid + "/stat");
-  std::string line;
-  if (!in || !std::getline(in, line)) return s;
-  const size_t open = line.find('('), close = line.rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close < open) return s;
-  s.comm = line.substr(open + 1, close - open - 1);
-  std::istringstream rest(line.substr(close + 1));
-  std::string field[15];
-  for (auto& f : field) rest >> f;  // state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
-  if (!rest) return s;
-  s.state = field[0].empty() ? '?' : field[0][0];
-  s.ppid = static_cast<pid_t>(std::atol(field[1].c_str()));
-  const auto n = [&](int i) { return std::strtoull(field[i].c_str(), nullptr, 10); };
-  s.child_ticks = n(13) + n(14);
-  s.ticks = n(11) + n(12) + s.child_ticks;
-  s.ok = true;
-  return s;
-}
-
-}  // namespace
 
 void install_process_filter() {
 #if defined(__x86_64__)
@@ -106,14 +70,7 @@ void SolutionProcesses::start() {
 
 SolutionProcesses::Scan SolutionProcesses::scan() const {
   Scan out;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str()));
-    if (pid == self_) continue;
-    const ProcStat s = read_stat(name);
-    if (!s.ok || s.ppid != self_) continue;
+  for (const auto& [pid, s] : children_of(self_)) {
     if (s.state == 'Z' || s.state == 'X') out.zombie_ticks += s.ticks;  // ended, not yet reaped
     else out.alive += fmt::format("{}pid {} ({})", out.alive.empty() ? "" : ", ", pid, s.comm);
   }
@@ -127,7 +84,7 @@ SolutionProcesses::Look SolutionProcesses::look() const {
   const bool subreaper = ::prctl(PR_GET_CHILD_SUBREAPER, &on) == 0 && on != 0;
   const Scan s = scan();
   out.alive = subreaper ? s.alive : "the candidate process's subreaper flag was switched off";
-  const unsigned long long ticks = read_stat("self").child_ticks + s.zombie_ticks;
+  const unsigned long long ticks = read_proc_stat("self").child_ticks + s.zombie_ticks;
   out.ended_cpu_seconds = static_cast<double>(ticks) / static_cast<double>(::sysconf(_SC_CLK_TCK));
   return out;
 }

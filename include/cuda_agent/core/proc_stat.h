@@ -1,0 +1,29 @@
+// What /proc/<pid>/stat says about a process (Linux): the fields the sandbox and the agent's
+// confined commands watch their descendants by.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cuda_agent {
+
+struct ProcStat {
+  bool ok = false;  // false: the process is gone, or its stat could not be parsed
+  std::string comm;
+  char state = '?';
+  pid_t ppid = 0;
+  unsigned long long ticks = 0;        // utime + stime + cutime + cstime
+  unsigned long long child_ticks = 0;  // cutime + cstime
+};
+
+// `pid` is a number or "self". Never throws.
+ProcStat read_proc_stat(const std::string& pid);
+
+// The processes whose parent is `parent` (for a subreaper, the orphans it adopted too), zombies
+// included, each with its stat, in /proc's order. Never throws.
+std::vector<std::pair<pid_t, ProcStat>> children_of(pid_t parent);
+
+}  // namespace cuda_agent
