@@ -182,10 +182,21 @@ if [ "$what" = learning ]; then
   # Issue 18's learning quickstart: configs/learning.yaml (models/ must hold the SmolLM2 GGUF, as
   # for train). Its weights stay on the machine (the archive leaves *.safetensors out), so that
   # `learning-report` in the next call, while the machine is warm, can evaluate the checkpoint.
+  # The run's limit leaves room, within the device call's (CALL_LIMIT, default 600 s, counted
+  # from this script's start: the build and doctor come first), for the archive at exit; the log
+  # and the metrics also go to $OUT as they grow, so that a call cut short still returns them.
   start=$SECONDS
-  timeout "${TRAIN_TIMEOUT:-560}" $build/cuda-agent train --config configs/learning.yaml \
+  limit=$(( ${CALL_LIMIT:-600} - SECONDS - 25 ))
+  [ -n "${TRAIN_TIMEOUT:-}" ] && [ "$TRAIN_TIMEOUT" -lt "$limit" ] && limit=$TRAIN_TIMEOUT
+  echo "learning: train limit $limit s"
+  if [ -n "${OUT:-}" ]; then
+    ( while sleep 15; do cp "$out/learning.log" "$OUT/learning.log" 2>/dev/null
+        cp "$out/learning/metrics.jsonl" "$OUT/learning-metrics.jsonl" 2>/dev/null; done ) & copier=$!
+  fi
+  timeout "$limit" $build/cuda-agent train --config configs/learning.yaml \
     --set run.output_dir="$out/learning" ${LEARNING_SET:-} > "$out/learning.log" 2>&1
   echo "learning rc $? wall $((SECONDS - start)) s" | tee -a "$out/learning.log"
+  [ -n "${copier:-}" ] && kill "$copier" 2>/dev/null
   grep -E "^\[train\] step" "$out/learning.log" | tail -12
 fi
 if [ "$what" = learning-report ]; then

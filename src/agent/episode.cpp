@@ -98,9 +98,12 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   // own: the scoring cache, whose baselines decide the reward, is read-only to a confined Bash
   // and its secret key hidden, so no command can write an entry that verifies there. Entries in
   // the tools' cache only change what the scripts print to the policy.
+  // The baselines the scoring cache holds are handed to the tools' cache (verified, re-signed
+  // under its key), so that the scripts do not time again what scoring timed.
   const fs::path scoring_cache = spec.sandbox.resolved_cache_dir();
-  sandbox::ensure_cache_secret_dir(scoring_cache);
-  std::map<std::string, std::string> env = {{"CUDA_AGENT_CACHE_DIR", (scoring_cache / "agent-tools").string()}};
+  const fs::path tools_cache = scoring_cache / "agent-tools";
+  sandbox::BaselineCache::of(scoring_cache).copy_verified_to(sandbox::BaselineCache::of(tools_cache));
+  std::map<std::string, std::string> env = {{"CUDA_AGENT_CACHE_DIR", tools_cache.string()}};
   if (spec.device == "cuda") env["CUDA_VISIBLE_DEVICES"] = std::to_string(spec.gpu);
   ToolOptions tool_options = spec.tools;
   tool_options.hidden_paths.push_back(sandbox::cache_secret_dir(scoring_cache).string());

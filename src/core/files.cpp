@@ -6,12 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <random>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -207,12 +209,23 @@ std::string file_sha256(const std::filesystem::path& path) noexcept {
   }
 }
 
-int lock_file(const std::filesystem::path& path, bool exclusive) {
+int lock_file(const std::filesystem::path& path, bool exclusive, double max_wait_s) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   CA_CHECK(fd >= 0, "cannot open the lock file {}: {}", path.string(), std::generic_category().message(errno));
-  while (::flock(fd, exclusive ? LOCK_EX : LOCK_SH) != 0) {
+  const int how = exclusive ? LOCK_EX : LOCK_SH;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                              std::chrono::duration<double>(std::max(max_wait_s, 0.0)));
+  while (::flock(fd, max_wait_s < 0 ? how : how | LOCK_NB) != 0) {
     const int err = errno;
     if (err == EINTR) continue;
+    if (err == EWOULDBLOCK && max_wait_s >= 0) {
+      if (std::chrono::steady_clock::now() >= give_up) {
+        ::close(fd);
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
     ::close(fd);
     CA_FAIL("cannot lock {}: {}", path.string(), std::generic_category().message(err));
   }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <ostream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,8 @@ struct RunContext {
   // The actor's tokenizer and chat template over the learner's model, read once: each episode's
   // session shares them (ChatSession::share_with_model) instead of reading the tokenizer again.
   std::unique_ptr<serve::ChatSession> chat{};
+  // The split's tasks (indices) whose baselines this process has timed in this run.
+  std::set<size_t> baselines_timed{};
 
   bool writer() const { return rank == 0; }
   // The sum over the job's processes (every process must call it alike).

@@ -28,6 +28,7 @@
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
 #include "cuda_agent/sandbox/eval_result.h"
+#include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/worker_confinement.h"
 #include "cuda_agent/serve/chat_session.h"
 #include "cuda_agent/serve/local_policy.h"
@@ -83,6 +84,16 @@ struct EpisodeRun {
   agent::EpisodeResult result;
 };
 
+// The sandbox options an episode of task `task_index` is scored with.
+sandbox::SandboxOptions scoring_options(const RunContext& ctx, size_t task_index) {
+  sandbox::SandboxOptions o;
+  o.timeout_s = ctx.config.rollout.sandbox_timeout_s;
+  o.reward = ctx.config.reward.kind;
+  o.speedup_margin = ctx.config.reward.speedup_margin;
+  bench::apply_task_options(o, ctx.split.tasks[task_index]);  // as bench and eval score it
+  return o;
+}
+
 // Runs `run` (its folder, seed and task set); `beside_others`: other episodes run at the same time
 // on this GPU, so evaluations and generation take the GPU's locks. Never throws: a failure is
 // kept in run.error. Reads ctx only, so episodes may run in several threads.
@@ -119,10 +130,7 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
     spec.agent.max_repeated_calls = rollout.max_repeated_calls;
     // AgentOptions budgets characters; ~4 characters a token, as its default (400k ~ 100k tokens).
     spec.agent.context_budget_chars = static_cast<size_t>(stage.max_context_tokens) * 4;
-    spec.sandbox.timeout_s = rollout.sandbox_timeout_s;
-    spec.sandbox.reward = ctx.config.reward.kind;
-    spec.sandbox.speedup_margin = ctx.config.reward.speedup_margin;
-    bench::apply_task_options(spec.sandbox, ctx.split.tasks[run.task_index]);  // as bench and eval score it
+    spec.sandbox = scoring_options(ctx, run.task_index);
     run.result = agent::run_task_episode(spec);
     run.ok = true;
   } catch (const std::exception& e) {
@@ -164,6 +172,36 @@ void run_episodes(const RunContext& ctx, const Stage& stage, int64_t step, int c
                                       runs.size()));
 }
 
+// The baselines (eager, torch.compile) of the tasks of `runs` that this run has not timed yet,
+// timed first in the scoring cache, one task after another. Otherwise a task's first episodes
+// time them over and over: each in its profile.sh (the tools' cache, which every episode seeds
+// from the scoring cache: episode.cpp) and again in its final score. Returns the seconds spent.
+double time_new_baselines(RunContext& ctx, const std::vector<EpisodeRun>& runs) {
+  if (ctx.options.device != "cuda") return 0;
+  const auto t0 = Clock::now();
+  int timed = 0;
+  for (const EpisodeRun& run : runs) {
+    if (!ctx.baselines_timed.insert(run.task_index).second || stop_signal() != 0) continue;
+    const bench::TaskEntry& task = ctx.split.tasks[run.task_index];
+    sandbox::EvalRequest req;
+    req.task_path = task.path.string();
+    req.task_id = task.id;
+    req.mode = sandbox::EvalMode::kBaselines;
+    req.device = "cuda";
+    req.gpu = ctx.gpu;
+    req.gpu_lock = true;
+    req.options = scoring_options(ctx, run.task_index);
+    const sandbox::EvalResult r = sandbox::evaluate(req);
+    ++timed;
+    if (!r.ok)  // the episodes' own scoring says the same again, per episode
+      ctx.log << fmt::format("[train] baselines of task {}: {}: {}\n", task.id, sandbox::to_string(r.category),
+                             r.message.substr(0, 300));
+  }
+  const double seconds = seconds_since(t0);
+  if (timed > 0) ctx.log << fmt::format("[train] baselines of {} new task(s) timed first ({:.1f} s)\n", timed, seconds);
+  return seconds;
+}
+
 // The episodes of one batch of tasks.
 struct Sampling {
   std::vector<fs::path> trajectories;         // trajectory.jsonl of each episode that completed, in order
@@ -173,6 +211,7 @@ struct Sampling {
   int64_t degenerate = 0;  // episodes whose evaluation flagged the task degenerate: masked
   int64_t task_faults = 0;  // episodes whose task could not be evaluated (sandbox::is_task_fault): masked
   double reward_sum = 0, seconds = 0;
+  double baselines_seconds = 0;  // new tasks' baselines timed before the episodes (time_new_baselines)
   // Parts of `seconds` from the trajectories: the policy's replies and the tools' calls (Bash,
   // verify.sh, profile.sh: sandbox evaluations among them); the rest is setup and the final score.
   double generation_seconds = 0, tool_seconds = 0;
@@ -231,6 +270,7 @@ Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, cons
       runs.push_back(std::move(run));
     }
   }
+  s.baselines_seconds = time_new_baselines(ctx, runs);
   run_episodes(ctx, stage, step, ctx.config.rollout.concurrent_episodes, runs);
   for (EpisodeRun& run : runs) {
     s.seconds += run.seconds;
@@ -275,7 +315,7 @@ void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record
                                          s.seconds, s.generation_seconds, s.tool_seconds,
                                          static_cast<double>(s.generated_tokens), static_cast<double>(s.degenerate),
                                          static_cast<double>(s.task_faults),
-                                         static_cast<double>(s.without_demonstration)});
+                                         static_cast<double>(s.without_demonstration), s.baselines_seconds});
   const auto completed = static_cast<int64_t>(g[0]);
   const std::string& p = prefix;
   record[p + "tasks"] = s.task_ids;
@@ -285,6 +325,7 @@ void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record
   record[p + "episodes_task_fault"] = static_cast<int64_t>(g[10]);
   if (!p.empty()) record[p + "episodes_without_demonstration"] = static_cast<int64_t>(g[11]);
   record[p + "episode_seconds"] = g[5];
+  record[p + "baselines_seconds"] = g[12];
   record[p + "generation_seconds"] = g[6];
   record[p + "tool_seconds"] = g[7];
   record[p + "scoring_seconds"] = std::max(0.0, g[5] - g[6] - g[7]);

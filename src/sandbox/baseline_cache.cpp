@@ -48,6 +48,8 @@ std::string cache_secret(const fs::path& cache_dir) {
 
 BaselineCache::BaselineCache(fs::path dir, std::string key) : dir_(std::move(dir)), key_(std::move(key)) {}
 
+BaselineCache BaselineCache::of(const fs::path& cache_dir) { return {cache_dir / "baselines", cache_secret(cache_dir)}; }
+
 fs::path BaselineCache::path_for(const BaselineKey& key) const { return dir_ / (key.digest() + ".json"); }
 
 std::string BaselineCache::mac(const nlohmann::json& stored) const {
@@ -85,6 +87,28 @@ void BaselineCache::put(const BaselineKey& key, const nlohmann::json& entry) con
   } catch (const std::exception& e) {
     CA_LOG_WARN("sandbox", "cannot write baseline cache entry in {}: {}", dir_.string(), e.what());
   }
+}
+
+int BaselineCache::copy_verified_to(const BaselineCache& to) const {
+  int copied = 0;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path& path = it->path();
+    if (path.extension() != ".json" || fs::exists(to.dir_ / path.filename(), ec)) continue;
+    try {
+      nlohmann::json entry = nlohmann::json::parse(read_file(path));
+      if (!entry.contains("mac") || !entry["mac"].is_string() ||
+          !constant_time_equal(entry["mac"].get<std::string>(), mac(entry)))
+        continue;
+      entry["mac"] = to.mac(entry);
+      fs::create_directories(to.dir_, ec);
+      write_file_atomic(to.dir_ / path.filename(), entry.dump(2));
+      ++copied;
+    } catch (const std::exception& e) {
+      CA_LOG_WARN("sandbox", "cannot copy baseline cache entry {} to {}: {}", path.string(), to.dir_.string(), e.what());
+    }
+  }
+  return copied;
 }
 
 }  // namespace cuda_agent::sandbox

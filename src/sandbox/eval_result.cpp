@@ -9,7 +9,7 @@
 namespace cuda_agent::sandbox {
 namespace {
 
-constexpr std::array<std::pair<Category, const char*>, 21> kNames = {{
+constexpr std::array<std::pair<Category, const char*>, 22> kNames = {{
     {Category::kNone, ""},
     {Category::kCompileError, "compile_error"},
     {Category::kLoadError, "load_error"},
@@ -31,6 +31,7 @@ constexpr std::array<std::pair<Category, const char*>, 21> kNames = {{
     {Category::kTaskDependencyMissing, "task_dependency_missing"},
     {Category::kTaskTooLarge, "task_too_large"},
     {Category::kInfrastructure, "infrastructure_error"},
+    {Category::kGpuBusy, "gpu_busy"},
 }};
 
 // Reports written at the top level of the result, in this order, when present.
@@ -65,7 +66,8 @@ Category category_from_string(const std::string& name) {
 }
 
 bool is_task_fault(Category c) {
-  return c == Category::kTaskError || c == Category::kTaskDependencyMissing || c == Category::kTaskTooLarge;
+  return c == Category::kTaskError || c == Category::kTaskDependencyMissing || c == Category::kTaskTooLarge ||
+         c == Category::kGpuBusy;
 }
 
 bool is_task_fault(const nlohmann::json& category) {

@@ -121,7 +121,9 @@ EvalResult evaluate(const EvalRequest& request) {
     kind.max_rss_bytes = static_cast<int64_t>(request.options.host_memory_gb * (1LL << 30));
     kind.environment = environment_digest();
     const JudgeJob job{request_path.string(), result_path.string(), log_path.string(), monotonic_ns()};
-    const double timeout_s = request.options.timeout_s + kJudgeGraceS;
+    // The judge's waits for the GPU's locks do not count against timeout_s (judge_process.cpp).
+    const double timeout_s =
+        request.options.timeout_s + kJudgeGraceS + (kind.gpu >= 0 && request.gpu_lock ? request.options.gpu_wait_s : 0.0);
     std::unique_ptr<JudgeProcess> judge = JudgePool::instance().take(kind, request.options.warm_workers);
     if (!judge->give(job, key, timeout_s)) {  // a warm one that ended meanwhile: a fresh one
       judge = std::make_unique<JudgeProcess>(kind);

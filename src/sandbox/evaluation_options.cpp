@@ -58,6 +58,7 @@ nlohmann::json SandboxOptions::to_json() const {
           {"speedup_margin", speedup_margin},
           {"reward_rule", reward_rule},
           {"timeout_s", timeout_s},
+          {"gpu_wait_s", gpu_wait_s},
           {"host_memory_gb", host_memory_gb},
           {"gpu_memory_fraction", gpu_memory_fraction},
           {"cache_dir", cache_dir},
@@ -98,6 +99,7 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.speedup_margin = merged["speedup_margin"];
   o.reward_rule = merged["reward_rule"];
   o.timeout_s = merged["timeout_s"];
+  o.gpu_wait_s = merged["gpu_wait_s"];
   o.host_memory_gb = merged["host_memory_gb"];
   o.gpu_memory_fraction = merged["gpu_memory_fraction"];
   o.cache_dir = merged["cache_dir"];
@@ -127,6 +129,8 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   CA_CHECK(o.baseline_drift > 0, "sandbox.baseline_drift must be positive (a fraction such as 0.1), got {}",
            o.baseline_drift);
   CA_CHECK(o.timeout_s > 0, "sandbox.timeout_s must be positive, got {}", o.timeout_s);
+  CA_CHECK(o.gpu_wait_s >= 0, "sandbox.gpu_wait_s must be >= 0 (seconds an evaluation may wait for the GPU's locks), got {}",
+           o.gpu_wait_s);
   CA_CHECK(o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1,
            "sandbox.gpu_memory_fraction must be in (0, 1], got {}", o.gpu_memory_fraction);
   CA_CHECK(o.confine == "auto" || o.confine == "namespaces" || o.confine == "off",

@@ -39,6 +39,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long a judge started ahead of its job waits for the quiet lock before it starts Python.
+constexpr double kWorkerQuietWaitS = 10;
+
 // What the candidate process may write and what it must not see.
 CandidateRequest candidate_request(const EvalRequest& req, const std::string& fingerprint) {
   const fs::path cache = req.options.resolved_cache_dir();
@@ -154,7 +157,9 @@ class CandidateStart {
     launch.request = request_;
     launch.dir = dir_;
     launch.gpu = j_.req.gpu;
-    launch.timeout_s = j_.opt.timeout_s;
+    // A backstop: the judge bounds each call into the candidate by its own deadline, which the
+    // waits for the GPU's locks move.
+    launch.timeout_s = j_.opt.timeout_s + (j_.req.gpu_lock ? j_.opt.gpu_wait_s : 0.0);
     launch.max_rss_bytes = static_cast<int64_t>(j_.opt.host_memory_gb * (1LL << 30));
     // The first start is a copy of this process, its Python and torch imported, made before the
     // judge reads its key or touches CUDA; a second start (unconfined, after a confined one
@@ -245,6 +250,27 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     progress.enter(phase, result.phase_seconds);
     if (j.candidate) j.candidate->set_phase(phase);
   };
+  // The GPU's locks. What the judge waits on is another evaluation, or a process (an agent's
+  // command, say) that holds a lock file: not this evaluation's time, so the deadline moves by the
+  // wait. All waits together are bounded by sandbox.gpu_wait_s; past it the evaluation ends as
+  // gpu_busy, which is nobody's score (the trainer masks it): holding a lock cannot fail another
+  // episode's scoring.
+  double lock_wait_left = opt.gpu_wait_s;
+  auto take_lock = [&](const char* which, bool exclusive) {
+    if (!j.gpu || !req.gpu_lock) return GpuLock();
+    const auto before = Clock::now();
+    GpuLock lock(req.gpu, which, exclusive, lock_wait_left);
+    const auto waited = Clock::now() - before;
+    j.deadline += waited;
+    lock_wait_left = std::max(0.0, lock_wait_left - std::chrono::duration<double>(waited).count());
+    if (lock.timed_out())
+      throw Failure{Category::kGpuBusy,
+                    fmt::format("the GPU's {} lock {} stayed held by other processes for sandbox.gpu_wait_s = {:g} s; "
+                                "the evaluation is not scored (another evaluation, or a command that holds the lock file, "
+                                "kept the GPU)",
+                                which, gpu_lock_path(req.gpu, which), opt.gpu_wait_s)};
+    return lock;
+  };
 
   try {
     const bool with_candidate = req.mode != EvalMode::kBaselines;
@@ -260,7 +286,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     }
     read_key();
     enter("python_start");
-    GpuLock starting = j.gpu && req.gpu_lock && opt.quiet_start ? GpuLock(req.gpu, "quiet", false) : GpuLock();
+    GpuLock starting = opt.quiet_start ? take_lock("quiet", false) : GpuLock();
     guarded(Category::kInfrastructure, "starting the embedded Python", [&] {
       register_python_module();
       set_runtime_cache_dir(fs::path(opt.resolved_cache_dir()) / "nvrtc");
@@ -273,7 +299,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     starting.release();
     if (j.gpu && req.gpu_lock) {
       enter("gpu_wait");
-      GpuLock(req.gpu, "gpu", true).hold_until_exit();
+      take_lock("gpu", true).hold_until_exit();
     }
     if (j.gpu) enter("cuda_init");
     if (start) start->begin_init();  // both processes initialise CUDA at once
@@ -308,7 +334,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     if (req.mode != EvalMode::kVerify) {
       if (!j.gpu) throw Failure{Category::kInfrastructure, "profiling needs a GPU; use --device cuda on a GPU machine"};
       if (req.gpu_lock) enter("quiet_wait");
-      GpuLock quiet = req.gpu_lock ? GpuLock(req.gpu, "quiet", true) : GpuLock();  // nothing starts beside the timing
+      GpuLock quiet = take_lock("quiet", true);  // nothing starts beside the timing
       enter("profile");
       judge_profile(j);
     }
@@ -378,7 +404,9 @@ int run_judge_worker(int quiet_gpu) {
   // Before the job: a failure here is the job's result (run_judge_process starts Python again
   // and reports why it cannot).
   {
-    GpuLock starting = quiet_gpu >= 0 ? GpuLock(quiet_gpu, "quiet", false) : GpuLock();
+    // Bounded: a job given meanwhile waits on this, and its clock runs (past it, Python starts
+    // beside a timing: noise, which the rounds' interleaving spreads over every side).
+    GpuLock starting = quiet_gpu >= 0 ? GpuLock(quiet_gpu, "quiet", false, kWorkerQuietWaitS) : GpuLock();
     try {
       register_python_module();
       start_python();

@@ -177,7 +177,7 @@ void judge_profile(Judge& j) {
   guarded(Category::kTaskError, "drawing the warm-up inputs", [&] { warm = draw_inputs(j.task, j.device, j.base_seed + opt.trials); });
   nlohmann::json backends = {{"judge", backend_settings()}};
   const fs::path cache_dir = opt.resolved_cache_dir();
-  BaselineCache cache(cache_dir / "baselines", cache_secret(cache_dir));
+  const BaselineCache cache = BaselineCache::of(cache_dir);
   const BaselineKey key = baseline_key(j);
   std::optional<nlohmann::json> cached;
   if (opt.use_baseline_cache) cached = cache.get(key);

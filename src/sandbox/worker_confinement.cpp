@@ -30,9 +30,10 @@ std::vector<std::string> gpu_lock_files(int gpu) {
   return files;
 }
 
-GpuLock::GpuLock(int gpu, const char* which, bool exclusive) {
+GpuLock::GpuLock(int gpu, const char* which, bool exclusive, double max_wait_s) {
   try {
-    fd_ = lock_file(gpu_lock_path(gpu, which), exclusive);
+    fd_ = lock_file(gpu_lock_path(gpu, which), exclusive, max_wait_s);
+    timed_out_ = fd_ < 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "cuda-agent: %s; running without it\n", e.what());
   }

@@ -332,7 +332,12 @@ TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
   spec.output_dir = dir.path() / "run";
   spec.device = "cpu";
   spec.sandbox.cache_dir = cache.string();
-  (void)sandbox::cache_secret(cache);  // the key exists, as after any scored episode
+  // A baseline the scoring cache holds (as after any scored episode of the task), and one
+  // written without its key: the tools' cache gets the first, re-signed, and not the second.
+  sandbox::BaselineKey timed{"sha-of-a-task", "H200", "2.11", "loose", {{"runs", 10}}};
+  sandbox::BaselineCache::of(cache).put(timed, {{"eager", {{"median_ms", 1.5}}}});
+  write_file_atomic(cache / "baselines" / "0000forged.json",
+                    R"({"key": {}, "eager": {"median_ms": 99}, "mac": "00"})");
   EpisodeResult r = run_task_episode(spec);
   std::vector<std::string> outputs;
   std::ifstream in(spec.output_dir / "trajectory.jsonl");
@@ -349,6 +354,10 @@ TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
   EXPECT_NE(outputs[2].find("result    pass"), std::string::npos) << outputs[2];
   EXPECT_TRUE(std::filesystem::is_directory(cache / "agent-tools" / "secret")) << outputs[2];
   EXPECT_EQ(r.reward, 1.0) << r.score.dump(2);  // scored with the scoring cache, outside
+  const auto seeded = sandbox::BaselineCache::of(cache / "agent-tools").get(timed);
+  ASSERT_TRUE(seeded.has_value());
+  EXPECT_EQ((*seeded)["eager"]["median_ms"], 1.5);
+  EXPECT_FALSE(std::filesystem::exists(cache / "agent-tools" / "baselines" / "0000forged.json"));
 }
 
 TEST(AgentEval, EpisodesOverASplitFeedTheBenchReport) {

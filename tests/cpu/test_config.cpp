@@ -232,6 +232,8 @@ TEST(SandboxOptions, ValidationErrors) {
   EXPECT_NE(msg.find("sandbox.compile_baseline 'never' is unknown: use 'cached'"), std::string::npos) << msg;
   msg = error_message([&] { SandboxOptions::from_json(with("baseline_drift", 0)); });
   EXPECT_NE(msg.find("sandbox.baseline_drift must be positive"), std::string::npos) << msg;
+  msg = error_message([&] { SandboxOptions::from_json(with("gpu_wait_s", -1)); });
+  EXPECT_NE(msg.find("sandbox.gpu_wait_s must be >= 0"), std::string::npos) << msg;
   EXPECT_EQ(SandboxOptions::from_json(with("reward_rule", "point")).reward_rule, "point");
   EXPECT_EQ(SandboxOptions::from_json(with("compile_baseline", "fresh")).compile_baseline, "fresh");
   EXPECT_EQ(SandboxOptions{}.reward_rule, "interval");

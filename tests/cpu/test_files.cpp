@@ -4,10 +4,12 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include <gtest/gtest.h>
@@ -221,6 +223,27 @@ TEST(FileLock, SharedHoldersCoexistAndKeepExclusiveOut) {
   ::close(b);
   EXPECT_EQ(::flock(other, LOCK_EX | LOCK_NB), 0);
   ::close(other);
+}
+
+// A bounded wait gives up with -1 while another holds the lock, and takes it once it is free.
+TEST(FileLock, ABoundedWaitGivesUpWhileAnotherHoldsIt) {
+  TempDir dir("ca-lock-");
+  const fs::path path = dir.path() / "gpu0.gpu.lock";
+  const int held = lock_file(path, /*exclusive=*/true);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(lock_file(path, /*exclusive=*/true, /*max_wait_s=*/0.2), -1);
+  EXPECT_EQ(lock_file(path, /*exclusive=*/false, /*max_wait_s=*/0), -1);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(waited, 0.2);
+  EXPECT_LT(waited, 5.0);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ::close(held);
+  });
+  const int taken = lock_file(path, /*exclusive=*/true, /*max_wait_s=*/10);
+  release.join();
+  EXPECT_GE(taken, 0);
+  ::close(taken);
 }
 
 TEST(FileLock, AnUnopenableFileIsAnErrorNamingIt) {

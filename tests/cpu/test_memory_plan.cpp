@@ -118,7 +118,7 @@ TEST(MemoryPlan, TaskTooLargeIsATaskFault) {
   EXPECT_EQ(category_from_string("task_too_large"), Category::kTaskTooLarge);
   EXPECT_STREQ(to_string(Category::kTaskTooLarge), "task_too_large");
   EXPECT_FALSE(is_wrong_answer(Category::kTaskTooLarge));
-  for (const char* c : {"task_too_large", "task_error", "task_dependency_missing"})
+  for (const char* c : {"task_too_large", "task_error", "task_dependency_missing", "gpu_busy"})
     EXPECT_TRUE(is_task_fault(nlohmann::json(c))) << c;
   for (const nlohmann::json c : {nlohmann::json("out_of_memory"), nlohmann::json("mismatch"), nlohmann::json(nullptr),
                                  nlohmann::json("no_such_category")})

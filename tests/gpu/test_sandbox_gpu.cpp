@@ -2,7 +2,16 @@
 // isolates, the timer against memory bandwidth, the baseline cache.
 #include <gtest/gtest.h>
 
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
+#include "cuda_agent/core/files.h"
 #include "cuda_agent/sandbox/cuda_device.h"
+#include "cuda_agent/sandbox/worker_confinement.h"
 #include "gpu_test_util.h"
 
 using namespace cuda_agent;
@@ -64,6 +73,44 @@ TEST(SandboxGpu, CorrectKernelPassesAndIsScored) {
     }
   EXPECT_TRUE(found) << r["kernels"].dump(2);
   EXPECT_EQ(r["runtime"]["launches"]["add_vec4"].get<int>() > 0, true);
+}
+
+// A process that holds the GPU's lock (another evaluation, or a command of an agent that opened
+// the lock file) delays an evaluation but cannot fail it: the wait is not in timeout_s, and held
+// past sandbox.gpu_wait_s the evaluation ends as gpu_busy, which the trainer masks, not as a
+// timeout charged to the solution. The lock files live in a folder of this test's own.
+TEST(SandboxGpu, AHeldGpuLockDelaysAnEvaluationButDoesNotFailIt) {
+  CA_REQUIRE_GPU();
+  TempDir locks("ca-gpu-locks-");
+  ::setenv("CUDA_AGENT_HOST_TMPDIR", locks.path().c_str(), 1);
+  sandbox::EvalRequest req;
+  req.task_path = source_path(kAdd);
+  req.solution_path = source_path(solution("add_ok"));
+  req.task_id = "add";
+  req.mode = EvalMode::kEvaluate;
+  req.gpu_lock = true;
+  req.options = fast_options();
+  req.options.timeout_s = 15;
+  req.options.gpu_wait_s = 120;
+  prepare_environment();
+  int held = lock_file(sandbox::gpu_lock_path(0, "gpu"), /*exclusive=*/true);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(25));
+    ::close(held);
+  });
+  const nlohmann::json waited = sandbox::evaluate(req).to_json();
+  release.join();
+  EXPECT_TRUE(waited["ok"].get<bool>()) << waited.dump(2);
+  // Longer than timeout_s (the lock was taken before the evaluation began; Python's start is part of the hold).
+  EXPECT_GT(waited["phase_seconds"]["gpu_wait"].get<double>(), req.options.timeout_s) << waited["phase_seconds"].dump();
+
+  held = lock_file(sandbox::gpu_lock_path(0, "gpu"), /*exclusive=*/true);
+  req.options.gpu_wait_s = 3;
+  const nlohmann::json busy = sandbox::evaluate(req).to_json();
+  ::close(held);
+  ::unsetenv("CUDA_AGENT_HOST_TMPDIR");
+  expect_failure(busy, "gpu_busy", "gpu_wait_s");
+  EXPECT_TRUE(sandbox::is_task_fault(busy["category"]));
 }
 
 TEST(SandboxGpu, TemplateKernelThroughNameExpression) {

@@ -62,8 +62,9 @@ std::filesystem::path default_cache_dir();
 // Blocks until this process holds a flock(2) on `path` (created 0666 if missing): exclusive, or
 // shared with other shared holders. Returns the descriptor that holds it: the lock lasts until
 // that descriptor is closed, which the kernel does at exit, so a crashed holder never leaves it
-// locked. Throws Error naming the file when it cannot be opened or locked.
-int lock_file(const std::filesystem::path& path, bool exclusive);
+// locked. With max_wait_s >= 0 it gives up after that long and returns -1 (polling every few
+// milliseconds). Throws Error naming the file when it cannot be opened or locked.
+int lock_file(const std::filesystem::path& path, bool exclusive, double max_wait_s = -1);
 
 // SHA-256 (hex) of a file's content, or "" when it cannot be read. Never throws.
 std::string file_sha256(const std::filesystem::path& path) noexcept;

@@ -40,11 +40,18 @@ class BaselineCache {
  public:
   // `dir`: the baselines folder; `key`: the secret entries are authenticated with.
   BaselineCache(std::filesystem::path dir, std::string key);
+  // The baselines of the cache folder `cache_dir` (its baselines/ folder, under its secret key).
+  static BaselineCache of(const std::filesystem::path& cache_dir);
   // The cached entry ({"eager": ..., "compile": ...}) or nullopt. Never throws.
   std::optional<nlohmann::json> get(const BaselineKey& key) const;
   // Stores an entry; failures to write are logged, not thrown.
   void put(const BaselineKey& key, const nlohmann::json& entry) const;
   std::filesystem::path path_for(const BaselineKey& key) const;
+  // Copies each entry of this cache that verifies under its key and that `to` lacks into `to`,
+  // authenticated under `to`'s key: how a trusted process hands its baselines to a cache that
+  // commands it does not trust write to (an agent's tools), never the other way. Returns how
+  // many it copied. Never throws.
+  int copy_verified_to(const BaselineCache& to) const;
 
  private:
   std::string mac(const nlohmann::json& stored) const;

@@ -45,6 +45,7 @@ enum class Category {
   kTaskDependencyMissing,  // the task imports a Python package this environment lacks
   kTaskTooLarge,         // the task's tensors do not fit in the GPU's memory (the memory plan)
   kInfrastructure,       // no GPU, no torch, a broken set-up
+  kGpuBusy,              // the GPU's lock stayed held by others (sandbox.gpu_wait_s): not scored
 };
 
 const char* to_string(Category category);                 // "mismatch"; "" for kNone
@@ -52,7 +53,8 @@ Category category_from_string(const std::string& name);  // "" or null -> kNone;
 // The categories that mean the solution's answer or behaviour was wrong (correct = false).
 bool is_wrong_answer(Category category);
 // The categories that mean the task could not be evaluated, whatever the solution
-// (task_error, task_dependency_missing, task_too_large): the trainer masks such episodes.
+// (task_error, task_dependency_missing, task_too_large; gpu_busy: the GPU stayed locked by other
+// processes, another episode's commands say): the trainer masks such episodes.
 bool is_task_fault(Category category);
 // The same for a result's "category" field (a string, or null); an unknown name is not one.
 bool is_task_fault(const nlohmann::json& category);

@@ -92,6 +92,9 @@ struct SandboxOptions {
   std::string reward_rule = "interval";
   // isolation
   double timeout_s = 600;            // wall time of one worker, torch.compile included
+  // At most this long, in all, an evaluation waits for the GPU's locks (EvalRequest::gpu_lock),
+  // not counted in timeout_s; past it the evaluation ends as gpu_busy (not scored).
+  double gpu_wait_s = 1800;
   double host_memory_gb = 32;        // resident memory of one worker's process group
   double gpu_memory_fraction = 0.9;  // torch.cuda.set_per_process_memory_fraction
   std::string cache_dir;             // empty: default_cache_dir() ($CUDA_AGENT_CACHE_DIR, $XDG_CACHE_HOME/cuda-agent or ~/.cache/cuda-agent)

@@ -35,21 +35,25 @@ std::vector<std::string> gpu_lock_files(int gpu);
 
 // One of GPU `gpu`'s locks (EvalRequest::gpu_lock says what each orders), held from construction
 // until release() or destruction: exclusive, or shared with other shared holders. Blocks until it
-// is taken. A lock that cannot be taken (another user's file, say) is skipped with a note on
+// is taken, or with max_wait_s >= 0 at most that long (then timed_out() is true and nothing is
+// held). A lock that cannot be taken (another user's file, say) is skipped with a note on
 // stderr: the locks order this user's GPU work, they are not a security boundary.
 class GpuLock {
  public:
   GpuLock() = default;
-  GpuLock(int gpu, const char* which, bool exclusive);
+  GpuLock(int gpu, const char* which, bool exclusive, double max_wait_s = -1);
   ~GpuLock() { release(); }
-  GpuLock(GpuLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  GpuLock(GpuLock&& other) noexcept
+      : fd_(std::exchange(other.fd_, -1)), timed_out_(std::exchange(other.timed_out_, false)) {}
   GpuLock& operator=(GpuLock&& other) noexcept {
     if (this != &other) {
       release();
       fd_ = std::exchange(other.fd_, -1);
+      timed_out_ = std::exchange(other.timed_out_, false);
     }
     return *this;
   }
+  bool timed_out() const { return timed_out_; }
 
   void release();
   // Keeps the lock until this process exits (the kernel drops it then).
@@ -57,6 +61,7 @@ class GpuLock {
 
  private:
   int fd_ = -1;
+  bool timed_out_ = false;
 };
 
 // The confinement of a candidate process that may write `writable` (its own cache folders) and
