@@ -193,8 +193,10 @@ if [ "$what" = learning ]; then
     ( while sleep 15; do cp "$out/learning.log" "$OUT/learning.log" 2>/dev/null
         cp "$out/learning/metrics.jsonl" "$OUT/learning-metrics.jsonl" 2>/dev/null; done ) & copier=$!
   fi
+  # A run cut short continues in the next call on the warm machine: LEARNING_SET=--resume (the
+  # log is appended to).
   timeout "$limit" $build/cuda-agent train --config configs/learning.yaml \
-    --set run.output_dir="$out/learning" ${LEARNING_SET:-} > "$out/learning.log" 2>&1
+    --set run.output_dir="$out/learning" ${LEARNING_SET:-} >> "$out/learning.log" 2>&1
   echo "learning rc $? wall $((SECONDS - start)) s" | tee -a "$out/learning.log"
   [ -n "${copier:-}" ] && kill "$copier" 2>/dev/null
   grep -E "^\[train\] step" "$out/learning.log" | tail -12

@@ -135,6 +135,11 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
     req.gpu_lock = gpu_lock;
     req.options = sandbox_options;
     nlohmann::json r = sandbox::evaluate(req).to_json();
+    // The GPU's lock held by others past sandbox.gpu_wait_s (an episode's commands beside this
+    // one, say): scored again, up to twice, by when what held it has usually ended (an episode's
+    // processes end with it); only then is the episode left unscored (gpu_busy is masked).
+    for (int retry = 0; retry < 2 && r.value("category", nlohmann::json()) == "gpu_busy"; ++retry)
+      r = sandbox::evaluate(req).to_json();
     // Verify-only scoring (no GPU): a correct solution earns 1, as correct-but-not-faster does.
     if (req.mode == sandbox::EvalMode::kVerify && r.value("ok", false)) r["reward"] = 1.0;
     return r;
