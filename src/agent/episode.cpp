@@ -96,12 +96,14 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   Workspace workspace = Workspace::create(wopts);
   // The policy's commands (verify.sh and profile.sh among them) evaluate with a cache of their
   // own: the scoring cache, whose baselines decide the reward, is read-only to a confined Bash
-  // and its secret key hidden, so no command can write an entry that verifies there. Entries in
-  // the tools' cache only change what the scripts print to the policy.
-  // The baselines the scoring cache holds are handed to the tools' cache (verified, re-signed
-  // under its key), so that the scripts do not time again what scoring timed.
+  // and its secret key hidden, so no command can write an entry that verifies there. The tools'
+  // cache is the episode's own (no other episode's commands can plant a baseline or a compiled
+  // kernel that this episode's scripts would use), made here before any command runs, and given
+  // the baselines the scoring cache holds (verified, re-signed under its key), so that the
+  // scripts do not time again what scoring timed. Its entries only change what the scripts print.
   const fs::path scoring_cache = spec.sandbox.resolved_cache_dir();
-  const fs::path tools_cache = scoring_cache / "agent-tools";
+  const fs::path tools_cache = fs::absolute(spec.output_dir / "tools-cache");
+  CA_CHECK(!fs::exists(tools_cache), "{} already exists; choose another --output", tools_cache.string());
   sandbox::BaselineCache::of(scoring_cache).copy_verified_to(sandbox::BaselineCache::of(tools_cache));
   std::map<std::string, std::string> env = {{"CUDA_AGENT_CACHE_DIR", tools_cache.string()}};
   if (spec.device == "cuda") env["CUDA_VISIBLE_DEVICES"] = std::to_string(spec.gpu);
@@ -156,6 +158,8 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
     if (on_event) on_event(event);
   };
   EpisodeResult result = run_episode(*policy, workspace, tools, options, scorer, record);
+  std::error_code ec;
+  fs::remove_all(tools_cache, ec);  // compiled kernels and timings of the scripts: nothing to keep
   write_file_atomic(spec.output_dir / "result.json",
                     nlohmann::json{{"stop_reason", result.stop_reason}, {"turns", result.turns},
                                    {"tool_calls", result.tool_calls}, {"invalid_tool_calls", result.invalid_tool_calls},

@@ -94,15 +94,21 @@ int BaselineCache::copy_verified_to(const BaselineCache& to) const {
   std::error_code ec;
   for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::path& path = it->path();
-    if (path.extension() != ".json" || fs::exists(to.dir_ / path.filename(), ec)) continue;
+    std::error_code time_ec;
+    const fs::path target = to.dir_ / path.filename();
+    // An entry `to` has, unless this one was written since (re-timed after drift).
+    if (path.extension() != ".json" ||
+        (fs::exists(target, time_ec) && fs::last_write_time(target, time_ec) >= fs::last_write_time(path, time_ec)))
+      continue;
     try {
       nlohmann::json entry = nlohmann::json::parse(read_file(path));
       if (!entry.contains("mac") || !entry["mac"].is_string() ||
           !constant_time_equal(entry["mac"].get<std::string>(), mac(entry)))
         continue;
       entry["mac"] = to.mac(entry);
-      fs::create_directories(to.dir_, ec);
-      write_file_atomic(to.dir_ / path.filename(), entry.dump(2));
+      std::error_code dir_ec;
+      fs::create_directories(to.dir_, dir_ec);
+      write_file_atomic(target, entry.dump(2));
       ++copied;
     } catch (const std::exception& e) {
       CA_LOG_WARN("sandbox", "cannot copy baseline cache entry {} to {}: {}", path.string(), to.dir_.string(), e.what());

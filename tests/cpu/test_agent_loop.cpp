@@ -302,7 +302,7 @@ TEST(AgentLoop, ChangingTheOriginalTaskFailsTheEpisode) {
 
 // The scoring cache decides the reward (its baselines); the policy's commands must not be able to
 // write an entry that verifies there. A confined Bash sees it read-only with its secret key
-// hidden, and verify.sh evaluates with a cache of its own (agent-tools/). Skipped where Bash
+// hidden, and verify.sh evaluates with the episode's own cache (tools-cache/). Skipped where Bash
 // cannot run confined (bubblewrap and the binary's namespaces both missing).
 TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
   setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
@@ -315,7 +315,9 @@ TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
   const std::string probe =
       "cat " + key_file + " > /dev/null 2>&1 && echo key=read || echo key=hidden; "
       "mkdir -p " + (cache / "baselines").string() + " 2>/dev/null; echo x > " + (cache / "baselines" / "forged.json").string() +
-      " 2>/dev/null && echo scoring=written || echo scoring=read-only; echo tools=$CUDA_AGENT_CACHE_DIR";
+      " 2>/dev/null && echo scoring=written || echo scoring=read-only; echo tools=$CUDA_AGENT_CACHE_DIR; "
+      "ls $CUDA_AGENT_CACHE_DIR/baselines/ | grep -c -v 0000forged > /dev/null && echo seeded=yes || echo seeded=no; "
+      "test -e $CUDA_AGENT_CACHE_DIR/baselines/0000forged.json && echo forged=present || echo forged=absent";
   {
     std::ofstream f(dir.path() / "episode.jsonl");
     nlohmann::json bash = {{"name", "Bash"}, {"arguments", {{"command", probe}}}};
@@ -348,16 +350,16 @@ TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
   ASSERT_EQ(outputs.size(), 3u) << r.score.dump(2);
   EXPECT_NE(outputs[0].find("key=hidden"), std::string::npos) << outputs[0];
   EXPECT_NE(outputs[0].find("scoring=read-only"), std::string::npos) << outputs[0];
-  EXPECT_NE(outputs[0].find("tools=" + (cache / "agent-tools").string()), std::string::npos) << outputs[0];
+  EXPECT_NE(outputs[0].find("tools=" + (spec.output_dir / "tools-cache").string()), std::string::npos) << outputs[0];
   EXPECT_FALSE(std::filesystem::exists(cache / "baselines" / "forged.json"));
   // verify.sh still works, with the tools' cache.
   EXPECT_NE(outputs[2].find("result    pass"), std::string::npos) << outputs[2];
-  EXPECT_TRUE(std::filesystem::is_directory(cache / "agent-tools" / "secret")) << outputs[2];
   EXPECT_EQ(r.reward, 1.0) << r.score.dump(2);  // scored with the scoring cache, outside
-  const auto seeded = sandbox::BaselineCache::of(cache / "agent-tools").get(timed);
-  ASSERT_TRUE(seeded.has_value());
-  EXPECT_EQ((*seeded)["eager"]["median_ms"], 1.5);
-  EXPECT_FALSE(std::filesystem::exists(cache / "agent-tools" / "baselines" / "0000forged.json"));
+  // The tools' cache, the episode's own, had the scoring cache's verified entry (re-signed) and
+  // not the forged one; it is removed with the episode.
+  EXPECT_NE(outputs[0].find("seeded=yes"), std::string::npos) << outputs[0];
+  EXPECT_NE(outputs[0].find("forged=absent"), std::string::npos) << outputs[0];
+  EXPECT_FALSE(std::filesystem::exists(spec.output_dir / "tools-cache"));
 }
 
 TEST(AgentEval, EpisodesOverASplitFeedTheBenchReport) {
