@@ -7,7 +7,8 @@
 #   scripts/learning_report.sh RUN_DIR [TRAIN_SPLIT [HELDOUT_SPLIT]]
 #       defaults: data/learning/train data/learning/heldout; needs the GPU (eval scores on it)
 #
-# Writes RUN_DIR/report/{base,final}-{train,heldout}/ (eval runs) and RUN_DIR/report/report.md.
+# Writes RUN_DIR/report/{base,final}-{train,heldout}/ (eval runs) and RUN_DIR/report/report.md
+# (the run step by step with its plots, scripts/learning_steps.py; then base against final).
 # Environment: CUDA_AGENT_BUILD (default build), SOLUTIONS (default data/core/solutions).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,6 +39,8 @@ done
   echo
   echo "Base model \`$actor\` against the run's final checkpoint, agent episodes at temperature $temperature"
   echo "(max_new_tokens $max_new, max_turns $max_turns), one episode a task."
+  echo; echo "## The run, step by step"; echo
+  python3 scripts/learning_steps.py "$run" "$out" 2>&1 || true
   for split in train heldout; do
     echo; echo "## ${split} tasks"; echo
     "$bin" bench compare "$out/base-$split" "$out/final-$split" 2>&1 || echo "(compare failed: see $out/*-$split.log)"

@@ -41,24 +41,28 @@ std::string quote(const std::string& s) {
   return q + "'";
 }
 
+// Runs a shell command line; its exit code and output.
+CliRun shell(const std::string& cmd) {
+  CliRun r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) {
+    ADD_FAILURE() << "popen failed for " << cmd;
+    return r;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(pipe);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
 class Cli : public ::testing::Test {
  protected:
   // Runs the binary with `args` (already quoted as needed) in `cwd`.
   CliRun run(const std::string& args, const fs::path& cwd = kSourceDir) {
-    const std::string cmd = "cd " + quote(cwd.string()) + " && CUDA_AGENT_CACHE_DIR=" +
-                            quote(cache_.path().string()) + " " + quote(kBinary) + " " + args + " 2>&1";
-    CliRun r;
-    FILE* pipe = ::popen(cmd.c_str(), "r");
-    if (pipe == nullptr) {
-      ADD_FAILURE() << "popen failed for " << cmd;
-      return r;
-    }
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
-    const int status = ::pclose(pipe);
-    r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    return r;
+    return shell("cd " + quote(cwd.string()) + " && CUDA_AGENT_CACHE_DIR=" + quote(cache_.path().string()) + " " +
+                 quote(kBinary) + " " + args + " 2>&1");
   }
 
   fs::path write(const std::string& name, const std::string& content) {
@@ -268,20 +272,37 @@ TEST_F(Cli, GpuVerbsOnAGpuLessMachine) {
 TEST_F(Cli, MainJobOnAGpuLessMachineStopsBeforeSetup) {
   if (machine_has_gpu()) GTEST_SKIP() << "this machine has a GPU";
   const fs::path build = work_.path() / "never-built";
-  const std::string cmd = "cd " + quote(kSourceDir.string()) + " && CUDA_AGENT_BUILD=" + quote(build.string()) +
-                          " scripts/run.sh 2>&1";
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string output;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) output.append(buf, n);
-  const int status = ::pclose(pipe);
-  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2) << output;
+  const auto [rc, output] =
+      shell("cd " + quote(kSourceDir.string()) + " && CUDA_AGENT_BUILD=" + quote(build.string()) + " scripts/run.sh 2>&1");
+  EXPECT_EQ(rc, 2) << output;
   EXPECT_NE(output.find("no NVIDIA GPU"), std::string::npos) << output;
   EXPECT_NE(output.find("Nothing was installed or built"), std::string::npos) << output;
   EXPECT_NE(output.find("scripts/run.sh --device cpu"), std::string::npos) << output;
   EXPECT_EQ(output.find("[setup]"), std::string::npos) << output;
   EXPECT_FALSE(fs::exists(build)) << "setup ran";
+}
+
+// The learning report's step table (scripts/learning_steps.py, issue 18): a row a step, the
+// teacher's reward marked as the teacher's, a falling PPO reward called collapse, a bad line
+// skipped with its line number.
+TEST_F(Cli, LearningStepsTableMarksTheTeacherAndACollapse) {
+  const fs::path runs = work_.path() / "learning";
+  write_file_atomic(runs / "metrics.jsonl",
+                    "{\"step\": 1, \"stage\": \"sft\", \"teacher_episodes\": 10, \"teacher_reward_mean\": 2.3, "
+                    "\"loss\": 0.21, \"step_seconds\": 327.5}\n"
+                    "not json\n"
+                    "{\"step\": 2, \"stage\": \"rft\", \"episodes\": 20, \"reward_mean\": 1.4, \"pass_rate\": 0.75, "
+                    "\"kept\": 15}\n"
+                    "{\"step\": 3, \"stage\": \"ppo\", \"episodes\": 6, \"reward_mean\": 1.5}\n"
+                    "{\"step\": 4, \"stage\": \"ppo\", \"episodes\": 6, \"reward_mean\": 0.5}\n");
+  const auto [rc, output] =
+      shell("cd " + quote(kSourceDir.string()) + " && python3 scripts/learning_steps.py " + quote(runs.string()) + " 2>&1");
+  EXPECT_EQ(rc, 0) << output;
+  EXPECT_NE(output.find("| 1 | sft | - (10) | 2.30 (teacher) |"), std::string::npos) << output;
+  EXPECT_NE(output.find("| 2 | rft | 20 (-) | 1.40 | 0.75 | - | 15 |"), std::string::npos) << output;
+  EXPECT_NE(output.find("metrics.jsonl:2 is not JSON"), std::string::npos) << output;
+  EXPECT_NE(output.find("1.50 at its first step, 0.50 at its last (below the first: collapse)"), std::string::npos)
+      << output;
 }
 
 TEST_F(Cli, DoctorReportsTheMissingGpu) {
