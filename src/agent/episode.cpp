@@ -101,10 +101,13 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   // kernel that this episode's scripts would use), made here before any command runs, and given
   // the baselines the scoring cache holds (verified, re-signed under its key), so that the
   // scripts do not time again what scoring timed. Its entries only change what the scripts print.
+  // The task's hash, taken before any command runs: its baselines are looked up by it, and the
+  // episode is scored only if the task still has it (below).
+  const std::string task_sha = sha256_hex(read_file(task));
   const fs::path scoring_cache = spec.sandbox.resolved_cache_dir();
   const fs::path tools_cache = fs::absolute(spec.output_dir / "tools-cache");
   CA_CHECK(!fs::exists(tools_cache), "{} already exists; choose another --output", tools_cache.string());
-  sandbox::BaselineCache::of(scoring_cache).copy_verified_to(sandbox::BaselineCache::of(tools_cache));
+  sandbox::BaselineCache::of(scoring_cache).copy_verified_to(sandbox::BaselineCache::of(tools_cache), task_sha);
   std::map<std::string, std::string> env = {{"CUDA_AGENT_CACHE_DIR", tools_cache.string()}};
   if (spec.device == "cuda") env["CUDA_VISIBLE_DEVICES"] = std::to_string(spec.gpu);
   ToolOptions tool_options = spec.tools;
@@ -120,7 +123,6 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   // Bash runs confined where bubblewrap works (tool option confine); where it does not, file
   // modes do not stop a root shell. Either way, if the original task changed during the
   // episode, the episode fails instead of being scored against it.
-  const std::string task_sha = sha256_hex(read_file(task));
   Scorer scorer = [&](const std::string& solution) {
     if (sha256_hex(read_file(task)) != task_sha) {
       return nlohmann::json{{"ok", false}, {"category", "task_modified"}, {"reward", -1.0}, {"correct", nullptr},

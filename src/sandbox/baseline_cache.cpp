@@ -50,7 +50,22 @@ BaselineCache::BaselineCache(fs::path dir, std::string key) : dir_(std::move(dir
 
 BaselineCache BaselineCache::of(const fs::path& cache_dir) { return {cache_dir / "baselines", cache_secret(cache_dir)}; }
 
-fs::path BaselineCache::path_for(const BaselineKey& key) const { return dir_ / (key.digest() + ".json"); }
+namespace {
+
+// An entry's file name starts with its task's hash (then the digest of its whole key), so that
+// a task's entries are found without reading the others.
+std::string task_prefix(const std::string& task_sha256) { return task_sha256.substr(0, 16) + "-"; }
+
+}  // namespace
+
+fs::path BaselineCache::path_for(const BaselineKey& key) const {
+  return dir_ / (task_prefix(key.task_sha256) + key.digest() + ".json");
+}
+
+bool BaselineCache::verifies(const nlohmann::json& stored) const {
+  return stored.contains("mac") && stored["mac"].is_string() &&
+         constant_time_equal(stored["mac"].get<std::string>(), mac(stored));
+}
 
 std::string BaselineCache::mac(const nlohmann::json& stored) const {
   nlohmann::json body = stored;
@@ -65,7 +80,7 @@ std::optional<nlohmann::json> BaselineCache::get(const BaselineKey& key) const {
   try {
     auto entry = nlohmann::json::parse(read_file(path));
     if (entry.at("key") != key.to_json()) return std::nullopt;  // a digest collision, or tampering
-    if (!entry.contains("mac") || !entry["mac"].is_string() || !constant_time_equal(entry["mac"].get<std::string>(), mac(entry))) {
+    if (!verifies(entry)) {
       CA_LOG_WARN("sandbox", "ignoring baseline cache entry {}: its MAC does not verify (not written by a judge "
                   "holding this cache's key)", path.string());
       return std::nullopt;
@@ -89,26 +104,20 @@ void BaselineCache::put(const BaselineKey& key, const nlohmann::json& entry) con
   }
 }
 
-int BaselineCache::copy_verified_to(const BaselineCache& to) const {
+int BaselineCache::copy_verified_to(const BaselineCache& to, const std::string& task_sha256) const {
+  const std::string prefix = task_prefix(task_sha256);
   int copied = 0;
   std::error_code ec;
   for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
     const fs::path& path = it->path();
-    std::error_code time_ec;
-    const fs::path target = to.dir_ / path.filename();
-    // An entry `to` has, unless this one was written since (re-timed after drift).
-    if (path.extension() != ".json" ||
-        (fs::exists(target, time_ec) && fs::last_write_time(target, time_ec) >= fs::last_write_time(path, time_ec)))
-      continue;
+    if (path.extension() != ".json" || path.filename().string().rfind(prefix, 0) != 0) continue;
     try {
       nlohmann::json entry = nlohmann::json::parse(read_file(path));
-      if (!entry.contains("mac") || !entry["mac"].is_string() ||
-          !constant_time_equal(entry["mac"].get<std::string>(), mac(entry)))
-        continue;
+      if (!verifies(entry)) continue;
       entry["mac"] = to.mac(entry);
       std::error_code dir_ec;
       fs::create_directories(to.dir_, dir_ec);
-      write_file_atomic(target, entry.dump(2));
+      write_file_atomic(to.dir_ / path.filename(), entry.dump(2));
       ++copied;
     } catch (const std::exception& e) {
       CA_LOG_WARN("sandbox", "cannot copy baseline cache entry {} to {}: {}", path.string(), to.dir_.string(), e.what());

@@ -316,8 +316,7 @@ TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
       "cat " + key_file + " > /dev/null 2>&1 && echo key=read || echo key=hidden; "
       "mkdir -p " + (cache / "baselines").string() + " 2>/dev/null; echo x > " + (cache / "baselines" / "forged.json").string() +
       " 2>/dev/null && echo scoring=written || echo scoring=read-only; echo tools=$CUDA_AGENT_CACHE_DIR; "
-      "ls $CUDA_AGENT_CACHE_DIR/baselines/ | grep -c -v 0000forged > /dev/null && echo seeded=yes || echo seeded=no; "
-      "test -e $CUDA_AGENT_CACHE_DIR/baselines/0000forged.json && echo forged=present || echo forged=absent";
+      "echo seeded=$(ls $CUDA_AGENT_CACHE_DIR/baselines/ 2>/dev/null | tr '\\n' ,)";
   {
     std::ofstream f(dir.path() / "episode.jsonl");
     nlohmann::json bash = {{"name", "Bash"}, {"arguments", {{"command", probe}}}};
@@ -334,11 +333,17 @@ TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
   spec.output_dir = dir.path() / "run";
   spec.device = "cpu";
   spec.sandbox.cache_dir = cache.string();
-  // A baseline the scoring cache holds (as after any scored episode of the task), and one
-  // written without its key: the tools' cache gets the first, re-signed, and not the second.
-  sandbox::BaselineKey timed{"sha-of-a-task", "H200", "2.11", "loose", {{"runs", 10}}};
-  sandbox::BaselineCache::of(cache).put(timed, {{"eager", {{"median_ms", 1.5}}}});
-  write_file_atomic(cache / "baselines" / "0000forged.json",
+  // A baseline the scoring cache holds for this task (as after any scored episode of it), one of
+  // another task, and one for this task written without the key: the tools' cache gets the
+  // first, re-signed, and neither of the others.
+  const sandbox::BaselineCache scoring = sandbox::BaselineCache::of(cache);
+  sandbox::BaselineKey timed{file_sha256(spec.task), "H200", "2.11", "loose", {{"runs", 10}}};
+  scoring.put(timed, {{"eager", {{"median_ms", 1.5}}}});
+  sandbox::BaselineKey other = timed;
+  other.task_sha256 = std::string(64, 'f');
+  scoring.put(other, {{"eager", {{"median_ms", 2.5}}}});
+  const std::string seeded = scoring.path_for(timed).filename().string();
+  write_file_atomic(cache / "baselines" / (seeded.substr(0, 17) + "forged.json"),
                     R"({"key": {}, "eager": {"median_ms": 99}, "mac": "00"})");
   EpisodeResult r = run_task_episode(spec);
   std::vector<std::string> outputs;
@@ -357,8 +362,7 @@ TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
   EXPECT_EQ(r.reward, 1.0) << r.score.dump(2);  // scored with the scoring cache, outside
   // The tools' cache, the episode's own, had the scoring cache's verified entry (re-signed) and
   // not the forged one; it is removed with the episode.
-  EXPECT_NE(outputs[0].find("seeded=yes"), std::string::npos) << outputs[0];
-  EXPECT_NE(outputs[0].find("forged=absent"), std::string::npos) << outputs[0];
+  EXPECT_NE(outputs[0].find("seeded=" + seeded + ",\n"), std::string::npos) << outputs[0];
   EXPECT_FALSE(std::filesystem::exists(spec.output_dir / "tools-cache"));
 }
 

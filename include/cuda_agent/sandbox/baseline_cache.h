@@ -47,14 +47,16 @@ class BaselineCache {
   // Stores an entry; failures to write are logged, not thrown.
   void put(const BaselineKey& key, const nlohmann::json& entry) const;
   std::filesystem::path path_for(const BaselineKey& key) const;
-  // Copies each entry of this cache that verifies under its key and that `to` lacks into `to`,
-  // authenticated under `to`'s key: how a trusted process hands its baselines to a cache that
-  // commands it does not trust write to (an agent's tools), never the other way. Returns how
-  // many it copied. Never throws.
-  int copy_verified_to(const BaselineCache& to) const;
+  // Copies the entries of the task whose file hashes to `task_sha256` that verify under this
+  // cache's key into `to`, authenticated under `to`'s key (replacing what `to` had): how a
+  // trusted process hands its baselines to a cache that commands it does not trust write to (an
+  // agent's tools), never the other way. Reads no other task's entries. Returns how many it
+  // copied. Never throws.
+  int copy_verified_to(const BaselineCache& to, const std::string& task_sha256) const;
 
  private:
   std::string mac(const nlohmann::json& stored) const;
+  bool verifies(const nlohmann::json& stored) const;  // its "mac" is this cache's of the rest
   std::filesystem::path dir_;
   std::string key_;
 };
