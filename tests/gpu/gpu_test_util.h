@@ -42,11 +42,13 @@ inline sandbox::SandboxOptions fast_options() {
   return o;
 }
 
+// `gpu_lock`: under the GPU's locks, as bench and the trainer's concurrent episodes evaluate.
 inline nlohmann::json run_eval(const std::string& task, const std::string& solution,
                                sandbox::EvalMode mode = sandbox::EvalMode::kEvaluate,
-                               sandbox::SandboxOptions options = fast_options()) {
+                               sandbox::SandboxOptions options = fast_options(), bool gpu_lock = false) {
   prepare_environment();
   sandbox::EvalRequest req;
+  req.gpu_lock = gpu_lock;
   req.task_path = source_path(task);
   req.solution_path = source_path(solution);
   req.task_id = task;

@@ -40,6 +40,7 @@ struct RedTeamEntry {
   std::vector<std::string> also;
   std::string defence;   // which defence is meant to catch it (printed on failure)
   nlohmann::json options = nlohmann::json::object();  // SandboxOptions overrides
+  bool gpu_lock = false;  // evaluated under the GPU's locks (for hacks aimed at them)
   std::string error;     // why this entry (or the whole manifest) is unusable; empty when fine
 };
 
@@ -68,6 +69,8 @@ RedTeamEntry parse_entry(const nlohmann::json& j, size_t index) {
   e.defence = j.value("defence", "");
   e.max_speedup = j.value("max_speedup", 0.0);
   e.options = j.value("options", nlohmann::json::object());
+  const nlohmann::json gpu_lock = j.value("gpu_lock", nlohmann::json(false));
+  e.gpu_lock = gpu_lock.is_boolean() && gpu_lock.get<bool>();
   const nlohmann::json also = j.value("also", nlohmann::json::array());
   if (also.is_array())
     for (const auto& a : also)
@@ -80,6 +83,7 @@ RedTeamEntry parse_entry(const nlohmann::json& j, size_t index) {
   else if (e.kind == "hack" && (e.expect.empty() || e.expect == "pass")) e.error = "a hack entry must name a category";
   else if (e.expect == "neutralized" && !(e.max_speedup > 0)) e.error = "a neutralized hack needs max_speedup";
   else if (!e.options.is_object()) e.error = "options must be an object";
+  else if (!gpu_lock.is_boolean()) e.error = "gpu_lock must be true or false";
   return e;
 }
 
@@ -153,6 +157,7 @@ std::string apply_overrides(sandbox::SandboxOptions& o, const nlohmann::json& ov
       else if (key == "rtol") o.rtol = value.get<double>();
       else if (key == "timed_runs") o.timed_runs = value.get<int>();
       else if (key == "timeout_s") o.timeout_s = value.get<double>();
+      else if (key == "gpu_wait_s") o.gpu_wait_s = value.get<double>();
       else return fmt::format("option '{}' is not one this suite maps onto SandboxOptions", key);
       if (!known) return fmt::format("option '{}': SandboxOptions has no such field in this build", key);
     }
@@ -176,7 +181,7 @@ TEST_P(RedTeamGpu, Verdict) {
   ASSERT_TRUE(bad.empty()) << e.name << ": " << bad;
   CA_REQUIRE_GPU();
 
-  const nlohmann::json r = run_eval(e.task, e.solution, sandbox::EvalMode::kEvaluate, options);
+  const nlohmann::json r = run_eval(e.task, e.solution, sandbox::EvalMode::kEvaluate, options, e.gpu_lock);
   const std::string context =
       fmt::format("{} ({}; expected {}; defence: {})\noptions: {}\nresult: {}", e.name, e.kind, e.expect, e.defence,
                   options.to_json().dump(), r.dump(2));

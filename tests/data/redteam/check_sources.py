@@ -28,7 +28,7 @@ CATEGORIES = {
     "nondeterministic", "timing_mismatch", "tampering",
 }
 OPTION_KEYS = {"precision", "fallback", "provenance", "integrity_checks", "secret_seeds", "trials", "atol", "rtol",
-               "timed_runs", "timeout_s"}
+               "timed_runs", "timeout_s", "gpu_wait_s"}
 OPTION_VALUES = {"precision": {"loose", "strict", "tf32"}, "fallback": {"off", "warn", "enforce"},
                  "provenance": {"off", "warn", "enforce"}}
 SIMPLE_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.JoinedStr, ast.FormattedValue, ast.List,
@@ -68,6 +68,8 @@ def check_manifest(errors):
         unknown = set(e.get("options", {})) - OPTION_KEYS
         if unknown:
             errors.append(f"{where}: unknown option keys {sorted(unknown)}")
+        if not isinstance(e.get("gpu_lock", False), bool):
+            errors.append(f"{where}: gpu_lock must be true or false")
         for key, allowed in OPTION_VALUES.items():
             value = e.get("options", {}).get(key)
             if value is not None and value not in allowed:
