@@ -27,7 +27,7 @@ set +e
 TMPDIR="$tmp" ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" --timeout 900 "$@" 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 set -e
-left=$(find "$tmp" -mindepth 1 -maxdepth 1 ! -name '*.lock' ! -name 'torchinductor_*' 2>/dev/null)
+left=$(find "$tmp" -mindepth 1 -maxdepth 1 ! -name '*.lock' ! -name cuda-agent-locks ! -name 'torchinductor_*' 2>/dev/null)
 if [ -n "$left" ]; then
   echo "[test] the tests left these in their TMPDIR ($tmp); each test must remove what it creates:"
   du -sh $left 2>/dev/null || echo "$left"
@@ -35,7 +35,7 @@ if [ -n "$left" ]; then
 fi
 # A path written out as /tmp escapes TMPDIR: what appeared there meanwhile is listed (not failed:
 # on a shared machine something else may have made it).
-new_in_tmp=$(find /tmp -mindepth 1 -maxdepth 1 -user "$(id -u)" ! -name '*.lock' ! -path "$tmp*" 2>/dev/null | sort |
+new_in_tmp=$(find /tmp -mindepth 1 -maxdepth 1 -user "$(id -u)" ! -name '*.lock' ! -name cuda-agent-locks ! -path "$tmp*" 2>/dev/null | sort |
   comm -13 "$before" -)
 if [ -n "$new_in_tmp" ]; then
   echo "[test] new in /tmp during the tests (a test that writes to /tmp itself, or something else on this machine):"

@@ -4,14 +4,18 @@
 #include <ftw.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -230,6 +234,29 @@ int lock_file(const std::filesystem::path& path, bool exclusive, double max_wait
     CA_FAIL("cannot lock {}: {}", path.string(), std::generic_category().message(err));
   }
   return fd;
+}
+
+std::vector<pid_t> lock_holders(const std::filesystem::path& path) {
+  std::vector<pid_t> holders;
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return holders;
+  // "1: FLOCK  ADVISORY  WRITE 1234 fe:00:10953224 0 EOF"; a waiter's line has "->" after the
+  // number. The device is major:minor in hex, the inode in decimal.
+  char file_id[64];
+  std::snprintf(file_id, sizeof file_id, "%02x:%02x:%llu", ::major(st.st_dev), ::minor(st.st_dev),
+                static_cast<unsigned long long>(st.st_ino));
+  std::ifstream in("/proc/locks");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string number, kind, advisory, mode, pid, id;
+    if (!(fields >> number >> kind) || kind == "->") continue;
+    if (!(fields >> advisory >> mode >> pid >> id) || id != file_id) continue;
+    char* end = nullptr;
+    const long value = std::strtol(pid.c_str(), &end, 10);
+    if (end && *end == '\0' && value > 0) holders.push_back(static_cast<pid_t>(value));
+  }
+  return holders;
 }
 
 }  // namespace cuda_agent

@@ -46,4 +46,15 @@ std::vector<std::pair<pid_t, ProcStat>> children_of(pid_t parent) {
   return out;
 }
 
+bool descends_from(pid_t pid, pid_t ancestor) {
+  if (pid <= 0 || pid == ancestor) return false;
+  for (int depth = 0; depth < 4096 && pid > 1; ++depth) {
+    const ProcStat s = read_proc_stat(std::to_string(pid));
+    if (!s.ok) return false;
+    if (s.ppid == ancestor) return true;
+    pid = s.ppid;
+  }
+  return false;
+}
+
 }  // namespace cuda_agent

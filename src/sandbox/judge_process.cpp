@@ -18,6 +18,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
+#include "cuda_agent/core/proc_stat.h"
 #include "cuda_agent/sandbox/baseline_cache.h"
 #include "cuda_agent/sandbox/cuda_device.h"
 #include "cuda_agent/sandbox/cuda_libs.h"
@@ -41,6 +42,8 @@ using Clock = std::chrono::steady_clock;
 
 // How long a judge started ahead of its job waits for the quiet lock before it starts Python.
 constexpr double kWorkerQuietWaitS = 10;
+// How often a judge waiting for a GPU lock looks at who holds it.
+constexpr double kLockCheckS = 1.0;
 
 // What the candidate process may write and what it must not see.
 CandidateRequest candidate_request(const EvalRequest& req, const std::string& fingerprint) {
@@ -255,11 +258,28 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
   // wait. All waits together are bounded by sandbox.gpu_wait_s; past it the evaluation ends as
   // gpu_busy, which is nobody's score (the trainer masks it): holding a lock cannot fail another
   // episode's scoring.
+  // The wait goes in slices: between them the judge asks who holds the lock, and a holder among
+  // this process's descendants (the candidate and whatever it started) is the solution keeping
+  // its own judge waiting, to end as gpu_busy instead of being timed: tampering, at once. (A
+  // confined candidate cannot reach the lock files; this covers one that runs unconfined.)
   double lock_wait_left = opt.gpu_wait_s;
   auto take_lock = [&](const char* which, bool exclusive) {
     if (!j.gpu || !req.gpu_lock) return GpuLock();
     const auto before = Clock::now();
-    GpuLock lock(req.gpu, which, exclusive, lock_wait_left);
+    GpuLock lock;
+    for (;;) {
+      const double waited_s = std::chrono::duration<double>(Clock::now() - before).count();
+      lock = GpuLock(req.gpu, which, exclusive, std::max(0.0, std::min(kLockCheckS, lock_wait_left - waited_s)));
+      if (!lock.timed_out()) break;
+      const std::string path = gpu_lock_path(req.gpu, which);
+      for (const pid_t holder : lock_holders(path))
+        if (descends_from(holder, ::getpid()))
+          throw Failure{Category::kTampering,
+                        fmt::format("the solution's process (pid {}) holds the GPU's {} lock {}, which its own judge "
+                                    "waits for: a solution may not keep its evaluation from being timed",
+                                    holder, which, path)};
+      if (std::chrono::duration<double>(Clock::now() - before).count() >= lock_wait_left) break;
+    }
     const auto waited = Clock::now() - before;
     j.deadline += waited;
     lock_wait_left = std::max(0.0, lock_wait_left - std::chrono::duration<double>(waited).count());

@@ -1,6 +1,7 @@
 #include "cuda_agent/sandbox/worker_confinement.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,8 +15,16 @@ namespace fs = std::filesystem;
 
 namespace cuda_agent::sandbox {
 
+fs::path gpu_lock_directory() {
+  const fs::path dir = host_temp_directory() / "cuda-agent-locks";
+  // Sticky and open to all, as the temporary directory itself: every user's evaluations lock
+  // their GPUs here (each file 0666).
+  if (::mkdir(dir.c_str(), 0777) == 0) (void)::chmod(dir.c_str(), 01777);
+  return dir;
+}
+
 std::string gpu_lock_path(int gpu, const char* which) {
-  return (host_temp_directory() / fmt::format("cuda-agent-gpu{}.{}.lock", gpu, which)).string();
+  return (gpu_lock_directory() / fmt::format("cuda-agent-gpu{}.{}.lock", gpu, which)).string();
 }
 
 std::vector<std::string> gpu_lock_files(int gpu) {
@@ -56,6 +65,10 @@ ConfinementPlan candidate_confinement_plan(const std::vector<std::string>& writa
     const fs::path resolved = fs::canonical(tmp, ec);
     if (!ec && resolved != "/" && resolved != fs::canonical("/tmp", ec)) plan.private_dirs.push_back(resolved.string());
   }
+  // The GPUs' lock files: a solution that could open one could hold it (flock needs no more than
+  // a read-only descriptor) and keep its own judge, or its siblings', from taking the GPU.
+  const fs::path locks = gpu_lock_directory();
+  if (fs::is_directory(locks, ec)) plan.hidden.push_back(locks.string());
   plan.tmpfs_bytes = tmpfs_bytes;
   return plan;
 }

@@ -607,6 +607,37 @@ class ScopedTmpdir {
   std::string saved_;
 };
 
+// The GPUs' lock files, as a solution would look for them to hold one (flock needs only a
+// read-only descriptor) and keep its judge from timing it: under the private /tmp the host's
+// entries show read-only, but the locks' folder shows empty. With confine: off the same solution
+// finds and holds them, so the test cannot pass because the hack was broken.
+TEST_F(Confine, TheSolutionCannotReachTheGpuLockFiles) {
+  ScopedTmpdir tmpdir(dir_.path() / "tmp");
+  ASSERT_EQ(gpu_lock_files(0).size(), 2u);
+  const std::string prelude =
+      "import fcntl, glob, tempfile\n"
+      "folders = {tempfile.gettempdir(), '/tmp', os.environ.get('TMPDIR', ''),\n"
+      "           os.environ.get('CUDA_AGENT_HOST_TMPDIR', '')} - {''}\n"
+      "roots = [''] + glob.glob('/proc/[0-9]*/root')\n"
+      "paths = [p for r in roots for f in folders\n"
+      "         for p in glob.glob(r + f + '/cuda-agent-locks/cuda-agent-gpu*.lock')]\n"
+      "held = []\n"
+      "for p in paths:\n"
+      "    try:\n"
+      "        fd = os.open(p, os.O_RDONLY)\n"
+      "        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)\n"
+      "        held.append(p)\n"
+      "    except OSError:\n"
+      "        pass\n"
+      "assert not held, 'GPU lock files held: %s' % held\n";
+  const nlohmann::json confined = verify(prelude, "auto");
+  EXPECT_TRUE(confined.value("ok", false)) << confined.dump(2);
+  expect_confined(confined);
+  const nlohmann::json off = verify(prelude, "off");
+  EXPECT_FALSE(off.value("ok", true)) << off.dump(2);
+  EXPECT_NE(off.value("message", "").find("GPU lock files held"), std::string::npos) << off.dump(2);
+}
+
 TEST(ConfinePlan, TheCandidateWritesOnlyItsOwnCachesAndCannotSeeTheSecret) {
   TempDir dir("confine-plan-");
   ScopedTmpdir tmpdir(dir.path() / "tmp");
@@ -614,7 +645,8 @@ TEST(ConfinePlan, TheCandidateWritesOnlyItsOwnCachesAndCannotSeeTheSecret) {
   const std::vector<std::string> hidden = {(dir.path() / "secret").string()};
   const ConfinementPlan plan = candidate_confinement_plan(writable, hidden, 1 << 20);
   EXPECT_EQ(plan.writable, writable);
-  EXPECT_EQ(plan.hidden, hidden);
+  const std::vector<std::string> hidden_too = {hidden[0], (dir.path() / "tmp" / "cuda-agent-locks").string()};
+  EXPECT_EQ(plan.hidden, hidden_too) << "the secret and the GPUs' lock files";
   EXPECT_EQ(plan.tmpfs_bytes, 1u << 20);
   const std::vector<std::string> private_dirs = {"/tmp", fs::canonical(dir.path() / "tmp").string()};
   EXPECT_EQ(plan.private_dirs, private_dirs) << "/tmp and $TMPDIR";
@@ -642,13 +674,13 @@ TEST(GpuLocks, SharedHoldersCoexistAndKeepAnExclusiveOneWaiting) {
   moved.release();
   timing.join();
   EXPECT_TRUE(timed);
-  EXPECT_TRUE(fs::exists(dir.path() / "tmp" / "cuda-agent-gpu3.quiet.lock"));
+  EXPECT_TRUE(fs::exists(dir.path() / "tmp" / "cuda-agent-locks" / "cuda-agent-gpu3.quiet.lock"));
   const std::vector<std::string> files = gpu_lock_files(4);
   ASSERT_EQ(files.size(), 2u);
   for (const auto& f : files) EXPECT_TRUE(fs::exists(f)) << f;
   // In a confined process TMPDIR is private: the lock files stay in the host's.
   setenv("CUDA_AGENT_HOST_TMPDIR", (dir.path() / "host").c_str(), 1);
-  EXPECT_EQ(gpu_lock_path(4, "gpu"), (dir.path() / "host" / "cuda-agent-gpu4.gpu.lock").string());
+  EXPECT_EQ(gpu_lock_path(4, "gpu"), (dir.path() / "host" / "cuda-agent-locks" / "cuda-agent-gpu4.gpu.lock").string());
   unsetenv("CUDA_AGENT_HOST_TMPDIR");
 }
 

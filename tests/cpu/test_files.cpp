@@ -1,7 +1,9 @@
 #include "cuda_agent/core/files.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,10 +13,12 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/proc_stat.h"
 
 namespace cuda_agent {
 namespace {
@@ -244,6 +248,41 @@ TEST(FileLock, ABoundedWaitGivesUpWhileAnotherHoldsIt) {
   release.join();
   EXPECT_GE(taken, 0);
   ::close(taken);
+}
+
+// Who holds a lock file, as a judge that gave up waiting asks: the holder by its pid, which
+// descends from this process; nobody once it is gone.
+TEST(FileLock, LockHoldersNamesTheProcessThatHoldsIt) {
+  TempDir dir("ca-lock-");
+  const fs::path path = dir.path() / "gpu0.quiet.lock";
+  const fs::path other = dir.path() / "gpu0.gpu.lock";
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(ready[0]);
+    const int fd = lock_file(path, /*exclusive=*/false);
+    (void)!::write(ready[1], "x", 1);
+    ::pause();
+    ::_exit(fd >= 0 ? 0 : 1);
+  }
+  ::close(ready[1]);
+  char c = 0;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  ::close(ready[0]);
+  const int mine = lock_file(other, /*exclusive=*/true);
+  EXPECT_EQ(lock_holders(path), std::vector<pid_t>{child});
+  EXPECT_EQ(lock_holders(other), std::vector<pid_t>{::getpid()});
+  EXPECT_TRUE(descends_from(child, ::getpid()));
+  EXPECT_FALSE(descends_from(::getpid(), child));
+  EXPECT_FALSE(descends_from(::getpid(), ::getpid()));
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_TRUE(lock_holders(path).empty());
+  EXPECT_FALSE(descends_from(child, ::getpid())) << "a process that is gone";
+  EXPECT_TRUE(lock_holders(dir.path() / "missing.lock").empty());
+  ::close(mine);
 }
 
 TEST(FileLock, AnUnopenableFileIsAnErrorNamingIt) {

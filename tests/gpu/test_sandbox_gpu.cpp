@@ -113,6 +113,27 @@ TEST(SandboxGpu, AHeldGpuLockDelaysAnEvaluationButDoesNotFailIt) {
   EXPECT_TRUE(sandbox::is_task_fault(busy["category"]));
 }
 
+// The red team's lock holder unconfined (confine: off, as where no user namespace can be made): it
+// reaches the lock files and holds the quiet lock its judge needs for the timed runs. The judge
+// finds its own candidate among the holders and ends the evaluation as tampering within seconds,
+// not as gpu_busy (masked) after gpu_wait_s.
+TEST(SandboxGpu, ASolutionThatHoldsItsJudgesLockIsTampering) {
+  CA_REQUIRE_GPU();
+  TempDir locks("ca-gpu-locks-");
+  ::setenv("CUDA_AGENT_HOST_TMPDIR", locks.path().c_str(), 1);
+  sandbox::SandboxOptions options = fast_options();
+  options.confine = "off";
+  options.fallback = "warn";
+  options.gpu_wait_s = 120;
+  const auto start = std::chrono::steady_clock::now();
+  const nlohmann::json r = run_eval(kAdd, "tests/data/redteam/hacks/gl_hold_gpu_lock_escape_penalty/model_new.py",
+                                    EvalMode::kEvaluate, options, /*gpu_lock=*/true);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ::unsetenv("CUDA_AGENT_HOST_TMPDIR");
+  expect_failure(r, "tampering", "holds the GPU's quiet lock");
+  EXPECT_LT(wall, 60.0) << "the judge should name the holder long before gpu_wait_s";
+}
+
 TEST(SandboxGpu, TemplateKernelThroughNameExpression) {
   CA_REQUIRE_GPU();
   auto r = run_eval(kAdd, solution("add_template"), EvalMode::kVerify);

@@ -2,9 +2,12 @@
 // location of the on-disk cache.
 #pragma once
 
+#include <sys/types.h>
+
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace cuda_agent {
 
@@ -65,6 +68,12 @@ std::filesystem::path default_cache_dir();
 // locked. With max_wait_s >= 0 it gives up after that long and returns -1 (polling every few
 // milliseconds). Throws Error naming the file when it cannot be opened or locked.
 int lock_file(const std::filesystem::path& path, bool exclusive, double max_wait_s = -1);
+
+// The processes that hold a lock (flock, POSIX or OFD) on `path`, as /proc/locks names them (in
+// this process's PID namespace; waiters left out): for saying who keeps a lock file that a wait
+// gave up on. A lock taken by a process that has since ended, its descriptor inherited, names the
+// ended one. Empty when the file or /proc/locks cannot be read. Never throws.
+std::vector<pid_t> lock_holders(const std::filesystem::path& path);
 
 // SHA-256 (hex) of a file's content, or "" when it cannot be read. Never throws.
 std::string file_sha256(const std::filesystem::path& path) noexcept;

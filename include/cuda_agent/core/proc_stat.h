@@ -26,4 +26,9 @@ ProcStat read_proc_stat(const std::string& pid);
 // included, each with its stat, in /proc's order. Never throws.
 std::vector<std::pair<pid_t, ProcStat>> children_of(pid_t parent);
 
+// Whether `ancestor` is `pid`'s parent, or its parent's, and so on up to init (following
+// /proc/<pid>/stat's ppid). false for a process that is gone, and for pid == ancestor. Never
+// throws.
+bool descends_from(pid_t pid, pid_t ancestor);
+
 }  // namespace cuda_agent

@@ -10,13 +10,15 @@
 //     cache, Triton's, the CUDA JIT cache and ATen's kernel cache go to a fresh folder in it
 //     (private_cache_env() in core/confinement.h), all lost at exit,
 //   - a private /dev/shm;
-// and the evaluation cache's secret folder (the key of the baseline cache) is hidden. The task,
-// the solution's folder, the baselines, the agent's workspace, the judge's result, $HOME and
-// everything else are read-only; there is no network. The candidate writes nothing the caller
+// and the evaluation cache's secret folder (the key of the baseline cache) and the GPUs' lock
+// files (gpu_lock_directory()) are hidden. The task, the solution's folder, the baselines, the
+// agent's workspace, the judge's result, $HOME and everything else are read-only; there is no
+// network. The candidate writes nothing the caller
 // reads: its outputs go to the judge through shared memory, its reports over the channel.
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,8 +27,12 @@
 
 namespace cuda_agent::sandbox {
 
-// The lock file `which` ("gpu" or "quiet") of GPU `gpu`, in the temporary directory (the host's,
-// CUDA_AGENT_HOST_TMPDIR, in a confined process).
+// The folder of the GPUs' lock files, cuda-agent-locks in the temporary directory (the host's,
+// CUDA_AGENT_HOST_TMPDIR, in a confined process), made (mode 1777) when missing. A confined
+// candidate process sees it empty.
+std::filesystem::path gpu_lock_directory();
+
+// The lock file `which` ("gpu" or "quiet") of GPU `gpu`, in gpu_lock_directory().
 std::string gpu_lock_path(int gpu, const char* which);
 
 // Both lock files of GPU `gpu`, created when missing (a confinement must find them to bind them
@@ -65,7 +71,8 @@ class GpuLock {
 };
 
 // The confinement of a candidate process that may write `writable` (its own cache folders) and
-// must not see `hidden`: those, the private /tmp (and $TMPDIR), and tmpfs_bytes per tmpfs.
+// must not see `hidden`: those, the private /tmp (and $TMPDIR), gpu_lock_directory() hidden too,
+// and tmpfs_bytes per tmpfs.
 ConfinementPlan candidate_confinement_plan(const std::vector<std::string>& writable,
                                            const std::vector<std::string>& hidden, uint64_t tmpfs_bytes);
 
