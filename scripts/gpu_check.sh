@@ -180,26 +180,41 @@ if [ ! -f $gguf ] && compgen -G '.gpu-cache/m*/smol.part*' > /dev/null; then
 fi
 if [ "$what" = learning ]; then
   # Issue 18's learning quickstart: configs/learning.yaml (models/ must hold the SmolLM2 GGUF, as
-  # for train). Its weights stay on the machine (the archive leaves *.safetensors out), so that
-  # `learning-report` in the next call, while the machine is warm, can evaluate the checkpoint.
-  # The run's limit leaves room, within the device call's (CALL_LIMIT, default 600 s, counted
-  # from this script's start: the build and doctor come first), for the archive at exit; the log
-  # and the metrics also go to $OUT as they grow, so that a call cut short still returns them.
-  start=$SECONDS
-  limit=$(( ${CALL_LIMIT:-600} - SECONDS - 25 ))
-  [ -n "${TRAIN_TIMEOUT:-}" ] && [ "$TRAIN_TIMEOUT" -lt "$limit" ] && limit=$TRAIN_TIMEOUT
-  echo "learning: train limit $limit s"
-  if [ -n "${OUT:-}" ]; then
-    ( while sleep 15; do cp "$out/learning.log" "$OUT/learning.log" 2>/dev/null
-        cp "$out/learning/metrics.jsonl" "$OUT/learning-metrics.jsonl" 2>/dev/null; done ) & copier=$!
+  # for train). The run is started in a session of its own (setsid), so that it outlives this
+  # device call: it runs on while the machine stays warm, and `learning` called again finds it
+  # and goes on watching it (a call ends CALL_LIMIT s, default 600, after this script started;
+  # make the next call at once, the machine is warm for 30 s). Each call copies the log and the
+  # metrics to $OUT every 15 s and when it ends. Its weights stay on the machine (the archive
+  # leaves *.safetensors out), so that `learning-report` in a next call can evaluate the
+  # checkpoint. LEARNING_SET (say --resume) is passed to train when a run starts; TRAIN_TIMEOUT
+  # bounds the run's own wall time.
+  pidfile=$out/learning.pid
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "learning: the run started earlier (pid $(cat "$pidfile")) is still going"
+  elif [ -f "$out/learning.rc" ] && [ -z "${LEARNING_SET:-}" ]; then
+    echo "learning: the run has ended (rc $(cat "$out/learning.rc")); LEARNING_SET=--resume starts it again"
+  else
+    rm -f "$out/learning.rc"
+    echo "learning: started $(date -u +%FT%TZ)" >> "$out/learning.log"
+    setsid bash -c 'start=$(date +%s); timeout "$1" "$2" train --config configs/learning.yaml \
+        --set run.output_dir="$3/learning" $4 >> "$3/learning.log" 2>&1; rc=$?
+      echo "learning rc $rc wall $(( $(date +%s) - start )) s" >> "$3/learning.log"; echo $rc > "$3/learning.rc"' \
+      _ "${TRAIN_TIMEOUT:-7200}" "$build/cuda-agent" "$out" "${LEARNING_SET:-}" < /dev/null > /dev/null 2>&1 &
+    echo $! > "$pidfile"
+    echo "learning: run started (pid $(cat "$pidfile"))"
   fi
-  # A run cut short continues in the next call on the warm machine: LEARNING_SET=--resume (the
-  # log is appended to).
-  timeout "$limit" $build/cuda-agent train --config configs/learning.yaml \
-    --set run.output_dir="$out/learning" ${LEARNING_SET:-} >> "$out/learning.log" 2>&1
-  echo "learning rc $? wall $((SECONDS - start)) s" | tee -a "$out/learning.log"
-  [ -n "${copier:-}" ] && kill "$copier" 2>/dev/null
-  grep -E "^\[train\] step" "$out/learning.log" | tail -12
+  copy_learning() {
+    [ -n "${OUT:-}" ] || return 0
+    cp "$out/learning.log" "$OUT/learning.log" 2>/dev/null
+    cp "$out/learning/metrics.jsonl" "$OUT/learning-metrics.jsonl" 2>/dev/null
+  }
+  until [ -f "$out/learning.rc" ] || [ $(( ${CALL_LIMIT:-600} - SECONDS )) -lt 30 ]; do
+    sleep 15; copy_learning
+  done
+  copy_learning
+  if [ -f "$out/learning.rc" ]; then echo "learning: ended, rc $(cat "$out/learning.rc")"
+  else echo "learning: still running; call 'scripts/gpu_check.sh learning' again at once to go on watching it"; fi
+  grep -E "^\[train\] (step|baselines)|^learning " "$out/learning.log" | tail -14
 fi
 if [ "$what" = learning-report ]; then
   # The base model against the learning run's final checkpoint on the training and held-out

@@ -9,7 +9,8 @@
 #
 # Writes RUN_DIR/report/{base,final}-{train,heldout}/ (eval runs) and RUN_DIR/report/report.md
 # (the run step by step with its plots, scripts/learning_steps.py; then base against final).
-# Environment: CUDA_AGENT_BUILD (default build), SOLUTIONS (default data/core/solutions).
+# Environment: CUDA_AGENT_BUILD (default build), SOLUTIONS (default data/core/solutions),
+# EPISODES_AT_ONCE (default 4: eval --episodes-per-gpu, the quickstart's concurrent episodes).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -30,9 +31,9 @@ mkdir -p "$out"
 for split in train heldout; do
   folder=$train; [ $split = heldout ] && folder=$heldout
   "$bin" eval --split "$folder" --policy "local:$actor?$sampling&device=cuda" --max-turns "$max_turns" \
-    --output "$out/base-$split" > "$out/base-$split.log" 2>&1 || true
+    --episodes-per-gpu "${EPISODES_AT_ONCE:-4}" --output "$out/base-$split" > "$out/base-$split.log" 2>&1 || true
   "$bin" eval --split "$folder" --checkpoint "$run?$sampling" --max-turns "$max_turns" \
-    --output "$out/final-$split" > "$out/final-$split.log" 2>&1 || true
+    --episodes-per-gpu "${EPISODES_AT_ONCE:-4}" --output "$out/final-$split" > "$out/final-$split.log" 2>&1 || true
 done
 {
   echo "# Learning report: $run"

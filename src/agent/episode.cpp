@@ -170,4 +170,9 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   return result;
 }
 
+PolicyReply QuietGpuPolicy::complete(const PolicyRequest& request) {
+  sandbox::GpuLock quiet(gpu_, "quiet", /*exclusive=*/false);
+  return inner_.complete(request);
+}
+
 }  // namespace cuda_agent::agent

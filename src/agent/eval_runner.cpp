@@ -2,6 +2,8 @@
 #include "cuda_agent/agent/policy.h"
 
 #include <atomic>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -40,6 +42,9 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
   validate_policy_spec(spec.episode.policy);
   bench::Split split = bench::load_any_split(spec.split, spec.output_dir / "imported");
   CA_CHECK(!spec.gpus.empty(), "no GPUs to run on: pass --gpus 0,1,...");
+  CA_CHECK(spec.episodes_per_gpu >= 1 && spec.episodes_per_gpu <= 64,
+           "episodes per GPU is {}: give 1 to 64", spec.episodes_per_gpu);
+  const bool beside_others = spec.episodes_per_gpu > 1;  // (on the CPU the locks order nothing, and cost nothing)
   fs::create_directories(spec.output_dir / "results");
   std::vector<nlohmann::json> results(split.tasks.size());
   std::atomic<size_t> next{0};
@@ -57,6 +62,14 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
       nlohmann::json result;
       try {
         fs::remove_all(episode.output_dir);  // an eval run re-runs its episodes
+        std::unique_ptr<Policy> own;
+        std::optional<QuietGpuPolicy> quiet;
+        if (beside_others) {
+          episode.gpu_lock = true;
+          own = make_policy(episode.policy);
+          quiet.emplace(*own, gpu);
+          episode.policy_instance = &*quiet;
+        }
         EpisodeResult r = run_task_episode(episode);
         result = r.score;
         result["episode"] = {{"stop_reason", r.stop_reason}, {"turns", r.turns}, {"tool_calls", r.tool_calls},
@@ -80,13 +93,15 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
     }
   };
   std::vector<std::thread> threads;
-  for (int gpu : spec.gpus) threads.emplace_back(work, gpu);
+  for (int k = 0; k < spec.episodes_per_gpu; ++k)
+    for (int gpu : spec.gpus) threads.emplace_back(work, gpu);
   for (auto& t : threads) t.join();
 
   nlohmann::json all = nlohmann::json::array();
   for (auto& r : results) all.push_back(r);
   nlohmann::json meta = {{"split", split.name}, {"policy", spec.episode.policy}, {"run_dir", spec.output_dir.string()},
                          {"max_turns", spec.episode.agent.max_turns}, {"single_turn", spec.episode.agent.single_turn},
+                         {"episodes_per_gpu", spec.episodes_per_gpu},
                          {"device", spec.episode.device == "cpu" ? "cpu (verified only: nothing timed)"
                                                                  : fmt::format("cuda (GPUs {})", fmt::join(spec.gpus, ","))}};
   bench::write_report(spec.output_dir, all, meta);

@@ -369,7 +369,7 @@ void add_baselines(CLI::App& app, Verbs& verbs) {
 // solve and eval: agent episodes.
 struct AgentFlags {
   std::string task, split, policy, checkpoint, output, gpus = "0", device = "cuda", skill = kDefaultSkill;
-  int gpu = 0, max_turns = 150;
+  int gpu = 0, max_turns = 150, episodes_per_gpu = 1;
   bool single_turn = false;
   CommonFlags common;
 };
@@ -426,6 +426,10 @@ void add_eval(CLI::App& app, Verbs& verbs) {
                   "?key=value&... as local: takes (e.g. ?temperature=0): its actor is the policy")
       ->excludes(policy);
   cmd->add_option("--gpus", f->gpus, "comma-separated GPU indices to spread episodes over");
+  cmd->add_option("--episodes-per-gpu", f->episodes_per_gpu,
+                  "episodes at once on each GPU (default 1); above 1 their timed runs take the GPU's locks, one at "
+                  "a time, and each episode loads its own policy")
+      ->check(CLI::Range(1, 64));
   cmd->add_option("--output", f->output, "run folder (default runs/eval-<split>-<time>)");
   cmd->add_option("--skill", f->skill, "SKILL.md loaded into the system prompt");
   cmd->add_option("--max-turns", f->max_turns, "most policy replies per episode (the paper evaluates with 200)");
@@ -436,6 +440,7 @@ void add_eval(CLI::App& app, Verbs& verbs) {
                      agent::EvalSpec spec;
                      spec.split = f->split;
                      spec.gpus = parse_gpus(f->gpus);
+                     spec.episodes_per_gpu = f->episodes_per_gpu;
                      spec.output_dir = f->output.empty()
                                            ? fs::path("runs") / fmt::format("eval-{}-{}", bench::split_name(f->split),
                                                                             std::time(nullptr))

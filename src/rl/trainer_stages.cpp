@@ -55,23 +55,6 @@ std::vector<std::vector<float>> critic_values(RunContext& ctx, const std::vector
   return values;
 }
 
-// Holds the GPU's quiet lock shared around each reply of `inner`. Episodes run beside each other
-// time their solutions under that lock held exclusive (sandbox::EvalRequest::gpu_lock), so no
-// timed run shares the GPU with this process's generation.
-class QuietGpuPolicy final : public agent::Policy {
- public:
-  QuietGpuPolicy(agent::Policy& inner, int gpu) : inner_(inner), gpu_(gpu) {}
-  std::string name() const override { return inner_.name(); }
-  agent::PolicyReply complete(const agent::PolicyRequest& request) override {
-    sandbox::GpuLock quiet(gpu_, "quiet", /*exclusive=*/false);
-    return inner_.complete(request);
-  }
-
- private:
-  agent::Policy& inner_;
-  int gpu_;
-};
-
 // One episode of a step: which, where, and how it went.
 struct EpisodeRun {
   size_t task_index = 0;
@@ -114,7 +97,7 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
             : std::make_unique<serve::LocalPolicy>(std::move(session), lp, agent::make_policy(run.teacher));
     serve::LocalPolicy& policy = *own;
     const bool on_gpu = ctx.options.device == "cuda";
-    QuietGpuPolicy quiet_policy(policy, ctx.gpu);
+    agent::QuietGpuPolicy quiet_policy(policy, ctx.gpu);
 
     agent::EpisodeSpec spec;
     spec.task = ctx.split.tasks[run.task_index].path;
@@ -173,32 +156,46 @@ void run_episodes(const RunContext& ctx, const Stage& stage, int64_t step, int c
 }
 
 // The baselines (eager, torch.compile) of the tasks of `runs` that this run has not timed yet,
-// timed first in the scoring cache, one task after another. Otherwise a task's first episodes
-// time them over and over: each in its profile.sh (the tools' cache, which every episode seeds
-// from the scoring cache: episode.cpp) and again in its final score. Returns the seconds spent.
+// timed first in the scoring cache, rollout.concurrent_episodes tasks at a time (their judges'
+// Python starts side by side; the GPU's lock orders their GPU phases, one at a time, as the
+// episodes' evaluations). Otherwise a task's first episodes time them over and over: each in its
+// profile.sh (the tools' cache, which every episode seeds from the scoring cache: episode.cpp)
+// and again in its final score. Returns the seconds spent.
 double time_new_baselines(RunContext& ctx, const std::vector<EpisodeRun>& runs) {
   if (ctx.options.device != "cuda") return 0;
   const auto t0 = Clock::now();
-  int timed = 0;
-  for (const EpisodeRun& run : runs) {
-    if (!ctx.baselines_timed.insert(run.task_index).second || stop_signal() != 0) continue;
-    const bench::TaskEntry& task = ctx.split.tasks[run.task_index];
-    sandbox::EvalRequest req;
-    req.task_path = task.path.string();
-    req.task_id = task.id;
-    req.mode = sandbox::EvalMode::kBaselines;
-    req.device = "cuda";
-    req.gpu = ctx.gpu;
-    req.gpu_lock = true;
-    req.options = scoring_options(ctx, run.task_index);
-    const sandbox::EvalResult r = sandbox::evaluate(req);
-    ++timed;
-    if (!r.ok)  // the episodes' own scoring says the same again, per episode
-      ctx.log << fmt::format("[train] baselines of task {}: {}: {}\n", task.id, sandbox::to_string(r.category),
-                             r.message.substr(0, 300));
-  }
+  std::vector<size_t> tasks;
+  for (const EpisodeRun& run : runs)
+    if (ctx.baselines_timed.insert(run.task_index).second) tasks.push_back(run.task_index);
+  std::vector<std::string> notes(tasks.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k = next++; k < tasks.size() && stop_signal() == 0; k = next++) {
+      const bench::TaskEntry& task = ctx.split.tasks[tasks[k]];
+      sandbox::EvalRequest req;
+      req.task_path = task.path.string();
+      req.task_id = task.id;
+      req.mode = sandbox::EvalMode::kBaselines;
+      req.device = "cuda";
+      req.gpu = ctx.gpu;
+      req.gpu_lock = true;
+      req.options = scoring_options(ctx, tasks[k]);
+      const sandbox::EvalResult r = sandbox::evaluate(req);
+      if (!r.ok)  // the episodes' own scoring says the same again, per episode
+        notes[k] = fmt::format("[train] baselines of task {}: {}: {}\n", task.id, sandbox::to_string(r.category),
+                               r.message.substr(0, 300));
+    }
+  };
+  const size_t threads = std::min(tasks.size(), static_cast<size_t>(std::max(1, ctx.config.rollout.concurrent_episodes)));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  for (const std::string& note : notes) ctx.log << note;
   const double seconds = seconds_since(t0);
-  if (timed > 0) ctx.log << fmt::format("[train] baselines of {} new task(s) timed first ({:.1f} s)\n", timed, seconds);
+  if (!tasks.empty())
+    ctx.log << fmt::format("[train] baselines of {} new task(s) timed first, {} at a time ({:.1f} s)\n", tasks.size(),
+                           std::max<size_t>(threads, 1), seconds);
   return seconds;
 }
 

@@ -409,6 +409,20 @@ TEST(AgentEval, EpisodesOverASplitFeedTheBenchReport) {
       << md;
   EXPECT_NE(md.find("Not measured: every correct result was verified only"), std::string::npos) << md;
   EXPECT_EQ(md.find("fast_1.5"), std::string::npos) << md;
+
+  // Two episodes at once on the GPU (each with its own policy, replies under the quiet lock): the
+  // same results, in the split's order.
+  spec.episodes_per_gpu = 2;
+  spec.output_dir = dir.path() / "run-two";
+  const nlohmann::json two = run_eval(spec, progress);
+  ASSERT_EQ(two["results"].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(two["results"][i]["task_id"], out["results"][i]["task_id"]);
+    EXPECT_EQ(two["results"][i]["reward"], out["results"][i]["reward"]) << two["results"][i].dump(2);
+    EXPECT_EQ(two["results"][i]["episode"]["turns"], out["results"][i]["episode"]["turns"]);
+  }
+  spec.episodes_per_gpu = 0;
+  EXPECT_THROW(run_eval(spec, progress), Error);
 }
 
 // The task's tolerance and precision reach the episode's score and its check scripts alike: the

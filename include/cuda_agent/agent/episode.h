@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cuda_agent/agent/agent_loop.h"
+#include "cuda_agent/agent/policy.h"
 #include "cuda_agent/agent/tool.h"
 #include "cuda_agent/sandbox/evaluation.h"
 
@@ -39,6 +40,20 @@ struct EpisodeSpec {
 // transcript). Uses spec.policy_instance when set, else make_policy(spec.policy). Throws Error for bad specs (missing task, unknown policy, occupied output
 // folder); everything the policy, the tools and the solution do ends up in the result.
 EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void(const nlohmann::json&)>& on_event = {});
+
+// Holds GPU `gpu`'s quiet lock shared around each reply of `inner`. Episodes that run beside each
+// other on one GPU (EpisodeSpec::gpu_lock) time their solutions under that lock held exclusive,
+// so no timed run shares the GPU with the policy's generation.
+class QuietGpuPolicy final : public Policy {
+ public:
+  QuietGpuPolicy(Policy& inner, int gpu) : inner_(inner), gpu_(gpu) {}
+  std::string name() const override { return inner_.name(); }
+  PolicyReply complete(const PolicyRequest& request) override;
+
+ private:
+  Policy& inner_;
+  int gpu_;
+};
 
 // A readable rendering of one event for the streamed transcript.
 std::string format_event(const nlohmann::json& event, size_t max_output_chars = 2000);

@@ -18,6 +18,11 @@ struct EvalSpec {
   std::filesystem::path split;          // any form bench accepts
   std::filesystem::path output_dir;     // episodes/<id>/ (workspace, trajectory), results/<id>.json, report.*
   std::vector<int> gpus = {0};
+  // Episodes run at once on each GPU. Above 1 the episodes' evaluations take the GPU's lock files
+  // (EpisodeSpec::gpu_lock) and each reply holds the quiet lock shared (QuietGpuPolicy), so that
+  // no solution is timed beside another's generation or GPU work; each episode loads its own
+  // policy (a local model once per episode, as with one).
+  int episodes_per_gpu = 1;
   bool interactive_progress = false;
   EpisodeSpec episode;                  // policy, skill, device, limits, sandbox options; task and output_dir are per task
 };
