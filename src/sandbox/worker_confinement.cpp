@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -66,9 +67,17 @@ ConfinementPlan candidate_confinement_plan(const std::vector<std::string>& writa
     if (!ec && resolved != "/" && resolved != fs::canonical("/tmp", ec)) plan.private_dirs.push_back(resolved.string());
   }
   // The GPUs' lock files: a solution that could open one could hold it (flock needs no more than
-  // a read-only descriptor) and keep its own judge, or its siblings', from taking the GPU.
-  const fs::path locks = gpu_lock_directory();
-  if (fs::is_directory(locks, ec)) plan.hidden.push_back(locks.string());
+  // a read-only descriptor) and keep its own judge, or its siblings', from taking the GPU. Those
+  // of this process's host temporary directory, and those of other processes' whose temporary
+  // directory is one of the private ones (the private /tmp shows the host's entries).
+  std::vector<fs::path> lock_dirs = {gpu_lock_directory()};
+  for (const std::string& dir : plan.private_dirs) lock_dirs.push_back(fs::path(dir) / "cuda-agent-locks");
+  for (const fs::path& dir : lock_dirs) {
+    const fs::path resolved = fs::canonical(dir, ec);
+    if (ec || !fs::is_directory(resolved, ec)) continue;
+    if (std::find(plan.hidden.begin(), plan.hidden.end(), resolved.string()) == plan.hidden.end())
+      plan.hidden.push_back(resolved.string());
+  }
   plan.tmpfs_bytes = tmpfs_bytes;
   return plan;
 }

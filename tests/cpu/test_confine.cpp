@@ -612,6 +612,12 @@ class ScopedTmpdir {
 // entries show read-only, but the locks' folder shows empty. With confine: off the same solution
 // finds and holds them, so the test cannot pass because the hack was broken.
 TEST_F(Confine, TheSolutionCannotReachTheGpuLockFiles) {
+  // The lock files of this test's temporary directory, and of /tmp (another process's, whose
+  // temporary directory is the default).
+  setenv("CUDA_AGENT_HOST_TMPDIR", "/tmp", 1);
+  const size_t in_tmp = gpu_lock_files(0).size();
+  unsetenv("CUDA_AGENT_HOST_TMPDIR");
+  ASSERT_EQ(in_tmp, 2u) << "in /tmp/cuda-agent-locks";
   ScopedTmpdir tmpdir(dir_.path() / "tmp");
   ASSERT_EQ(gpu_lock_files(0).size(), 2u);
   const std::string prelude =
@@ -645,8 +651,11 @@ TEST(ConfinePlan, TheCandidateWritesOnlyItsOwnCachesAndCannotSeeTheSecret) {
   const std::vector<std::string> hidden = {(dir.path() / "secret").string()};
   const ConfinementPlan plan = candidate_confinement_plan(writable, hidden, 1 << 20);
   EXPECT_EQ(plan.writable, writable);
-  const std::vector<std::string> hidden_too = {hidden[0], (dir.path() / "tmp" / "cuda-agent-locks").string()};
-  EXPECT_EQ(plan.hidden, hidden_too) << "the secret and the GPUs' lock files";
+  // The secret and the GPUs' lock files (this process's, and /tmp's where another process made them).
+  ASSERT_GE(plan.hidden.size(), 2u);
+  EXPECT_EQ(plan.hidden[0], hidden[0]);
+  EXPECT_EQ(plan.hidden[1], fs::canonical(dir.path() / "tmp" / "cuda-agent-locks").string());
+  for (size_t i = 2; i < plan.hidden.size(); ++i) EXPECT_EQ(plan.hidden[i], "/tmp/cuda-agent-locks");
   EXPECT_EQ(plan.tmpfs_bytes, 1u << 20);
   const std::vector<std::string> private_dirs = {"/tmp", fs::canonical(dir.path() / "tmp").string()};
   EXPECT_EQ(plan.private_dirs, private_dirs) << "/tmp and $TMPDIR";
