@@ -1,6 +1,7 @@
 #include "cuda_agent/agent/eval_runner.h"
 #include "cuda_agent/agent/policy.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cuda_agent/bench/bench_runner.h"
 #include "cuda_agent/bench/metrics.h"
 #include "cuda_agent/bench/report.h"
 #include "cuda_agent/bench/split.h"
@@ -47,6 +49,22 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
   const bool beside_others = spec.episodes_per_gpu > 1;  // (on the CPU the locks order nothing, and cost nothing)
   fs::create_directories(spec.output_dir / "results");
   std::vector<nlohmann::json> results(split.tasks.size());
+  if (spec.episode.device == "cuda") {
+    // Every task's baselines (eager, torch.compile) timed first into the scoring cache, as bench
+    // `baselines` does, so that an episode's profile.sh finds them (its tools' cache is seeded
+    // from the scoring cache) and its final score does not time them again, under the GPU's lock
+    // while the other episodes wait.
+    bench::BenchOptions b;
+    b.split = spec.split;
+    b.output_dir = spec.output_dir / "baselines";
+    b.gpus = spec.gpus;
+    b.workers_per_gpu = std::max(spec.episodes_per_gpu, 2);
+    b.mode = sandbox::EvalMode::kBaselines;
+    b.sandbox = spec.episode.sandbox;
+    b.interactive_progress = spec.interactive_progress;
+    progress << "[eval] baselines of the split's tasks first\n";
+    bench::run_bench(b, progress);
+  }
   std::atomic<size_t> next{0};
   ProgressReporter reporter(progress, split.tasks.size(), "episode", spec.interactive_progress);
 
