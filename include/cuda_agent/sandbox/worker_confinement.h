@@ -13,8 +13,8 @@
 // and the evaluation cache's secret folder (the key of the baseline cache) and the GPUs' lock
 // files (gpu_lock_directory()) are hidden. The task, the solution's folder, the baselines, the
 // agent's workspace, the judge's result, $HOME and everything else are read-only; there is no
-// network. The candidate writes nothing the caller
-// reads: its outputs go to the judge through shared memory, its reports over the channel.
+// network. The candidate writes nothing the caller reads: its outputs go to the judge through
+// shared memory, its reports over the channel.
 #pragma once
 
 #include <cstdint>
