@@ -40,8 +40,14 @@ if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = multi ]; then
   targets="$targets ca_tests_gpu"
   has ca_tests_policy_gpu && targets="$targets ca_tests_policy_gpu"
 fi
-ninja -C $build $targets > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
-echo "build ok"
+# A learning run that goes on from an earlier call uses this build's binaries (the judges it
+# starts run them): no rebuild under it.
+if [ "$what" = learning ] && [ -f "$out/learning.pid" ] && kill -0 "$(cat "$out/learning.pid")" 2>/dev/null; then
+  echo "build skipped: the learning run of an earlier call is still going"
+else
+  ninja -C $build $targets > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
+  echo "build ok"
+fi
 $build/cuda-agent doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.txt"
 export CUDA_AGENT_PYTHON=${CUDA_AGENT_PYTHON:-$(sed -n 's/^CUDA_AGENT_PYTHON:FILEPATH=//p' $build/CMakeCache.txt)}
 if [ "$what" = tests ] || [ "$what" = all ]; then
