@@ -235,6 +235,12 @@ bool runs_here(std::vector<std::string> argv) {
   }
 }
 
+// confined-exec's options for ToolOptions' tmpfs and file-size limits.
+void add_resource_limits(const ToolOptions& options, std::vector<std::string>& argv) {
+  if (options.tmpfs_bytes > 0) argv.insert(argv.end(), {"--tmpfs-bytes", std::to_string(options.tmpfs_bytes)});
+  if (options.max_file_bytes > 0) argv.insert(argv.end(), {"--max-file-bytes", std::to_string(options.max_file_bytes)});
+}
+
 // Whether `cuda-agent confined-exec` (the binary's own namespaces, no installs) works here.
 bool namespaces_usable() {
   static const bool usable = runs_here({self_executable(), "confined-exec", "true"});
@@ -271,6 +277,7 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
   if (namespaces) {
     // The same file tree as under bubblewrap, from the binary's own confinement.
     std::vector<std::string> argv = {self_executable(), "confined-exec", "--writable", root};
+    add_resource_limits(context.options, argv);
     std::filesystem::create_directories(cache, ec);
     if (!ec) argv.insert(argv.end(), {"--writable", cache});
     for (const auto& path : context.options.writable_paths)
@@ -284,8 +291,12 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
   }
   // Order matters: a private /tmp first, then what the host's /tmp holds, read-only (the binary,
   // its Python or the workspace may live there), then the writable workspace and cache on top.
-  std::vector<std::string> argv = {"bwrap",  "--ro-bind", "/",    "/",      "--dev-bind", "/dev", "/dev",
-                                   "--proc", "/proc",     "--tmpfs", "/tmp"};
+  // The host's /dev/shm is not the command's: a private one, of the same size as /tmp.
+  std::vector<std::string> argv = {"bwrap", "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc"};
+  for (const char* dir : {"/tmp", "/dev/shm"}) {
+    if (context.options.tmpfs_bytes > 0) argv.insert(argv.end(), {"--size", std::to_string(context.options.tmpfs_bytes)});
+    argv.insert(argv.end(), {"--tmpfs", dir});
+  }
   for (const auto& entry : std::filesystem::directory_iterator("/tmp", ec)) {
     std::error_code type_ec;
     if (entry.is_directory(type_ec) || entry.is_regular_file(type_ec))
@@ -309,7 +320,9 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
   // outside what it starts, other episodes' evaluations included (bubblewrap's own answer, a PID
   // namespace, has not been tried with the GPU's evaluations inside it).
   argv.insert(argv.end(), {"--unshare-net", "--die-with-parent", "--chdir", root, self_executable(), "confined-exec",
-                           "--signals-only", "bash", "-c", command});
+                           "--signals-only"});
+  add_resource_limits(context.options, argv);
+  argv.insert(argv.end(), {"bash", "-c", command});
   return argv;
 }
 

@@ -750,6 +750,7 @@ struct InternalFlags {
   std::string candidate;
   std::vector<std::string> writable, read_only, hidden;
   bool signals_only = false;
+  uint64_t tmpfs_bytes = 0, max_file_bytes = 0;
 };
 
 void add_internal(CLI::App& app, Verbs& verbs) {
@@ -776,6 +777,8 @@ void add_internal(CLI::App& app, Verbs& verbs) {
   confined->add_option("--hidden", f->hidden)->allow_extra_args(false);  // folders shown empty
   // Inside bubblewrap, which made the namespaces: only the signals are scoped.
   confined->add_flag("--signals-only", f->signals_only);
+  confined->add_option("--tmpfs-bytes", f->tmpfs_bytes);     // the private /tmp's and /dev/shm's size
+  confined->add_option("--max-file-bytes", f->max_file_bytes);  // RLIMIT_FSIZE
   confined->prefix_command();  // the first word that is not an option starts the command
   verbs.push_back({confined, [f, confined] {
                      ConfinementPlan plan;
@@ -784,6 +787,8 @@ void add_internal(CLI::App& app, Verbs& verbs) {
                      plan.hidden = f->hidden;
                      plan.private_dirs = {"/tmp"};
                      plan.signals_only = f->signals_only;
+                     plan.tmpfs_bytes = f->tmpfs_bytes;
+                     plan.max_file_bytes = f->max_file_bytes;
                      return exec_confined(plan, confined->remaining(),
                                           f->signals_only ? std::vector<std::pair<std::string, std::string>>{}
                                                           : private_cache_env());

@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -534,6 +535,11 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
       ::setenv(kInsideConfinementVariable, "namespaces", 1);
     }
     set_environment(env);
+    if (plan.max_file_bytes > 0) {
+      const rlimit limit{plan.max_file_bytes, plan.max_file_bytes};
+      CA_CHECK(::setrlimit(RLIMIT_FSIZE, &limit) == 0, "cannot limit the size of the files it writes: {}",
+               errno_text(errno));
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda-agent: cannot confine the command: %s\n", e.what());
     return 126;

@@ -624,6 +624,8 @@ class AgentConfinement : public AgentTools, public ::testing::WithParamInterface
   void SetUp() override {
     tool_options_.confine = GetParam();
     tool_options_.writable_paths = {(outside() / "gpu0.lock").string()};  // as a GPU lock file is given
+    tool_options_.tmpfs_bytes = 2 << 20;
+    tool_options_.max_file_bytes = 2 << 20;
     if (GetParam() == "namespaces") setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);  // confined-exec's binary
     AgentTools::SetUp();
   }
@@ -665,6 +667,17 @@ TEST_P(AgentConfinement, BashRunsConfined) {
   // Scratch files in the private /tmp work and vanish with the command.
   EXPECT_NE(bash("echo t > /tmp/ca-scratch && cat /tmp/ca-scratch").find("t"), std::string::npos);
   EXPECT_FALSE(fs::exists("/tmp/ca-scratch"));
+  // Memory and disk are bounded: the private /tmp and /dev/shm hold ToolOptions::tmpfs_bytes (a
+  // command filling them would take the machine's RAM from the other episodes and the trainer),
+  // and no file, the workspace's included, grows past max_file_bytes.
+  const std::string full = bash(
+      "for f in /tmp/big /dev/shm/big big.bin; do head -c 3000000 /dev/zero > $f; echo \"$f rc=$?\"; done;"
+      " ls -l /dev/shm | wc -l");
+  EXPECT_NE(full.find("/tmp/big rc=1"), std::string::npos) << full;
+  EXPECT_NE(full.find("/dev/shm/big rc=1"), std::string::npos) << full;
+  EXPECT_EQ(full.find("big.bin rc=0"), std::string::npos) << full;
+  EXPECT_LE(fs::file_size(root() / "big.bin"), 2u << 20);
+  EXPECT_FALSE(fs::exists("/dev/shm/big")) << "the host's /dev/shm";
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, AgentConfinement, ::testing::Values("bwrap", "namespaces"),

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,12 @@ struct ToolOptions {
   // Existing folders a confined Bash must not see into (an empty read-only folder in their
   // place): the scoring cache's secret key (EpisodeSpec's sandbox cache).
   std::vector<std::string> hidden_paths;
+  // A confined Bash's resources beside the workspace: the size of its private /tmp and /dev/shm
+  // (memory: unbounded, each would take up to half the machine's RAM, and other episodes'
+  // evaluations and the trainer with it), and the largest file it may write anywhere (the
+  // workspace is on the run's disk). 0: no limit.
+  uint64_t tmpfs_bytes = 4ULL << 30;
+  uint64_t max_file_bytes = 4ULL << 30;
 };
 
 // One tool. Implementations hold references to the registry's workspace and scratch space;

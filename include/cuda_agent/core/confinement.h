@@ -38,6 +38,9 @@ struct ConfinementPlan {
   // exec_confined only: no namespaces, mounts or capability changes (the caller, bubblewrap
   // say, made them); the command's signals are scoped all the same.
   bool signals_only = false;
+  // exec_confined only: the largest file the command and what it starts may write (RLIMIT_FSIZE;
+  // a write past it fails with EFBIG); 0: no limit.
+  uint64_t max_file_bytes = 0;
 };
 
 // Moves the calling process into new namespaces and confines it:
