@@ -69,6 +69,14 @@ struct __attribute__((visibility("hidden"))) Judge {
   std::string reference64_unavailable;
   CandidateClient* candidate = nullptr;
 
+  // The solution's code has started running (its load), and the reference has run to the end
+  // in this evaluation (the memory plan's forward, a verify trial). Once both hold, a failure of
+  // the reference or of staging its inputs is not the task's (task_error, which the trainer
+  // masks): the task ran, and what changed since is the solution's process beside it (its GPU
+  // memory, say). run_judge_process charges it to the solution (runtime_error).
+  bool solution_started = false;
+  bool reference_ran = false;
+
   // The memory plan (judge_plan_memory), and the least device memory seen free since.
   std::optional<MemoryPlan> plan;
   int64_t min_free_bytes = -1;

@@ -67,6 +67,7 @@ void judge_plan_memory(Judge& j) {
     n.reference_peak_bytes = m.peak() - base;
     n.output_bytes = static_cast<int64_t>(staged_bytes(out, /*padded=*/false));
   });
+  j.reference_ran = true;
   if (j.opt.precision == "strict") {
     measured(m, "the float64 reference's forward", [&] {
       m.reset_peak();

@@ -342,6 +342,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     }
     if (j.candidate) {
       enter("load_solution");
+      j.solution_started = true;
       j.candidate->call(
           "", {{"op", "load"}, {"seed", opt.seed}, {"fallback", opt.fallback}, {"integrity_checks", opt.integrity_checks}},
           "loaded", j.remaining());
@@ -373,7 +374,14 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     if (req.mode != EvalMode::kEvaluate) result.reward = std::nullopt;  // only evaluate scores
   } catch (const Failure& f) {
     progress.close(result.phase_seconds);
-    result.fail(f.category, f.message);
+    if (f.category == Category::kTaskError && j.solution_started && j.reference_ran)
+      result.fail(Category::kRuntimeError,
+                  "the reference had run in this evaluation, but failed after the solution's code started beside it "
+                  "(not scored as the task's fault, which the trainer would leave out: a solution that disturbs "
+                  "the judge, its GPU memory say, is charged; a task whose reference fails on some inputs fails "
+                  "every solution so): " + f.message);
+    else
+      result.fail(f.category, f.message);
   } catch (const CandidateStartupFailure& f) {
     progress.close(result.phase_seconds);
     result.fail(Category::kInfrastructure, "the candidate process did not start: " + f.message);

@@ -150,6 +150,7 @@ void Judge::reference_outputs(py::handle inputs, py::object* out, py::object* ou
   if (out64) *out64 = opt.precision == "strict" ? float64_outputs(inputs) : py::none();
   synchronize(device);
   release_cached();
+  reference_ran = true;
 }
 
 void Judge::release_cached() {

@@ -211,6 +211,35 @@ TEST_F(PythonCpu, TaskThatRaisesIsATaskError) {
   EXPECT_NE(message(r).find(task.string()), std::string::npos) << message(r);
 }
 
+// A reference that ran in this evaluation and fails later, with the solution's code running beside
+// it, is charged to the solution (runtime_error), not masked as the task's fault: a failing
+// solution that disturbed its judge (its GPU memory, say) would otherwise escape its -1. Here the
+// task's reference fails from its second forward on; one that fails from its first stays a
+// task_error.
+TEST_F(PythonCpu, AReferenceThatFailsAfterItRanIsChargedToTheSolution) {
+  const std::string reference =
+      "import torch\nimport torch.nn as nn\n\ncalls = [0]\n\n\nclass Model(nn.Module):\n"
+      "    def forward(self, a, b):\n"
+      "        calls[0] += 1\n"
+      "        if calls[0] > FIRST_FAILING - 1:\n"
+      "            raise RuntimeError('the reference gave up')\n"
+      "        return a + b\n\n\n"
+      "def get_inputs():\n    return [torch.randn(64), torch.randn(64)]\n\n\n"
+      "def get_init_inputs():\n    return []\n";
+  auto with_first_failing = [&](int call) {
+    std::string text = reference;
+    text.replace(text.find("FIRST_FAILING"), 13, std::to_string(call));
+    return text;
+  };
+  const fs::path sol = write("fine3/model_new.py", model_new_with_forward("        return a + b"));
+  const nlohmann::json later = verify(write("flaky_later/model.py", with_first_failing(2)), sol);
+  EXPECT_EQ(later["category"], "runtime_error") << dump(later);
+  EXPECT_NE(message(later).find("the reference had run in this evaluation"), std::string::npos) << message(later);
+  EXPECT_NE(message(later).find("the reference gave up"), std::string::npos) << message(later);
+  const nlohmann::json first = verify(write("flaky_first/model.py", with_first_failing(1)), sol);
+  EXPECT_EQ(first["category"], "task_error") << dump(first);
+}
+
 TEST_F(PythonCpu, ExceptionInForwardIsARuntimeError) {
   const fs::path sol =
       write("raises/model_new.py", model_new_with_forward("        raise ValueError('widths must be positive')"));
