@@ -13,6 +13,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -726,9 +727,14 @@ void start_orphan(bool busy, double seconds) {
   if (middle == 0) {
     if (::fork() == 0) {
       if (!busy) ::execlp("sleep", "sleep", std::to_string(seconds).c_str(), nullptr);
-      const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+      // Busy for `seconds` of its own CPU time, not of the clock's: on a loaded machine a wall-clock
+      // spin may get too little CPU for the watch to count.
       volatile uint64_t x = 0;
-      while (std::chrono::steady_clock::now() < end) x = x + 1;
+      timespec used{};
+      do {
+        for (int i = 0; i < 100000; ++i) x = x + 1;
+        ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &used);
+      } while (static_cast<double>(used.tv_sec) + static_cast<double>(used.tv_nsec) / 1e9 < seconds);
       ::_exit(0);
     }
     ::_exit(0);
