@@ -3,14 +3,12 @@
 #include "trainer_internal.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <exception>
 #include <initializer_list>
 #include <map>
 #include <numeric>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -20,6 +18,7 @@
 #include "cuda_agent/agent/reference_policy.h"
 #include "cuda_agent/bench/split.h"
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/parallel.h"
 #include "cuda_agent/core/progress.h"
 #include "cuda_agent/core/stop_request.h"
 #include "cuda_agent/lm/ppo_learner.h"
@@ -135,21 +134,17 @@ int64_t generated_tokens(const json& events) {
 // (SIGINT, SIGTERM) no further episode starts, and the step ends with StopRequested.
 void run_episodes(const RunContext& ctx, const Stage& stage, int64_t step, int concurrent, std::vector<EpisodeRun>& runs) {
   const size_t threads = std::min(static_cast<size_t>(std::max(concurrent, 1)), runs.size());
-  std::atomic<size_t> next{0};
   ProgressReporter progress(ctx.log, runs.size(), "episode", stderr_is_terminal());
-  auto work = [&] {
-    for (size_t k = next++; k < runs.size() && stop_signal() == 0; k = next++) {
-      run_one_episode(ctx, stage, step, threads > 1, runs[k]);
-      const EpisodeRun& r = runs[k];
-      progress.step(r.ok ? fmt::format("step {}, {}: reward {:g}, {} tokens", step, r.dir.filename().string(),
-                                       r.result.reward, generated_tokens(r.result.trajectory))
-                         : fmt::format("step {}, {}: failed", step, r.dir.filename().string()));
-    }
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  parallel_for(
+      runs.size(), threads,
+      [&](size_t k) {
+        run_one_episode(ctx, stage, step, threads > 1, runs[k]);
+        const EpisodeRun& r = runs[k];
+        progress.step(r.ok ? fmt::format("step {}, {}: reward {:g}, {} tokens", step, r.dir.filename().string(),
+                                         r.result.reward, generated_tokens(r.result.trajectory))
+                           : fmt::format("step {}, {}: failed", step, r.dir.filename().string()));
+      },
+      [] { return stop_signal() != 0; });
   throw_if_stop_requested(fmt::format("during step {} ({} of {} episodes had finished)", step,
                                       std::count_if(runs.begin(), runs.end(), [](const EpisodeRun& r) { return r.ok; }),
                                       runs.size()));
@@ -168,34 +163,30 @@ double time_new_baselines(RunContext& ctx, const std::vector<EpisodeRun>& runs) 
   for (const EpisodeRun& run : runs)
     if (ctx.baselines_timed.insert(run.task_index).second) tasks.push_back(run.task_index);
   std::vector<std::string> notes(tasks.size());
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t k = next++; k < tasks.size() && stop_signal() == 0; k = next++) {
-      const bench::TaskEntry& task = ctx.split.tasks[tasks[k]];
-      sandbox::EvalRequest req;
-      req.task_path = task.path.string();
-      req.task_id = task.id;
-      req.mode = sandbox::EvalMode::kBaselines;
-      req.device = "cuda";
-      req.gpu = ctx.gpu;
-      req.gpu_lock = true;
-      req.options = scoring_options(ctx, tasks[k]);
-      const sandbox::EvalResult r = sandbox::evaluate(req);
-      if (!r.ok)  // the episodes' own scoring says the same again, per episode
-        notes[k] = fmt::format("[train] baselines of task {}: {}: {}\n", task.id, sandbox::to_string(r.category),
-                               r.message.substr(0, 300));
-    }
-  };
   const size_t threads = std::min(tasks.size(), static_cast<size_t>(std::max(1, ctx.config.rollout.concurrent_episodes)));
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
+  parallel_for(
+      tasks.size(), threads,
+      [&](size_t k) {
+        const bench::TaskEntry& task = ctx.split.tasks[tasks[k]];
+        sandbox::EvalRequest req;
+        req.task_path = task.path.string();
+        req.task_id = task.id;
+        req.mode = sandbox::EvalMode::kBaselines;
+        req.device = "cuda";
+        req.gpu = ctx.gpu;
+        req.gpu_lock = true;
+        req.options = scoring_options(ctx, tasks[k]);
+        const sandbox::EvalResult r = sandbox::evaluate(req);
+        if (!r.ok)  // the episodes' own scoring says the same again, per episode
+          notes[k] = fmt::format("[train] baselines of task {}: {}: {}\n", task.id, sandbox::to_string(r.category),
+                                 r.message.substr(0, 300));
+      },
+      [] { return stop_signal() != 0; });
   for (const std::string& note : notes) ctx.log << note;
   const double seconds = seconds_since(t0);
   if (!tasks.empty())
     ctx.log << fmt::format("[train] baselines of {} new task(s) timed first, {} at a time ({:.1f} s)\n", tasks.size(),
-                           std::max<size_t>(threads, 1), seconds);
+                           threads, seconds);
   return seconds;
 }
 

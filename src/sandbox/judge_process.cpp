@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -268,8 +269,8 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     const auto before = Clock::now();
     GpuLock lock;
     for (;;) {
-      const double waited_s = std::chrono::duration<double>(Clock::now() - before).count();
-      lock = GpuLock(req.gpu, which, exclusive, std::max(0.0, std::min(kLockCheckS, lock_wait_left - waited_s)));
+      const double left = lock_wait_left - std::chrono::duration<double>(Clock::now() - before).count();
+      lock = GpuLock(req.gpu, which, exclusive, std::clamp(left, 0.0, kLockCheckS));
       if (!lock.timed_out()) break;
       const std::string path = gpu_lock_path(req.gpu, which);
       for (const pid_t holder : lock_holders(path))
@@ -278,7 +279,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
                         fmt::format("the solution's process (pid {}) holds the GPU's {} lock {}, which its own judge "
                                     "waits for: a solution may not keep its evaluation from being timed",
                                     holder, which, path)};
-      if (std::chrono::duration<double>(Clock::now() - before).count() >= lock_wait_left) break;
+      if (left <= kLockCheckS) break;  // that slice was the rest of gpu_wait_s
     }
     const auto waited = Clock::now() - before;
     j.deadline += waited;
