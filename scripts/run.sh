@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# The main job: install what is missing, build, and run configs/quickstart.yaml: the whole
-# training recipe (single-turn warm-up, RFT, value pretraining, agentic PPO) at toy scale, with
-# SmolLM2-135M-Instruct (fetched by setup.sh) on the bundled core split, on this machine's GPU.
-# It writes runs/quickstart-<time>/: metrics.jsonl, plots/, rollouts/, checkpoints/.
+# The main job: install what is missing, build, and run the learning quickstart
+# (configs/learning.yaml): SmolLM2-135M-Instruct (fetched by setup.sh) warms up on the reference
+# solutions of ten data/core tasks played as agent episodes, then RFT on its own samples, value
+# pretraining and agentic PPO, on this machine's GPU; then the report (scripts/learning_report.sh):
+# the base model against the final checkpoint on the ten training tasks and four held-out ones.
+# It writes runs/learning-<time>/: metrics.jsonl, plots/, rollouts/, checkpoints/, report/report.md.
 #
 #   scripts/run.sh                 # extra arguments go to `cuda-agent train` (they come last and win,
 #                                  # e.g. --set ppo.steps=5 or --set run.output_dir=runs/mine)
+#   scripts/run.sh --config configs/quickstart.yaml   # the plain quickstart: every stage of the
+#                                  # paper's recipe at toy scale, no demonstrations (no report)
 #   scripts/run.sh --device cpu    # on a machine without a GPU: the same run on the CPU (float32;
-#                                  # minutes per step)
+#                                  # minutes per step; no report: scoring needs a GPU)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -36,5 +40,31 @@ if [ "$on_cpu" = 0 ] && ! has_gpu; then
 fi
 scripts/setup.sh
 build_dir=${CUDA_AGENT_BUILD:-build}
-exec "$build_dir/cuda-agent" train --config configs/quickstart.yaml \
-  --set "run.output_dir=runs/quickstart-$(date +%Y%m%d-%H%M%S)" "$@"
+# The config (--config, once) and the run's folder (a later --set run.output_dir wins) as
+# `cuda-agent train` will see them; the report needs both.
+config=configs/learning.yaml
+run_dir=""
+args=()
+prev=""
+for a in "$@"; do
+  if [ "$prev" = --config ]; then config=$a; prev=""; continue; fi
+  case "$a" in
+    --config) prev=$a; continue ;;
+    --config=*) config=${a#--config=}; prev=""; continue ;;
+  esac
+  [ "$prev" = --set ] && case "$a" in run.output_dir=*) run_dir=${a#run.output_dir=} ;; esac
+  args+=("$a")
+  prev=$a
+done
+if [ -z "$run_dir" ]; then
+  run_dir="runs/$(basename "$config" .yaml)-$(date +%Y%m%d-%H%M%S)"
+  args=(--set "run.output_dir=$run_dir" "${args[@]}")
+fi
+"$build_dir/cuda-agent" train --config "$config" "${args[@]}"
+if [ "$on_cpu" = 1 ] || [ "$config" != configs/learning.yaml ]; then
+  say "done: $run_dir (no report: it scores on the GPU, for configs/learning.yaml)"
+  exit 0
+fi
+say "the report: the base model against $run_dir's final checkpoint (scripts/learning_report.sh)"
+CUDA_AGENT_BUILD=$build_dir scripts/learning_report.sh "$run_dir" >/dev/null
+say "done: $run_dir/report/report.md"
