@@ -112,6 +112,16 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   if (spec.device == "cuda") env["CUDA_VISIBLE_DEVICES"] = std::to_string(spec.gpu);
   ToolOptions tool_options = spec.tools;
   tool_options.hidden_paths.push_back(sandbox::cache_secret_dir(scoring_cache).string());
+  // The answers: the task's reference solutions and what the caller hides (the run's other
+  // episodes and demonstrations), for the policy's commands here and for its solution in the
+  // scorer (the judge hides the task's answers itself). The task stays readable for the scripts.
+  std::vector<std::string> answers = sandbox::answer_directories(task.string());
+  for (const fs::path& dir : spec.hidden_paths)
+    if (sandbox::may_hide(dir)) answers.push_back(fs::absolute(dir).string());
+  for (const std::string& dir : answers) {
+    tool_options.hidden_paths.push_back(dir);
+    if (sandbox::path_within(task.parent_path(), dir)) tool_options.read_only_paths.push_back(task.parent_path().string());
+  }
   if (gpu_lock)
     for (const std::string& file : sandbox::gpu_lock_files(spec.gpu)) tool_options.writable_paths.push_back(file);
   ToolRegistry tools(workspace, tool_options, env);
@@ -137,6 +147,7 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
     req.device = spec.device;
     req.gpu = spec.gpu;
     req.gpu_lock = gpu_lock;
+    for (const fs::path& dir : spec.hidden_paths) req.hidden_paths.push_back(fs::absolute(dir).string());
     req.options = sandbox_options;
     nlohmann::json r = sandbox::evaluate(req).to_json();
     // The GPU's lock held by others past sandbox.gpu_wait_s (an episode's commands beside this

@@ -76,6 +76,7 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
       episode.gpu = gpu;
       episode.policy = place_policy_on_gpu(spec.episode.policy, gpu);
       episode.output_dir = spec.output_dir / "episodes" / task.id;
+      episode.hidden_paths.push_back(spec.output_dir);  // the other tasks' episodes and results
       bench::apply_task_options(episode.sandbox, task);
       nlohmann::json result;
       try {

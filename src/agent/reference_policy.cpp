@@ -78,6 +78,15 @@ std::string teacher_spec_for_task(const std::string& spec, const std::string& ta
   return "reference:" + reference_solution_for(target, task_id).string();
 }
 
+std::optional<fs::path> teacher_answers(const std::string& spec) {
+  if (spec.rfind("reference:", 0) != 0) return std::nullopt;
+  const fs::path target = spec.substr(10);
+  std::error_code ec;
+  if (fs::is_regular_file(target, ec)) return fs::absolute(target).parent_path();
+  if (!fs::is_directory(target, ec)) return std::nullopt;
+  return fs::absolute(fs::is_directory(target / "solutions", ec) ? target / "solutions" : target);
+}
+
 void validate_teacher_spec(const std::string& spec) {
   if (spec.rfind("reference:", 0) == 0 && !fs::is_regular_file(spec.substr(10))) {
     CA_CHECK(fs::is_directory(spec.substr(10)), "no such folder {}: give a split folder with solutions/ (e.g. "

@@ -235,6 +235,14 @@ bool runs_here(std::vector<std::string> argv) {
   }
 }
 
+// Whether `path` is `dir` or inside it, both resolved.
+bool path_under(const std::string& path, const std::string& dir) {
+  std::error_code ec;
+  const std::string p = std::filesystem::weakly_canonical(path, ec).string();
+  const std::string d = std::filesystem::weakly_canonical(dir, ec).string();
+  return p == d || (p.size() > d.size() && p.compare(0, d.size(), d) == 0 && p[d.size()] == '/');
+}
+
 // confined-exec's options for ToolOptions' tmpfs and file-size limits.
 void add_resource_limits(const ToolOptions& options, std::vector<std::string>& argv) {
   if (options.tmpfs_bytes > 0) argv.insert(argv.end(), {"--tmpfs-bytes", std::to_string(options.tmpfs_bytes)});
@@ -286,6 +294,8 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
       if (std::filesystem::exists(locked, ec)) argv.insert(argv.end(), {"--read-only", locked.string()});
     for (const auto& path : context.options.hidden_paths)
       if (std::filesystem::is_directory(path, ec)) argv.insert(argv.end(), {"--hidden", path});
+    for (const auto& path : context.options.read_only_paths)
+      if (std::filesystem::exists(path, ec)) argv.insert(argv.end(), {"--read-only", path});
     argv.insert(argv.end(), {"bash", "-c", command});
     return argv;
   }
@@ -302,16 +312,28 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
     if (entry.is_directory(type_ec) || entry.is_regular_file(type_ec))
       argv.insert(argv.end(), {"--ro-bind-try", entry.path().string(), entry.path().string()});  // may vanish meanwhile
   }
+  // Hidden folders before what is shown inside them (the workspace inside its hidden run folder),
+  // read-only once those are bound; one inside a path bound since is hidden again on top.
+  std::vector<std::string> hidden;
+  for (const auto& path : context.options.hidden_paths)
+    if (std::filesystem::is_directory(path, ec)) hidden.push_back(std::filesystem::canonical(path, ec).string());
+  for (const auto& path : hidden) argv.insert(argv.end(), {"--tmpfs", path});
+  std::vector<std::string> shown = {root};
   argv.insert(argv.end(), {"--bind", root, root});
   ec.clear();
   std::filesystem::create_directories(cache, ec);
-  if (!ec) argv.insert(argv.end(), {"--bind", cache, cache});
+  if (!ec) argv.insert(argv.end(), {"--bind", cache, cache}), shown.push_back(cache);
   for (const auto& path : context.options.writable_paths)
-    if (std::filesystem::exists(path, ec)) argv.insert(argv.end(), {"--bind", path, path});
+    if (std::filesystem::exists(path, ec)) argv.insert(argv.end(), {"--bind", path, path}), shown.push_back(path);
   for (const auto& locked : context.workspace->locked_files())
     if (std::filesystem::exists(locked, ec)) argv.insert(argv.end(), {"--ro-bind", locked.string(), locked.string()});
-  for (const auto& path : context.options.hidden_paths)
-    if (std::filesystem::is_directory(path, ec)) argv.insert(argv.end(), {"--tmpfs", path, "--remount-ro", path});
+  for (const auto& path : context.options.read_only_paths)
+    if (std::filesystem::exists(path, ec)) argv.insert(argv.end(), {"--ro-bind", path, path}), shown.push_back(path);
+  for (const auto& path : hidden) {
+    const bool covered = std::any_of(shown.begin(), shown.end(), [&](const std::string& s) { return path_under(path, s); });
+    if (covered) argv.insert(argv.end(), {"--tmpfs", path});
+    argv.insert(argv.end(), {"--remount-ro", path});
+  }
   for (const auto& [name, value] : private_cache_env()) {
     argv.insert(argv.end(), {"--setenv", name, value});
     if (name == "TMPDIR") argv.insert(argv.end(), {"--dir", value});  // in the private /tmp

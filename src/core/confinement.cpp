@@ -292,6 +292,8 @@ void confine_this_process(const ConfinementPlan& plan) {
   for (const auto& p : plan.writable) writable.push_back(canonical(p, "writable path"));
   for (const auto& p : plan.private_dirs) private_dirs.push_back(canonical(p, "private directory"));
   for (const auto& p : plan.read_only) read_only.push_back(canonical(p, "read-only path"));
+  std::vector<std::string> hidden;
+  for (const auto& p : plan.hidden) hidden.push_back(canonical(p, "hidden directory"));
   // Parents first, so that a writable path inside another one is bound on top of it.
   std::sort(writable.begin(), writable.end());
   std::error_code ec;
@@ -348,8 +350,9 @@ void confine_this_process(const ConfinementPlan& plan) {
   CA_ASSERT(::statvfs("/", &root) == 0 && (root.f_flag & ST_RDONLY), "/ is still writable after the remounts");
 
   // 2. Handles on what gets covered next, so it can be bound back.
-  std::vector<UniqueFd> writable_fds;
+  std::vector<UniqueFd> writable_fds, read_only_fds;
   for (const auto& w : writable) writable_fds.push_back(open_path(w, "writable path"));
+  for (const auto& r : read_only) read_only_fds.push_back(open_path(r, "read-only path"));
   struct PrivateDir {
     std::string path;
     UniqueFd original;
@@ -371,36 +374,58 @@ void confine_this_process(const ConfinementPlan& plan) {
     restore_entries(p.original, p.entries, p.path);
   }
 
-  // 4. The writable paths, on top.
+  // 4. Hidden directories: an empty tmpfs on each, read-only once what is shown inside it (a
+  // writable or read-only path: an episode's workspace inside its hidden run folder) has its
+  // mount point there.
+  std::vector<bool> hidden_mounted;
+  for (const std::string& h : hidden) {
+    // One inside another hidden directory is hidden with it.
+    const bool inside = std::any_of(hidden.begin(), hidden.end(), [&](const std::string& o) { return o != h && under(h, o); });
+    if (!inside) mount_tmpfs(h, 0755, 1 << 20, MS_NOSUID | MS_NODEV | MS_NOEXEC);
+    hidden_mounted.push_back(!inside);
+  }
+  // A mount point for `path` where the mounts above hid it (inside a private or hidden tmpfs).
+  auto mount_point = [&](const std::string& path, const struct stat& st, const char* what) {
+    if (::access(path.c_str(), F_OK) == 0) return;
+    const bool covered =
+        std::any_of(privates.begin(), privates.end(), [&](const PrivateDir& p) { return under(path, p.path); }) ||
+        std::any_of(hidden.begin(), hidden.end(), [&](const std::string& h) { return under(path, h); });
+    CA_CHECK(covered, "cannot confine: the {} {} is not visible after the mounts", what, path);
+    fs::create_directories(fs::path(path).parent_path(), ec);
+    make_mount_point(path, S_ISDIR(st.st_mode));
+  };
+
+  // 5. The writable paths, on top.
   for (size_t i = 0; i < writable.size(); ++i) {
     const std::string& w = writable[i];
     struct stat st{};
     CA_CHECK(::fstat(writable_fds[i].get(), &st) == 0, "cannot inspect the writable path {}", w);
-    if (::access(w.c_str(), F_OK) != 0) {
-      // Directly inside a private directory whose entry was not there when it was listed.
-      const bool inside_private = std::any_of(privates.begin(), privates.end(),
-                                              [&](const PrivateDir& p) { return under(w, p.path); });
-      CA_CHECK(inside_private, "cannot confine: the writable path {} is not visible after the mounts", w);
-      fs::create_directories(fs::path(w).parent_path(), ec);
-      make_mount_point(w, S_ISDIR(st.st_mode));
-    }
+    mount_point(w, st, "writable path");
     bind(proc_path(writable_fds[i]), w, "the writable path " + w);
     remount(w, /*read_only=*/false);
   }
   writable_fds.clear();
   privates.clear();
 
-  // 5. Read-only paths inside the writable ones.
-  for (const auto& r : read_only) {
-    CA_CHECK(::access(r.c_str(), F_OK) == 0, "cannot confine: the read-only path {} is not visible after the mounts", r);
-    bind(r, r, "the read-only path " + r);
+  // 6. Read-only paths: inside the writable ones, or shown inside a hidden one.
+  for (size_t i = 0; i < read_only.size(); ++i) {
+    const std::string& r = read_only[i];
+    struct stat st{};
+    CA_CHECK(::fstat(read_only_fds[i].get(), &st) == 0, "cannot inspect the read-only path {}", r);
+    mount_point(r, st, "read-only path");
+    bind(proc_path(read_only_fds[i]), r, "the read-only path " + r);
     remount(r, /*read_only=*/true);
   }
-
-  // 6. Hidden directories: an empty read-only tmpfs on each.
-  for (const auto& h : plan.hidden) {
-    const std::string path = canonical(h, "hidden directory");
-    mount_tmpfs(path, 0500, 4096, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC);
+  read_only_fds.clear();
+  // A hidden directory inside a path bound since (the evaluation cache's key inside a writable
+  // cache) is covered by that bind: hidden again, on top.
+  for (size_t i = 0; i < hidden.size(); ++i) {
+    const std::string& h = hidden[i];
+    const auto covers = [&](const std::string& p) { return under(h, p); };
+    if (std::any_of(writable.begin(), writable.end(), covers) || std::any_of(read_only.begin(), read_only.end(), covers))
+      mount_tmpfs(h, 0500, 4096, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC);
+    else if (hidden_mounted[i])
+      remount(h, /*read_only=*/true);
   }
 
   if (cwd.empty() || ::chdir(cwd.c_str()) != 0) (void)::chdir("/");

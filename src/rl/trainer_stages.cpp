@@ -102,6 +102,11 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
     spec.task = ctx.split.tasks[run.task_index].path;
     spec.policy_instance = beside_others && on_gpu ? static_cast<agent::Policy*>(&quiet_policy) : &policy;
     spec.output_dir = run.dir;
+    // What the policy must not copy: the run's other episodes and demonstrations, the teachers'
+    // reference solutions (the task's own split's are hidden by the episode itself).
+    spec.hidden_paths = {ctx.run_dir};
+    for (const std::string& teacher : {ctx.config.stages.sft.teacher, ctx.config.stages.rft.teacher})
+      if (const auto answers = agent::teacher_answers(teacher)) spec.hidden_paths.push_back(*answers);
     spec.skill_file = ctx.options.skill_file;
     spec.device = ctx.options.device;
     spec.gpu = ctx.gpu;

@@ -144,7 +144,8 @@ double cpu_seconds(clockid_t clock) {
 void Candidate::start(std::string& phase) {
   phase = "confine";
   if (req_.confine) {
-    const ConfinementPlan plan = candidate_confinement_plan({req_.nvrtc_dir, req_.build_dir}, req_.hidden, req_.tmpfs_bytes);
+    const ConfinementPlan plan = candidate_confinement_plan({req_.nvrtc_dir, req_.build_dir}, req_.hidden, req_.tmpfs_bytes,
+                                                                req_.shown);
     try {
       confine_this_process(plan);
     } catch (const std::exception& e) {
@@ -513,7 +514,8 @@ int Candidate::serve() {
 nlohmann::json CandidateRequest::to_json() const {
   return {{"task_path", task_path}, {"solution_path", solution_path}, {"device", device},
           {"confine", confine},     {"scope_signals", scope_signals}, {"nvrtc_dir", nvrtc_dir}, {"build_dir", build_dir},
-          {"hidden", hidden},       {"tmpfs_bytes", tmpfs_bytes},     {"scratch_dir", scratch_dir}};
+          {"hidden", hidden},       {"shown", shown},                 {"tmpfs_bytes", tmpfs_bytes},
+          {"scratch_dir", scratch_dir}};
 }
 
 CandidateRequest CandidateRequest::from_json(const nlohmann::json& j) {
@@ -526,6 +528,7 @@ CandidateRequest CandidateRequest::from_json(const nlohmann::json& j) {
   r.nvrtc_dir = j.at("nvrtc_dir");
   r.build_dir = j.at("build_dir");
   r.hidden = j.value("hidden", std::vector<std::string>{});
+  r.shown = j.value("shown", std::vector<std::string>{});
   r.tmpfs_bytes = j.value("tmpfs_bytes", uint64_t{0});
   r.scratch_dir = j.value("scratch_dir", "");
   return r;

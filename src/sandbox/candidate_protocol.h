@@ -38,7 +38,8 @@ struct CandidateRequest {
   bool scope_signals = false;
   std::string nvrtc_dir;        // the solution's own NVRTC cache folder (writable when confined)
   std::string build_dir;        // the solution's own nvcc builds (kernels/, TORCH_EXTENSIONS_DIR)
-  std::vector<std::string> hidden;  // folders the confinement empties (the cache's secret)
+  std::vector<std::string> hidden;  // folders the confinement empties (the cache's secret, the task's answers)
+  std::vector<std::string> shown;   // folders inside hidden ones that stay readable (the solution's own)
   uint64_t tmpfs_bytes = 0;
   // Unconfined, the tools' caches and TMPDIR go here (a folder of the judge's scratch, removed
   // with it); confined they go to the private /tmp.

@@ -65,6 +65,27 @@ CandidateRequest candidate_request(const EvalRequest& req, const std::string& fi
     CA_CHECK(!ec, "cannot create the solution's cache folder {}: {}", dir, ec.message());
   }
   c.hidden = {cache_secret_dir(cache).string()};
+  // The task's answers (its split's reference solutions), unless this solution is one of them,
+  // and what the caller hides (an episode's run folder: its other episodes and demonstrations);
+  // the solution's and the task's folders stay readable inside those.
+  std::vector<std::string> hidden = answer_directories(req.task_path);
+  hidden.erase(std::remove_if(hidden.begin(), hidden.end(),
+                              [&](const std::string& dir) { return path_within(req.solution_path, dir); }),
+               hidden.end());
+  std::error_code ec;
+  for (const std::string& dir : req.hidden_paths) {
+    const fs::path resolved = fs::canonical(dir, ec);
+    if (!ec && fs::is_directory(resolved, ec) && may_hide(resolved)) hidden.push_back(resolved.string());
+  }
+  for (const std::string& dir : hidden) {
+    c.hidden.push_back(dir);
+    for (const fs::path& own : {fs::path(req.solution_path).parent_path(), fs::path(req.task_path).parent_path()}) {
+      const fs::path resolved = fs::canonical(fs::absolute(own, ec), ec);
+      if (!ec && path_within(resolved, dir) &&
+          std::find(c.shown.begin(), c.shown.end(), resolved.string()) == c.shown.end())
+        c.shown.push_back(resolved.string());
+    }
+  }
   c.tmpfs_bytes = static_cast<uint64_t>(req.options.host_memory_gb * (1ULL << 30));
   return c;
 }

@@ -11,6 +11,8 @@
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/core/subprocess.h"
+#include "cuda_agent/sandbox/python_runtime.h"
 
 namespace fs = std::filesystem;
 
@@ -54,11 +56,45 @@ void GpuLock::release() {
   fd_ = -1;
 }
 
+bool path_within(const fs::path& path, const fs::path& dir) {
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  const fs::path d = fs::weakly_canonical(fs::absolute(dir, ec), ec);
+  const std::string ps = p.string(), ds = d.string();
+  return ps == ds || (ps.size() > ds.size() && ps.compare(0, ds.size(), ds) == 0 &&
+                      (ds.back() == '/' || ps[ds.size()] == '/'));
+}
+
+std::vector<std::string> answer_directories(const std::string& task_path) {
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  const fs::path given = fs::absolute(task_path, ec).lexically_normal();
+  for (const fs::path& task : {given, fs::weakly_canonical(given, ec)}) {
+    // <split>/tasks/<id>/model.py: two and three folders up; <root>/level1/<file>.py: two up.
+    fs::path dir = task.parent_path();
+    for (int up = 1; up <= 3 && dir.has_relative_path(); ++up, dir = dir.parent_path()) {
+      if (up < 2) continue;
+      const fs::path answers = dir / "solutions";
+      if (!fs::is_directory(answers, ec)) continue;
+      const std::string resolved = fs::canonical(answers, ec).string();
+      if (!ec && std::find(dirs.begin(), dirs.end(), resolved) == dirs.end()) dirs.push_back(resolved);
+    }
+  }
+  return dirs;
+}
+
+bool may_hide(const fs::path& dir) {
+  const fs::path python_bin = fs::path(python_executable()).parent_path();
+  return !path_within(self_executable(), dir) && !(python_bin.is_absolute() && path_within(python_bin, dir));
+}
+
 ConfinementPlan candidate_confinement_plan(const std::vector<std::string>& writable,
-                                           const std::vector<std::string>& hidden, uint64_t tmpfs_bytes) {
+                                           const std::vector<std::string>& hidden, uint64_t tmpfs_bytes,
+                                           const std::vector<std::string>& shown) {
   ConfinementPlan plan;
   plan.writable = writable;
   plan.hidden = hidden;
+  plan.read_only = shown;
   plan.private_dirs.push_back("/tmp");
   std::error_code ec;
   const fs::path tmp = fs::temp_directory_path(ec);

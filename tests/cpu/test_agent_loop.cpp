@@ -366,6 +366,86 @@ TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
   EXPECT_FALSE(std::filesystem::exists(spec.output_dir / "tools-cache"));
 }
 
+// The answers on disk: the task's reference solution (its split's solutions/ folder) and what the
+// caller hides (the run's folder: other episodes' solutions, a teacher's demonstrations). Neither
+// the policy's commands nor its solution may read them, in either confinement of Bash; the
+// episode's own workspace stays writable and the task readable. Unconfined, the same probes read
+// both (the control: the probes work).
+TEST(AgentLoop, NeitherThePolicysCommandsNorItsSolutionReadTheAnswers) {
+  setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
+  const bool bwrap = std::system("bwrap --ro-bind / / --unshare-net --die-with-parent true > /dev/null 2>&1") == 0;
+  const bool namespaces =
+      std::system((std::string(CUDA_AGENT_BINARY) + " confined-exec true > /dev/null 2>&1").c_str()) == 0;
+  if (!bwrap && !namespaces) GTEST_SKIP() << "Bash cannot run confined here (neither bubblewrap nor user namespaces)";
+  std::vector<std::string> modes = {"off"};
+  if (bwrap) modes.push_back("bwrap");
+  if (namespaces) modes.push_back("namespaces");
+  for (const std::string& mode : modes) {
+    SCOPED_TRACE("tools.confine " + mode);
+    TempDir dir("agent-answers-");
+    const auto task = dir.path() / "split" / "tasks" / "add" / "model.py";
+    std::filesystem::create_directories(task.parent_path());
+    write_file_atomic(task, read_file(kSource + "/tests/data/tasks/add/model.py"));
+    const auto answer = dir.path() / "split" / "solutions" / "add" / "model_new.py";
+    const auto run = dir.path() / "run";
+    const auto peer = run / "other-e0" / "workspace" / "model_new.py";
+    for (const auto& file : {answer, peer}) {
+      std::filesystem::create_directories(file.parent_path());
+      write_file_atomic(file, "# THE-ANSWER\n");
+    }
+    // Also through /proc/<pid>/root/ of the processes outside the confinement (the test's own).
+    const std::string probe = "cat " + answer.string() + " 2>/dev/null || echo answer=hidden; cat " + peer.string() +
+                              " 2>/dev/null || echo peer=hidden; head -c 12 " + task.string() +
+                              " > /dev/null && echo task=readable; echo x > mine.txt && echo workspace=writable; "
+                              "for root in /proc/[0-9]*/root; do cat $root" + answer.string() + " $root" + peer.string() +
+                              " 2>/dev/null | head -1; done | sort -u";
+    // A correct solution that reads whatever answers it can at import, and says so in its output.
+    const std::string solution =
+        "import torch\nimport torch.nn as nn\nseen = []\nfor path in [" + nlohmann::json(answer.string()).dump() + ", " +
+        nlohmann::json(peer.string()).dump() + "]:\n    try:\n        seen.append(open(path).read())\n"
+        "    except OSError:\n        pass\nif seen:\n    raise RuntimeError('read the answers: ' + repr(seen))\n\n"
+        "class ModelNew(nn.Module):\n    def forward(self, a, b):\n        return a + b\n";
+    {
+      std::ofstream f(dir.path() / "episode.jsonl");
+      f << line({{"content", call("Bash", {{"command", probe}})}});
+      f << line({{"content", call("Write", {{"file_path", "model_new.py"}, {"content", solution}})}});
+      f << line({{"content", call("Bash", {{"command", "./verify.sh"}})}});
+    }
+    EpisodeSpec spec;
+    spec.task = task;
+    spec.policy = "replay:" + (dir.path() / "episode.jsonl").string();
+    spec.output_dir = run / "mine-e0";
+    spec.hidden_paths = {run};
+    spec.device = "cpu";
+    spec.sandbox.cache_dir = (dir.path() / "cache").string();
+    spec.sandbox.confine = mode == "off" ? "off" : "auto";
+    spec.tools.confine = mode;
+    EpisodeResult r = run_task_episode(spec);
+    std::vector<std::string> outputs;
+    std::ifstream in(spec.output_dir / "trajectory.jsonl");
+    for (std::string text; std::getline(in, text);) {
+      const nlohmann::json e = nlohmann::json::parse(text);
+      if (e.value("type", "") == "observation") outputs.push_back(e.value("output", ""));
+    }
+    ASSERT_EQ(outputs.size(), 3u) << r.score.dump(2);
+    EXPECT_NE(outputs[0].find("task=readable"), std::string::npos) << outputs[0];
+    EXPECT_NE(outputs[0].find("workspace=writable"), std::string::npos) << outputs[0];
+    if (mode == "off") {
+      EXPECT_EQ(outputs[0].find("hidden"), std::string::npos) << outputs[0];
+      EXPECT_NE(outputs[2].find("read the answers"), std::string::npos) << outputs[2];
+      EXPECT_EQ(r.reward, -1.0) << r.score.dump(2);
+      continue;
+    }
+    EXPECT_NE(outputs[0].find("answer=hidden"), std::string::npos) << outputs[0];
+    EXPECT_NE(outputs[0].find("peer=hidden"), std::string::npos) << outputs[0];
+    EXPECT_EQ(outputs[0].find("THE-ANSWER"), std::string::npos) << outputs[0];
+    EXPECT_NE(outputs[2].find("result    pass"), std::string::npos) << outputs[2];
+    EXPECT_EQ(r.reward, 1.0) << r.score.dump(2);  // the scorer's candidate did not read them either
+    EXPECT_EQ(read_file(answer), "# THE-ANSWER\n");
+    EXPECT_TRUE(std::filesystem::exists(spec.output_dir / "workspace" / "mine.txt"));
+  }
+}
+
 TEST(AgentEval, EpisodesOverASplitFeedTheBenchReport) {
   setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
   TempDir dir("agent-eval-");

@@ -645,6 +645,66 @@ TEST_F(Confine, TheSolutionCannotReachTheGpuLockFiles) {
   EXPECT_NE(off.value("message", "").find("GPU lock files held"), std::string::npos) << off.dump(2);
 }
 
+// A solution that reads the task's reference solution (its split's solutions/ folder) or another
+// episode's (a folder the caller hides, EvalRequest::hidden_paths) at import: confined, it sees
+// neither, while its own folder stays readable; unconfined, the same reads succeed (the control).
+// A reference solution evaluated where it lies (bench over data/core/solutions) still loads.
+TEST_F(Confine, TheSolutionCannotReadTheAnswers) {
+  const std::string task = write("split/tasks/t/model.py", kTask);
+  const std::string answer = write("split/solutions/t/model_new.py", solution_source(""));
+  const std::string peer = write("run/b/model_new.py", "# another episode's solution\n");
+  const std::string prelude =
+      "seen = []\nfor path in [" + py_string(answer) + ", " + py_string(peer) + "]:\n"
+      "    try:\n        seen.append(open(path).read())\n    except OSError:\n        pass\n"
+      "if seen:\n    raise RuntimeError('read the answers: %d' % len(seen))\n"
+      "assert 'ModelNew' in open(__file__).read()\n";
+  const std::string solution = write("run/a/model_new.py", solution_source(prelude));
+  auto eval = [&](const std::string& path, const std::string& confine) {
+    EvalRequest req;
+    req.task_path = task;
+    req.solution_path = path;
+    req.mode = EvalMode::kVerify;
+    req.device = "cpu";
+    req.hidden_paths = {(dir_.path() / "run").string()};
+    req.options.cache_dir = cache_dir();
+    req.options.trials = 1;
+    req.options.timeout_s = 120;
+    req.options.confine = confine;
+    return evaluate(req).to_json();
+  };
+  const nlohmann::json confined = eval(solution, "auto");
+  EXPECT_TRUE(confined.value("ok", false)) << confined.dump(2);
+  expect_confined(confined);
+  const nlohmann::json off = eval(solution, "off");
+  EXPECT_FALSE(off.value("ok", true)) << off.dump(2);
+  EXPECT_NE(off.value("message", "").find("read the answers: 2"), std::string::npos) << off.dump(2);
+  const nlohmann::json reference = eval(answer, "auto");
+  EXPECT_TRUE(reference.value("ok", false)) << reference.dump(2);
+  expect_confined(reference);
+}
+
+TEST(ConfinePlan, AnswersAreTheSplitsSolutionsFolderFoundAsGivenAndAsResolved) {
+  TempDir dir("answers-");
+  for (const char* folder : {"core/tasks/x", "core/solutions/x", "kb/level1", "kb/solutions", "learning/train"})
+    fs::create_directories(dir.path() / folder);
+  write_file_atomic(dir.path() / "core" / "tasks" / "x" / "model.py", "");
+  write_file_atomic(dir.path() / "kb" / "level1" / "1_x.py", "");
+  fs::create_directory_symlink(dir.path() / "core" / "tasks" / "x", dir.path() / "learning" / "train" / "x");
+  const std::string core = fs::canonical(dir.path() / "core" / "solutions").string();
+  EXPECT_EQ(answer_directories((dir.path() / "core/tasks/x/model.py").string()), std::vector<std::string>{core});
+  EXPECT_EQ(answer_directories((dir.path() / "learning/train/../../core/tasks/x/model.py").string()),
+            std::vector<std::string>{core});
+  EXPECT_EQ(answer_directories((dir.path() / "learning/train/x/model.py").string()), std::vector<std::string>{core})
+      << "a task reached through a link is hidden by where it lies";
+  EXPECT_EQ(answer_directories((dir.path() / "kb/level1/1_x.py").string()),
+            std::vector<std::string>{fs::canonical(dir.path() / "kb" / "solutions").string()});
+  EXPECT_TRUE(answer_directories((dir.path() / "nowhere/model.py").string()).empty());
+  EXPECT_TRUE(path_within(dir.path() / "core" / "solutions" / "x", dir.path() / "core"));
+  EXPECT_FALSE(path_within(dir.path() / "core-other", dir.path() / "core"));
+  EXPECT_FALSE(may_hide(fs::path(CUDA_AGENT_BINARY).parent_path())) << "the binary's folder";
+  EXPECT_TRUE(may_hide(dir.path()));
+}
+
 TEST(ConfinePlan, TheCandidateWritesOnlyItsOwnCachesAndCannotSeeTheSecret) {
   TempDir dir("confine-plan-");
   ScopedTmpdir tmpdir(dir.path() / "tmp");

@@ -31,6 +31,10 @@ struct EpisodeSpec {
   // (sandbox::EvalRequest::gpu_lock), so that episodes run beside each other on one GPU time
   // their solutions one at a time; a confined Bash may then write the lock files.
   bool gpu_lock = false;
+  // Folders neither the episode's Bash nor its solution may read (the run's folder: the other
+  // episodes' solutions, a teacher's demonstrations), but for the episode's own workspace and the
+  // task inside them. The task's answers (sandbox::answer_directories) are hidden without this.
+  std::vector<std::filesystem::path> hidden_paths;
   AgentOptions agent;                 // limits; skill and task_text are filled from the files
   ToolOptions tools;                  // output limits, Bash timeouts and confinement
   sandbox::SandboxOptions sandbox;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "cuda_agent/agent/policy.h"
@@ -46,6 +47,11 @@ std::filesystem::path reference_solution_for(const std::filesystem::path& dir, c
 // other spec (openai:, replay:, local:, reference:FILE.py) comes back unchanged. Throws as
 // reference_solution_for.
 std::string teacher_spec_for_task(const std::string& spec, const std::string& task_id);
+
+// The folder that holds a reference teacher's solutions, for hiding it from the actor's own
+// episodes: reference:DIR -> DIR/solutions or DIR (as reference_solution_for), reference:FILE ->
+// FILE's folder; nothing for other specs or a folder that does not exist.
+std::optional<std::filesystem::path> teacher_answers(const std::string& spec);
 
 // Checks a teacher spec without loading a model or reaching a server: reference:DIR's folder
 // exists, reference:FILE.py and every other form as validate_policy_spec checks them. Throws

@@ -45,6 +45,9 @@ struct ToolOptions {
   // Existing folders a confined Bash must not see into (an empty read-only folder in their
   // place): the scoring cache's secret key (EpisodeSpec's sandbox cache).
   std::vector<std::string> hidden_paths;
+  // Existing files or folders inside hidden ones that a confined Bash may still read (the task's
+  // folder inside a hidden run folder). The workspace and the writable paths need no entry here.
+  std::vector<std::string> read_only_paths;
   // A confined Bash's resources beside the workspace: the size of its private /tmp and /dev/shm
   // (memory: unbounded, each would take up to half the machine's RAM, and other episodes'
   // evaluations and the trainer with it), and the largest file it may write anywhere (the

@@ -136,6 +136,10 @@ struct EvalRequest {
   // the GPU that must not run beside timed runs holds the quiet lock shared (GpuLock in
   // worker_confinement.h): the RL trainer while it generates beside its episodes' evaluations.
   bool gpu_lock = false;
+  // Folders the candidate must not read (an agent episode's run folder: the other episodes'
+  // solutions, the teacher's demonstrations), but for the solution's and the task's own folders
+  // inside them. The task's answers (answer_directories()) are hidden without being named here.
+  std::vector<std::string> hidden_paths;
   SandboxOptions options;
   // Set by evaluate() for its judge, not by other callers: whether the judge starts the
   // candidate process confined (false when sandbox.confine is off, or this process already

@@ -71,9 +71,25 @@ class GpuLock {
 };
 
 // The confinement of a candidate process that may write `writable` (its own cache folders) and
-// must not see `hidden`: those, the private /tmp (and $TMPDIR), gpu_lock_directory() hidden too,
+// must not see `hidden`, but for `shown` inside them (read-only: its solution's folder inside a
+// hidden run folder): those, the private /tmp (and $TMPDIR), gpu_lock_directory() hidden too,
 // and tmpfs_bytes per tmpfs.
 ConfinementPlan candidate_confinement_plan(const std::vector<std::string>& writable,
-                                           const std::vector<std::string>& hidden, uint64_t tmpfs_bytes);
+                                           const std::vector<std::string>& hidden, uint64_t tmpfs_bytes,
+                                           const std::vector<std::string>& shown = {});
+
+// The folders that hold the answers to the task `task_path`: a `solutions` folder of its split
+// (data/<split>/solutions beside data/<split>/tasks/<id>/model.py; kb/solutions beside
+// kb/level1/<file>.py), found from the path as given and as resolved, those that exist. A
+// solution must not read them (a model_new.py that execs the reference solution is not one), nor
+// an agent's shell: a confined candidate and Bash see them empty.
+std::vector<std::string> answer_directories(const std::string& task_path);
+
+// Whether a confined Bash or candidate can run with `dir` hidden: false when it holds this
+// binary or the embedded Python's folder (a run folder given as the repository itself, say).
+bool may_hide(const std::filesystem::path& dir);
+
+// Whether `path` is `dir` or inside it, both resolved as far as they exist.
+bool path_within(const std::filesystem::path& path, const std::filesystem::path& dir);
 
 }  // namespace cuda_agent::sandbox
