@@ -243,10 +243,15 @@ bool path_under(const std::string& path, const std::string& dir) {
   return p == d || (p.size() > d.size() && p.compare(0, d.size(), d) == 0 && p[d.size()] == '/');
 }
 
-// confined-exec's options for ToolOptions' tmpfs and file-size limits.
-void add_resource_limits(const ToolOptions& options, std::vector<std::string>& argv) {
+// confined-exec's options for ToolOptions' tmpfs, file-size and disk limits; `watched`: the
+// episode's folders on disk.
+void add_resource_limits(const ToolOptions& options, const std::vector<std::string>& watched,
+                         std::vector<std::string>& argv) {
   if (options.tmpfs_bytes > 0) argv.insert(argv.end(), {"--tmpfs-bytes", std::to_string(options.tmpfs_bytes)});
   if (options.max_file_bytes > 0) argv.insert(argv.end(), {"--max-file-bytes", std::to_string(options.max_file_bytes)});
+  if (options.max_disk_bytes == 0) return;
+  argv.insert(argv.end(), {"--max-disk-bytes", std::to_string(options.max_disk_bytes)});
+  for (const std::string& path : watched) argv.insert(argv.end(), {"--watch", path});
 }
 
 // Whether `cuda-agent confined-exec` (the binary's own namespaces, no installs) works here.
@@ -285,8 +290,8 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
   if (namespaces) {
     // The same file tree as under bubblewrap, from the binary's own confinement.
     std::vector<std::string> argv = {self_executable(), "confined-exec", "--writable", root};
-    add_resource_limits(context.options, argv);
     std::filesystem::create_directories(cache, ec);
+    add_resource_limits(context.options, ec ? std::vector<std::string>{root} : std::vector<std::string>{root, cache}, argv);
     if (!ec) argv.insert(argv.end(), {"--writable", cache});
     for (const auto& path : context.options.writable_paths)
       if (std::filesystem::exists(path, ec)) argv.insert(argv.end(), {"--writable", path});
@@ -322,7 +327,8 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
   argv.insert(argv.end(), {"--bind", root, root});
   ec.clear();
   std::filesystem::create_directories(cache, ec);
-  if (!ec) argv.insert(argv.end(), {"--bind", cache, cache}), shown.push_back(cache);
+  std::vector<std::string> watched = {root};  // the episode's folders on disk
+  if (!ec) argv.insert(argv.end(), {"--bind", cache, cache}), shown.push_back(cache), watched.push_back(cache);
   for (const auto& path : context.options.writable_paths)
     if (std::filesystem::exists(path, ec)) argv.insert(argv.end(), {"--bind", path, path}), shown.push_back(path);
   for (const auto& locked : context.workspace->locked_files())
@@ -343,7 +349,7 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
   // namespace, has not been tried with the GPU's evaluations inside it).
   argv.insert(argv.end(), {"--unshare-net", "--die-with-parent", "--chdir", root, self_executable(), "confined-exec",
                            "--signals-only"});
-  add_resource_limits(context.options, argv);
+  add_resource_limits(context.options, watched, argv);
   argv.insert(argv.end(), {"bash", "-c", command});
   return argv;
 }

@@ -750,7 +750,8 @@ struct InternalFlags {
   std::string candidate;
   std::vector<std::string> writable, read_only, hidden;
   bool signals_only = false;
-  uint64_t tmpfs_bytes = 0, max_file_bytes = 0;
+  uint64_t tmpfs_bytes = 0, max_file_bytes = 0, max_disk_bytes = 0;
+  std::vector<std::string> watched;
 };
 
 void add_internal(CLI::App& app, Verbs& verbs) {
@@ -779,6 +780,8 @@ void add_internal(CLI::App& app, Verbs& verbs) {
   confined->add_flag("--signals-only", f->signals_only);
   confined->add_option("--tmpfs-bytes", f->tmpfs_bytes);     // the private /tmp's and /dev/shm's size
   confined->add_option("--max-file-bytes", f->max_file_bytes);  // RLIMIT_FSIZE
+  confined->add_option("--max-disk-bytes", f->max_disk_bytes);  // what the --watch folders may hold
+  confined->add_option("--watch", f->watched)->allow_extra_args(false);
   confined->prefix_command();  // the first word that is not an option starts the command
   verbs.push_back({confined, [f, confined] {
                      ConfinementPlan plan;
@@ -789,6 +792,8 @@ void add_internal(CLI::App& app, Verbs& verbs) {
                      plan.signals_only = f->signals_only;
                      plan.tmpfs_bytes = f->tmpfs_bytes;
                      plan.max_file_bytes = f->max_file_bytes;
+                     plan.max_watched_bytes = f->max_disk_bytes;
+                     plan.watched = f->watched;
                      return exec_confined(plan, confined->remaining(),
                                           f->signals_only ? std::vector<std::pair<std::string, std::string>>{}
                                                           : private_cache_env());

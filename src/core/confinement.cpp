@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -530,6 +531,7 @@ namespace {
 
 volatile sig_atomic_t g_stop_signal = 0;
 void note_stop(int signal) { g_stop_signal = signal; }
+void note_tick(int) {}  // SIGALRM: waitpid returns EINTR, and the disk is looked at
 
 // SIGKILLs every descendant, round after round (a killed process's children are adopted here),
 // and reaps them, until none is left.
@@ -545,6 +547,28 @@ void clear_descendants(pid_t self) {
 }
 
 }  // namespace
+
+uint64_t disk_usage(const std::vector<std::string>& paths, uint64_t stop_after) {
+  namespace fs = std::filesystem;
+  uint64_t total = 0;
+  auto add = [&](const fs::path& p) {
+    struct stat st{};
+    if (::lstat(p.c_str(), &st) != 0) return;
+    // A file's size too where that is more: its blocks may be counted late (delayed allocation).
+    const uint64_t blocks = static_cast<uint64_t>(st.st_blocks) * 512;
+    total += S_ISREG(st.st_mode) ? std::max(blocks, static_cast<uint64_t>(st.st_size)) : blocks;
+  };
+  for (const std::string& root : paths) {
+    std::error_code ec;
+    add(root);
+    fs::recursive_directory_iterator it(root, fs::directory_options::skip_permission_denied, ec), end;
+    for (; !ec && it != end; it.increment(ec)) {
+      add(it->path());
+      if (stop_after > 0 && total > stop_after) return total;
+    }
+  }
+  return total;
+}
 
 int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& command,
                   const std::vector<std::pair<std::string, std::string>>& env) {
@@ -583,9 +607,20 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
   const bool supervise = ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
   if (supervise) {
     for (int s : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(s, &stop, nullptr);
+    // The disk watch: what the watched folders hold when the command starts, and the bound it
+    // may not pass (the limit, or what they held already when that was more).
+    const bool watch = plan.max_watched_bytes > 0 && !plan.watched.empty();
+    const uint64_t bound = watch ? std::max(plan.max_watched_bytes, disk_usage(plan.watched)) : 0;
     const pid_t child = ::fork();
     if (child > 0) {
       const pid_t self = ::getpid();
+      if (watch) {
+        struct sigaction tick{};
+        tick.sa_handler = note_tick;  // no SA_RESTART either
+        ::sigaction(SIGALRM, &tick, nullptr);
+        const itimerval every{{0, 250000}, {0, 250000}};
+        ::setitimer(ITIMER_REAL, &every, nullptr);
+      }
       int status = 0;
       while (true) {
         const pid_t r = ::waitpid(child, &status, 0);
@@ -594,6 +629,17 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
         if (g_stop_signal != 0) {
           clear_descendants(self);
           return 128 + g_stop_signal;
+        }
+        if (watch) {
+          const uint64_t used = disk_usage(plan.watched, bound);
+          if (used > bound) {
+            clear_descendants(self);
+            std::fprintf(stderr,
+                         "cuda-agent: the command was stopped: the episode's files (%s) grew past %.1f MiB on disk "
+                         "(the tools' max_disk_bytes); remove files to go on\n",
+                         plan.watched.front().c_str(), static_cast<double>(bound) / (1 << 20));
+            return kDiskLimitExitCode;
+          }
         }
       }
       clear_descendants(self);

@@ -626,6 +626,7 @@ class AgentConfinement : public AgentTools, public ::testing::WithParamInterface
     tool_options_.writable_paths = {(outside() / "gpu0.lock").string()};  // as a GPU lock file is given
     tool_options_.tmpfs_bytes = 2 << 20;
     tool_options_.max_file_bytes = 2 << 20;
+    tool_options_.max_disk_bytes = 16 << 20;
     if (GetParam() == "namespaces") setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);  // confined-exec's binary
     AgentTools::SetUp();
   }
@@ -678,6 +679,33 @@ TEST_P(AgentConfinement, BashRunsConfined) {
   EXPECT_EQ(full.find("big.bin rc=0"), std::string::npos) << full;
   EXPECT_LE(fs::file_size(root() / "big.bin"), 2u << 20);
   EXPECT_FALSE(fs::exists("/dev/shm/big")) << "the host's /dev/shm";
+  fs::remove(root() / "big.bin");
+}
+
+// Many files, each under max_file_bytes, would still fill the disk: a command is stopped once the
+// workspace holds more than max_disk_bytes (about every 250 ms, so a little more), and says so; a
+// command that removes files runs, and one that writes again under the limit works.
+TEST_P(AgentConfinement, BashCannotFillTheDisk) {
+  const std::string probe = GetParam() == "bwrap"
+                                ? "bwrap --ro-bind / / --unshare-net --die-with-parent true"
+                                : std::string(CUDA_AGENT_BINARY) + " confined-exec true";
+  if (std::system((probe + " > /dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << GetParam() << " confinement cannot run on this machine (" << probe << " fails)";
+  auto bash = [&](const std::string& command) { return call("Bash", {{"command", command}}); };
+  const ToolResult filled =
+      bash("for i in $(seq 200); do head -c 1000000 /dev/zero > fill$i.bin; sleep 0.01; done; echo finished");
+  EXPECT_FALSE(filled.ok) << filled.output;
+  EXPECT_EQ(filled.output.find("finished"), std::string::npos) << filled.output;
+  EXPECT_NE(filled.output.find("grew past 16.0 MiB on disk"), std::string::npos) << filled.output;
+  uint64_t held = 0;
+  for (const auto& e : fs::directory_iterator(root()))
+    if (e.path().filename().string().rfind("fill", 0) == 0) held += fs::file_size(e.path());
+  EXPECT_GT(held, 8u << 20) << "it wrote before it was stopped";
+  EXPECT_LT(held, 100u << 20) << "stopped well before its 200 MB";
+  const ToolResult removed = bash("rm -f fill*.bin; echo removed");
+  EXPECT_NE(removed.output.find("removed"), std::string::npos) << removed.output;
+  const ToolResult again = bash("head -c 1000000 /dev/zero > one.bin && echo wrote");
+  EXPECT_NE(again.output.find("wrote"), std::string::npos) << again.output;
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, AgentConfinement, ::testing::Values("bwrap", "namespaces"),

@@ -54,6 +54,11 @@ struct ToolOptions {
   // workspace is on the run's disk). 0: no limit.
   uint64_t tmpfs_bytes = 4ULL << 30;
   uint64_t max_file_bytes = 4ULL << 30;
+  // What the episode's folders on disk (the workspace and the tools' cache) may hold together
+  // while a confined command runs (watched about every 250 ms): past it the command is stopped
+  // and told so; one that starts over it may only shrink them. Many files of max_file_bytes
+  // each would otherwise fill the run's disk, and the trainer's checkpoints with it. 0: none.
+  uint64_t max_disk_bytes = 4ULL << 30;
 };
 
 // One tool. Implementations hold references to the registry's workspace and scratch space;

@@ -41,7 +41,22 @@ struct ConfinementPlan {
   // exec_confined only: the largest file the command and what it starts may write (RLIMIT_FSIZE;
   // a write past it fails with EFBIG); 0: no limit.
   uint64_t max_file_bytes = 0;
+  // exec_confined only: the most the folders of `watched` may hold together (their files'
+  // allocated blocks, about every 250 ms) while the command runs; past it the command and all it
+  // started are stopped (exit code kDiskLimitExitCode, a line on stderr). A command that starts
+  // with them fuller than that may not add to them (removing files is how an agent goes on).
+  // 0: no limit.
+  uint64_t max_watched_bytes = 0;
+  std::vector<std::string> watched;
 };
+
+// exec_confined's exit code for a command stopped by ConfinementPlan::max_watched_bytes.
+constexpr int kDiskLimitExitCode = 125;
+
+// What the files under `paths` occupy on disk (allocated blocks, or a file's size where that is
+// more; links not followed); counting stops once past `stop_after` (0: never), returning what it
+// had then.
+uint64_t disk_usage(const std::vector<std::string>& paths, uint64_t stop_after = 0);
 
 // Moves the calling process into new namespaces and confines it:
 //   user    this uid and gid mapped onto themselves. Afterwards the process holds no
