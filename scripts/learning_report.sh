@@ -40,6 +40,8 @@ done
   echo
   echo "Base model \`$actor\` against the run's final checkpoint, agent episodes at temperature $temperature"
   echo "(max_new_tokens $max_new, max_turns $max_turns), one episode a task."
+  echo
+  python3 scripts/learning_summary.py "$out" 2>&1 || true
   echo; echo "## The run, step by step"; echo
   python3 scripts/learning_steps.py "$run" "$out" 2>&1 || true
   for split in train heldout; do

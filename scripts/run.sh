@@ -67,4 +67,6 @@ if [ "$on_cpu" = 1 ] || [ "$config" != configs/learning.yaml ]; then
 fi
 say "the report: the base model against $run_dir's final checkpoint (scripts/learning_report.sh)"
 CUDA_AGENT_BUILD=$build_dir scripts/learning_report.sh "$run_dir" >/dev/null
-say "done: $run_dir/report/report.md"
+python3 scripts/learning_summary.py "$run_dir/report" >&2 || true
+say "done: $run_dir/report/report.md (the run step by step, each task, and how close the final solutions are to"
+say "the demonstrations)"

@@ -305,6 +305,32 @@ TEST_F(Cli, LearningStepsTableMarksTheTeacherAndACollapse) {
       << output;
 }
 
+// The report's headline (scripts/learning_summary.py): each model on each split from its eval
+// run's report.json; a run that is missing says so instead of a number.
+TEST_F(Cli, LearningSummaryTablesBothModelsOnBothSplits) {
+  const fs::path report = work_.path() / "report";
+  auto eval_run = [&](const std::string& name, int passed, int tasks, double reward, int faster) {
+    write_file_atomic(report / name / "report.json",
+                      nlohmann::json{{"metrics",
+                                      {{"overall",
+                                        {{"passed", passed}, {"tasks", tasks}, {"mean_reward", reward},
+                                         {"faster_than_compile", faster}}}}}}
+                          .dump());
+  };
+  eval_run("base-train", 0, 10, -1.0, 0);
+  eval_run("final-train", 9, 10, 2.0, 3);
+  eval_run("base-heldout", 0, 4, -1.0, 0);
+  const auto [rc, output] =
+      shell("cd " + quote(kSourceDir.string()) + " && python3 scripts/learning_summary.py " + quote(report.string()) + " 2>&1");
+  EXPECT_EQ(rc, 0) << output;
+  EXPECT_NE(output.find("| training | 0/10 pass, reward -1.00, 0 faster than torch.compile | 9/10 pass, reward +2.00, "
+                        "3 faster than torch.compile |"),
+            std::string::npos)
+      << output;
+  EXPECT_NE(output.find("| held-out | 0/4 pass, reward -1.00, 0 faster than torch.compile | not run"), std::string::npos)
+      << output;
+}
+
 TEST_F(Cli, DoctorReportsTheMissingGpu) {
   if (machine_has_gpu()) GTEST_SKIP() << "this machine has a GPU";
   CliRun r = run("doctor");
