@@ -197,6 +197,24 @@ std::string ablation_markdown(const std::vector<AblationVariant>& variants) {
   return md;
 }
 
+namespace {
+
+// The base's config with only the stages up to the supervised warm-up, into `run_dir`.
+json sft_prefix_config(const json& config, const fs::path& run_dir) {
+  json prefix = config;
+  for (const char* stage : {"warmup", "rft", "value_pretrain"}) prefix["stages"][stage]["enabled"] = false;
+  prefix["ppo"]["enabled"] = false;
+  prefix["run"]["output_dir"] = run_dir.string();
+  return prefix;
+}
+
+}  // namespace
+
+bool shares_sft_prefix(const json& base, const json& variant) {
+  return base.value("stages", json::object()).value("sft", json::object()).value("enabled", false) &&
+         config_differences(base, variant, kResumeMayChange).empty();
+}
+
 std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::ostream& log) {
   std::vector<AblationVariant> variants = ablation_variants(options);
   log << fmt::format("[ablate] {} variants into {}:", variants.size(), options.output_dir.string());
@@ -204,10 +222,30 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
   log << "\n";
   TrainRunOptions train = options.train;
   train.resume = true;  // a second call continues each variant where it stopped
+  // The supervised warm-up from demonstrations is the same in every variant that changes only
+  // what comes after it (no_rft, no_value_pretraining): it runs once, as the base's first stage
+  // on its own, and those variants start from a copy of the base's folder at its end.
+  const json& base = variants.front().config;
+  const fs::path shared = options.output_dir / ".sft-prefix";
+  bool prefix_ready = latest_checkpoint(shared).step >= 0;
   for (size_t i = 0; i < variants.size(); ++i) {
     AblationVariant& v = variants[i];
     log << fmt::format("[ablate] variant {} of {}: {} ({})\n", i + 1, variants.size(), v.name, v.config_file.string());
     try {
+      const fs::path run_dir = v.config["run"]["output_dir"].get<std::string>();
+      if (shares_sft_prefix(base, v.config) && latest_checkpoint(run_dir).step < 0) {
+        if (!prefix_ready) {
+          log << "[ablate] the supervised warm-up, once for the variants that share it\n";
+          run_training(sft_prefix_config(base, shared), train, log);
+          prefix_ready = latest_checkpoint(shared).step >= 0;
+        }
+        if (prefix_ready) {
+          fs::remove_all(run_dir);
+          fs::create_directories(run_dir.parent_path());
+          fs::copy(shared, run_dir, fs::copy_options::recursive);
+          log << fmt::format("[ablate] {} starts from the shared warm-up ({})\n", v.name, shared.string());
+        }
+      }
       run_training(v.config, train, log);
       v.ok = true;
     } catch (const StopRequested&) {

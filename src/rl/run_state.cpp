@@ -326,6 +326,11 @@ std::string checkpoint_policy_spec(const fs::path& path, const std::string& devi
   return spec;
 }
 
+const std::vector<std::string> kResumeMayChange = {
+    "run.output_dir",        "ppo.steps",         "stages.warmup.steps",           "stages.value_pretrain.steps",
+    "stages.warmup.enabled", "stages.rft.enabled", "stages.value_pretrain.enabled", "ppo.enabled",
+    "stages.sft.enabled"};
+
 std::vector<std::string> config_differences(const nlohmann::json& saved, const nlohmann::json& now,
                                             const std::vector<std::string>& may_change) {
   std::map<std::string, nlohmann::json> a, b;

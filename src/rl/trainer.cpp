@@ -36,13 +36,6 @@ size_t recipe_rank(const std::string& stage) {
   return static_cast<size_t>(std::find(kRecipe.begin(), kRecipe.end(), stage) - kRecipe.begin());
 }
 
-// The keys a resumed run may change: where it writes, how long each stage runs, and which stages
-// run (a stage before the checkpoint's is not run again; see run_training).
-const std::vector<std::string> kResumeMayChange = {
-    "run.output_dir",        "ppo.steps",         "stages.warmup.steps",           "stages.value_pretrain.steps",
-    "stages.warmup.enabled", "stages.rft.enabled", "stages.value_pretrain.enabled", "ppo.enabled",
-    "stages.sft.enabled"};
-
 // Every process calls it (a sharded optimizer state is gathered on rank 0); rank 0 writes.
 void checkpoint(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
   if (!ctx.writer()) {

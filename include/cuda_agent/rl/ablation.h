@@ -51,7 +51,14 @@ struct AblationVariant {
 // bad one, or a missing base config or ablations folder.
 std::vector<AblationVariant> ablation_variants(const AblationOptions& options);
 
-// Trains every variant in turn and writes the comparison. Progress goes to `log`.
+// Whether `variant` starts from the base's supervised warm-up: the base has stages.sft on and the
+// two configs differ only in what a resumed run may change (which later stages run, how long).
+bool shares_sft_prefix(const nlohmann::json& base, const nlohmann::json& variant);
+
+// Trains every variant in turn and writes the comparison. Progress goes to `log`. The
+// supervised warm-up runs once (OUTPUT/.sft-prefix/) for the variants that share it
+// (shares_sft_prefix: the base, no_rft, no_value_pretraining), each of which starts from a copy
+// of that folder at the warm-up's checkpoint.
 std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::ostream& log);
 
 // A variant's numbers from its metrics records (metrics.jsonl, in order): the records of stage

@@ -105,6 +105,10 @@ void write_actor_tokenizer_files(const std::filesystem::path& actor, const std::
 std::string checkpoint_policy_spec(const std::filesystem::path& path, const std::string& device,
                                    const std::string& overrides);
 
+// The keys a resumed run may change: where it writes, how long each stage runs, and which stages
+// run (a stage before the checkpoint's is not run again).
+extern const std::vector<std::string> kResumeMayChange;
+
 // For --resume: the keys whose values differ between the run's saved config and the new one
 // ("ppo.actor_lr: 3e-06 -> 1e-05"), ignoring the keys in `may_change` (dotted, e.g.
 // "run.output_dir", "ppo.steps"). Empty when they agree.

@@ -884,3 +884,61 @@ TEST(Trainer, AblateRunsEveryVariantAndComparesThem) {
   EXPECT_EQ(rl::MetricsLog::read(dir.path() / "out" / "base" / "metrics.jsonl").size(), 2u) << again.str();
   EXPECT_NE(again.str().find("stage ppo: all 2 steps done"), std::string::npos) << again.str();
 }
+
+// The supervised warm-up runs once for the variants that differ only in later stages (here the
+// base and no_ppo); a variant that changes it (the reward decides which demonstrations are kept)
+// runs its own. A second call does not run it again.
+TEST(Trainer, AblateRunsTheSharedWarmUpOnce) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-ablate-sft-");
+  write_model(dir.path() / "m");
+  const fs::path split = dir.path() / "split";
+  write_split(split);
+  write_solutions(split);
+  json c = teacher_config(dir.path(), "unused");
+  c["stages"]["rft"]["enabled"] = false;
+  c["stages"]["sft"]["enabled"] = true;
+  c["stages"]["sft"]["teacher"] = "reference:" + split.string();
+  c["stages"]["sft"]["batch_size"] = 1;
+  c["stages"]["sft"]["lr"] = 3e-3;
+  c["ppo"]["enabled"] = true;
+  c["ppo"]["steps"] = 1;
+  write_file_atomic(dir.path() / "base.yaml", c.dump(2));
+  write_file_atomic(dir.path() / "ablations" / "no_ppo.yaml", "ppo:\n  enabled: false\n");
+  write_file_atomic(dir.path() / "ablations" / "raw_speedup_reward.yaml", "reward:\n  kind: raw_speedup\n");
+  rl::AblationOptions o;
+  o.base_config = dir.path() / "base.yaml";
+  o.ablations_dir = dir.path() / "ablations";
+  o.output_dir = dir.path() / "out";
+  o.train = cpu_options(false);
+  std::ostringstream log;
+  const std::vector<rl::AblationVariant> v = rl::run_ablations(o, log);
+  ASSERT_EQ(v.size(), 3u) << log.str();
+  for (const rl::AblationVariant& x : v) {
+    EXPECT_TRUE(x.ok) << x.name << ": " << x.error << "\n" << log.str();
+    const std::vector<json> records = rl::MetricsLog::read(dir.path() / "out" / x.name / "metrics.jsonl");
+    ASSERT_FALSE(records.empty()) << x.name;
+    EXPECT_EQ(records[0]["stage"], "sft") << x.name;
+  }
+  EXPECT_TRUE(rl::shares_sft_prefix(v[0].config, v[1].config));
+  EXPECT_FALSE(rl::shares_sft_prefix(v[0].config, v[2].config));
+  const std::string text = log.str();
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("[ablate] the supervised warm-up, once"), 1u) << text;
+  EXPECT_EQ(count("(sft 1/1)"), 2u) << "the shared warm-up and raw_speedup_reward's own\n" << text;
+  EXPECT_NE(text.find("[ablate] base starts from the shared warm-up"), std::string::npos) << text;
+  EXPECT_NE(text.find("[ablate] no_ppo starts from the shared warm-up"), std::string::npos) << text;
+  EXPECT_EQ(text.find("[ablate] raw_speedup_reward starts from"), std::string::npos) << text;
+  EXPECT_EQ(rl::MetricsLog::read(dir.path() / "out" / "base" / "metrics.jsonl").back()["stage"], "ppo");
+  EXPECT_EQ(rl::MetricsLog::read(dir.path() / "out" / "no_ppo" / "metrics.jsonl").size(), 1u);
+
+  std::ostringstream again;
+  const std::vector<rl::AblationVariant> w = rl::run_ablations(o, again);
+  for (const rl::AblationVariant& x : w) EXPECT_TRUE(x.ok) << x.name << ": " << x.error;
+  EXPECT_EQ(again.str().find("supervised warm-up, once"), std::string::npos) << again.str();
+  EXPECT_EQ(again.str().find("(sft 1/1)"), std::string::npos) << again.str();
+}
