@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|warm|lm|multi|train|train-2gpu|learning|learning-report|kernelbench|timing|synth]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|warm|lm|multi|train|train-2gpu|learning|learning-report|ablate|kernelbench|timing|synth]
 # agreement: issue 17's repeatability: the baselines of data/core's solved tasks cached, then
 # AGREE_RUNS (default 5) benches of their reference solutions, each a fresh evaluation per task;
 # scripts/reward_agreement.py compares their rewards pair by pair and the speedups' CV.
@@ -42,8 +42,8 @@ if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = multi ]; then
 fi
 # A learning run that goes on from an earlier call uses this build's binaries (the judges it
 # starts run them): no rebuild under it.
-if [ "$what" = learning ] && [ -f "$out/learning.pid" ] && kill -0 "$(cat "$out/learning.pid")" 2>/dev/null; then
-  echo "build skipped: the learning run of an earlier call is still going"
+if { [ "$what" = learning ] || [ "$what" = ablate ]; } && [ -f "$out/$what.pid" ] && kill -0 "$(cat "$out/$what.pid")" 2>/dev/null; then
+  echo "build skipped: the $what run of an earlier call is still going"
 else
   ninja -C $build $targets > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
   echo "build ok"
@@ -187,43 +187,61 @@ if [ ! -f $gguf ] && compgen -G '.gpu-cache/m*/smol.part*' > /dev/null; then
   parts=$(ls .gpu-cache/m*/smol.part* | sort -t. -k3)
   if [ "$(cat $parts | wc -c)" = 98362432 ]; then mkdir -p models && cat $parts > $gguf && echo "assembled $gguf"; fi
 fi
+# A run that outlives one device call: started in a session of its own (setsid), so that it runs
+# on while the machine stays warm, and the same mode called again finds it and goes on watching it
+# (a call ends CALL_LIMIT s, default 600, after this script started; make the next call at once,
+# the machine is warm for 30 s). Each call copies the log and `copy_files` (NAME SOURCE pairs,
+# into $OUT) every 5 s and when it ends. RESTART=1 starts an ended run again.
+#   detached NAME TIMEOUT COMMAND...
+detached() {
+  local name=$1 limit=$2; shift 2
+  local pidfile=$out/$name.pid
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "$name: the run started earlier (pid $(cat "$pidfile")) is still going"
+  elif [ -f "$out/$name.rc" ] && [ -z "${RESTART:-}" ]; then
+    echo "$name: the run has ended (rc $(cat "$out/$name.rc")); RESTART=1 starts it again"
+  else
+    rm -f "$out/$name.rc"
+    echo "$name: started $(date -u +%FT%TZ)" >> "$out/$name.log"
+    setsid bash -c 'start=$(date +%s); name=$1 out=$2 limit=$3; shift 3; timeout "$limit" "$@" >> "$out/$name.log" 2>&1; rc=$?
+      echo "$name rc $rc wall $(( $(date +%s) - start )) s" >> "$out/$name.log"; echo $rc > "$out/$name.rc"' \
+      _ "$name" "$out" "$limit" "$@" < /dev/null > /dev/null 2>&1 &
+    echo $! > "$pidfile"
+    echo "$name: run started (pid $(cat "$pidfile"))"
+  fi
+  copy_detached() {
+    [ -n "${OUT:-}" ] || return 0
+    cp "$out/$name.log" "$OUT/$name.log" 2>/dev/null
+    set -- ${copy_files:-}
+    while [ $# -ge 2 ]; do cp "$2" "$OUT/$1" 2>/dev/null; shift 2; done
+  }
+  until [ -f "$out/$name.rc" ] || [ $(( ${CALL_LIMIT:-600} - SECONDS )) -lt 30 ]; do
+    sleep 5; copy_detached
+  done
+  copy_detached
+  if [ -f "$out/$name.rc" ]; then echo "$name: ended, rc $(cat "$out/$name.rc")"
+  else echo "$name: still running; call 'scripts/gpu_check.sh $name' again at once to go on watching it"; fi
+}
 if [ "$what" = learning ]; then
   # Issue 18's learning quickstart: configs/learning.yaml (models/ must hold the SmolLM2 GGUF, as
-  # for train). The run is started in a session of its own (setsid), so that it outlives this
-  # device call: it runs on while the machine stays warm, and `learning` called again finds it
-  # and goes on watching it (a call ends CALL_LIMIT s, default 600, after this script started;
-  # make the next call at once, the machine is warm for 30 s). Each call copies the log and the
-  # metrics to $OUT every 15 s and when it ends. Its weights stay on the machine (the archive
-  # leaves *.safetensors out), so that `learning-report` in a next call can evaluate the
-  # checkpoint. LEARNING_SET (say --resume) is passed to train when a run starts; TRAIN_TIMEOUT
-  # bounds the run's own wall time.
-  pidfile=$out/learning.pid
-  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-    echo "learning: the run started earlier (pid $(cat "$pidfile")) is still going"
-  elif [ -f "$out/learning.rc" ] && [ -z "${LEARNING_SET:-}" ]; then
-    echo "learning: the run has ended (rc $(cat "$out/learning.rc")); LEARNING_SET=--resume starts it again"
-  else
-    rm -f "$out/learning.rc"
-    echo "learning: started $(date -u +%FT%TZ)" >> "$out/learning.log"
-    setsid bash -c 'start=$(date +%s); timeout "$1" "$2" train --config configs/learning.yaml \
-        --set run.output_dir="$3/learning" $4 >> "$3/learning.log" 2>&1; rc=$?
-      echo "learning rc $rc wall $(( $(date +%s) - start )) s" >> "$3/learning.log"; echo $rc > "$3/learning.rc"' \
-      _ "${TRAIN_TIMEOUT:-7200}" "$build/cuda-agent" "$out" "${LEARNING_SET:-}" < /dev/null > /dev/null 2>&1 &
-    echo $! > "$pidfile"
-    echo "learning: run started (pid $(cat "$pidfile"))"
-  fi
-  copy_learning() {
-    [ -n "${OUT:-}" ] || return 0
-    cp "$out/learning.log" "$OUT/learning.log" 2>/dev/null
-    cp "$out/learning/metrics.jsonl" "$OUT/learning-metrics.jsonl" 2>/dev/null
-  }
-  until [ -f "$out/learning.rc" ] || [ $(( ${CALL_LIMIT:-600} - SECONDS )) -lt 30 ]; do
-    sleep 15; copy_learning
-  done
-  copy_learning
-  if [ -f "$out/learning.rc" ]; then echo "learning: ended, rc $(cat "$out/learning.rc")"
-  else echo "learning: still running; call 'scripts/gpu_check.sh learning' again at once to go on watching it"; fi
+  # for train), detached (above). Its weights stay on the machine (the archive leaves
+  # *.safetensors out), so that `learning-report` in a next call can evaluate the checkpoint.
+  # LEARNING_SET (say --resume) is passed to train when a run starts; TRAIN_TIMEOUT bounds the
+  # run's own wall time.
+  [ -n "${LEARNING_SET:-}" ] && RESTART=1
+  copy_files="learning-metrics.jsonl $out/learning/metrics.jsonl"
+  detached learning "${TRAIN_TIMEOUT:-7200}" "$build/cuda-agent" train --config configs/learning.yaml \
+    --set run.output_dir="$out/learning" ${LEARNING_SET:-}
   grep -E "^\[train\] (step|baselines)|^learning " "$out/learning.log" | tail -14
+fi
+if [ "$what" = ablate ]; then
+  # Issue 18's ablations at toy scale: `cuda-agent ablate` over configs/learning.yaml and each of
+  # configs/ablations/*.yaml, detached (above; a second call of the run itself resumes each
+  # variant). ABLATE_SET (say "--set ppo.steps=1") goes to ablate; ABLATE_TIMEOUT bounds it.
+  copy_files="ablate-comparison.md $out/ablate/comparison.md"
+  detached ablate "${ABLATE_TIMEOUT:-7200}" "$build/cuda-agent" ablate --config configs/learning.yaml \
+    --output "$out/ablate" ${ABLATE_SET:-}
+  grep -E "^\[ablate\]|^\[train\] step|^ablate " "$out/ablate.log" | tail -20
 fi
 if [ "$what" = learning-report ]; then
   # The base model against the learning run's final checkpoint on the training and held-out
