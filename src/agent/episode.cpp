@@ -122,8 +122,10 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
     tool_options.hidden_paths.push_back(dir);
     if (sandbox::path_within(task.parent_path(), dir)) tool_options.read_only_paths.push_back(task.parent_path().string());
   }
-  if (gpu_lock)
-    for (const std::string& file : sandbox::gpu_lock_files(spec.gpu)) tool_options.writable_paths.push_back(file);
+  // The GPU's lock files exist before any command runs: verify.sh's evaluations take them, through
+  // a read-only descriptor (a confined Bash sees them read-only: no channel between episodes, no
+  // disk outside the watch).
+  if (gpu_lock) (void)sandbox::gpu_lock_files(spec.gpu);
   ToolRegistry tools(workspace, tool_options, env);
 
   AgentOptions options = spec.agent;

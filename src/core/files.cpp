@@ -214,7 +214,10 @@ std::string file_sha256(const std::filesystem::path& path) noexcept {
 }
 
 int lock_file(const std::filesystem::path& path, bool exclusive, double max_wait_s) {
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  // An existing file seen read-only (the agent's confined shell sees the GPU's lock files so, so
+  // that it cannot write in them): flock needs no more than a read-only descriptor.
+  if (fd < 0 && (errno == EROFS || errno == EACCES || errno == EPERM)) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   CA_CHECK(fd >= 0, "cannot open the lock file {}: {}", path.string(), std::generic_category().message(errno));
   const int how = exclusive ? LOCK_EX : LOCK_SH;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(

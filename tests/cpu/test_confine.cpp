@@ -2,6 +2,7 @@
 // cpu) running solutions that try to write outside their sandbox, reach the network, undo the
 // confinement or fake a confinement failure. Each hostile solution also runs with confine: off,
 // where it must succeed, so that a test cannot pass because the hack itself was broken.
+#include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/prctl.h>
@@ -681,6 +682,45 @@ TEST_F(Confine, TheSolutionCannotReadTheAnswers) {
   const nlohmann::json reference = eval(answer, "auto");
   EXPECT_TRUE(reference.value("ok", false)) << reference.dump(2);
   expect_confined(reference);
+}
+
+// The agent's confined Bash sees the GPU's lock files read-only (no channel between episodes, no
+// disk to fill): lock_file takes them through a read-only descriptor, and holds them against the
+// host's holders as before.
+TEST_F(Confine, ALockFileSeenReadOnlyIsStillTaken) {
+  const fs::path lock = dir_.path() / "gpu0.quiet.lock";
+  write_file_atomic(lock, "");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int code = 0;
+    try {
+      ConfinementPlan plan;  // nothing writable: the lock file is seen read-only
+      confine_this_process(plan);
+      if (::open(lock.c_str(), O_WRONLY | O_CLOEXEC) >= 0) code = 3;  // writable after all
+      const int fd = code == 0 ? lock_file(lock, /*exclusive=*/true, 5.0) : -1;
+      if (code == 0 && fd < 0) code = 4;
+      if (code == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // held while the parent tries
+        ::close(fd);
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      code = 5;
+    }
+    std::_Exit(code);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const int blocked = lock_file(lock, /*exclusive=*/false, 0.2);
+  EXPECT_LT(blocked, 0) << "the confined process's exclusive lock should keep this shared one out";
+  if (blocked >= 0) ::close(blocked);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: writable, 4: not taken, 5: an error (on stderr)";
+  const int after = lock_file(lock, /*exclusive=*/true, 1.0);
+  EXPECT_GE(after, 0);
+  if (after >= 0) ::close(after);
 }
 
 TEST(ConfinePlan, AnswersAreTheSplitsSolutionsFolderFoundAsGivenAndAsResolved) {

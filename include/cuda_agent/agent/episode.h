@@ -29,7 +29,8 @@ struct EpisodeSpec {
   int gpu = 0;
   // Its sandbox evaluations (the final score, verify.sh and profile.sh) take the GPU's lock files
   // (sandbox::EvalRequest::gpu_lock), so that episodes run beside each other on one GPU time
-  // their solutions one at a time; a confined Bash may then write the lock files.
+  // their solutions one at a time (a confined Bash sees the lock files read-only, which is
+  // enough to take them).
   bool gpu_lock = false;
   // Folders neither the episode's Bash nor its solution may read (the run's folder: the other
   // episodes' solutions, a teacher's demonstrations), but for the episode's own workspace and the

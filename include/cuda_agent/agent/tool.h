@@ -39,8 +39,8 @@ struct ToolOptions {
   // each required (a command fails when it cannot run); "auto" the first of the two that works
   // on this machine, else unconfined; "off" never confines.
   std::string confine = "auto";
-  // Existing files or folders a confined Bash may also write (the GPU's lock files when the
-  // episode's evaluations take them: EpisodeSpec::gpu_lock).
+  // Existing files or folders a confined Bash may also write. (The GPU's lock files are not among
+  // them: verify.sh's evaluations lock them through a read-only descriptor.)
   std::vector<std::string> writable_paths;
   // Existing folders a confined Bash must not see into (an empty read-only folder in their
   // place): the scoring cache's secret key (EpisodeSpec's sandbox cache).

@@ -62,8 +62,8 @@ class TempDir {
 // setenv/unsetenv in other threads.
 std::filesystem::path default_cache_dir();
 
-// Blocks until this process holds a flock(2) on `path` (created 0666 if missing): exclusive, or
-// shared with other shared holders. Returns the descriptor that holds it: the lock lasts until
+// Blocks until this process holds a flock(2) on `path` (created 0666 if missing; opened read-only
+// where it exists but cannot be written): exclusive, or shared with other shared holders. Returns the descriptor that holds it: the lock lasts until
 // that descriptor is closed, which the kernel does at exit, so a crashed holder never leaves it
 // locked. With max_wait_s >= 0 it gives up after that long and returns -1 (polling every few
 // milliseconds). Throws Error naming the file when it cannot be opened or locked.
