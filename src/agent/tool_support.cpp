@@ -320,8 +320,11 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
   // Hidden folders before what is shown inside them (the workspace inside its hidden run folder),
   // read-only once those are bound; one inside a path bound since is hidden again on top.
   std::vector<std::string> hidden;
-  for (const auto& path : context.options.hidden_paths)
-    if (std::filesystem::is_directory(path, ec)) hidden.push_back(std::filesystem::canonical(path, ec).string());
+  for (const auto& path : context.options.hidden_paths) {
+    if (!std::filesystem::is_directory(path, ec)) continue;
+    const std::string resolved = std::filesystem::canonical(path, ec).string();
+    if (!ec) hidden.push_back(resolved);
+  }
   for (const auto& path : hidden) argv.insert(argv.end(), {"--tmpfs", path});
   std::vector<std::string> shown = {root};
   argv.insert(argv.end(), {"--bind", root, root});
