@@ -12,6 +12,7 @@
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/sandbox/evaluation.h"
+#include "cuda_agent/sandbox/worker_confinement.h"
 
 namespace cuda_agent::agent {
 
@@ -235,14 +236,6 @@ bool runs_here(std::vector<std::string> argv) {
   }
 }
 
-// Whether `path` is `dir` or inside it, both resolved.
-bool path_under(const std::string& path, const std::string& dir) {
-  std::error_code ec;
-  const std::string p = std::filesystem::weakly_canonical(path, ec).string();
-  const std::string d = std::filesystem::weakly_canonical(dir, ec).string();
-  return p == d || (p.size() > d.size() && p.compare(0, d.size(), d) == 0 && p[d.size()] == '/');
-}
-
 // confined-exec's options for ToolOptions' tmpfs, file-size and disk limits; `watched`: the
 // episode's folders on disk.
 void add_resource_limits(const ToolOptions& options, const std::vector<std::string>& watched,
@@ -339,7 +332,7 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
   for (const auto& path : context.options.read_only_paths)
     if (std::filesystem::exists(path, ec)) argv.insert(argv.end(), {"--ro-bind", path, path}), shown.push_back(path);
   for (const auto& path : hidden) {
-    const bool covered = std::any_of(shown.begin(), shown.end(), [&](const std::string& s) { return path_under(path, s); });
+    const bool covered = std::any_of(shown.begin(), shown.end(), [&](const std::string& s) { return sandbox::path_within(path, s); });
     if (covered) argv.insert(argv.end(), {"--tmpfs", path});
     argv.insert(argv.end(), {"--remount-ro", path});
   }

@@ -22,6 +22,17 @@ const std::string kSource = CUDA_AGENT_SOURCE_DIR;
 
 std::string line(const nlohmann::json& j) { return j.dump() + "\n"; }
 
+// The tools' outputs of an episode folder's trajectory, in order.
+std::vector<std::string> observation_outputs(const std::filesystem::path& episode) {
+  std::vector<std::string> outputs;
+  std::ifstream in(episode / "trajectory.jsonl");
+  for (std::string text; std::getline(in, text);) {
+    const nlohmann::json e = nlohmann::json::parse(text);
+    if (e.value("type", "") == "observation") outputs.push_back(e.value("output", ""));
+  }
+  return outputs;
+}
+
 // Replies from a list; after it, "Done." with no call.
 class ListPolicy : public Policy {
  public:
@@ -346,12 +357,7 @@ TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
   write_file_atomic(cache / "baselines" / (seeded.substr(0, 17) + "forged.json"),
                     R"({"key": {}, "eager": {"median_ms": 99}, "mac": "00"})");
   EpisodeResult r = run_task_episode(spec);
-  std::vector<std::string> outputs;
-  std::ifstream in(spec.output_dir / "trajectory.jsonl");
-  for (std::string text; std::getline(in, text);) {
-    const nlohmann::json e = nlohmann::json::parse(text);
-    if (e.value("type", "") == "observation") outputs.push_back(e.value("output", ""));
-  }
+  const std::vector<std::string> outputs = observation_outputs(spec.output_dir);
   ASSERT_EQ(outputs.size(), 3u) << r.score.dump(2);
   EXPECT_NE(outputs[0].find("key=hidden"), std::string::npos) << outputs[0];
   EXPECT_NE(outputs[0].find("scoring=read-only"), std::string::npos) << outputs[0];
@@ -421,12 +427,7 @@ TEST(AgentLoop, NeitherThePolicysCommandsNorItsSolutionReadTheAnswers) {
     spec.sandbox.confine = mode == "off" ? "off" : "auto";
     spec.tools.confine = mode;
     EpisodeResult r = run_task_episode(spec);
-    std::vector<std::string> outputs;
-    std::ifstream in(spec.output_dir / "trajectory.jsonl");
-    for (std::string text; std::getline(in, text);) {
-      const nlohmann::json e = nlohmann::json::parse(text);
-      if (e.value("type", "") == "observation") outputs.push_back(e.value("output", ""));
-    }
+    const std::vector<std::string> outputs = observation_outputs(spec.output_dir);
     ASSERT_EQ(outputs.size(), 3u) << r.score.dump(2);
     EXPECT_NE(outputs[0].find("task=readable"), std::string::npos) << outputs[0];
     EXPECT_NE(outputs[0].find("workspace=writable"), std::string::npos) << outputs[0];

@@ -685,6 +685,22 @@ json teacher_config(const fs::path& root, const std::string& run) {
   return c;
 }
 
+// A tiny model, split and reference solutions under `root`, and the supervised warm-up from them
+// (stages.sft with the reference:split teacher, batch 1, lr 3e-3; RFT off).
+json sft_config(const fs::path& root, const std::string& run) {
+  write_model(root / "m");
+  const fs::path split = root / "split";
+  write_split(split);
+  write_solutions(split);
+  json c = teacher_config(root, run);
+  c["stages"]["rft"]["enabled"] = false;
+  c["stages"]["sft"]["enabled"] = true;
+  c["stages"]["sft"]["teacher"] = "reference:" + split.string();
+  c["stages"]["sft"]["batch_size"] = 1;
+  c["stages"]["sft"]["lr"] = 3e-3;
+  return c;
+}
+
 // The summed log-probability the model at `actor` gives the policy tokens of `s`.
 double masked_logprob(const fs::path& actor, const rl::TokenSequence& s) {
   lm::LmOptions o;
@@ -706,17 +722,9 @@ double masked_logprob(const fs::path& actor, const rl::TokenSequence& s) {
 TEST(Trainer, SftLearnsFromReferenceDemonstrationsPlayedThroughTheRealTools) {
   cuda_agent::testing::use_built_lm_module();
   TempDir dir("ca-trainer-sft-");
-  write_model(dir.path() / "m");
   const fs::path split = dir.path() / "split";
-  write_split(split);
-  write_solutions(split);
-  json c = teacher_config(dir.path(), "run");
-  c["stages"]["rft"]["enabled"] = false;
-  c["stages"]["sft"]["enabled"] = true;
-  c["stages"]["sft"]["teacher"] = "reference:" + split.string();
+  json c = sft_config(dir.path(), "run");
   c["stages"]["sft"]["epochs"] = 3;
-  c["stages"]["sft"]["batch_size"] = 1;
-  c["stages"]["sft"]["lr"] = 3e-3;
   std::ostringstream log;
   const rl::TrainRunSummary summary = rl::run_training(c, cpu_options(false), log);
   ASSERT_EQ(summary.steps_run, 1) << log.str();
@@ -891,16 +899,7 @@ TEST(Trainer, AblateRunsEveryVariantAndComparesThem) {
 TEST(Trainer, AblateRunsTheSharedWarmUpOnce) {
   cuda_agent::testing::use_built_lm_module();
   TempDir dir("ca-trainer-ablate-sft-");
-  write_model(dir.path() / "m");
-  const fs::path split = dir.path() / "split";
-  write_split(split);
-  write_solutions(split);
-  json c = teacher_config(dir.path(), "unused");
-  c["stages"]["rft"]["enabled"] = false;
-  c["stages"]["sft"]["enabled"] = true;
-  c["stages"]["sft"]["teacher"] = "reference:" + split.string();
-  c["stages"]["sft"]["batch_size"] = 1;
-  c["stages"]["sft"]["lr"] = 3e-3;
+  json c = sft_config(dir.path(), "unused");
   c["ppo"]["enabled"] = true;
   c["ppo"]["steps"] = 1;
   write_file_atomic(dir.path() / "base.yaml", c.dump(2));
