@@ -1,5 +1,6 @@
 #include "cuda_agent/agent/agent_loop.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
@@ -21,23 +22,71 @@ size_t total_chars(const std::vector<ChatMessage>& messages) {
   return n;
 }
 
-// Over budget: shorten the oldest tool observations (keeping the newest intact), head and tail.
-void enforce_budget(std::vector<ChatMessage>& messages, const AgentOptions& o) {
-  if (total_chars(messages) <= o.context_budget_chars) return;
+void shorten(std::string& text, size_t keep) {
+  if (text.size() <= keep) return;
+  const size_t half = keep / 2;
+  text = text.substr(0, half) +
+         fmt::format("\n[... {} characters of this old observation removed to fit the context ...]\n",
+                     text.size() - 2 * half) +
+         text.substr(text.size() - half);
+}
+
+// Over `budget` characters: shorten the oldest tool observations to their head and tail, first
+// those older than the `keep_recent_observations` newest, then (a small window) those too, then
+// all of them to an eighth of that; the newest never.
+void enforce_budget(std::vector<ChatMessage>& messages, const AgentOptions& o, size_t budget) {
+  if (total_chars(messages) <= budget) return;
   std::vector<size_t> tool_indices;
   for (size_t i = 0; i < messages.size(); ++i)
     if (messages[i].role == "tool") tool_indices.push_back(i);
-  if (tool_indices.size() <= o.keep_recent_observations) return;
-  const size_t shortenable = tool_indices.size() - o.keep_recent_observations;
-  for (size_t k = 0; k < shortenable && total_chars(messages) > o.context_budget_chars; ++k) {
-    std::string& text = messages[tool_indices[k]].content;
-    if (text.size() <= o.shortened_observation_chars) continue;
-    const size_t half = o.shortened_observation_chars / 2;
-    text = text.substr(0, half) +
-           fmt::format("\n[... {} characters of this old observation removed to fit the context ...]\n",
-                       text.size() - 2 * half) +
-           text.substr(text.size() - half);
+  const size_t old = tool_indices.size() > o.keep_recent_observations ? tool_indices.size() - o.keep_recent_observations : 0;
+  const size_t all_but_newest = tool_indices.empty() ? 0 : tool_indices.size() - 1;
+  const std::pair<size_t, size_t> passes[] = {{old, o.shortened_observation_chars},
+                                              {all_but_newest, o.shortened_observation_chars},
+                                              {all_but_newest, o.shortened_observation_chars / 8}};
+  for (const auto& [limit, keep] : passes)
+    for (size_t k = 0; k < limit && total_chars(messages) > budget; ++k)
+      shorten(messages[tool_indices[k]].content, keep);
+}
+
+// What the loop knows of the conversation's length in the model's tokens: the last prompt's
+// count (the policy reports it, the template's and the tool schemas' tokens included) and the
+// characters it held; characters added since are counted at `chars_per_token`, the smallest
+// ratio measured between two prompts (3 until then: code and logs run 3-4 characters a token).
+struct TokenGauge {
+  size_t last_chars = 0;
+  int64_t last_tokens = 0;  // 0: no count yet
+  double chars_per_token = 3.0;
+  bool measured = false;
+
+  void record(size_t chars, int64_t tokens) {
+    if (tokens <= 0) return;
+    if (last_tokens > 0 && chars > last_chars && tokens > last_tokens) {
+      const double r = static_cast<double>(chars - last_chars) / static_cast<double>(tokens - last_tokens);
+      chars_per_token = measured ? std::min(chars_per_token, r) : r;
+      chars_per_token = std::clamp(chars_per_token, 1.0, 6.0);
+      measured = true;
+    }
+    last_chars = chars;
+    last_tokens = tokens;
   }
+  double estimate(size_t chars) const {
+    return static_cast<double>(last_tokens) +
+           (static_cast<double>(chars) - static_cast<double>(last_chars)) / chars_per_token;
+  }
+  // Characters that fit `tokens`.
+  size_t chars_for(int64_t tokens) const {
+    const double c = static_cast<double>(last_chars) + static_cast<double>(tokens - last_tokens) * chars_per_token;
+    return c > 0 ? static_cast<size_t>(c) : 0;
+  }
+};
+
+// The conversation's budget in characters: the options' own, and once a prompt's token count is
+// known, what leaves the reply's reserve in the model's window.
+size_t budget_chars(const AgentOptions& o, int64_t context, int64_t reserve, const TokenGauge& gauge) {
+  size_t budget = o.context_budget_chars;
+  if (context > 0 && gauge.last_tokens > 0) budget = std::min(budget, gauge.chars_for(context - reserve));
+  return budget;
 }
 
 std::string check_kind(const ToolCall& call) {
@@ -104,20 +153,41 @@ EpisodeResult run_episode(Policy& policy, Workspace& workspace, ToolRegistry& to
   emit({{"type", "user"}, {"content", request.messages[1].content}});
 
   int invalid_streak = 0, repeat_streak = 0, next_id = 0;
+  TokenGauge gauge;
+  const int64_t model_context = policy.context_tokens();
+  const int64_t context = o.context_tokens > 0 && model_context > 0 ? std::min(o.context_tokens, model_context)
+                          : o.context_tokens > 0                    ? o.context_tokens
+                                                                    : model_context;
+  const int64_t reserve = o.reserve_tokens > 0 ? std::min(o.reserve_tokens, context / 2)
+                                               : std::clamp<int64_t>(policy.max_reply_tokens(), 0, context / 4);
   std::string last_call_key;
   result.stop_reason = "max_turns";
   for (int turn = 1; turn <= o.max_turns; ++turn) {
     result.turns = turn;
     PolicyReply reply;
     const auto t0 = Clock::now();
+    const size_t sent_chars = total_chars(request.messages);
+    if (context > 0 && gauge.last_tokens > 0 &&
+        gauge.estimate(sent_chars) >= static_cast<double>(context)) {
+      emit({{"type", "error"}, {"turn", turn}, {"source", "context"},
+            {"message", fmt::format("the conversation is about {:.0f} tokens, past the model's context of {}",
+                                    gauge.estimate(sent_chars), context)}});
+      result.stop_reason = "context_full";
+      break;
+    }
     try {
       reply = policy.complete(request);
+    } catch (const ContextFullError& e) {
+      emit({{"type", "error"}, {"turn", turn}, {"source", "context"}, {"message", e.what()}});
+      result.stop_reason = "context_full";
+      break;
     } catch (const std::exception& e) {
       emit({{"type", "error"}, {"turn", turn}, {"source", "policy"}, {"message", e.what()}});
       result.stop_reason = "policy_error";
       break;
     }
     const double gen_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    gauge.record(sent_chars, reply.prompt_tokens);
     ParsedReply parsed;
     if (!reply.tool_calls.empty()) {
       parsed.content = reply.text;
@@ -188,7 +258,7 @@ EpisodeResult run_episode(Policy& policy, Workspace& workspace, ToolRegistry& to
       result.stop_reason = "looping";
       break;
     }
-    enforce_budget(request.messages, o);
+    enforce_budget(request.messages, o, budget_chars(o, context, reserve, gauge));
   }
 
   // Nothing the policy started runs beside its own scoring (a GPU hog slowing the baselines,

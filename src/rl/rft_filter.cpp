@@ -47,6 +47,7 @@ RftFilterOptions RftFilterOptions::from_config(const json& rft) {
 TrajectoryOutcome read_trajectory_outcome(const std::filesystem::path& path) {
   const std::string text = read_file(path);
   std::optional<json> score;
+  int replies = 0;
   size_t line_no = 0, start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
@@ -58,6 +59,7 @@ TrajectoryOutcome read_trajectory_outcome(const std::filesystem::path& path) {
     json event = json::parse(line, nullptr, /*allow_exceptions=*/false);
     CA_CHECK(event.is_object(), "{}:{}: not a JSON object (a truncated or corrupt line?)", path.string(), line_no);
     const auto type = event.find("type");
+    if (type != event.end() && *type == "assistant") ++replies;
     if (type == event.end() || *type != "score") continue;
     CA_CHECK(!score, "{}:{}: a second score event; a trajectory has one", path.string(), line_no);
     score = std::move(event);
@@ -75,6 +77,7 @@ TrajectoryOutcome read_trajectory_outcome(const std::filesystem::path& path) {
   out.turns = int_field(*score, "turns", where);
   out.tool_calls = int_field(*score, "tool_calls", where);
   out.invalid_tool_calls = int_field(*score, "invalid_tool_calls", where);
+  out.replies = replies;
   return out;
 }
 
@@ -96,7 +99,9 @@ RftFilterResult filter_trajectories(const std::vector<std::filesystem::path>& fi
       continue;
     }
     const auto& reasons = o.drop_stop_reasons;
-    if (std::find(reasons.begin(), reasons.end(), t.stop_reason) != reasons.end()) {
+    if (t.replies == 0) {
+      drop(path, "no_reply", fmt::format("stopped with {} before the policy's first reply", t.stop_reason));
+    } else if (std::find(reasons.begin(), reasons.end(), t.stop_reason) != reasons.end()) {
       drop(path, "stop_reason:" + t.stop_reason, fmt::format("stopped with {}", t.stop_reason));
     } else if (o.max_invalid_tool_calls >= 0 && t.invalid_tool_calls > o.max_invalid_tool_calls) {
       drop(path, "too_many_invalid_tool_calls",

@@ -115,7 +115,9 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
     spec.agent.max_turns = stage.single_turn ? 1 : rollout.max_turns;
     spec.agent.max_invalid_turns = rollout.max_invalid_turns;
     spec.agent.max_repeated_calls = rollout.max_repeated_calls;
-    // AgentOptions budgets characters; ~4 characters a token, as its default (400k ~ 100k tokens).
+    // The stage's window in tokens (the model's own bounds it too); before the first reply tells
+    // the prompt's token count, ~4 characters a token, as AgentOptions' default (400k ~ 100k).
+    spec.agent.context_tokens = stage.max_context_tokens;
     spec.agent.context_budget_chars = static_cast<size_t>(stage.max_context_tokens) * 4;
     spec.sandbox = scoring_options(ctx, run.task_index);
     run.result = agent::run_task_episode(spec);

@@ -273,8 +273,9 @@ ChatReply ChatSession::generate(std::vector<int64_t> prompt, const ChatRequestOp
                                 const TextDeltaFn& on_text_delta) {
   const int64_t context = model_->config().max_position_embeddings;
   CA_CHECK(!prompt.empty(), "the prompt is empty: give some text to continue");
-  CA_CHECK(static_cast<int64_t>(prompt.size()) < context,
-           "the prompt is {} tokens but the model's context is {}: shorten the conversation", prompt.size(), context);
+  if (static_cast<int64_t>(prompt.size()) >= context)
+    throw ContextFullError(fmt::format("the prompt is {} tokens but the model's context is {}: shorten the conversation",
+                                       prompt.size(), context));
   SamplingOptions s = options.sampling;
   CA_CHECK(s.max_new_tokens > 0, "max new tokens is {}: it must be at least 1", s.max_new_tokens);
   s.max_new_tokens = std::min<int64_t>(s.max_new_tokens, context - static_cast<int64_t>(prompt.size()));

@@ -222,14 +222,15 @@ agent::PolicyReply LocalPolicy::teacher_reply(const agent::PolicyRequest& reques
   const std::vector<int32_t> encoded = session_->tokenizer().encode(completion_text);
   std::vector<int64_t> completion(encoded.begin(), encoded.end());
   // A demonstration the actor could not write itself teaches nothing it can use: a reply longer
-  // than it may sample, or a turn past its context, fails as a sampled one would (policy_error).
+  // than it may sample fails (policy_error); a turn past its context ends the episode where a
+  // sampled one would end (context_full).
   const int64_t context = session_->model().config().max_position_embeddings;
   CA_CHECK(static_cast<int64_t>(completion.size()) <= options_.max_new_tokens,
            "the teacher's reply is {} tokens, more than the {} the actor may sample (max_new_tokens)",
            completion.size(), options_.max_new_tokens);
-  CA_CHECK(static_cast<int64_t>(prompt.size() + completion.size()) <= context,
-           "the teacher's turn ends at token {} but the model's context is {}: shorten the conversation",
-           prompt.size() + completion.size(), context);
+  if (static_cast<int64_t>(prompt.size() + completion.size()) > context)
+    throw ContextFullError(fmt::format("the teacher's turn ends at token {} but the model's context is {}",
+                                       prompt.size() + completion.size(), context));
   keep_chain(request, text, prompt, completion);
 
   agent::PolicyReply reply;
@@ -245,6 +246,8 @@ agent::PolicyReply LocalPolicy::teacher_reply(const agent::PolicyRequest& reques
   return reply;
 }
 
+int64_t LocalPolicy::context_tokens() const { return session_->model().config().max_position_embeddings; }
+
 agent::PolicyReply LocalPolicy::complete(const agent::PolicyRequest& request) {
   const ChatRequestOptions opts = request_options(calls_++);
   ChatReply chat;
@@ -256,8 +259,10 @@ agent::PolicyReply LocalPolicy::complete(const agent::PolicyRequest& request) {
     chat = session_->chat_from_ids(prompt_ids(request, text, &extends), opts);
   } catch (const Error& e) {
     reset_chain();
-    CA_FAIL("{} {}: {}", teacher_ ? "teacher" : "local policy",
-            teacher_ ? teacher_->name() : options_.model.string(), e.what());
+    const std::string message = fmt::format("{} {}: {}", teacher_ ? "teacher" : "local policy",
+                                            teacher_ ? teacher_->name() : options_.model.string(), e.what());
+    if (dynamic_cast<const ContextFullError*>(&e)) throw ContextFullError(message);
+    throw Error(message);
   }
   // Keep what the model saw and sampled, and the text it stands for, for the next turn.
   keep_chain(request, std::move(text), chat.prompt_token_ids, chat.completion_token_ids);

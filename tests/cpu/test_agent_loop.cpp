@@ -268,6 +268,80 @@ TEST(AgentLoop, OldObservationsAreShortenedToFitTheBudget) {
   EXPECT_NE(policy.last_request.messages[2 + 1].content.find("removed to fit the context"), std::string::npos);
 }
 
+// A model with a small window: a prompt counts 200 tokens of template and tool schemas plus a
+// token per 3 characters of the messages, and one that does not fit throws as LocalPolicy does.
+class WindowPolicy : public Policy {
+ public:
+  WindowPolicy(std::vector<std::string> replies, int64_t context) : replies_(std::move(replies)), context_(context) {}
+  std::string name() const override { return "window"; }
+  int64_t context_tokens() const override { return context_; }
+  int64_t max_reply_tokens() const override { return 500; }
+  PolicyReply complete(const PolicyRequest& request) override {
+    size_t chars = 0;
+    for (const auto& m : request.messages) {
+      chars += m.content.size();
+      for (const auto& c : m.tool_calls) chars += c.arguments.dump().size() + c.name.size();
+    }
+    const int64_t tokens = 200 + static_cast<int64_t>(chars / 3);
+    if (tokens >= context_) throw ContextFullError(fmt::format("the prompt is {} tokens", tokens));
+    prompt_tokens.push_back(tokens);
+    PolicyReply r;
+    r.text = next_ < replies_.size() ? replies_[next_++] : "Done.";
+    r.prompt_tokens = static_cast<int>(tokens);
+    return r;
+  }
+  std::vector<int64_t> prompt_tokens;
+
+ private:
+  std::vector<std::string> replies_;
+  size_t next_ = 0;
+  int64_t context_;
+};
+
+TEST(AgentLoop, AConversationIsKeptInsideTheModelsWindow) {
+  // Eight observations of ~1000 tokens each through a 4000-token window: the older ones are
+  // shortened (the six newest too, the window being small) so that every prompt leaves the reply
+  // its room, and the episode ends as the policy meant it to.
+  Fixture fx;
+  std::vector<std::string> replies;
+  for (int i = 0; i < 8; ++i)
+    replies.push_back(call("Bash", {{"command", "head -c 3000 /dev/zero | tr '\\0' b; echo " + std::to_string(i)}}));
+  WindowPolicy policy(replies, 4000);
+  EpisodeResult r = run_episode(policy, fx.workspace, fx.tools, AgentOptions{}, file_scorer_result);
+  EXPECT_EQ(r.stop_reason, "answered") << ::testing::PrintToString(policy.prompt_tokens);
+  ASSERT_EQ(policy.prompt_tokens.size(), 9u);
+  for (size_t i = 1; i < policy.prompt_tokens.size(); ++i)
+    EXPECT_LE(policy.prompt_tokens[i], 4000 - 500) << "prompt " << i;
+  // The same conversation without a window known to the loop runs into the model's limit.
+  Fixture fx2;
+  class Unknown : public WindowPolicy {
+   public:
+    using WindowPolicy::WindowPolicy;
+    int64_t context_tokens() const override { return 0; }
+  } blind(replies, 4000);
+  EpisodeResult r2 = run_episode(blind, fx2.workspace, fx2.tools, AgentOptions{}, file_scorer_result);
+  EXPECT_EQ(r2.stop_reason, "context_full");
+  EXPECT_EQ(r2.trajectory.back().value("type", ""), "score") << "the episode is still scored";
+  bool found = false;
+  for (const auto& e : r2.trajectory)
+    found = found || (e.value("type", "") == "error" && e.value("source", "") == "context");
+  EXPECT_TRUE(found);
+}
+
+TEST(AgentLoop, AConversationThatCannotBeShortenedEndsContextFull) {
+  // The policy's own replies fill the window (nothing of theirs is shortened): the loop stops
+  // before the model would refuse, as `context_full`, not `policy_error`.
+  Fixture fx;
+  std::vector<std::string> replies;
+  for (int i = 0; i < 10; ++i)
+    replies.push_back(std::string(3000, 'x') + "\n" + call("Bash", {{"command", "echo " + std::to_string(i)}}));
+  WindowPolicy policy(replies, 4000);
+  EpisodeResult r = run_episode(policy, fx.workspace, fx.tools, AgentOptions{}, file_scorer_result);
+  EXPECT_EQ(r.stop_reason, "context_full");
+  EXPECT_LT(r.turns, 10);
+  EXPECT_EQ(r.trajectory.back().value("type", ""), "score");
+}
+
 TEST(AgentLoop, SingleTurnTakesTheLastPythonBlock) {
   Fixture fx;
   ListPolicy policy({"Here it is:\n```python\nfirst = 1\n```\nbetter:\n```python\nclass ModelNew: pass\n```\n"});

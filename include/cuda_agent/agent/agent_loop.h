@@ -22,8 +22,16 @@ namespace cuda_agent::agent {
 struct AgentOptions {
   int max_turns = 150;                  // policy replies; the paper trains with 150, evaluates with 200
   size_t context_budget_chars = 400000;  // ~100k tokens; past it, old observations are shortened
+  // The conversation's window in tokens (the smaller of this and the policy's
+  // Policy::context_tokens; 0: the policy's) and the room kept for a reply (at most half the
+  // window; 0: the policy's max_reply_tokens, at most a quarter); with no window known, the
+  // character budget alone. Once a reply reports its prompt's token count,
+  // old observations are shortened so that the prompt leaves the reply its room; a conversation
+  // that still does not fit the window ends `context_full`.
+  int64_t context_tokens = 0;
+  int64_t reserve_tokens = 0;
   size_t shortened_observation_chars = 1500;
-  size_t keep_recent_observations = 6;  // never shortened
+  size_t keep_recent_observations = 6;  // shortened only when the older ones are not enough; the newest never
   int max_invalid_turns = 5;            // consecutive replies whose calls all failed to parse or run
   int max_repeated_calls = 6;           // the same call (name and arguments) this many times in a row: looping
   bool single_turn = false;             // no tools: one answer holding model_new.py, scored
@@ -45,7 +53,8 @@ struct TurnTokens {
 };
 
 struct EpisodeResult {
-  std::string stop_reason;   // answered, max_turns, policy_error, invalid_tool_calls, looping, single_turn
+  std::string stop_reason;   // answered, max_turns, policy_error, context_full, invalid_tool_calls, looping,
+                             // single_turn
   int turns = 0;
   int tool_calls = 0;
   int invalid_tool_calls = 0;

@@ -54,6 +54,8 @@ class QuietGpuPolicy final : public Policy {
   QuietGpuPolicy(Policy& inner, int gpu) : inner_(inner), gpu_(gpu) {}
   std::string name() const override { return inner_.name(); }
   PolicyReply complete(const PolicyRequest& request) override;
+  int64_t context_tokens() const override { return inner_.context_tokens(); }
+  int64_t max_reply_tokens() const override { return inner_.max_reply_tokens(); }
 
  private:
   Policy& inner_;

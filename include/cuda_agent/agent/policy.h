@@ -63,8 +63,14 @@ class Policy {
   virtual ~Policy() = default;
   virtual std::string name() const = 0;
   // One completion. Throws Error when the policy cannot answer (transport failure, exhausted
-  // retries); the loop records it and ends the episode with stop reason "policy_error".
+  // retries); the loop records it and ends the episode with stop reason "policy_error"
+  // (ContextFullError: "context_full").
   virtual PolicyReply complete(const PolicyRequest& request) = 0;
+  // The model's context window in tokens and the most a reply may take (0: unknown). The loop
+  // keeps the conversation inside the window with room for a reply; a policy that finds a
+  // conversation too long for it throws ContextFullError (the episode ends "context_full").
+  virtual int64_t context_tokens() const { return 0; }
+  virtual int64_t max_reply_tokens() const { return 0; }
 };
 
 // Plays scripted replies, one JSONL line per turn:

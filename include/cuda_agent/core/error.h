@@ -20,6 +20,13 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// A conversation longer than the model's context window: the caller can shorten it or stop
+// (the agent loop ends the episode as `context_full`).
+class ContextFullError : public Error {
+ public:
+  explicit ContextFullError(const std::string& what) : Error(what) {}
+};
+
 // Thrown by CA_ASSERT: our own invariant broke. Report it as a bug.
 class InternalError : public std::logic_error {
  public:

@@ -39,6 +39,7 @@ struct TrajectoryOutcome {
   int turns = 0;
   int tool_calls = 0;
   int invalid_tool_calls = 0;
+  int replies = 0;  // assistant events: 0 when the policy never answered
   double reward = 0;
 };
 
@@ -49,6 +50,8 @@ TrajectoryOutcome read_trajectory_outcome(const std::filesystem::path& path);
 
 // Why a trajectory was dropped. The first rule that applies wins, in this order:
 //   "malformed"                          read_trajectory_outcome threw (unreadable, bad JSON, no score)
+//   "no_reply"                           the policy never answered (e.g. its first prompt did not fit
+//                                        the model's context): nothing to learn from
 //   "stop_reason:<reason>"               its stop reason is in drop_stop_reasons
 //   "too_many_invalid_tool_calls"        invalid_tool_calls > max_invalid_tool_calls (when >= 0)
 //   "low_reward"                         reward <= keep_reward_above

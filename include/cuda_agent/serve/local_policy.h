@@ -101,9 +101,10 @@ class LocalPolicy : public agent::Policy {
   // must produce itself. completion_token_ids are the assistant turn as the template renders it in
   // later prompts (the calls in its layout), end-of-turn token included; when the template's
   // rendering cannot be isolated (it rewrites earlier turns) they are the reply text plus the
-  // end-of-turn token. Prompts chain as for sampled replies. A reply longer than max_new_tokens, or
-  // one that would end past the model's context, throws Error as sampling would (the episode ends
-  // with policy_error): a demonstration the actor could not write itself. completion_logprobs are zeros and
+  // end-of-turn token. Prompts chain as for sampled replies. A reply longer than max_new_tokens
+  // throws Error (the episode ends with policy_error), one that would end past the model's
+  // context ContextFullError (context_full), as sampling would: a demonstration the actor could
+  // not write itself. completion_logprobs are zeros and
   // PolicyReply::teacher_forced is true: the tokens are not the model's samples, so they serve
   // supervised updates only (rl::ppo_samples refuses them). Nothing is sampled; the model's
   // weights are not read. name() is "teacher:" + the teacher's name.
@@ -112,8 +113,11 @@ class LocalPolicy : public agent::Policy {
   std::string name() const override { return teacher_ ? "teacher:" + teacher_->name() : options_.to_spec(); }
   // One reply: text (raw, <tool_call> blocks included), finish_reason ("stop", "length" or
   // "tool_calls"), token counts and token records. Throws Error naming the model file when the
-  // conversation cannot be rendered (bad role, malformed call) or does not fit the context.
+  // conversation cannot be rendered (bad role, malformed call), ContextFullError when it does not
+  // fit the context.
   agent::PolicyReply complete(const agent::PolicyRequest& request) override;
+  int64_t context_tokens() const override;
+  int64_t max_reply_tokens() const override { return options_.max_new_tokens; }
 
   // The sampling and template options of call number `call`.
   ChatRequestOptions request_options(uint64_t call) const;

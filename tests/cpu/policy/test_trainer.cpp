@@ -45,7 +45,7 @@ std::string tiny_task(const std::string& doc, const std::string& expr) {
 
 // Two tasks in the project's own split format; with `oversized`, a third ("long") whose docstring
 // alone outgrows the tiny model's 4096-token context (one token a byte): its prompt does not fit,
-// the policy fails and the episode ends with stop reason policy_error and no assistant turn.
+// the policy refuses it and the episode ends with stop reason context_full and no assistant turn.
 void write_split(const fs::path& dir, bool oversized = false) {
   write_file_atomic(dir / "tasks" / "add" / "model.py", tiny_task("a + b", "a + b"));
   write_file_atomic(dir / "tasks" / "mul" / "model.py", tiny_task("a * b", "a * b"));
@@ -475,7 +475,7 @@ TEST(Trainer, MissingActorIsAnErrorNamingTheKey) {
 }
 
 // The recipe's stages 2 to 4 in order on a split of three tasks, one of which cannot be prompted
-// (policy_error: RFT drops it, value pretraining cannot use it). Then the same run with RFT alone,
+// (context_full with no reply: RFT drops it as no_reply, value pretraining cannot use it). Then the same run with RFT alone,
 // resumed with value pretraining enabled, ends where the uninterrupted run did.
 TEST(Trainer, RftThenValuePretrainThenPpoAndResumeBetweenThem) {
   cuda_agent::testing::use_built_lm_module();
@@ -495,14 +495,14 @@ TEST(Trainer, RftThenValuePretrainThenPpoAndResumeBetweenThem) {
   ASSERT_EQ(stages_of(records), (std::vector<std::string>{"rft", "value_pretrain", "ppo"})) << log.str();
   EXPECT_EQ(log.str().find("not implemented"), std::string::npos) << log.str();
 
-  // RFT: every task of the split, the oversized one dropped by its stop reason, the rest kept.
+  // RFT: every task of the split, the oversized one dropped (no reply), the rest kept.
   const json& rft = records[0];
   EXPECT_EQ(rft["step"], 1);
   EXPECT_EQ(rft["tasks"], json({"add", "mul", "long"})) << rft.dump();
   EXPECT_EQ(rft["episodes"], 3) << rft.dump();
   EXPECT_EQ(rft["kept"], 2) << rft.dump();
   EXPECT_EQ(rft["dropped"], 1) << rft.dump();
-  EXPECT_EQ(rft["dropped_by_reason"], json({{"stop_reason:policy_error", 1}})) << rft.dump();
+  EXPECT_EQ(rft["dropped_by_reason"], json({{"no_reply", 1}})) << rft.dump();
   EXPECT_EQ(rft["update_skipped"], false) << rft.dump() << "\n" << log.str();
   EXPECT_EQ(rft["optimizer_steps"], 2) << rft.dump();  // ceil(2 kept / batch_size 1) x 1 epoch
   for (const char* key : {"loss", "entropy", "grad_norm_actor", "reward_mean", "pass_rate", "step_seconds"})
@@ -514,7 +514,9 @@ TEST(Trainer, RftThenValuePretrainThenPpoAndResumeBetweenThem) {
   for (const char* task : {"add", "mul", "long"})
     EXPECT_TRUE(fs::is_regular_file(run / "rollouts" / "rft" / fmt::format("{}-e0", task) / "trajectory.jsonl"))
         << task;
-  EXPECT_NE(log.str().find("stop_reason:policy_error 1"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("no_reply 1"), std::string::npos) << log.str();
+  const std::string long_episode = read_file(run / "rollouts" / "rft" / "long-e0" / "trajectory.jsonl");
+  EXPECT_NE(long_episode.find("\"stop_reason\":\"context_full\""), std::string::npos) << long_episode.substr(0, 2000);
 
   // Value pretraining on RFT's trajectories, kept or not: 3 steps over 2 usable sequences (two
   // passes: 2 mini-batches, then 1).

@@ -84,6 +84,18 @@ TEST(RftFilter, KeepsPositiveRewardsAndCountsEachDropReason) {
   r = filter_trajectories(f.paths, o);
   EXPECT_EQ(r.kept.size(), 4u);  // fast, looping (3.0), invalid (2.0), many_invalid (2.0)
   EXPECT_EQ(r.dropped_by_reason, (std::map<std::string, size_t>{{"low_reward", 4}}));
+
+  // An episode the policy never answered (its first prompt did not fit): nothing to learn from,
+  // whatever its stop reason and reward.
+  Files g;
+  std::string silent = trajectory("context_full", 2.0);
+  silent.erase(silent.find("{\"content\":\"<tool_call>"), silent.find("{\"ok\"") - silent.find("{\"content\":\"<tool_call>"));
+  ASSERT_EQ(silent.find("\"assistant\""), std::string::npos) << silent;
+  g.add("silent.jsonl", silent);
+  const fs::path full = g.add("context_full.jsonl", trajectory("context_full", 2.0));
+  r = filter_trajectories(g.paths, RftFilterOptions::from_config(train_config_defaults()["stages"]["rft"]));
+  EXPECT_EQ(r.kept, std::vector<fs::path>{full});
+  EXPECT_EQ(r.dropped_by_reason, (std::map<std::string, size_t>{{"no_reply", 1}}));
 }
 
 TEST(RftFilter, MalformedFilesAreDroppedAndNamedNeverThrown) {
