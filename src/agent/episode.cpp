@@ -111,7 +111,12 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   std::map<std::string, std::string> env = {{"CUDA_AGENT_CACHE_DIR", tools_cache.string()}};
   if (spec.device == "cuda") env["CUDA_VISIBLE_DEVICES"] = std::to_string(spec.gpu);
   ToolOptions tool_options = spec.tools;
-  tool_options.hidden_paths.push_back(sandbox::cache_secret_dir(scoring_cache).string());
+  // The scoring cache, which verify.sh does not use (it has the tools' cache): its key, and the
+  // solutions' cubins and builds (a reference solution's, other episodes') are answers.
+  if (sandbox::may_hide(scoring_cache) && fs::is_directory(scoring_cache))
+    tool_options.hidden_paths.push_back(fs::canonical(scoring_cache).string());
+  else
+    tool_options.hidden_paths.push_back(sandbox::cache_secret_dir(scoring_cache).string());
   // The answers: the task's reference solutions and what the caller hides (the run's other
   // episodes and demonstrations), for the policy's commands here and for its solution in the
   // scorer (the judge hides the task's answers itself). The task stays readable for the scripts.
@@ -121,6 +126,14 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   for (const std::string& dir : answers) {
     tool_options.hidden_paths.push_back(dir);
     if (sandbox::path_within(task.parent_path(), dir)) tool_options.read_only_paths.push_back(task.parent_path().string());
+  }
+  // sandbox.read_scope "system": the policy's commands read only the system's and Python's
+  // folders, the task's, the GPU's lock files and their own (a copy of an answer anywhere else,
+  // an earlier run's folder, cannot be read).
+  if (spec.sandbox.read_scope == "system") {
+    tool_options.visible_paths = sandbox::read_scope_system_paths();
+    tool_options.visible_paths.push_back(fs::absolute(task).parent_path().string());
+    tool_options.visible_paths.push_back(sandbox::gpu_lock_directory().string());
   }
   // The GPU's lock files exist before any command runs: verify.sh's evaluations take them, through
   // a read-only descriptor (a confined Bash sees them read-only: no channel between episodes, no

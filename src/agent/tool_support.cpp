@@ -294,6 +294,7 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
       if (std::filesystem::is_directory(path, ec)) argv.insert(argv.end(), {"--hidden", path});
     for (const auto& path : context.options.read_only_paths)
       if (std::filesystem::exists(path, ec)) argv.insert(argv.end(), {"--read-only", path});
+    for (const auto& path : context.options.visible_paths) argv.insert(argv.end(), {"--visible", path});
     argv.insert(argv.end(), {"bash", "-c", command});
     return argv;
   }
@@ -309,6 +310,19 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
     std::error_code type_ec;
     if (entry.is_directory(type_ec) || entry.is_regular_file(type_ec))
       argv.insert(argv.end(), {"--ro-bind-try", entry.path().string(), entry.path().string()});  // may vanish meanwhile
+  }
+  // The read scope: what lies outside it (the host's /tmp entries included) empty, as the
+  // binary's own confinement does it.
+  if (!context.options.visible_paths.empty()) {
+    std::filesystem::create_directories(cache, ec);
+    std::vector<std::string> keep = context.options.visible_paths;
+    keep.insert(keep.end(), {root, cache, "/dev", "/proc", "/sys"});
+    for (const auto* list : {&context.options.writable_paths, &context.options.read_only_paths})
+      keep.insert(keep.end(), list->begin(), list->end());
+    for (const auto& locked : context.workspace->locked_files()) keep.push_back(locked.string());
+    const ReadScopeCover outside = read_scope_cover(keep);
+    for (const auto& dir : outside.dirs) argv.insert(argv.end(), {"--tmpfs", dir, "--remount-ro", dir});
+    for (const auto& file : outside.files) argv.insert(argv.end(), {"--ro-bind", "/dev/null", file});
   }
   // Hidden folders before what is shown inside them (the workspace inside its hidden run folder),
   // read-only once those are bound; one inside a path bound since is hidden again on top.

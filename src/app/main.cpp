@@ -748,7 +748,7 @@ struct InternalFlags {
   bool judge = false;
   int quiet_gpu = -1;
   std::string candidate;
-  std::vector<std::string> writable, read_only, hidden;
+  std::vector<std::string> writable, read_only, hidden, visible;
   bool signals_only = false;
   uint64_t tmpfs_bytes = 0, max_file_bytes = 0, max_disk_bytes = 0;
   std::vector<std::string> watched;
@@ -776,6 +776,7 @@ void add_internal(CLI::App& app, Verbs& verbs) {
   confined->add_option("--writable", f->writable)->allow_extra_args(false);  // one path each, repeatable
   confined->add_option("--read-only", f->read_only)->allow_extra_args(false);
   confined->add_option("--hidden", f->hidden)->allow_extra_args(false);  // folders shown empty
+  confined->add_option("--visible", f->visible)->allow_extra_args(false);  // the read scope (empty: everything)
   // Inside bubblewrap, which made the namespaces: only the signals are scoped.
   confined->add_flag("--signals-only", f->signals_only);
   confined->add_option("--tmpfs-bytes", f->tmpfs_bytes);     // the private /tmp's and /dev/shm's size
@@ -788,6 +789,7 @@ void add_internal(CLI::App& app, Verbs& verbs) {
                      plan.writable = f->writable;
                      plan.read_only = f->read_only;
                      plan.hidden = f->hidden;
+                     plan.visible = f->visible;
                      plan.private_dirs = {"/tmp"};
                      plan.signals_only = f->signals_only;
                      plan.tmpfs_bytes = f->tmpfs_bytes;

@@ -279,7 +279,43 @@ bool under(const std::string& path, const std::string& dir) {
                          (dir.back() == '/' || path[dir.size()] == '/'));
 }
 
+// read_scope_cover's walk of the folder `dir`, which lies on the way to a path of `keep`.
+void cover_outside(const std::string& dir, const std::vector<std::string>& keep, ReadScopeCover& cover) {
+  std::vector<Entry> entries;
+  try {
+    entries = list_entries(dir);
+  } catch (const Error&) {
+    return;  // unreadable to us: unreadable to the confined process too
+  }
+  for (const Entry& e : entries) {
+    const std::string path = (dir == "/" ? "" : dir) + "/" + e.name;
+    if (e.symlink) continue;
+    if (std::any_of(keep.begin(), keep.end(), [&](const std::string& k) { return under(path, k); })) continue;
+    if (std::any_of(keep.begin(), keep.end(), [&](const std::string& k) { return under(k, path); })) {
+      if (e.directory) cover_outside(path, keep, cover);
+      continue;
+    }
+    struct stat st{};
+    if (::lstat(path.c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) cover.dirs.push_back(path);
+    else if (S_ISREG(st.st_mode)) cover.files.push_back(path);
+  }
+}
+
 }  // namespace
+
+ReadScopeCover read_scope_cover(const std::vector<std::string>& visible) {
+  std::vector<std::string> keep;
+  for (const std::string& v : visible) {
+    std::error_code ec;
+    const std::filesystem::path resolved = std::filesystem::canonical(v, ec);
+    if (!ec) keep.push_back(resolved.string());
+  }
+  ReadScopeCover cover;
+  if (keep.empty()) return cover;
+  if (std::find(keep.begin(), keep.end(), "/") == keep.end()) cover_outside("/", keep, cover);
+  return cover;
+}
 
 void confine_this_process(const ConfinementPlan& plan) {
   namespace fs = std::filesystem;
@@ -295,6 +331,16 @@ void confine_this_process(const ConfinementPlan& plan) {
   for (const auto& p : plan.read_only) read_only.push_back(canonical(p, "read-only path"));
   std::vector<std::string> hidden;
   for (const auto& p : plan.hidden) hidden.push_back(canonical(p, "hidden directory"));
+  // The read scope: what lies outside it is hidden with the hidden directories.
+  ReadScopeCover outside;
+  if (!plan.visible.empty()) {
+    std::vector<std::string> visible = plan.visible;
+    for (const auto* list : {&writable, &read_only}) visible.insert(visible.end(), list->begin(), list->end());
+    for (const char* system : {"/dev", "/proc", "/sys"}) visible.push_back(system);
+    outside = read_scope_cover(visible);
+    for (const std::string& dir : outside.dirs)
+      if (std::find(hidden.begin(), hidden.end(), dir) == hidden.end()) hidden.push_back(dir);
+  }
   // Parents first, so that a writable path inside another one is bound on top of it.
   std::sort(writable.begin(), writable.end());
   std::error_code ec;
@@ -384,6 +430,15 @@ void confine_this_process(const ConfinementPlan& plan) {
     const bool inside = std::any_of(hidden.begin(), hidden.end(), [&](const std::string& o) { return o != h && under(h, o); });
     if (!inside) mount_tmpfs(h, 0755, 1 << 20, MS_NOSUID | MS_NODEV | MS_NOEXEC);
     hidden_mounted.push_back(!inside);
+  }
+  // Files outside the read scope: /dev/null (the host's, bound into the new /dev) in their place.
+  for (const std::string& file : outside.files) {
+    if (::mount("/dev/null", file.c_str(), nullptr, MS_BIND, nullptr) != 0) {
+      const int err = errno;
+      if (unreachable(err)) continue;  // gone since, or inside a folder hidden above
+      CA_FAIL("cannot hide {} (outside the read scope): {}", file, errno_text(err));
+    }
+    remount(file, /*read_only=*/true);
   }
   // A mount point for `path` where the mounts above hid it (inside a private or hidden tmpfs).
   auto mount_point = [&](const std::string& path, const struct stat& st, const char* what) {

@@ -144,8 +144,9 @@ double cpu_seconds(clockid_t clock) {
 void Candidate::start(std::string& phase) {
   phase = "confine";
   if (req_.confine) {
-    const ConfinementPlan plan = candidate_confinement_plan({req_.nvrtc_dir, req_.build_dir}, req_.hidden, req_.tmpfs_bytes,
-                                                                req_.shown);
+    ConfinementPlan plan = candidate_confinement_plan({req_.nvrtc_dir, req_.build_dir}, req_.hidden, req_.tmpfs_bytes,
+                                                          req_.shown);
+    plan.visible = req_.visible;
     try {
       confine_this_process(plan);
     } catch (const std::exception& e) {
@@ -514,7 +515,7 @@ int Candidate::serve() {
 nlohmann::json CandidateRequest::to_json() const {
   return {{"task_path", task_path}, {"solution_path", solution_path}, {"device", device},
           {"confine", confine},     {"scope_signals", scope_signals}, {"nvrtc_dir", nvrtc_dir}, {"build_dir", build_dir},
-          {"hidden", hidden},       {"shown", shown},                 {"tmpfs_bytes", tmpfs_bytes},
+          {"hidden", hidden},       {"shown", shown},                 {"visible", visible}, {"tmpfs_bytes", tmpfs_bytes},
           {"scratch_dir", scratch_dir}};
 }
 
@@ -529,6 +530,7 @@ CandidateRequest CandidateRequest::from_json(const nlohmann::json& j) {
   r.build_dir = j.at("build_dir");
   r.hidden = j.value("hidden", std::vector<std::string>{});
   r.shown = j.value("shown", std::vector<std::string>{});
+  r.visible = j.value("visible", std::vector<std::string>{});
   r.tmpfs_bytes = j.value("tmpfs_bytes", uint64_t{0});
   r.scratch_dir = j.value("scratch_dir", "");
   return r;

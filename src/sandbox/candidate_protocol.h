@@ -40,6 +40,9 @@ struct CandidateRequest {
   std::string build_dir;        // the solution's own nvcc builds (kernels/, TORCH_EXTENSIONS_DIR)
   std::vector<std::string> hidden;  // folders the confinement empties (the cache's secret, the task's answers)
   std::vector<std::string> shown;   // folders inside hidden ones that stay readable (the solution's own)
+  // sandbox.read_scope "system": besides its own folders, all the candidate may read (the system,
+  // Python, the task's and the solution's folders); empty: everything but the hidden.
+  std::vector<std::string> visible;
   uint64_t tmpfs_bytes = 0;
   // Unconfined, the tools' caches and TMPDIR go here (a folder of the judge's scratch, removed
   // with it); confined they go to the private /tmp.

@@ -62,7 +62,8 @@ nlohmann::json SandboxOptions::to_json() const {
           {"host_memory_gb", host_memory_gb},
           {"gpu_memory_fraction", gpu_memory_fraction},
           {"cache_dir", cache_dir},
-          {"confine", confine}};
+          {"confine", confine},
+          {"read_scope", read_scope}};
 }
 
 nlohmann::json SandboxOptions::defaults() { return SandboxOptions{}.to_json(); }
@@ -104,6 +105,7 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.gpu_memory_fraction = merged["gpu_memory_fraction"];
   o.cache_dir = merged["cache_dir"];
   o.confine = merged["confine"];
+  o.read_scope = merged["read_scope"];
   CA_CHECK(o.trials >= 1, "sandbox.trials must be at least 1, got {}", o.trials);
   CA_CHECK(o.warm_workers >= 0 && o.warm_workers <= 16, "sandbox.warm_workers must be 0 to 16, got {}", o.warm_workers);
   CA_CHECK(o.timed_runs >= 1, "sandbox.timed_runs must be at least 1, got {}", o.timed_runs);
@@ -135,6 +137,10 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
            "sandbox.gpu_memory_fraction must be in (0, 1], got {}", o.gpu_memory_fraction);
   CA_CHECK(o.confine == "auto" || o.confine == "namespaces" || o.confine == "off",
            "sandbox.confine '{}' is unknown: use auto, namespaces or off", o.confine);
+  CA_CHECK(o.read_scope == "all" || o.read_scope == "system",
+           "sandbox.read_scope '{}' is unknown: use all (the file system read-only but for what is hidden) or system "
+           "(the system's and Python's folders, the task and the solution only)",
+           o.read_scope);
   return o;
 }
 

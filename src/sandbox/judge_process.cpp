@@ -64,7 +64,15 @@ CandidateRequest candidate_request(const EvalRequest& req, const std::string& fi
     fs::create_directories(dir, ec);
     CA_CHECK(!ec, "cannot create the solution's cache folder {}: {}", dir, ec.message());
   }
+  // Other solutions' caches are hidden (shown empty; this one's own folders are bound inside):
+  // an evaluated reference solution's cubins, or the sources a load_inline solution writes into
+  // its build folder, are answers.
   c.hidden = {cache_secret_dir(cache).string()};
+  for (const fs::path& others : {cache / "nvrtc" / "solutions", cache / "builds"}) {
+    std::error_code ec;
+    const fs::path resolved = fs::canonical(others, ec);
+    if (!ec) c.hidden.push_back(resolved.string());
+  }
   // The task's answers (its split's reference solutions), unless this solution is one of them,
   // and what the caller hides (an episode's run folder: its other episodes and demonstrations);
   // the solution's and the task's folders stay readable inside those.
@@ -87,6 +95,11 @@ CandidateRequest candidate_request(const EvalRequest& req, const std::string& fi
     }
   }
   c.tmpfs_bytes = static_cast<uint64_t>(req.options.host_memory_gb * (1ULL << 30));
+  if (req.options.read_scope == "system") {
+    c.visible = read_scope_system_paths();
+    for (const fs::path& own : {fs::path(req.solution_path).parent_path(), fs::path(req.task_path).parent_path()})
+      c.visible.push_back(fs::absolute(own, ec).string());
+  }
   return c;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
@@ -65,6 +66,52 @@ bool path_within(const fs::path& path, const fs::path& dir) {
                       (ds.back() == '/' || ps[ds.size()] == '/'));
 }
 
+namespace {
+
+void add_resolved(std::vector<std::string>& dirs, const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  const std::string resolved = fs::canonical(dir, ec).string();
+  if (!ec && std::find(dirs.begin(), dirs.end(), resolved) == dirs.end()) dirs.push_back(resolved);
+}
+
+// The git directories of every repository `path` lies in (each folder up to /): a `.git`
+// folder, or for a `.git` file (a worktree, a submodule) the folder it names and that folder's
+// common directory, where the objects are.
+void add_git_directories(std::vector<std::string>& dirs, const fs::path& path) {
+  std::error_code ec;
+  for (fs::path dir = path; dir.has_relative_path(); dir = dir.parent_path()) {
+    const fs::path dot_git = dir / ".git";
+    if (fs::is_directory(dot_git, ec)) {
+      add_resolved(dirs, dot_git);
+    } else if (fs::is_regular_file(dot_git, ec)) {
+      std::string text;
+      try {
+        text = read_file(dot_git);
+      } catch (const Error&) {
+        continue;
+      }
+      const size_t at = text.find("gitdir:");
+      if (at == std::string::npos) continue;
+      std::string named = text.substr(at + 7);
+      named.erase(0, named.find_first_not_of(" \t"));
+      named.erase(named.find_last_not_of(" \t\r\n") + 1);
+      const fs::path git_dir = fs::path(named).is_absolute() ? fs::path(named) : dir / named;
+      add_resolved(dirs, git_dir);
+      std::string common;
+      try {
+        common = read_file(git_dir / "commondir");
+      } catch (const Error&) {
+        continue;
+      }
+      common.erase(common.find_last_not_of(" \t\r\n") + 1);
+      add_resolved(dirs, fs::path(common).is_absolute() ? fs::path(common) : git_dir / common);
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> answer_directories(const std::string& task_path) {
   std::vector<std::string> dirs;
   std::error_code ec;
@@ -72,15 +119,62 @@ std::vector<std::string> answer_directories(const std::string& task_path) {
   for (const fs::path& task : {given, fs::weakly_canonical(given, ec)}) {
     // <split>/tasks/<id>/model.py: two and three folders up; <root>/level1/<file>.py: two up.
     fs::path dir = task.parent_path();
-    for (int up = 1; up <= 3 && dir.has_relative_path(); ++up, dir = dir.parent_path()) {
-      if (up < 2) continue;
-      const fs::path answers = dir / "solutions";
-      if (!fs::is_directory(answers, ec)) continue;
-      const std::string resolved = fs::canonical(answers, ec).string();
-      if (!ec && std::find(dirs.begin(), dirs.end(), resolved) == dirs.end()) dirs.push_back(resolved);
+    for (int up = 1; up <= 3 && dir.has_relative_path(); ++up, dir = dir.parent_path())
+      if (up >= 2) add_resolved(dirs, dir / "solutions");
+  }
+  // The history of the repositories holding the task and its answers holds the answers too
+  // (`git show HEAD:data/core/solutions/<id>/model_new.py`), and answers removed since.
+  const std::vector<std::string> answers = dirs;
+  for (const fs::path& task : {given, fs::weakly_canonical(given, ec)}) add_git_directories(dirs, task.parent_path());
+  for (const std::string& answer : answers) add_git_directories(dirs, answer);
+  return dirs;
+}
+
+std::vector<std::string> read_scope_system_paths() {
+  std::vector<std::string> paths = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/run"};
+  auto add = [&](const fs::path& path) {
+    std::error_code ec;
+    if (path.empty() || !path.is_absolute() || !fs::exists(path, ec)) return;
+    const std::string resolved = fs::canonical(path, ec).string();
+    if (!ec && std::find(paths.begin(), paths.end(), resolved) == paths.end()) paths.push_back(resolved);
+  };
+  // The embedded Python: .../bin/python3 of a venv or an installation, the installation behind a
+  // venv (pyvenv.cfg's home), the folders Python is told to search.
+  const fs::path python = python_executable();
+  if (python.is_absolute()) {
+    for (const fs::path& exe : {python, fs::weakly_canonical(python)}) add(exe.parent_path().parent_path());
+    std::error_code ec;
+    std::ifstream cfg(python.parent_path().parent_path() / "pyvenv.cfg");
+    for (std::string line; std::getline(cfg, line);) {
+      const size_t eq = line.find('=');
+      if (eq == std::string::npos || line.compare(0, 4, "home") != 0) continue;
+      std::string home = line.substr(eq + 1);
+      home.erase(0, home.find_first_not_of(" \t"));
+      home.erase(home.find_last_not_of(" \t\r") + 1);
+      add(fs::path(home).parent_path());
     }
   }
-  return dirs;
+  for (const char* variable : {"PYTHONPATH", "PYTHONHOME"})
+    if (const char* value = std::getenv(variable)) {
+      std::string list = value;
+      for (size_t start = 0; start <= list.size();) {
+        const size_t end = std::min(list.find(':', start), list.size());
+        add(list.substr(start, end - start));
+        start = end + 1;
+      }
+    }
+  if (const char* cuda = std::getenv("CUDA_HOME")) add(cuda);
+  add(self_executable());
+  // Libraries already mapped (libtorch's folders in a trainer, a venv's CUDA libraries).
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    std::string file = line.substr(slash);
+    if (const size_t deleted = file.find(" (deleted)"); deleted != std::string::npos) file.resize(deleted);
+    add(fs::path(file).parent_path());
+  }
+  return paths;
 }
 
 bool may_hide(const fs::path& dir) {

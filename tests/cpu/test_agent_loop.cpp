@@ -92,6 +92,16 @@ nlohmann::json file_scorer_result(const std::string& path) {
   return {{"ok", !text.empty()}, {"reward", text.empty() ? -1.0 : 1.0}};
 }
 
+// The episode the answers tests replay: the probe, then the solution written, then verify.sh.
+std::string probe_episode(const std::filesystem::path& dir, const std::string& probe, const std::string& solution) {
+  const std::filesystem::path path = dir / "episode.jsonl";
+  std::ofstream f(path);
+  f << line({{"content", call("Bash", {{"command", probe}})}});
+  f << line({{"content", call("Write", {{"file_path", "model_new.py"}, {"content", solution}})}});
+  f << line({{"content", call("Bash", {{"command", "./verify.sh"}})}});
+  return "replay:" + path.string();
+}
+
 }  // namespace
 
 TEST(AgentLoop, ReplayedEpisodeEndToEndThroughTheSandbox) {
@@ -399,6 +409,7 @@ TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
   const std::string key_file = (sandbox::cache_secret_dir(cache) / "key").string();
   const std::string probe =
       "cat " + key_file + " > /dev/null 2>&1 && echo key=read || echo key=hidden; "
+      "cat " + (cache / "builds" / "0123456789abcdef" / "cuda.cu").string() + " 2>/dev/null || echo builds=hidden; "
       "mkdir -p " + (cache / "baselines").string() + " 2>/dev/null; echo x > " + (cache / "baselines" / "forged.json").string() +
       " 2>/dev/null && echo scoring=written || echo scoring=read-only; echo tools=$CUDA_AGENT_CACHE_DIR; "
       "echo seeded=$(ls $CUDA_AGENT_CACHE_DIR/baselines/ 2>/dev/null | tr '\\n' ,)";
@@ -430,10 +441,13 @@ TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
   const std::string seeded = scoring.path_for(timed).filename().string();
   write_file_atomic(cache / "baselines" / (seeded.substr(0, 17) + "forged.json"),
                     R"({"key": {}, "eager": {"median_ms": 99}, "mac": "00"})");
+  // An evaluated solution's build folder (a load_inline solution writes its sources there).
+  write_file_atomic(cache / "builds" / "0123456789abcdef" / "cuda.cu", "// THE-ANSWER\n");
   EpisodeResult r = run_task_episode(spec);
   const std::vector<std::string> outputs = observation_outputs(spec.output_dir);
   ASSERT_EQ(outputs.size(), 3u) << r.score.dump(2);
   EXPECT_NE(outputs[0].find("key=hidden"), std::string::npos) << outputs[0];
+  EXPECT_NE(outputs[0].find("builds=hidden"), std::string::npos) << outputs[0];
   EXPECT_NE(outputs[0].find("scoring=read-only"), std::string::npos) << outputs[0];
   EXPECT_NE(outputs[0].find("tools=" + (spec.output_dir / "tools-cache").string()), std::string::npos) << outputs[0];
   EXPECT_FALSE(std::filesystem::exists(cache / "baselines" / "forged.json"));
@@ -446,8 +460,9 @@ TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
   EXPECT_FALSE(std::filesystem::exists(spec.output_dir / "tools-cache"));
 }
 
-// The answers on disk: the task's reference solution (its split's solutions/ folder) and what the
-// caller hides (the run's folder: other episodes' solutions, a teacher's demonstrations). Neither
+// The answers on disk: the task's reference solution (its split's solutions/ folder, and the
+// history of the repository it lies in) and what the caller hides (the run's folder: other
+// episodes' solutions, a teacher's demonstrations). Neither
 // the policy's commands nor its solution may read them, in either confinement of Bash; the
 // episode's own workspace stays writable and the task readable. Unconfined, the same probes read
 // both (the control: the probes work).
@@ -469,31 +484,28 @@ TEST(AgentLoop, NeitherThePolicysCommandsNorItsSolutionReadTheAnswers) {
     const auto answer = dir.path() / "split" / "solutions" / "add" / "model_new.py";
     const auto run = dir.path() / "run";
     const auto peer = run / "other-e0" / "workspace" / "model_new.py";
-    for (const auto& file : {answer, peer}) {
+    // The repository's history holds the answer as committed (git show HEAD:split/solutions/...).
+    const auto history = dir.path() / ".git" / "objects" / "an" / "swer";
+    for (const auto& file : {answer, peer, history}) {
       std::filesystem::create_directories(file.parent_path());
       write_file_atomic(file, "# THE-ANSWER\n");
     }
     // Also through /proc/<pid>/root/ of the processes outside the confinement (the test's own).
     const std::string probe = "cat " + answer.string() + " 2>/dev/null || echo answer=hidden; cat " + peer.string() +
-                              " 2>/dev/null || echo peer=hidden; head -c 12 " + task.string() +
+                              " 2>/dev/null || echo peer=hidden; cat " + history.string() +
+                              " 2>/dev/null || echo history=hidden; head -c 12 " + task.string() +
                               " > /dev/null && echo task=readable; echo x > mine.txt && echo workspace=writable; "
                               "for root in /proc/[0-9]*/root; do cat $root" + answer.string() + " $root" + peer.string() +
                               " 2>/dev/null | head -1; done | sort -u";
     // A correct solution that reads whatever answers it can at import, and says so in its output.
     const std::string solution =
         "import torch\nimport torch.nn as nn\nseen = []\nfor path in [" + nlohmann::json(answer.string()).dump() + ", " +
-        nlohmann::json(peer.string()).dump() + "]:\n    try:\n        seen.append(open(path).read())\n"
+        nlohmann::json(peer.string()).dump() + ", " + nlohmann::json(history.string()).dump() + "]:\n    try:\n        seen.append(open(path).read())\n"
         "    except OSError:\n        pass\nif seen:\n    raise RuntimeError('read the answers: ' + repr(seen))\n\n"
         "class ModelNew(nn.Module):\n    def forward(self, a, b):\n        return a + b\n";
-    {
-      std::ofstream f(dir.path() / "episode.jsonl");
-      f << line({{"content", call("Bash", {{"command", probe}})}});
-      f << line({{"content", call("Write", {{"file_path", "model_new.py"}, {"content", solution}})}});
-      f << line({{"content", call("Bash", {{"command", "./verify.sh"}})}});
-    }
     EpisodeSpec spec;
     spec.task = task;
-    spec.policy = "replay:" + (dir.path() / "episode.jsonl").string();
+    spec.policy = probe_episode(dir.path(), probe, solution);
     spec.output_dir = run / "mine-e0";
     spec.hidden_paths = {run};
     spec.device = "cpu";
@@ -513,11 +525,58 @@ TEST(AgentLoop, NeitherThePolicysCommandsNorItsSolutionReadTheAnswers) {
     }
     EXPECT_NE(outputs[0].find("answer=hidden"), std::string::npos) << outputs[0];
     EXPECT_NE(outputs[0].find("peer=hidden"), std::string::npos) << outputs[0];
+    EXPECT_NE(outputs[0].find("history=hidden"), std::string::npos) << outputs[0];
     EXPECT_EQ(outputs[0].find("THE-ANSWER"), std::string::npos) << outputs[0];
     EXPECT_NE(outputs[2].find("result    pass"), std::string::npos) << outputs[2];
     EXPECT_EQ(r.reward, 1.0) << r.score.dump(2);  // the scorer's candidate did not read them either
     EXPECT_EQ(read_file(answer), "# THE-ANSWER\n");
     EXPECT_TRUE(std::filesystem::exists(spec.output_dir / "workspace" / "mine.txt"));
+  }
+}
+
+// sandbox.read_scope "system": the policy's commands read the system, the task and their own
+// workspace, and nothing else (a copy of the answer in a folder nobody hid, a note beside the
+// split); verify.sh still runs and passes inside that view, in either confinement of Bash.
+TEST(AgentLoop, TheSystemReadScopeKeepsThePolicysCommandsToWhatTheyNeed) {
+  setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
+  std::vector<std::string> modes;
+  if (std::system("bwrap --ro-bind / / --unshare-net --die-with-parent true > /dev/null 2>&1") == 0) modes.push_back("bwrap");
+  if (std::system((std::string(CUDA_AGENT_BINARY) + " confined-exec true > /dev/null 2>&1").c_str()) == 0)
+    modes.push_back("namespaces");
+  if (modes.empty()) GTEST_SKIP() << "Bash cannot run confined here (neither bubblewrap nor user namespaces)";
+  for (const std::string& mode : modes) {
+    SCOPED_TRACE("tools.confine " + mode);
+    TempDir dir("agent-scope-");
+    const auto task = dir.path() / "split" / "tasks" / "add" / "model.py";
+    std::filesystem::create_directories(task.parent_path());
+    write_file_atomic(task, read_file(kSource + "/tests/data/tasks/add/model.py"));
+    const auto elsewhere = dir.path() / "old-run" / "add-e0" / "workspace" / "model_new.py";
+    std::filesystem::create_directories(elsewhere.parent_path());
+    write_file_atomic(elsewhere, "# THE-ANSWER\n");
+    write_file_atomic(dir.path() / "notes.txt", "# THE-ANSWER\n");
+    const std::string probe = "cat " + elsewhere.string() + " 2>/dev/null || echo elsewhere=hidden; cat " +
+                              (dir.path() / "notes.txt").string() + "; head -c 12 " + task.string() +
+                              " > /dev/null && echo task=readable; python3 -c 'print(\"python=runs\")'; "
+                              "echo x > mine.txt && echo workspace=writable";
+    const std::string solution =
+        "import torch\nimport torch.nn as nn\n\nclass ModelNew(nn.Module):\n    def forward(self, a, b):\n"
+        "        return a + b\n";
+    EpisodeSpec spec;
+    spec.task = task;
+    spec.policy = probe_episode(dir.path(), probe, solution);
+    spec.output_dir = dir.path() / "run" / "add-e0";
+    spec.device = "cpu";
+    spec.sandbox.cache_dir = (dir.path() / "cache").string();
+    spec.sandbox.read_scope = "system";
+    spec.tools.confine = mode;
+    EpisodeResult r = run_task_episode(spec);
+    const std::vector<std::string> outputs = observation_outputs(spec.output_dir);
+    ASSERT_EQ(outputs.size(), 3u) << r.score.dump(2);
+    for (const char* said : {"elsewhere=hidden", "task=readable", "python=runs", "workspace=writable"})
+      EXPECT_NE(outputs[0].find(said), std::string::npos) << said << " in " << outputs[0];
+    EXPECT_EQ(outputs[0].find("THE-ANSWER"), std::string::npos) << outputs[0];
+    EXPECT_NE(outputs[2].find("result    pass"), std::string::npos) << outputs[2];
+    EXPECT_EQ(r.reward, 1.0) << r.score.dump(2);
   }
 }
 

@@ -13,11 +13,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <random>
 #include <thread>
 
@@ -92,15 +94,20 @@ class Confine : public ::testing::Test {
   // verify --device cpu of a solution whose import runs `prelude`, under `confine`.
   nlohmann::json verify(const std::string& prelude, const std::string& confine) {
     const std::string solution = write(unique_name("solution") + "/model_new.py", solution_source(prelude));
+    return verify_file(task_, solution, [&](EvalRequest& req) { req.options.confine = confine; });
+  }
+  // verify --device cpu of `solution` against `task`, with the request as `adjust` leaves it.
+  nlohmann::json verify_file(const std::string& task, const std::string& solution,
+                             const std::function<void(EvalRequest&)>& adjust) {
     EvalRequest req;
-    req.task_path = task_;
+    req.task_path = task;
     req.solution_path = solution;
     req.mode = EvalMode::kVerify;
     req.device = "cpu";
     req.options.cache_dir = cache_dir();
     req.options.trials = 1;
     req.options.timeout_s = 120;
-    req.options.confine = confine;
+    adjust(req);
     return evaluate(req).to_json();
   }
   nlohmann::json verify_cli(const std::string& confine, std::vector<std::string> wrapper,
@@ -654,34 +661,99 @@ TEST_F(Confine, TheSolutionCannotReadTheAnswers) {
   const std::string task = write("split/tasks/t/model.py", kTask);
   const std::string answer = write("split/solutions/t/model_new.py", solution_source(""));
   const std::string peer = write("run/b/model_new.py", "# another episode's solution\n");
+  // The history of the repository the split lies in (here the test's folder).
+  const std::string history = write(".git/objects/an/swer", "# the answer as committed\n");
+  // Other solutions' caches: an evaluated solution's cubins and build folder.
+  const fs::path other_build = fs::path(cache_dir()) / "builds" / "0123456789abcdef" / "cuda.cu";
+  const fs::path other_cubin = fs::path(cache_dir()) / "nvrtc" / "solutions" / "0123456789abcdef" / "k.cubin";
+  for (const fs::path& file : {other_build, other_cubin}) {
+    fs::create_directories(file.parent_path());
+    write_file_atomic(file, "// another solution's\n");
+  }
   const std::string prelude =
-      "seen = []\nfor path in [" + py_string(answer) + ", " + py_string(peer) + "]:\n"
+      "seen = []\nfor path in [" + py_string(answer) + ", " + py_string(peer) + ", " + py_string(history) + ", " +
+      py_string(other_build.string()) + ", " + py_string(other_cubin.string()) + "]:\n"
       "    try:\n        seen.append(open(path).read())\n    except OSError:\n        pass\n"
       "if seen:\n    raise RuntimeError('read the answers: %d' % len(seen))\n"
       "assert 'ModelNew' in open(__file__).read()\n";
   const std::string solution = write("run/a/model_new.py", solution_source(prelude));
   auto eval = [&](const std::string& path, const std::string& confine) {
-    EvalRequest req;
-    req.task_path = task;
-    req.solution_path = path;
-    req.mode = EvalMode::kVerify;
-    req.device = "cpu";
-    req.hidden_paths = {(dir_.path() / "run").string()};
-    req.options.cache_dir = cache_dir();
-    req.options.trials = 1;
-    req.options.timeout_s = 120;
-    req.options.confine = confine;
-    return evaluate(req).to_json();
+    return verify_file(task, path, [&](EvalRequest& req) {
+      req.hidden_paths = {(dir_.path() / "run").string()};
+      req.options.confine = confine;
+    });
   };
   const nlohmann::json confined = eval(solution, "auto");
   EXPECT_TRUE(confined.value("ok", false)) << confined.dump(2);
   expect_confined(confined);
   const nlohmann::json off = eval(solution, "off");
   EXPECT_FALSE(off.value("ok", true)) << off.dump(2);
-  EXPECT_NE(off.value("message", "").find("read the answers: 2"), std::string::npos) << off.dump(2);
+  EXPECT_NE(off.value("message", "").find("read the answers: 5"), std::string::npos) << off.dump(2);
   const nlohmann::json reference = eval(answer, "auto");
   EXPECT_TRUE(reference.value("ok", false)) << reference.dump(2);
   expect_confined(reference);
+}
+
+// sandbox.read_scope "system": a copy of an answer anywhere but the hidden folders (another
+// folder, a file beside the split) is readable to a candidate that sees the whole file system,
+// and not to one confined to the system's and Python's folders, the task's and its own, where a
+// correct solution still imports torch and passes.
+TEST_F(Confine, TheSystemReadScopeShowsTheCandidateNothingElse) {
+  const std::string task = write("split/tasks/t/model.py", kTask);
+  const std::string elsewhere = write("elsewhere/t/model_new.py", "# a copy of the answer\n");
+  const std::string beside = write("notes.txt", "# the answer, pasted\n");
+  const std::string prelude =
+      "seen = []\nfor path in [" + py_string(elsewhere) + ", " + py_string(beside) + "]:\n"
+      "    try:\n        seen.append(open(path).read())\n    except OSError:\n        pass\n"
+      "if ''.join(seen):\n    raise RuntimeError('read the answers: %d' % len(''.join(seen)))\n";
+  const std::string solution = write("run/a/model_new.py", solution_source(prelude));
+  auto eval = [&](const std::string& scope) {
+    return verify_file(task, solution, [&](EvalRequest& req) { req.options.read_scope = scope; });
+  };
+  const nlohmann::json system = eval("system");
+  EXPECT_TRUE(system.value("ok", false)) << system.dump(2);
+  expect_confined(system);
+  const nlohmann::json all = eval("all");
+  EXPECT_FALSE(all.value("ok", true)) << all.dump(2);
+  EXPECT_NE(all.value("message", "").find("read the answers"), std::string::npos) << all.dump(2);
+}
+
+// The read scope itself: named paths readable, the rest of the folders on the way to them empty
+// (folders) or /dev/null (files), the host's /tmp entries as well; writable paths still written.
+TEST(ConfineReadScope, OnlyWhatIsNamedAndWhatLiesOnTheWayCanBeRead) {
+  if (!userns_unavailable_reason().empty()) GTEST_SKIP() << userns_unavailable_reason();
+  TempDir dir("read-scope-");
+  for (const char* file : {"shown/a.txt", "other/b.txt", "work/c.txt", "top.txt"})
+    write_file_atomic(dir.path() / file, "secret\n");
+  TempDir sibling("read-scope-sibling-");  // another entry of the host's /tmp
+  write_file_atomic(sibling.path() / "d.txt", "secret\n");
+  const std::string script =
+      "test \"$(cat " + (dir.path() / "shown/a.txt").string() + ")\" = secret && echo shown=read; "
+      "cat " + (dir.path() / "other/b.txt").string() + " 2>/dev/null || echo other=hidden; "
+      "test -z \"$(cat " + (dir.path() / "top.txt").string() + ")\" && echo top=empty; "
+      "cat " + (sibling.path() / "d.txt").string() + " 2>/dev/null || echo sibling=hidden; "
+      "echo new > " + (dir.path() / "work/e.txt").string() + " && echo work=writable; "
+      "test -x /usr/bin/env && echo system=read";
+  const std::string command = std::string(CUDA_AGENT_BINARY) + " confined-exec --visible " + (dir.path() / "shown").string() +
+                              " --visible /usr --visible /bin --visible /lib --visible /lib64 --visible /etc --writable " +
+                              (dir.path() / "work").string() + " bash -c '" + script + "' 2>&1";
+  std::string out;
+  {
+    std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), &::pclose);
+    ASSERT_NE(pipe, nullptr);
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof(buf), pipe.get())) > 0;) out.append(buf, n);
+  }
+  for (const char* said : {"shown=read", "other=hidden", "top=empty", "sibling=hidden", "work=writable", "system=read"})
+    EXPECT_NE(out.find(said), std::string::npos) << said << " in:\n" << out;
+  EXPECT_EQ(read_file(dir.path() / "work/e.txt"), "new\n");
+  const ReadScopeCover cover = read_scope_cover({(dir.path() / "shown").string()});
+  const std::string other = fs::canonical(dir.path() / "other").string();
+  EXPECT_NE(std::find(cover.dirs.begin(), cover.dirs.end(), other), cover.dirs.end());
+  EXPECT_NE(std::find(cover.files.begin(), cover.files.end(), fs::canonical(dir.path() / "top.txt").string()),
+            cover.files.end());
+  EXPECT_EQ(std::find(cover.dirs.begin(), cover.dirs.end(), fs::canonical(dir.path()).string()), cover.dirs.end())
+      << "a folder on the way is walked, not hidden";
 }
 
 // The agent's confined Bash sees the GPU's lock files read-only (no channel between episodes, no
@@ -723,7 +795,7 @@ TEST_F(Confine, ALockFileSeenReadOnlyIsStillTaken) {
   if (after >= 0) ::close(after);
 }
 
-TEST(ConfinePlan, AnswersAreTheSplitsSolutionsFolderFoundAsGivenAndAsResolved) {
+TEST(ConfinePlan, AnswersAreTheSplitsSolutionsFolderFoundAsGivenAndAsResolvedAndTheRepositorysHistory) {
   TempDir dir("answers-");
   for (const char* folder : {"core/tasks/x", "core/solutions/x", "kb/level1", "kb/solutions", "learning/train"})
     fs::create_directories(dir.path() / folder);
@@ -739,6 +811,19 @@ TEST(ConfinePlan, AnswersAreTheSplitsSolutionsFolderFoundAsGivenAndAsResolved) {
   EXPECT_EQ(answer_directories((dir.path() / "kb/level1/1_x.py").string()),
             std::vector<std::string>{fs::canonical(dir.path() / "kb" / "solutions").string()});
   EXPECT_TRUE(answer_directories((dir.path() / "nowhere/model.py").string()).empty());
+  // A repository's history holds the answers as committed: its git folder goes with them; a
+  // worktree's `.git` file names its own git folder, whose common folder holds the objects.
+  for (const char* folder : {"repo/.git/worktrees/wt", "repo/data/tasks/y", "repo/data/solutions", "wt/data/tasks/y"})
+    fs::create_directories(dir.path() / folder);
+  write_file_atomic(dir.path() / "repo/data/tasks/y/model.py", "");
+  write_file_atomic(dir.path() / "wt/data/tasks/y/model.py", "");
+  write_file_atomic(dir.path() / "repo/.git/worktrees/wt/commondir", "../..\n");
+  write_file_atomic(dir.path() / "wt/.git", "gitdir: " + (dir.path() / "repo/.git/worktrees/wt").string() + "\n");
+  const std::string repo_git = fs::canonical(dir.path() / "repo" / ".git").string();
+  EXPECT_EQ(answer_directories((dir.path() / "repo/data/tasks/y/model.py").string()),
+            (std::vector<std::string>{fs::canonical(dir.path() / "repo/data/solutions").string(), repo_git}));
+  EXPECT_EQ(answer_directories((dir.path() / "wt/data/tasks/y/model.py").string()),
+            (std::vector<std::string>{fs::canonical(dir.path() / "repo/.git/worktrees/wt").string(), repo_git}));
   EXPECT_TRUE(path_within(dir.path() / "core" / "solutions" / "x", dir.path() / "core"));
   EXPECT_FALSE(path_within(dir.path() / "core-other", dir.path() / "core"));
   EXPECT_FALSE(may_hide(fs::path(CUDA_AGENT_BINARY).parent_path())) << "the binary's folder";

@@ -19,10 +19,8 @@ std::string call(const std::string& name, const nlohmann::json& args) {
 
 std::string line(const nlohmann::json& j) { return j.dump() + "\n"; }
 
-}  // namespace
-
-TEST(AgentGpu, ReplayedEpisodeWritesACorrectKernelAndEarnsAPositiveReward) {
-  CA_REQUIRE_GPU();
+void replayed_episode_earns_a_positive_reward(const std::string& read_scope) {
+  SCOPED_TRACE("sandbox.read_scope " + read_scope);
   prepare_environment();
   TempDir dir("agent-gpu-");
   const std::string kernel = read_file(source_path("tests/data/solutions/add_ok/model_new.py"));
@@ -41,6 +39,7 @@ TEST(AgentGpu, ReplayedEpisodeWritesACorrectKernelAndEarnsAPositiveReward) {
   spec.skill_file = source_path("skills/cuda-kernel-sandbox/SKILL.md");
   spec.device = "cuda";
   spec.sandbox = fast_options();
+  spec.sandbox.read_scope = read_scope;
   agent::EpisodeResult r = agent::run_task_episode(spec, nullptr);
 
   EXPECT_EQ(r.stop_reason, "answered");
@@ -61,4 +60,18 @@ TEST(AgentGpu, ReplayedEpisodeWritesACorrectKernelAndEarnsAPositiveReward) {
   EXPECT_TRUE(saw_verify);
   EXPECT_TRUE(saw_profile);
   EXPECT_TRUE(std::filesystem::exists(spec.output_dir / "trajectory.jsonl"));
+}
+
+}  // namespace
+
+TEST(AgentGpu, ReplayedEpisodeWritesACorrectKernelAndEarnsAPositiveReward) {
+  CA_REQUIRE_GPU();
+  replayed_episode_earns_a_positive_reward("all");
+}
+
+// The same with the policy's commands and the solution kept to the system's and Python's
+// folders, the task's and their own (verify.sh's judge and candidate start inside that view).
+TEST(AgentGpu, TheSystemReadScopeStillVerifiesProfilesAndScores) {
+  CA_REQUIRE_GPU();
+  replayed_episode_earns_a_positive_reward("system");
 }

@@ -241,6 +241,25 @@ TEST(SandboxGpu, KernelsDirectoryLayoutBuildsWithNvcc) {
   EXPECT_EQ(r["build_path"], "nvcc");
 }
 
+// sandbox.read_scope "system" on the GPU: the candidate reads only the system's and Python's
+// folders, the task's and its own, and CUDA still starts, NVRTC and nvcc still build, cuBLAS still
+// runs, the timer and CUPTI still work.
+TEST(SandboxGpu, TheSystemReadScopeRunsEveryBuildPath) {
+  CA_REQUIRE_GPU();
+  auto options = fast_options();
+  options.read_scope = "system";
+  options.timeout_s = 400;
+  const auto timed = run_eval(kAdd, solution("add_ok"), EvalMode::kEvaluate, options);
+  ASSERT_TRUE(timed["ok"].get<bool>()) << timed.dump(2);
+  EXPECT_TRUE(timed["worker"]["confined"].get<bool>()) << timed["worker"].dump(2);
+  EXPECT_GT(timed["timings"]["candidate"]["median_ms"].get<double>(), 0.0) << timed.dump(2);
+  const auto gemm = run_eval("tests/data/tasks/linear_small/model.py", solution("linear_ok"), EvalMode::kVerify, options);
+  EXPECT_TRUE(gemm["ok"].get<bool>()) << gemm.dump(2);
+  const auto nvcc = run_eval(kAdd, solution("add_load_inline"), EvalMode::kVerify, options);
+  EXPECT_TRUE(nvcc["ok"].get<bool>()) << nvcc.dump(2);
+  EXPECT_EQ(nvcc["build_path"], "nvcc");
+}
+
 // The timer must see a bandwidth-bound kernel at >= 70% of the copy bandwidth measured here.
 TEST(SandboxGpu, TimerAgreesWithMemoryBandwidth) {
   CA_REQUIRE_GPU();

@@ -48,6 +48,10 @@ struct ToolOptions {
   // Existing files or folders inside hidden ones that a confined Bash may still read (the task's
   // folder inside a hidden run folder). The workspace and the writable paths need no entry here.
   std::vector<std::string> read_only_paths;
+  // When not empty, a confined Bash reads only these, the workspace, the writable and read-only
+  // paths (ConfinementPlan::visible; sandbox.read_scope "system": the system's and Python's
+  // folders, the task's, the GPU's lock files).
+  std::vector<std::string> visible_paths;
   // A confined Bash's resources beside the workspace: the size of its private /tmp and /dev/shm
   // (memory: unbounded, each would take up to half the machine's RAM, and other episodes'
   // evaluations and the trainer with it), and the largest file it may write anywhere (the

@@ -32,6 +32,12 @@ struct ConfinementPlan {
   // Directories covered by an empty read-only tmpfs: their contents cannot be read at all (the
   // evaluation cache's secret key). Each must exist.
   std::vector<std::string> hidden;
+  // When not empty, the read scope: only these files and folders, the writable and read-only
+  // ones, /dev, /proc and /sys, and what lies on the way to them can be read; everything else the
+  // file system holds when the process is confined (read_scope_cover() of them) is hidden, a
+  // folder shown empty and a file as /dev/null: the host's entries of a private directory too
+  // (what the process writes there stays its own). Paths that do not exist are left out.
+  std::vector<std::string> visible;
   // Size limit of each tmpfs (the private directories and /dev/shm); 0: the kernel's default
   // (half the RAM).
   uint64_t tmpfs_bytes = 0;
@@ -49,6 +55,17 @@ struct ConfinementPlan {
   uint64_t max_watched_bytes = 0;
   std::vector<std::string> watched;
 };
+
+// What a read scope hides: every folder and file, as the file system holds them now, that lies
+// outside every path of `visible` (each resolved; those that do not exist are left out) and is
+// not on the way to one; a folder on the way is walked, one inside a visible path left alone.
+// Symbolic links are left as they are: what one points to is hidden or not by where it lies.
+// Sockets, pipes and devices on the way are left alone too.
+struct ReadScopeCover {
+  std::vector<std::string> dirs;   // to be shown empty
+  std::vector<std::string> files;  // to be shown as /dev/null
+};
+ReadScopeCover read_scope_cover(const std::vector<std::string>& visible);
 
 // exec_confined's exit code for a command stopped by ConfinementPlan::max_watched_bytes.
 constexpr int kDiskLimitExitCode = 125;

@@ -80,10 +80,19 @@ ConfinementPlan candidate_confinement_plan(const std::vector<std::string>& writa
 
 // The folders that hold the answers to the task `task_path`: a `solutions` folder of its split
 // (data/<split>/solutions beside data/<split>/tasks/<id>/model.py; kb/solutions beside
-// kb/level1/<file>.py), found from the path as given and as resolved, those that exist. A
-// solution must not read them (a model_new.py that execs the reference solution is not one), nor
-// an agent's shell: a confined candidate and Bash see them empty.
+// kb/level1/<file>.py), found from the path as given and as resolved, those that exist; and the
+// git directories of every repository the task or those folders lie in (a `.git` folder; for a
+// worktree's `.git` file, its git folder and their common one), whose objects hold the answers
+// as committed. A solution must not read them (a model_new.py that execs the reference solution
+// is not one), nor an agent's shell: a confined candidate and Bash see them empty.
 std::vector<std::string> answer_directories(const std::string& task_path);
+
+// sandbox.read_scope "system": what any confined process of the sandbox may read besides its own
+// folders: the system's (/usr, /bin, /sbin, /lib*, /etc, /run), the embedded Python's (its
+// venv, the installation behind it, PYTHONPATH and PYTHONHOME), CUDA_HOME, this binary and the
+// folders of every library mapped into this process. Everything else (the repository, other
+// runs, users' homes) is hidden from a process confined with these as ConfinementPlan::visible.
+std::vector<std::string> read_scope_system_paths();
 
 // Whether a confined Bash or candidate can run with `dir` hidden: false when it holds this
 // binary or the embedded Python's folder (a run folder given as the repository itself, say).
