@@ -306,13 +306,10 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
     if (context.options.tmpfs_bytes > 0) argv.insert(argv.end(), {"--size", std::to_string(context.options.tmpfs_bytes)});
     argv.insert(argv.end(), {"--tmpfs", dir});
   }
-  for (const auto& entry : std::filesystem::directory_iterator("/tmp", ec)) {
-    std::error_code type_ec;
-    if (entry.is_directory(type_ec) || entry.is_regular_file(type_ec))
-      argv.insert(argv.end(), {"--ro-bind-try", entry.path().string(), entry.path().string()});  // may vanish meanwhile
-  }
-  // The read scope: what lies outside it (the host's /tmp entries included) empty, as the
-  // binary's own confinement does it.
+  // The read scope (when there is one): what the command may read, resolved. The host's /tmp
+  // entries come back only where it shows them; everything else outside it is shown empty, as
+  // the binary's own confinement does it.
+  std::vector<std::string> scope;
   if (!context.options.visible_paths.empty()) {
     std::filesystem::create_directories(cache, ec);
     std::vector<std::string> keep = context.options.visible_paths;
@@ -320,9 +317,27 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
     for (const auto* list : {&context.options.writable_paths, &context.options.read_only_paths})
       keep.insert(keep.end(), list->begin(), list->end());
     for (const auto& locked : context.workspace->locked_files()) keep.push_back(locked.string());
-    const ReadScopeCover outside = read_scope_cover(keep);
-    for (const auto& dir : outside.dirs) argv.insert(argv.end(), {"--tmpfs", dir, "--remount-ro", dir});
-    for (const auto& file : outside.files) argv.insert(argv.end(), {"--ro-bind", "/dev/null", file});
+    for (const auto& path : keep) {
+      const std::filesystem::path resolved = std::filesystem::canonical(path, ec);
+      if (!ec) scope.push_back(resolved.string());
+    }
+  }
+  for (const auto& entry : std::filesystem::directory_iterator("/tmp", ec)) {
+    std::error_code type_ec;
+    if (!scope.empty() && !read_scope_shows(scope, entry.path().string())) continue;
+    if (entry.is_directory(type_ec) || entry.is_regular_file(type_ec))
+      argv.insert(argv.end(), {"--ro-bind-try", entry.path().string(), entry.path().string()});  // may vanish meanwhile
+  }
+  if (!scope.empty()) {
+    const ReadScopeCover outside = read_scope_cover(scope);
+    // /tmp is private already, and its host entries were filtered above.
+    const auto in_tmp = [](const std::string& path) {
+      return path == "/tmp" || std::filesystem::path(path).parent_path() == "/tmp";
+    };
+    for (const auto& dir : outside.dirs)
+      if (!in_tmp(dir)) argv.insert(argv.end(), {"--tmpfs", dir, "--remount-ro", dir});
+    for (const auto& file : outside.files)
+      if (!in_tmp(file)) argv.insert(argv.end(), {"--ro-bind", "/dev/null", file});
   }
   // Hidden folders before what is shown inside them (the workspace inside its hidden run folder),
   // read-only once those are bound; one inside a path bound since is hidden again on top.

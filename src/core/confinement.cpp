@@ -304,6 +304,10 @@ void cover_outside(const std::string& dir, const std::vector<std::string>& keep,
 
 }  // namespace
 
+bool read_scope_shows(const std::vector<std::string>& visible, const std::string& path) {
+  return std::any_of(visible.begin(), visible.end(), [&](const std::string& k) { return under(path, k) || under(k, path); });
+}
+
 ReadScopeCover read_scope_cover(const std::vector<std::string>& visible) {
   std::vector<std::string> keep;
   for (const std::string& v : visible) {
@@ -332,15 +336,33 @@ void confine_this_process(const ConfinementPlan& plan) {
   std::vector<std::string> hidden;
   for (const auto& p : plan.hidden) hidden.push_back(canonical(p, "hidden directory"));
   // The read scope: what lies outside it is hidden with the hidden directories.
+  // A private directory's host entries are not bound back unless the scope shows them (other
+  // processes come and go there: nothing of theirs is covered, it is simply not there).
   ReadScopeCover outside;
+  std::vector<std::string> scope;
   if (!plan.visible.empty()) {
     std::vector<std::string> visible = plan.visible;
     for (const auto* list : {&writable, &read_only}) visible.insert(visible.end(), list->begin(), list->end());
     for (const char* system : {"/dev", "/proc", "/sys"}) visible.push_back(system);
-    outside = read_scope_cover(visible);
-    for (const std::string& dir : outside.dirs)
-      if (std::find(hidden.begin(), hidden.end(), dir) == hidden.end()) hidden.push_back(dir);
+    for (const std::string& v : visible) {
+      std::error_code ec;
+      const fs::path resolved = fs::canonical(v, ec);
+      if (!ec) scope.push_back(resolved.string());
+    }
+    outside = read_scope_cover(scope);
+    // A private directory is its own already; its host entries are filtered below.
+    const auto in_private = [&](const std::string& path) {
+      const auto is_private = [&](const std::string& p) {
+        return std::find(private_dirs.begin(), private_dirs.end(), p) != private_dirs.end();
+      };
+      return is_private(path) || is_private(fs::path(path).parent_path().string());
+    };
+    outside.dirs.erase(std::remove_if(outside.dirs.begin(), outside.dirs.end(), in_private), outside.dirs.end());
+    outside.files.erase(std::remove_if(outside.files.begin(), outside.files.end(), in_private), outside.files.end());
   }
+  const size_t plan_hidden = hidden.size();  // those after it are the scope's cover: they may vanish meanwhile
+  for (const std::string& dir : outside.dirs)
+    if (std::find(hidden.begin(), hidden.end(), dir) == hidden.end()) hidden.push_back(dir);
   // Parents first, so that a writable path inside another one is bound on top of it.
   std::sort(writable.begin(), writable.end());
   std::error_code ec;
@@ -409,6 +431,10 @@ void confine_this_process(const ConfinementPlan& plan) {
   std::vector<PrivateDir> privates;
   for (const auto& d : private_dirs) {
     PrivateDir p{d, open_path(d, "private directory"), list_entries(d), 01777};
+    if (!scope.empty())
+      p.entries.erase(std::remove_if(p.entries.begin(), p.entries.end(),
+                                     [&](const Entry& e) { return !read_scope_shows(scope, d + "/" + e.name); }),
+                      p.entries.end());
     struct stat st{};
     if (::stat(d.c_str(), &st) == 0) p.mode = st.st_mode;
     privates.push_back(std::move(p));
@@ -425,11 +451,21 @@ void confine_this_process(const ConfinementPlan& plan) {
   // writable or read-only path: an episode's workspace inside its hidden run folder) has its
   // mount point there.
   std::vector<bool> hidden_mounted;
-  for (const std::string& h : hidden) {
+  for (size_t i = 0; i < hidden.size(); ++i) {
+    const std::string& h = hidden[i];
     // One inside another hidden directory is hidden with it.
     const bool inside = std::any_of(hidden.begin(), hidden.end(), [&](const std::string& o) { return o != h && under(h, o); });
-    if (!inside) mount_tmpfs(h, 0755, 1 << 20, MS_NOSUID | MS_NODEV | MS_NOEXEC);
-    hidden_mounted.push_back(!inside);
+    bool mounted = !inside;
+    // The scope's cover needs no room for mount points; a hidden folder that cannot be reached
+    // (removed since it was listed, or a host entry of a private directory the scope left out)
+    // has nothing to hide.
+    const std::string options = i >= plan_hidden ? "mode=755,size=4096" : "mode=755,size=1048576";
+    if (mounted && ::mount("tmpfs", h.c_str(), "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, options.c_str()) != 0) {
+      const int err = errno;
+      if (!unreachable(err)) CA_FAIL("cannot mount a private tmpfs on {}: {}", h, errno_text(err));
+      mounted = false;
+    }
+    hidden_mounted.push_back(mounted);
   }
   // Files outside the read scope: /dev/null (the host's, bound into the new /dev) in their place.
   for (const std::string& file : outside.files) {

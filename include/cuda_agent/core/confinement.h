@@ -66,6 +66,8 @@ struct ReadScopeCover {
   std::vector<std::string> files;  // to be shown as /dev/null
 };
 ReadScopeCover read_scope_cover(const std::vector<std::string>& visible);
+// Whether `path` (resolved) is one of `visible` (resolved), inside one or on the way to one.
+bool read_scope_shows(const std::vector<std::string>& visible, const std::string& path);
 
 // exec_confined's exit code for a command stopped by ConfinementPlan::max_watched_bytes.
 constexpr int kDiskLimitExitCode = 125;
