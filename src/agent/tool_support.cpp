@@ -313,14 +313,11 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
   if (!context.options.visible_paths.empty()) {
     std::filesystem::create_directories(cache, ec);
     std::vector<std::string> keep = context.options.visible_paths;
-    keep.insert(keep.end(), {root, cache, "/dev", "/proc", "/sys"});
+    keep.insert(keep.end(), {root, cache});
     for (const auto* list : {&context.options.writable_paths, &context.options.read_only_paths})
       keep.insert(keep.end(), list->begin(), list->end());
     for (const auto& locked : context.workspace->locked_files()) keep.push_back(locked.string());
-    for (const auto& path : keep) {
-      const std::filesystem::path resolved = std::filesystem::canonical(path, ec);
-      if (!ec) scope.push_back(resolved.string());
-    }
+    scope = resolve_read_scope(keep);
   }
   for (const auto& entry : std::filesystem::directory_iterator("/tmp", ec)) {
     std::error_code type_ec;
@@ -329,15 +326,9 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
       argv.insert(argv.end(), {"--ro-bind-try", entry.path().string(), entry.path().string()});  // may vanish meanwhile
   }
   if (!scope.empty()) {
-    const ReadScopeCover outside = read_scope_cover(scope);
-    // /tmp is private already, and its host entries were filtered above.
-    const auto in_tmp = [](const std::string& path) {
-      return path == "/tmp" || std::filesystem::path(path).parent_path() == "/tmp";
-    };
-    for (const auto& dir : outside.dirs)
-      if (!in_tmp(dir)) argv.insert(argv.end(), {"--tmpfs", dir, "--remount-ro", dir});
-    for (const auto& file : outside.files)
-      if (!in_tmp(file)) argv.insert(argv.end(), {"--ro-bind", "/dev/null", file});
+    const ReadScopeCover outside = read_scope_cover(scope, {"/tmp"});  // its host entries: filtered above
+    for (const auto& dir : outside.dirs) argv.insert(argv.end(), {"--tmpfs", dir, "--remount-ro", dir});
+    for (const auto& file : outside.files) argv.insert(argv.end(), {"--ro-bind", "/dev/null", file});
   }
   // Hidden folders before what is shown inside them (the workspace inside its hidden run folder),
   // read-only once those are bound; one inside a path bound since is hidden again on top.

@@ -304,20 +304,32 @@ void cover_outside(const std::string& dir, const std::vector<std::string>& keep,
 
 }  // namespace
 
-bool read_scope_shows(const std::vector<std::string>& visible, const std::string& path) {
-  return std::any_of(visible.begin(), visible.end(), [&](const std::string& k) { return under(path, k) || under(k, path); });
+bool read_scope_shows(const std::vector<std::string>& scope, const std::string& path) {
+  return std::any_of(scope.begin(), scope.end(), [&](const std::string& k) { return under(path, k) || under(k, path); });
 }
 
-ReadScopeCover read_scope_cover(const std::vector<std::string>& visible) {
-  std::vector<std::string> keep;
+std::vector<std::string> resolve_read_scope(const std::vector<std::string>& visible) {
+  std::vector<std::string> scope;
   for (const std::string& v : visible) {
     std::error_code ec;
     const std::filesystem::path resolved = std::filesystem::canonical(v, ec);
-    if (!ec) keep.push_back(resolved.string());
+    if (!ec) scope.push_back(resolved.string());
   }
+  for (const char* system : {"/dev", "/proc", "/sys"}) scope.push_back(system);
+  return scope;
+}
+
+ReadScopeCover read_scope_cover(const std::vector<std::string>& scope, const std::vector<std::string>& private_dirs) {
   ReadScopeCover cover;
-  if (keep.empty()) return cover;
-  if (std::find(keep.begin(), keep.end(), "/") == keep.end()) cover_outside("/", keep, cover);
+  if (std::find(scope.begin(), scope.end(), "/") == scope.end()) cover_outside("/", scope, cover);
+  const auto is_private = [&](const std::string& p) {
+    return std::find(private_dirs.begin(), private_dirs.end(), p) != private_dirs.end();
+  };
+  const auto own = [&](const std::string& path) {
+    return is_private(path) || is_private(std::filesystem::path(path).parent_path().string());
+  };
+  cover.dirs.erase(std::remove_if(cover.dirs.begin(), cover.dirs.end(), own), cover.dirs.end());
+  cover.files.erase(std::remove_if(cover.files.begin(), cover.files.end(), own), cover.files.end());
   return cover;
 }
 
@@ -343,22 +355,8 @@ void confine_this_process(const ConfinementPlan& plan) {
   if (!plan.visible.empty()) {
     std::vector<std::string> visible = plan.visible;
     for (const auto* list : {&writable, &read_only}) visible.insert(visible.end(), list->begin(), list->end());
-    for (const char* system : {"/dev", "/proc", "/sys"}) visible.push_back(system);
-    for (const std::string& v : visible) {
-      std::error_code ec;
-      const fs::path resolved = fs::canonical(v, ec);
-      if (!ec) scope.push_back(resolved.string());
-    }
-    outside = read_scope_cover(scope);
-    // A private directory is its own already; its host entries are filtered below.
-    const auto in_private = [&](const std::string& path) {
-      const auto is_private = [&](const std::string& p) {
-        return std::find(private_dirs.begin(), private_dirs.end(), p) != private_dirs.end();
-      };
-      return is_private(path) || is_private(fs::path(path).parent_path().string());
-    };
-    outside.dirs.erase(std::remove_if(outside.dirs.begin(), outside.dirs.end(), in_private), outside.dirs.end());
-    outside.files.erase(std::remove_if(outside.files.begin(), outside.files.end(), in_private), outside.files.end());
+    scope = resolve_read_scope(visible);
+    outside = read_scope_cover(scope, private_dirs);
   }
   const size_t plan_hidden = hidden.size();  // those after it are the scope's cover: they may vanish meanwhile
   for (const std::string& dir : outside.dirs)

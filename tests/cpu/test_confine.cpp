@@ -754,7 +754,7 @@ TEST(ConfineReadScope, OnlyWhatIsNamedAndWhatLiesOnTheWayCanBeRead) {
   EXPECT_NE(tmp.find("host=absent"), std::string::npos) << tmp;
   EXPECT_NE(tmp.find("x\n"), std::string::npos) << tmp;
   EXPECT_EQ(read_file(dir.path() / "work/e.txt"), "new\n");
-  const ReadScopeCover cover = read_scope_cover({(dir.path() / "shown").string()});
+  const ReadScopeCover cover = read_scope_cover(resolve_read_scope({(dir.path() / "shown").string()}));
   const std::string other = fs::canonical(dir.path() / "other").string();
   EXPECT_NE(std::find(cover.dirs.begin(), cover.dirs.end(), other), cover.dirs.end());
   EXPECT_NE(std::find(cover.files.begin(), cover.files.end(), fs::canonical(dir.path() / "top.txt").string()),

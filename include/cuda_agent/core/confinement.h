@@ -56,18 +56,24 @@ struct ConfinementPlan {
   std::vector<std::string> watched;
 };
 
-// What a read scope hides: every folder and file, as the file system holds them now, that lies
-// outside every path of `visible` (each resolved; those that do not exist are left out) and is
-// not on the way to one; a folder on the way is walked, one inside a visible path left alone.
-// Symbolic links are left as they are: what one points to is hidden or not by where it lies.
-// Sockets, pipes and devices on the way are left alone too.
+// A read scope: the paths of `visible` resolved (those that do not exist left out), and /dev,
+// /proc and /sys, which every confined process needs.
+std::vector<std::string> resolve_read_scope(const std::vector<std::string>& visible);
+
+// What the read scope `scope` (resolve_read_scope's) hides: every folder and file, as the file
+// system holds them now, that lies outside every path of it and is not on the way to one; a
+// folder on the way is walked, one inside a scope path left alone. Symbolic links are left as
+// they are (what one points to is hidden or not by where it lies), and so are sockets, pipes and
+// devices. `private_dirs` (a private /tmp) are the process's own: neither they nor their entries
+// are covered; their host entries are to be left out where the scope does not show them
+// (read_scope_shows), so that nothing of the processes coming and going there needs covering.
 struct ReadScopeCover {
   std::vector<std::string> dirs;   // to be shown empty
   std::vector<std::string> files;  // to be shown as /dev/null
 };
-ReadScopeCover read_scope_cover(const std::vector<std::string>& visible);
-// Whether `path` (resolved) is one of `visible` (resolved), inside one or on the way to one.
-bool read_scope_shows(const std::vector<std::string>& visible, const std::string& path);
+ReadScopeCover read_scope_cover(const std::vector<std::string>& scope, const std::vector<std::string>& private_dirs = {});
+// Whether `path` (resolved) is a path of `scope`, inside one or on the way to one.
+bool read_scope_shows(const std::vector<std::string>& scope, const std::string& path);
 
 // exec_confined's exit code for a command stopped by ConfinementPlan::max_watched_bytes.
 constexpr int kDiskLimitExitCode = 125;

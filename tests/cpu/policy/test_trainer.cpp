@@ -852,6 +852,20 @@ TEST(Trainer, RftMixesTeacherAndOwnEpisodesAndValuePretrainKeepsToTheOwn) {
 // `ablate` end to end on the tiny model: the base and two ablations, one of which fails at run
 // time (its split does not exist) without stopping the others; the comparison names all three;
 // a second call continues the finished runs (nothing to do) instead of starting them over.
+namespace {
+
+// `cuda-agent ablate` over DIR/base.yaml and DIR/ablations/ into DIR/out, on the CPU.
+rl::AblationOptions ablation_options(const fs::path& dir) {
+  rl::AblationOptions o;
+  o.base_config = dir / "base.yaml";
+  o.ablations_dir = dir / "ablations";
+  o.output_dir = dir / "out";
+  o.train = cpu_options(false);
+  return o;
+}
+
+}  // namespace
+
 TEST(Trainer, AblateRunsEveryVariantAndComparesThem) {
   cuda_agent::testing::use_built_lm_module();
   TempDir dir("ca-trainer-ablate-");
@@ -862,11 +876,7 @@ TEST(Trainer, AblateRunsEveryVariantAndComparesThem) {
                     "model:\n  actor: models/base-model\nreward:\n  kind: raw_speedup\n");
   write_file_atomic(dir.path() / "ablations" / "lost_split.yaml",
                     "data:\n  split: " + (dir.path() / "no-such-split").string() + "\n");
-  rl::AblationOptions o;
-  o.base_config = dir.path() / "base.yaml";
-  o.ablations_dir = dir.path() / "ablations";
-  o.output_dir = dir.path() / "out";
-  o.train = cpu_options(false);
+  const rl::AblationOptions o = ablation_options(dir.path());
   std::ostringstream log;
   const std::vector<rl::AblationVariant> v = rl::run_ablations(o, log);
   ASSERT_EQ(v.size(), 3u) << log.str();
@@ -907,11 +917,7 @@ TEST(Trainer, AblateRunsTheSharedWarmUpOnce) {
   write_file_atomic(dir.path() / "base.yaml", c.dump(2));
   write_file_atomic(dir.path() / "ablations" / "no_ppo.yaml", "ppo:\n  enabled: false\n");
   write_file_atomic(dir.path() / "ablations" / "raw_speedup_reward.yaml", "reward:\n  kind: raw_speedup\n");
-  rl::AblationOptions o;
-  o.base_config = dir.path() / "base.yaml";
-  o.ablations_dir = dir.path() / "ablations";
-  o.output_dir = dir.path() / "out";
-  o.train = cpu_options(false);
+  const rl::AblationOptions o = ablation_options(dir.path());
   std::ostringstream log;
   const std::vector<rl::AblationVariant> v = rl::run_ablations(o, log);
   ASSERT_EQ(v.size(), 3u) << log.str();
