@@ -28,9 +28,9 @@ CATEGORIES = {
     "nondeterministic", "timing_mismatch", "tampering",
 }
 OPTION_KEYS = {"precision", "fallback", "provenance", "integrity_checks", "secret_seeds", "trials", "atol", "rtol",
-               "timed_runs", "timeout_s", "gpu_wait_s"}
+               "timed_runs", "timeout_s", "gpu_wait_s", "read_scope"}
 OPTION_VALUES = {"precision": {"loose", "strict", "tf32"}, "fallback": {"off", "warn", "enforce"},
-                 "provenance": {"off", "warn", "enforce"}}
+                 "provenance": {"off", "warn", "enforce"}, "read_scope": {"all", "system"}}
 SIMPLE_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.JoinedStr, ast.FormattedValue, ast.List,
                 ast.Tuple, ast.BinOp, ast.Add, ast.Mult)
 
