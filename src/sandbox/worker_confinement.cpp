@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
@@ -164,6 +165,44 @@ std::vector<std::string> read_scope_system_paths() {
       }
     }
   if (const char* cuda = std::getenv("CUDA_HOME")) add(cuda);
+  // The toolchain a solution's build runs (torch's cpp_extension takes CXX, else c++; nvcc's
+  // host compiler is CC or CUDAHOSTCXX): a compiler installed outside /usr, such as
+  // /opt/gcc/bin/g++, needs its whole installation (cc1plus, its headers and libraries).
+  auto add_tool = [&](const std::string& tool) {
+    if (tool.empty()) return;
+    std::vector<fs::path> found;
+    if (tool.find('/') != std::string::npos) {
+      found.push_back(tool);
+    } else if (const char* path = std::getenv("PATH")) {
+      const std::string list = path;
+      for (size_t start = 0; start <= list.size();) {
+        const size_t end = std::min(list.find(':', start), list.size());
+        const fs::path candidate = fs::path(list.substr(start, end - start)) / tool;
+        std::error_code ec;
+        if (candidate.is_absolute() && fs::is_regular_file(candidate, ec)) {
+          found.push_back(candidate);
+          break;
+        }
+        start = end + 1;
+      }
+    }
+    for (const fs::path& exe : found) {
+      std::error_code ec;
+      for (const fs::path& at : {exe, fs::weakly_canonical(exe, ec)}) {
+        const fs::path bin = at.parent_path();
+        add(bin);
+        // <prefix>/bin/<tool>: the prefix, unless it is the root.
+        if (bin.filename() == "bin" && bin.parent_path().has_relative_path()) add(bin.parent_path());
+      }
+    }
+  };
+  for (const char* variable : {"CXX", "CC", "CUDAHOSTCXX"})
+    if (const char* value = std::getenv(variable)) {
+      std::istringstream words(value);  // "ccache g++", "g++ -m64": each program it names
+      for (std::string word; words >> word;)
+        if (word[0] != '-') add_tool(word);
+    }
+  for (const char* tool : {"c++", "g++", "gcc", "cc", "nvcc", "ninja"}) add_tool(tool);
   add(self_executable());
   // Libraries already mapped (libtorch's folders in a trainer, a venv's CUDA libraries).
   std::ifstream maps("/proc/self/maps");

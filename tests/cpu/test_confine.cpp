@@ -763,6 +763,38 @@ TEST(ConfineReadScope, OnlyWhatIsNamedAndWhatLiesOnTheWayCanBeRead) {
       << "a folder on the way is walked, not hidden";
 }
 
+// The system read scope shows a build toolchain installed outside /usr (the GPU host's
+// /opt/gcc/bin/g++ through CXX and CC) as a whole installation: a compiler that reads its
+// own <prefix>/libexec still runs confined to the scope.
+TEST(ConfineReadScope, ABuildToolchainOutsideTheSystemFoldersIsShownWhole) {
+  if (!userns_unavailable_reason().empty()) GTEST_SKIP() << userns_unavailable_reason();
+  TempDir dir("read-scope-toolchain-");
+  const fs::path prefix = dir.path() / "opt-gcc";
+  write_file_atomic(prefix / "libexec/cc1plus", "compiled\n");
+  write_file_atomic(prefix / "bin/g++", "#!/bin/sh\ncat \"$(dirname \"$0\")/../libexec/cc1plus\"\n");
+  fs::permissions(prefix / "bin/g++", fs::perms::owner_all);
+  write_file_atomic(dir.path() / "elsewhere/secret.txt", "secret\n");
+  const std::string compiler = (prefix / "bin/g++").string();
+  const char* saved = std::getenv("CXX");
+  const std::string saved_cxx = saved ? saved : "";
+  setenv("CXX", ("ccache " + compiler + " -m64").c_str(), 1);
+  const std::vector<std::string> paths = read_scope_system_paths();
+  saved ? setenv("CXX", saved_cxx.c_str(), 1) : unsetenv("CXX");
+  EXPECT_NE(std::find(paths.begin(), paths.end(), fs::canonical(prefix).string()), paths.end());
+  EXPECT_EQ(std::find(paths.begin(), paths.end(), fs::canonical(dir.path()).string()), paths.end());
+  std::string visible;
+  for (const std::string& path : paths) visible += " --visible " + path;
+  const std::string command = std::string(CUDA_AGENT_BINARY) + " confined-exec" + visible + " bash -c '" + compiler +
+                              "; cat " + (dir.path() / "elsewhere/secret.txt").string() + " 2>/dev/null || echo other=hidden' 2>&1";
+  std::string out;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(command.c_str(), "r"), &::pclose);
+  ASSERT_TRUE(pipe);
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), pipe.get())) > 0;) out.append(buf, n);
+  EXPECT_NE(out.find("compiled"), std::string::npos) << out;
+  EXPECT_NE(out.find("other=hidden"), std::string::npos) << out;
+}
+
 // The agent's confined Bash sees the GPU's lock files read-only (no channel between episodes, no
 // disk to fill): lock_file takes them through a read-only descriptor, and holds them against the
 // host's holders as before.

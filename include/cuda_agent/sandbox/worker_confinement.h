@@ -89,8 +89,10 @@ std::vector<std::string> answer_directories(const std::string& task_path);
 
 // sandbox.read_scope "system": what any confined process of the sandbox may read besides its own
 // folders: the system's (/usr, /bin, /sbin, /lib*, /etc, /run), the embedded Python's (its
-// venv, the installation behind it, PYTHONPATH and PYTHONHOME), CUDA_HOME, this binary and the
-// folders of every library mapped into this process. Everything else (the repository, other
+// venv, the installation behind it, PYTHONPATH and PYTHONHOME), CUDA_HOME, the build
+// toolchain's installations (CXX, CC, CUDAHOSTCXX and c++, g++, gcc, cc, nvcc, ninja on PATH:
+// <prefix> of <prefix>/bin/<tool>), this binary and the folders of every library mapped into
+// this process. Everything else (the repository, other
 // runs, users' homes) is hidden from a process confined with these as ConfinementPlan::visible.
 std::vector<std::string> read_scope_system_paths();
 
