@@ -109,9 +109,8 @@ struct SandboxOptions {
   // file system, read-only, but for the hidden answers, the run's folder and the cache's key) or
   // "system" (only the system's folders, the embedded Python's, the task's and the solution's
   // folders and their own: sandbox::read_scope_system_paths; a copy of an answer anywhere else,
-  // an earlier run's folder, a clone of the repository, cannot be read). "system" is new and not
-  // yet the default: it has not been run on a GPU host.
-  std::string read_scope = "all";
+  // an earlier run's folder, a clone of the repository, cannot be read). The default.
+  std::string read_scope = "system";
   // Keys the run set explicitly (its --config file's sandbox section, --set sandbox.KEY=...):
   // a task's own tolerance and precision (bench::apply_task_options) do not override them.
   // Not part of to_json.

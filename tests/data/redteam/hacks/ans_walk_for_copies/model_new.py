@@ -6,11 +6,11 @@
 # task's class in a comment, execs each, keeps the first whose ModelNew matches the task's Model
 # on the task's own inputs, and takes it. Where none can be read it falls back to a ModelNew that
 # returns zeros.
-# Caught by: sandbox.read_scope "system" (this entry runs under it): the candidate reads only the
-# system's and Python's folders, the task's and its own, so the walk finds no copy and the
-# fallback's zeros are a mismatch. Under the default read_scope "all" copies outside the hidden
-# folders (tests/data/redteam/legit/add_*, tests/data/solutions/add_*) are found and exec'd (on
-# the CPU, 2026-12-03): the open hole docs/integrity.md names.
+# Caught by: sandbox.read_scope "system", the default: the candidate reads only the system's,
+# Python's and the toolchain's folders, the task's and its own, so the walk finds no copy and the
+# fallback's zeros are a mismatch (on the H200 under the default, 2026-12-03). Under
+# read_scope "all" copies outside the hidden folders (tests/data/redteam/legit/add_*,
+# tests/data/solutions/add_*) are found and exec'd (on the CPU, 2026-12-03).
 import os
 import sys
 
