@@ -519,7 +519,10 @@ TEST(AgentLoop, NeitherThePolicysCommandsNorItsSolutionReadTheAnswers) {
     EXPECT_NE(outputs[0].find("workspace=writable"), std::string::npos) << outputs[0];
     if (mode == "off") {
       EXPECT_EQ(outputs[0].find("hidden"), std::string::npos) << outputs[0];
-      EXPECT_NE(outputs[2].find("read the answers"), std::string::npos) << outputs[2];
+      // verify.sh's evaluation keeps the default confinement and read scope (sandbox.confine is
+      // not one of the options it takes from the episode): its candidate reads none of them
+      // even beside an unconfined Bash. The final score, with confine off, reads them.
+      EXPECT_EQ(outputs[2].find("read the answers"), std::string::npos) << outputs[2];
       EXPECT_EQ(r.reward, -1.0) << r.score.dump(2);
       continue;
     }
