@@ -25,6 +25,7 @@
 #include "cuda_agent/core/log.h"
 #include "cuda_agent/core/progress.h"
 #include "cuda_agent/core/stop_request.h"
+#include "cuda_agent/export/export.h"
 #include "cuda_agent/rl/ablation.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
@@ -653,6 +654,63 @@ void add_doctor(CLI::App& app, Verbs& verbs) {
                    }});
 }
 
+void add_export(CLI::App& app, Verbs& verbs) {
+  auto f = std::make_shared<exporter::ExportOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "export", "an evaluated solution as a Python package: its kernels precompiled, a guard, a fallback, an audit record");
+  cmd->add_option("--result", f->result, "the evaluation's result JSON (evaluate --output, a bench's results/<id>.json)")
+      ->required();
+  cmd->add_option("--output", f->output, "the package folder to write; its name is the import name")->required();
+  cmd->add_option("--solution", f->solution, "the solution's model_new.py or folder (default: the result's)");
+  cmd->add_option("--task", f->task, "the task's model.py or folder (default: the result's)");
+  cmd->add_option("--fallback", f->fallback, "what runs calls the guard turns away: compile (default) or eager");
+  cmd->add_flag("--force", f->force, "replace an existing package folder");
+  verbs.push_back({cmd, [f] {
+                     set_log_level("error");
+                     const exporter::ExportSummary s = exporter::export_solution(*f);
+                     std::cout << fmt::format(
+                         "exported {}: {} program(s), {} kernel(s) as {} cubin; import {} (PYTHONPATH={})\n"
+                         "manifest sha256 {} (canary --expect-manifest pins it)\n",
+                         s.package.string(), s.programs, s.kernels, s.arch, s.name, s.package.parent_path().string(),
+                         s.manifest_sha256);
+                     return 0;
+                   }});
+}
+
+void add_canary(CLI::App& app, Verbs& verbs) {
+  auto f = std::make_shared<exporter::CanaryOptions>();
+  auto json = std::make_shared<bool>(false);
+  CLI::App* cmd = app.add_subcommand(
+      "canary", "check an exported package on this machine: its files, its kernels against the reference, its speed");
+  cmd->add_option("package", f->package, "the package folder export wrote")->required();
+  cmd->add_option("--trials", f->trials, "fresh input draws compared with the reference (default 5)");
+  cmd->add_option("--runs", f->runs, "timed runs of the kernels and of the fallback, interleaved (default 30)");
+  cmd->add_option("--margin", f->margin, "fail when slower than the fallback by more than this fraction (default 0.05)");
+  cmd->add_option("--expect-manifest", f->expect_manifest, "the manifest's sha256 as export printed it");
+  cmd->add_flag("--rollback", f->rollback, "on failure switch the package to its fallback (state.json)");
+  cmd->add_flag("--json", *json, "print the outcome as JSON");
+  verbs.push_back({cmd, [f, json] {
+                     set_log_level("error");
+                     const exporter::CanaryOutcome o = exporter::run_canary(*f);
+                     if (*json) {
+                       std::cout << nlohmann::json({{"ok", o.ok}, {"problem", o.problem}, {"rolled_back", o.rolled_back},
+                                                    {"report", o.report}})
+                                        .dump(2)
+                                 << "\n";
+                     } else if (o.ok) {
+                       const auto& r = o.report;
+                       std::cout << fmt::format("canary {}: ok: {} trials match the reference; kernels {:.4f} ms, "
+                                                "fallback {:.4f} ms ({:.2f}x)\n",
+                                                f->package.string(), r["trials"].size(), r.value("kernel_ms", 0.0),
+                                                r.value("fallback_ms", 0.0), r.value("speedup_vs_fallback", 0.0));
+                     } else {
+                       std::cout << fmt::format("canary {}: FAILED: {}{}\n", f->package.string(), o.problem,
+                                                o.rolled_back ? "; rolled back: the package runs its fallback" : "");
+                     }
+                     return o.ok ? 0 : kExitFailed;
+                   }});
+}
+
 struct CompileFlags {
   std::string source, arch = "sm_90";
   std::vector<std::string> name_expressions, options;
@@ -827,7 +885,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "cuda-agent 0.1.0");
   Verbs verbs;
   for (auto add : {add_single_verbs, add_bench, add_baselines, add_solve, add_eval, add_synth, add_train, add_ablate,
-                   add_doctor, add_compile, add_generate, add_serve, add_internal})
+                   add_doctor, add_compile, add_export, add_canary, add_generate, add_serve, add_internal})
     add(app, verbs);
   if (const int rc = reject_unknown_verb(app, argc, argv)) return rc;
   try {
