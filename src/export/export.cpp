@@ -133,6 +133,12 @@ ExportSummary export_solution(const ExportOptions& options) {
            "--result {}: no GPU in the result (verified with --device cpu?); export needs an evaluation on the GPU it "
            "is for (cuda-agent evaluate --output R.json)", options.result.string());
 
+  // load_inline builds a shared library with nvcc when the solution is imported: no cubin to
+  // ship, and a compiler needed wherever it runs.
+  CA_CHECK(result.value("build_path", "") != "nvcc",
+           "--result {}: the solution builds its kernels with load_inline (nvcc) at import; export ships kernels "
+           "compiled through cuda_agent.compile (build path nvrtc), vendor calls and torch code. Port its kernels to "
+           "cuda_agent.compile, evaluate it again, then export", options.result.string());
   const fs::path solution = fs::absolute(
       model_file(options.solution.empty() ? fs::path(result.value("solution_path", "")) : options.solution, "model_new.py"));
   const fs::path task =

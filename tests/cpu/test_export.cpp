@@ -337,6 +337,13 @@ TEST(Export, BadInputIsRefusedWithTheFileNamed) {
   o.result = dir.path() / "cpu.json";
   EXPECT_NE(refused(o).find("no GPU in the result"), std::string::npos) << refused(o);
 
+  json nvcc = json::parse(read_file(good.result));
+  nvcc["build_path"] = "nvcc";
+  write_file_atomic(dir.path() / "nvcc.json", nvcc.dump());
+  o = good;
+  o.result = dir.path() / "nvcc.json";
+  EXPECT_NE(refused(o).find("builds its kernels with load_inline (nvcc)"), std::string::npos) << refused(o);
+
   o = good;
   o.solution = kSource + "/tests/data/solutions/add_template/model_new.py";
   EXPECT_NE(refused(o).find("changed since"), std::string::npos) << refused(o);
