@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -199,21 +201,45 @@ std::string ablation_markdown(const std::vector<AblationVariant>& variants) {
 
 namespace {
 
-// The base's config with only the stages up to the supervised warm-up, into `run_dir`.
-json sft_prefix_config(const json& config, const fs::path& run_dir) {
+// The stages a shared prefix runs: "sft" (the supervised warm-up alone) or "rft" (the warm-up,
+// the single-turn warm-up where enabled, and RFT).
+const std::vector<std::string> kPrefixLevels = {"rft", "sft"};  // deepest first
+
+bool stage_enabled(const json& config, const std::string& stage) {
+  return config.value("stages", json::object()).value(stage, json::object()).value("enabled", false);
+}
+
+// `config` with only the stages of the prefix `level` enabled, into `run_dir`.
+json prefix_config(const json& config, const std::string& level, const fs::path& run_dir) {
   json prefix = config;
-  for (const char* stage : {"warmup", "rft", "value_pretrain"}) prefix["stages"][stage]["enabled"] = false;
+  if (level == "sft")
+    for (const char* stage : {"warmup", "rft"}) prefix["stages"][stage]["enabled"] = false;
+  prefix["stages"]["value_pretrain"]["enabled"] = false;
   prefix["ppo"]["enabled"] = false;
   prefix["run"]["output_dir"] = run_dir.string();
   return prefix;
 }
 
+const char* prefix_words(const std::string& level) {
+  return level == "sft" ? "supervised warm-up" : "warm-up and RFT";
+}
+
 }  // namespace
 
-bool shares_sft_prefix(const json& base, const json& variant) {
-  return base.value("stages", json::object()).value("sft", json::object()).value("enabled", false) &&
-         config_differences(base, variant, kResumeMayChange).empty();
+bool shares_prefix(const json& base, const json& variant, const std::string& level) {
+  CA_CHECK(level == "sft" || level == "rft", "unknown prefix level '{}': use sft or rft", level);
+  if (!stage_enabled(base, "sft") || !stage_enabled(variant, "sft")) return false;
+  if (level == "rft" && (!stage_enabled(base, "rft") || !stage_enabled(variant, "rft") ||
+                         stage_enabled(base, "warmup") != stage_enabled(variant, "warmup")))
+    return false;
+  // The prefix the variant would run must be the base's, but for what a run resumed from the
+  // prefix's checkpoint may change (the reward, after the supervised warm-up alone, when that
+  // kept every correct demonstration: resume_may_change).
+  const json a = prefix_config(base, level, "prefix"), b = prefix_config(variant, level, "prefix");
+  return config_differences(a, b, resume_may_change(a, level)).empty();
 }
+
+bool shares_sft_prefix(const json& base, const json& variant) { return shares_prefix(base, variant, "sft"); }
 
 std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::ostream& log) {
   std::vector<AblationVariant> variants = ablation_variants(options);
@@ -222,29 +248,40 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
   log << "\n";
   TrainRunOptions train = options.train;
   train.resume = true;  // a second call continues each variant where it stopped
-  // The supervised warm-up from demonstrations is the same in every variant that changes only
-  // what comes after it (no_rft, no_value_pretraining): it runs once, as the base's first stage
-  // on its own, and those variants start from a copy of the base's folder at its end.
+  // What is the same in several variants runs once, as the base's first stages on their own
+  // (OUTPUT/.sft-prefix: the supervised warm-up; OUTPUT/.rft-prefix: that and RFT, itself
+  // started from a copy of the first), and each variant that shares it starts from a copy of
+  // that folder at its checkpoint: the deepest prefix it shares with at least one other variant.
   const json& base = variants.front().config;
-  const fs::path shared = options.output_dir / ".sft-prefix";
-  bool prefix_ready = latest_checkpoint(shared).step >= 0;
+  std::map<std::string, size_t> sharing;
+  for (const std::string& level : kPrefixLevels)
+    for (const AblationVariant& v : variants) sharing[level] += shares_prefix(base, v.config, level) ? 1 : 0;
+  std::function<fs::path(const std::string&)> ready_prefix = [&](const std::string& level) {
+    const fs::path dir = options.output_dir / ("." + level + "-prefix");
+    if (latest_checkpoint(dir).step >= 0) return dir;
+    if (level == "rft" && sharing["sft"] >= 2) {
+      const fs::path sft = ready_prefix("sft");
+      fs::remove_all(dir);
+      fs::copy(sft, dir, fs::copy_options::recursive);
+    }
+    log << fmt::format("[ablate] the {}, once for the variants that share it\n", prefix_words(level));
+    run_training(prefix_config(base, level, dir), train, log);
+    return dir;
+  };
   for (size_t i = 0; i < variants.size(); ++i) {
     AblationVariant& v = variants[i];
     log << fmt::format("[ablate] variant {} of {}: {} ({})\n", i + 1, variants.size(), v.name, v.config_file.string());
     try {
       const fs::path run_dir = v.config["run"]["output_dir"].get<std::string>();
-      if (shares_sft_prefix(base, v.config) && latest_checkpoint(run_dir).step < 0) {
-        if (!prefix_ready) {
-          log << "[ablate] the supervised warm-up, once for the variants that share it\n";
-          run_training(sft_prefix_config(base, shared), train, log);
-          prefix_ready = latest_checkpoint(shared).step >= 0;
-        }
-        if (prefix_ready) {
-          fs::remove_all(run_dir);
-          fs::create_directories(run_dir.parent_path());
-          fs::copy(shared, run_dir, fs::copy_options::recursive);
-          log << fmt::format("[ablate] {} starts from the shared warm-up ({})\n", v.name, shared.string());
-        }
+      for (const std::string& level : kPrefixLevels) {
+        if (sharing[level] < 2 || !shares_prefix(base, v.config, level) || latest_checkpoint(run_dir).step >= 0) continue;
+        const fs::path shared = ready_prefix(level);
+        if (latest_checkpoint(shared).step < 0) break;
+        fs::remove_all(run_dir);
+        fs::create_directories(run_dir.parent_path());
+        fs::copy(shared, run_dir, fs::copy_options::recursive);
+        log << fmt::format("[ablate] {} starts from the shared {} ({})\n", v.name, prefix_words(level), shared.string());
+        break;
       }
       run_training(v.config, train, log);
       v.ok = true;

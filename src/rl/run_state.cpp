@@ -331,6 +331,14 @@ const std::vector<std::string> kResumeMayChange = {
     "stages.warmup.enabled", "stages.rft.enabled", "stages.value_pretrain.enabled", "ppo.enabled",
     "stages.sft.enabled"};
 
+std::vector<std::string> resume_may_change(const nlohmann::json& saved_config, const std::string& stage) {
+  std::vector<std::string> keys = kResumeMayChange;
+  const nlohmann::json sft = saved_config.value("stages", nlohmann::json::object()).value("sft", nlohmann::json::object());
+  const nlohmann::json threshold = sft.value("keep_reward_above", nlohmann::json(0.0));
+  if (stage == "sft" && threshold.is_number() && threshold.get<double>() <= 0.0) keys.push_back("reward");
+  return keys;
+}
+
 std::vector<std::string> config_differences(const nlohmann::json& saved, const nlohmann::json& now,
                                             const std::vector<std::string>& may_change) {
   std::map<std::string, nlohmann::json> a, b;

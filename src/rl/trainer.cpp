@@ -140,7 +140,8 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   }
   if (options.resume && latest.step >= 0) {
     const CheckpointInfo& ckpt = latest;
-    const std::vector<std::string> diffs = config_differences(ckpt.state.at("config"), config, kResumeMayChange);
+    const std::vector<std::string> diffs = config_differences(
+        ckpt.state.at("config"), config, resume_may_change(ckpt.state.at("config"), ckpt.state.at("stage")));
     if (!diffs.empty()) {
       std::string list;
       for (const auto& d : diffs) list += "\n  " + d;

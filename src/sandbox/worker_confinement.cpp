@@ -191,8 +191,13 @@ std::vector<std::string> read_scope_system_paths() {
       for (const fs::path& at : {exe, fs::weakly_canonical(exe, ec)}) {
         const fs::path bin = at.parent_path();
         add(bin);
-        // <prefix>/bin/<tool>: the prefix, unless it is the root.
-        if (bin.filename() == "bin" && bin.parent_path().has_relative_path()) add(bin.parent_path());
+        // <prefix>/bin/<tool>: the prefix, unless it is the root or a home folder (~/bin/gcc
+        // shows ~/bin alone: a home holds runs, clones and copies of answers).
+        const fs::path prefix = bin.parent_path();
+        const char* home = std::getenv("HOME");
+        const bool a_home = (home && *home && fs::weakly_canonical(home, ec) == fs::weakly_canonical(prefix, ec)) ||
+                            prefix.parent_path() == "/home";
+        if (bin.filename() == "bin" && prefix.has_relative_path() && !a_home) add(prefix);
       }
     }
   };

@@ -777,11 +777,24 @@ TEST(ConfineReadScope, ABuildToolchainOutsideTheSystemFoldersIsShownWhole) {
   const std::string compiler = (prefix / "bin/g++").string();
   const char* saved = std::getenv("CXX");
   const std::string saved_cxx = saved ? saved : "";
+  // A compiler in a home folder's bin/ shows that bin/ alone, not the home.
+  const fs::path home = dir.path() / "home";
+  write_file_atomic(home / "bin/gcc", "#!/bin/sh\n");
+  const char* saved_home_env = std::getenv("HOME");
+  const std::string saved_home = saved_home_env ? saved_home_env : "";
+  const char* saved_cc_env = std::getenv("CC");
+  const std::string saved_cc = saved_cc_env ? saved_cc_env : "";
   setenv("CXX", ("ccache " + compiler + " -m64").c_str(), 1);
+  setenv("CC", (home / "bin/gcc").c_str(), 1);
+  setenv("HOME", home.c_str(), 1);
   const std::vector<std::string> paths = read_scope_system_paths();
   saved ? setenv("CXX", saved_cxx.c_str(), 1) : unsetenv("CXX");
+  saved_cc_env ? setenv("CC", saved_cc.c_str(), 1) : unsetenv("CC");
+  saved_home_env ? setenv("HOME", saved_home.c_str(), 1) : unsetenv("HOME");
   EXPECT_NE(std::find(paths.begin(), paths.end(), fs::canonical(prefix).string()), paths.end());
   EXPECT_EQ(std::find(paths.begin(), paths.end(), fs::canonical(dir.path()).string()), paths.end());
+  EXPECT_NE(std::find(paths.begin(), paths.end(), fs::canonical(home / "bin").string()), paths.end());
+  EXPECT_EQ(std::find(paths.begin(), paths.end(), fs::canonical(home).string()), paths.end());
   std::string visible;
   for (const std::string& path : paths) visible += " --visible " + path;
   const std::string command = std::string(CUDA_AGENT_BINARY) + " confined-exec" + visible + " bash -c '" + compiler +

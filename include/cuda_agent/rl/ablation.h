@@ -51,14 +51,19 @@ struct AblationVariant {
 // bad one, or a missing base config or ablations folder.
 std::vector<AblationVariant> ablation_variants(const AblationOptions& options);
 
-// Whether `variant` starts from the base's supervised warm-up: the base has stages.sft on and the
-// two configs differ only in what a resumed run may change (which later stages run, how long).
-bool shares_sft_prefix(const nlohmann::json& base, const nlohmann::json& variant);
+// Whether `variant` can start from the base's first stages, `level` "sft" (the supervised
+// warm-up) or "rft" (the warm-up and RFT): both run those stages, and the configs of those
+// stages differ only in what a run resumed from their checkpoint may change
+// (resume_may_change: which later stages run, how long; after the warm-up alone, the reward when
+// stages.sft.keep_reward_above <= 0). Throws Error on another level.
+bool shares_prefix(const nlohmann::json& base, const nlohmann::json& variant, const std::string& level);
+bool shares_sft_prefix(const nlohmann::json& base, const nlohmann::json& variant);  // level "sft"
 
-// Trains every variant in turn and writes the comparison. Progress goes to `log`. The
-// supervised warm-up runs once (OUTPUT/.sft-prefix/) for the variants that share it
-// (shares_sft_prefix: the base, no_rft, no_value_pretraining), each of which starts from a copy
-// of that folder at the warm-up's checkpoint.
+// Trains every variant in turn and writes the comparison. Progress goes to `log`. Stages that
+// several variants share run once: the supervised warm-up into OUTPUT/.sft-prefix/ (with
+// configs/learning.yaml: the base, no_rft, no_value_pretraining, raw_speedup_reward), the warm-up
+// and RFT into OUTPUT/.rft-prefix/ (the base, no_value_pretraining), started from a copy of the
+// first; each variant starts from a copy of the deepest prefix it shares with another.
 std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::ostream& log);
 
 // A variant's numbers from its metrics records (metrics.jsonl, in order): the records of stage

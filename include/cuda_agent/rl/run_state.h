@@ -109,6 +109,13 @@ std::string checkpoint_policy_spec(const std::filesystem::path& path, const std:
 // run (a stage before the checkpoint's is not run again).
 extern const std::vector<std::string> kResumeMayChange;
 
+// What a run resumed from a checkpoint of `stage` (saved with `saved_config`) may change:
+// kResumeMayChange, and after the supervised warm-up alone ("sft") the reward too when
+// stages.sft.keep_reward_above <= 0: then the warm-up kept every correct demonstration under
+// either reward kind (a correct solution's reward is positive under both), so nothing it did
+// depends on the reward.
+std::vector<std::string> resume_may_change(const nlohmann::json& saved_config, const std::string& stage);
+
 // For --resume: the keys whose values differ between the run's saved config and the new one
 // ("ppo.actor_lr: 3e-06 -> 1e-05"), ignoring the keys in `may_change` (dotted, e.g.
 // "run.output_dir", "ppo.steps"). Empty when they agree.

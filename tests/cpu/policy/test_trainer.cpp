@@ -908,27 +908,42 @@ TEST(Trainer, AblateRunsEveryVariantAndComparesThem) {
 // The supervised warm-up runs once for the variants that differ only in later stages (here the
 // base and no_ppo); a variant that changes it (the reward decides which demonstrations are kept)
 // runs its own. A second call does not run it again.
+// The stages variants share run once: the supervised warm-up for every variant that changes only
+// what comes after it (the reward's kind included: the warm-up kept every correct
+// demonstration), the warm-up and RFT for those that change only what comes after RFT; a
+// variant that changes the warm-up runs its own. A second call has nothing to do.
 TEST(Trainer, AblateRunsTheSharedWarmUpOnce) {
   cuda_agent::testing::use_built_lm_module();
   TempDir dir("ca-trainer-ablate-sft-");
   json c = sft_config(dir.path(), "unused");
+  c["stages"]["rft"]["enabled"] = true;
   c["ppo"]["enabled"] = true;
   c["ppo"]["steps"] = 1;
   write_file_atomic(dir.path() / "base.yaml", c.dump(2));
   write_file_atomic(dir.path() / "ablations" / "no_ppo.yaml", "ppo:\n  enabled: false\n");
   write_file_atomic(dir.path() / "ablations" / "raw_speedup_reward.yaml", "reward:\n  kind: raw_speedup\n");
+  write_file_atomic(dir.path() / "ablations" / "sft_lr.yaml", "stages:\n  sft:\n    lr: 1.0e-3\n");
   const rl::AblationOptions o = ablation_options(dir.path());
   std::ostringstream log;
   const std::vector<rl::AblationVariant> v = rl::run_ablations(o, log);
-  ASSERT_EQ(v.size(), 3u) << log.str();
+  ASSERT_EQ(v.size(), 4u) << log.str();
   for (const rl::AblationVariant& x : v) {
     EXPECT_TRUE(x.ok) << x.name << ": " << x.error << "\n" << log.str();
     const std::vector<json> records = rl::MetricsLog::read(dir.path() / "out" / x.name / "metrics.jsonl");
-    ASSERT_FALSE(records.empty()) << x.name;
+    ASSERT_GE(records.size(), 2u) << x.name;
     EXPECT_EQ(records[0]["stage"], "sft") << x.name;
+    EXPECT_EQ(records[1]["stage"], "rft") << x.name;
   }
-  EXPECT_TRUE(rl::shares_sft_prefix(v[0].config, v[1].config));
-  EXPECT_FALSE(rl::shares_sft_prefix(v[0].config, v[2].config));
+  ASSERT_EQ(v[1].name, "no_ppo");
+  EXPECT_TRUE(rl::shares_prefix(v[0].config, v[1].config, "rft"));
+  EXPECT_TRUE(rl::shares_sft_prefix(v[0].config, v[2].config));
+  EXPECT_FALSE(rl::shares_prefix(v[0].config, v[2].config, "rft")) << "RFT keeps by the reward";
+  EXPECT_FALSE(rl::shares_sft_prefix(v[0].config, v[3].config));
+  json keeps_by_reward = v[2].config;
+  keeps_by_reward["stages"]["sft"]["keep_reward_above"] = 1.5;
+  json base_keeps = v[0].config;
+  base_keeps["stages"]["sft"]["keep_reward_above"] = 1.5;
+  EXPECT_FALSE(rl::shares_sft_prefix(base_keeps, keeps_by_reward)) << "a threshold the reward's scale decides";
   const std::string text = log.str();
   auto count = [&](const std::string& what) {
     size_t n = 0;
@@ -936,16 +951,22 @@ TEST(Trainer, AblateRunsTheSharedWarmUpOnce) {
     return n;
   };
   EXPECT_EQ(count("[ablate] the supervised warm-up, once"), 1u) << text;
-  EXPECT_EQ(count("(sft 1/1)"), 2u) << "the shared warm-up and raw_speedup_reward's own\n" << text;
-  EXPECT_NE(text.find("[ablate] base starts from the shared warm-up"), std::string::npos) << text;
-  EXPECT_NE(text.find("[ablate] no_ppo starts from the shared warm-up"), std::string::npos) << text;
-  EXPECT_EQ(text.find("[ablate] raw_speedup_reward starts from"), std::string::npos) << text;
+  EXPECT_EQ(count("[ablate] the warm-up and RFT, once"), 1u) << text;
+  EXPECT_EQ(count("(sft 1/1)"), 2u) << "the shared warm-up and sft_lr's own\n" << text;
+  EXPECT_EQ(count("(rft 1/1)"), 3u) << "the shared RFT, raw_speedup_reward's and sft_lr's own\n" << text;
+  EXPECT_NE(text.find("[ablate] base starts from the shared warm-up and RFT"), std::string::npos) << text;
+  EXPECT_NE(text.find("[ablate] no_ppo starts from the shared warm-up and RFT"), std::string::npos) << text;
+  EXPECT_NE(text.find("[ablate] raw_speedup_reward starts from the shared supervised warm-up"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("[ablate] sft_lr starts from"), std::string::npos) << text;
   EXPECT_EQ(rl::MetricsLog::read(dir.path() / "out" / "base" / "metrics.jsonl").back()["stage"], "ppo");
-  EXPECT_EQ(rl::MetricsLog::read(dir.path() / "out" / "no_ppo" / "metrics.jsonl").size(), 1u);
+  EXPECT_EQ(rl::MetricsLog::read(dir.path() / "out" / "no_ppo" / "metrics.jsonl").size(), 2u);
+  EXPECT_EQ(rl::MetricsLog::read(dir.path() / "out" / "raw_speedup_reward" / "metrics.jsonl").back()["stage"], "ppo");
 
   std::ostringstream again;
   const std::vector<rl::AblationVariant> w = rl::run_ablations(o, again);
   for (const rl::AblationVariant& x : w) EXPECT_TRUE(x.ok) << x.name << ": " << x.error;
-  EXPECT_EQ(again.str().find("supervised warm-up, once"), std::string::npos) << again.str();
+  EXPECT_EQ(again.str().find(", once"), std::string::npos) << again.str();
   EXPECT_EQ(again.str().find("(sft 1/1)"), std::string::npos) << again.str();
+  EXPECT_EQ(again.str().find("(rft 1/1)"), std::string::npos) << again.str();
 }

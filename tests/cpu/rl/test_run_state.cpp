@@ -173,5 +173,18 @@ TEST(ConfigDifferences, NamesChangedKeysExceptAllowedOnes) {
   EXPECT_NE(diff[0].find("ppo.actor_lr"), std::string::npos) << diff[0];
 }
 
+// After the supervised warm-up alone the reward may change when the warm-up kept every correct
+// demonstration; after any other stage, or with a threshold the reward's scale decides, not.
+TEST(ConfigDifferences, TheRewardMayChangeOnlyAfterAWarmUpThatKeptEveryCorrectDemonstration) {
+  nlohmann::json saved = {{"stages", {{"sft", {{"keep_reward_above", 0.0}}}}}, {"reward", {{"kind", "milestone"}}}};
+  nlohmann::json now = saved;
+  now["reward"]["kind"] = "raw_speedup";
+  EXPECT_TRUE(config_differences(saved, now, resume_may_change(saved, "sft")).empty());
+  EXPECT_EQ(config_differences(saved, now, resume_may_change(saved, "rft")).size(), 1u);
+  saved["stages"]["sft"]["keep_reward_above"] = 1.5;
+  now["stages"]["sft"]["keep_reward_above"] = 1.5;
+  EXPECT_EQ(config_differences(saved, now, resume_may_change(saved, "sft")).size(), 1u);
+}
+
 }  // namespace
 }  // namespace cuda_agent::rl
