@@ -218,6 +218,51 @@ TEST(Export, LaunchArgumentsAreEncodedAsTheSandboxEncodesThem) {
   EXPECT_NE(out.find("refused: argument 3: 2147483648 is out of range for int32"), std::string::npos) << out;
 }
 
+// The launch path without a GPU: the driver replaced by a recorder, the package's runtime loads
+// the cubin (its hash checked), finds the kernel and launches it with the argument bytes the
+// kernel would read, the grid and block as given, on torch's current stream.
+TEST(Export, TheRuntimeLaunchesThroughTheDriverWithTheKernelsArgumentBytes) {
+  TempDir dir("export-launch-");
+  const exporter::ExportSummary s = exporter::export_solution(add_export(dir.path()));
+  const std::string out = python(s.package,
+                                 "import ctypes, torch, add_kernel as k, add_kernel._runtime as r\n"
+                                 "calls = []\n"
+                                 "class Driver:\n"
+                                 "    def cuGetErrorString(self, status, text): return 0\n"
+                                 "    def cuCtxGetCurrent(self, ctx): ctx._obj.value = 1234; return 0\n"
+                                 "    def cuModuleLoadData(self, module, image):\n"
+                                 "        calls.append('load %d' % len(image)); module._obj.value = 42; return 0\n"
+                                 "    def cuModuleGetFunction(self, fn, module, name):\n"
+                                 "        calls.append('get %s from %d' % (name.decode(), module.value)); fn._obj.value = 7; return 0\n"
+                                 "    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):\n"
+                                 "        args = [ctypes.cast(params[i], ctypes.POINTER(ctypes.c_uint64)).contents.value for i in range(4)]\n"
+                                 "        calls.append('launch %d grid %s block %s shared %d stream %s args %s' % (\n"
+                                 "            f.value, (gx, gy, gz), (bx, by, bz), shared, stream.value, args)); return 0\n"
+                                 "r._driver = Driver()  # what _cuda() returns, under the runtime's lock\n"
+                                 "class Stream:\n"
+                                 "    cuda_stream = 0\n"
+                                 "    def synchronize(self): pass\n"
+                                 "torch.cuda.init = lambda: None\n"
+                                 "torch.cuda.current_stream = lambda *a: Stream()\n"
+                                 "torch.cuda.current_device = lambda: 0\n"
+                                 "k.solution._add((3,), 256, (0x1000, 0x2000, 0x3000, 12345))\n"
+                                 "k.solution._add((5, 2), (128, 2), [16, 32, 48, 1 << 40], shared_mem=64)\n"
+                                 "for c in calls: print(c)\n"
+                                 "try:\n"
+                                 "    k.solution._add((1,), (1,), (1, 2, 3))\n"
+                                 "except r.Error as e:\n"
+                                 "    print('refused:', e)\n");
+  const std::string cubin_bytes = std::to_string(
+      json::parse(read_file(s.package / "manifest.json"))["programs"].begin().value()["cubin_bytes"].get<int>());
+  for (const std::string expected :
+       {"load " + cubin_bytes + "\nget add_vec4 from 42\n",
+        std::string("launch 7 grid (3, 1, 1) block (256, 1, 1) shared 0 stream None args [4096, 8192, 12288, 12345]"),
+        std::string("launch 7 grid (5, 2, 1) block (128, 2, 1) shared 64 stream None args [16, 32, 48, 1099511627776]"),
+        std::string("refused: kernel 'add_vec4' takes 4 arguments, got 3")})
+    EXPECT_NE(out.find(expected), std::string::npos) << expected << " in:\n" << out;
+  EXPECT_EQ(out.find("load", out.find("load") + 1), std::string::npos) << "loaded once:\n" << out;
+}
+
 // A template kernel (a name expression) and a vendor call (cuda_agent.gemm) export too.
 TEST(Export, TemplateKernelsAndVendorCallsExport) {
   TempDir dir("export-template-");

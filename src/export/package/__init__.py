@@ -93,6 +93,7 @@ if _mode == "kernel":
     except Exception as e:  # the package still works: through its fallback
         _mode, _disabled_reason = "fallback", "the solution failed to import: %s: %s" % (type(e).__name__, e)
 
+_TORCH_REASON = _guard.check_torch(VERIFIED["torch"])
 _stats_lock = threading.Lock()
 _stats = {"calls": 0, "kernel_calls": 0, "fallbacks": {}}
 _warned = set()
@@ -187,17 +188,20 @@ class Model(reference.Model):
                                    torch.compile(lambda *x: reference.Model.forward(self, *x)))
             try:
                 return self._compiled(*inputs)
-            except Exception as e:  # torch.compile cannot build here: eager from now on
+            except Exception as e:
+                out = reference.Model.forward(self, *inputs)  # raises what the call itself gets wrong
+                # Eager runs it: torch.compile cannot build here, so eager from now on.
                 object.__setattr__(self, "_compiled", lambda *x: reference.Model.forward(self, *x))
                 warnings.warn("%s: torch.compile failed (%s: %s); the fallback runs eager" % (
                     __name__, type(e).__name__, str(e).splitlines()[0] if str(e) else ""), RuntimeWarning)
+                return out
         return reference.Model.forward(self, *inputs)
 
     def kernel_reason(self, *inputs):
         """None when this call would run the kernels, else why not."""
         if self._fast is None:
             return _disabled_reason
-        return (_guard.check_torch(VERIFIED["torch"]) or _guard.check_inputs(MANIFEST["inputs"], inputs)
+        return (_TORCH_REASON or _guard.check_inputs(MANIFEST["inputs"], inputs)
                 or _guard.check_placement(inputs, VERIFIED["arch"]))
 
     def forward(self, *inputs):

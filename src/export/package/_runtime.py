@@ -33,7 +33,7 @@ def program_digest(source, name_expressions=None, options=None):
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_lock = threading.Lock()
+_lock = threading.RLock()  # _cuda() and _check() run inside Module._handle's hold
 _manifest = None
 _driver = None
 
