@@ -108,6 +108,24 @@ std::map<std::string, std::string> build_environment(const SubprocessOptions& op
   return env;
 }
 
+// The first executable `name` in the folders of `search` (a PATH value), as execvp would take
+// it; "" when none. A relative entry is taken from `cwd` (the child's working directory).
+std::string search_program(const std::string& name, const std::string& search, const std::string& cwd) {
+  for (size_t begin = 0, end = 0; end != std::string::npos; begin = end + 1) {
+    end = search.find(':', begin);
+    const std::string dir = search.substr(begin, end == std::string::npos ? end : end - begin);
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    const std::string check =
+        candidate[0] == '/' || cwd.empty() ? candidate : cwd + "/" + candidate;
+    struct stat st{};
+    if (::stat(check.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::access(check.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return "";
+}
+
 // Returns the path to exec for `name`, searching PATH as execvp would.
 std::string resolve_program(const std::string& name, const std::map<std::string, std::string>& env,
                             const std::string& cwd) {
@@ -117,19 +135,8 @@ std::string resolve_program(const std::string& name, const std::map<std::string,
   const std::string search = it != env.end()       ? it->second
                              : parent_path != nullptr ? parent_path
                                                       : kDefaultPath;
-  for (size_t begin = 0, end = 0; end != std::string::npos; begin = end + 1) {
-    end = search.find(':', begin);
-    const std::string dir = search.substr(begin, end == std::string::npos ? end : end - begin);
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
-    // A relative PATH entry is relative to the child's working directory.
-    const std::string check =
-        candidate[0] == '/' || cwd.empty() ? candidate : cwd + "/" + candidate;
-    struct stat st{};
-    if (::stat(check.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-        ::access(check.c_str(), X_OK) == 0) {
-      return candidate;
-    }
-  }
+  const std::string found = search_program(name, search, cwd);
+  if (!found.empty()) return found;
   CA_FAIL("cannot start '{}': {} (not found on PATH={}); give a full path or fix PATH", name,
           errno_text(ENOENT), search);
 }
@@ -456,6 +463,12 @@ pid_t start_child(const SubprocessOptions& options, Start&& start) {
 }
 
 }  // namespace
+
+std::string find_program(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  return search_program(name, path != nullptr ? path : kDefaultPath, "");
+}
 
 SubprocessResult run_subprocess(const SubprocessOptions& options) {
   return watch_subprocess(start_child(options, [&] { return spawn_child(options); }), options);

@@ -144,7 +144,6 @@ std::vector<std::string> read_scope_system_paths() {
   const fs::path python = python_executable();
   if (python.is_absolute()) {
     for (const fs::path& exe : {python, fs::weakly_canonical(python)}) add(exe.parent_path().parent_path());
-    std::error_code ec;
     std::ifstream cfg(python.parent_path().parent_path() / "pyvenv.cfg");
     for (std::string line; std::getline(cfg, line);) {
       const size_t eq = line.find('=');
@@ -168,37 +167,20 @@ std::vector<std::string> read_scope_system_paths() {
   // The toolchain a solution's build runs (torch's cpp_extension takes CXX, else c++; nvcc's
   // host compiler is CC or CUDAHOSTCXX): a compiler installed outside /usr, such as
   // /opt/gcc/bin/g++, needs its whole installation (cc1plus, its headers and libraries).
+  std::error_code ec;
+  const char* home_env = std::getenv("HOME");
+  const fs::path home = home_env && *home_env ? fs::weakly_canonical(home_env, ec) : fs::path();
   auto add_tool = [&](const std::string& tool) {
-    if (tool.empty()) return;
-    std::vector<fs::path> found;
-    if (tool.find('/') != std::string::npos) {
-      found.push_back(tool);
-    } else if (const char* path = std::getenv("PATH")) {
-      const std::string list = path;
-      for (size_t start = 0; start <= list.size();) {
-        const size_t end = std::min(list.find(':', start), list.size());
-        const fs::path candidate = fs::path(list.substr(start, end - start)) / tool;
-        std::error_code ec;
-        if (candidate.is_absolute() && fs::is_regular_file(candidate, ec)) {
-          found.push_back(candidate);
-          break;
-        }
-        start = end + 1;
-      }
-    }
-    for (const fs::path& exe : found) {
-      std::error_code ec;
-      for (const fs::path& at : {exe, fs::weakly_canonical(exe, ec)}) {
-        const fs::path bin = at.parent_path();
-        add(bin);
-        // <prefix>/bin/<tool>: the prefix, unless it is the root or a home folder (~/bin/gcc
-        // shows ~/bin alone: a home holds runs, clones and copies of answers).
-        const fs::path prefix = bin.parent_path();
-        const char* home = std::getenv("HOME");
-        const bool a_home = (home && *home && fs::weakly_canonical(home, ec) == fs::weakly_canonical(prefix, ec)) ||
-                            prefix.parent_path() == "/home";
-        if (bin.filename() == "bin" && prefix.has_relative_path() && !a_home) add(prefix);
-      }
+    const std::string exe = find_program(tool);
+    if (exe.empty()) return;
+    for (const fs::path& at : {fs::path(exe), fs::weakly_canonical(exe, ec)}) {
+      const fs::path bin = at.parent_path();
+      add(bin);
+      // <prefix>/bin/<tool>: the prefix, unless it is the root or a home folder (~/bin/gcc
+      // shows ~/bin alone: a home holds runs, clones and copies of answers).
+      const fs::path prefix = bin.parent_path();
+      const bool a_home = (!home.empty() && fs::weakly_canonical(prefix, ec) == home) || prefix.parent_path() == "/home";
+      if (bin.filename() == "bin" && prefix.has_relative_path() && !a_home) add(prefix);
     }
   };
   for (const char* variable : {"CXX", "CC", "CUDAHOSTCXX"})

@@ -98,6 +98,11 @@ struct SubprocessResult {
 // it must not race with setenv/unsetenv in other threads. Blocks the calling thread.
 SubprocessResult run_subprocess(const SubprocessOptions& options);
 
+// The program a child started as `name` runs: `name` itself when it holds a '/', else the first
+// executable file of that name in this process's PATH (as run_subprocess looks it up); "" when
+// there is none. Reads the environment: must not race with setenv/unsetenv in other threads.
+std::string find_program(const std::string& name);
+
 // run_subprocess in two steps, for a child that runs `body` in a copy of this process (fork,
 // no exec): the child gets run_subprocess's set-up (its own session, stdin from /dev/null,
 // stdout and stderr to the files, pass_fd as descriptor 3 and no other descriptor above 2,
