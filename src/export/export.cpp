@@ -288,15 +288,9 @@ CanaryOutcome run_canary(const CanaryOptions& options) {
   const fs::path log = scratch.path() / "canary.log";
   const fs::path out = scratch.path() / "report.json";
   SubprocessOptions o;
-  o.argv = {sandbox::python_executable(), "-B", "-c",
-            "import runpy, sys\nsys.argv = ['canary'] + sys.argv[1:]\n"
-            "out = sys.argv.pop(1)\nimport io, contextlib\nbuf = io.StringIO()\n"
-            "with contextlib.redirect_stdout(buf):\n"
-            "    code = __import__(" + json(package.filename().string() + ".canary").dump() +
-                ", fromlist=['main']).main(sys.argv[1:] + ['--json'])\n"
-            "open(out, 'w').write(buf.getvalue())\nsys.exit(code)\n",
-            out.string(), "--trials", std::to_string(options.trials), "--runs", std::to_string(options.runs),
-            "--margin", fmt::format("{}", options.margin)};
+  o.argv = {sandbox::python_executable(), "-B", "-m", package.filename().string() + ".canary", "--report", out.string(),
+            "--trials", std::to_string(options.trials), "--runs", std::to_string(options.runs),
+            fmt::format("--margin={}", options.margin)};
   o.env_set = {{"PYTHONPATH", package.parent_path().string()}};
   o.cwd = package.parent_path().string();
   o.stdout_path = o.stderr_path = log.string();

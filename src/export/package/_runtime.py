@@ -38,12 +38,12 @@ _manifest = None
 _driver = None
 
 
-def _programs():
+def _read_manifest():
     global _manifest
     if _manifest is None:
         with open(os.path.join(_HERE, "manifest.json")) as f:
             _manifest = json.load(f)
-    return _manifest["programs"]
+    return _manifest
 
 
 def _cuda():
@@ -242,7 +242,7 @@ _modules = {}
 def compile(source, name_expressions=None, options=None, arch=""):
     digest = program_digest(source, name_expressions, options)
     if digest not in _modules:
-        program = _programs().get(digest)
+        program = _read_manifest()["programs"].get(digest)
         if program is None:
             raise KernelNotExported("a CUDA program the export did not see (digest %s): the solution compiled it "
                                     "after import; export compiles what the solution compiles when imported"
@@ -257,8 +257,7 @@ def target_arch():
 
 
 def nvrtc_version():
-    with open(os.path.join(_HERE, "manifest.json")) as f:
-        return json.load(f)["verified"]["nvrtc"]
+    return _read_manifest()["verified"]["nvrtc"]
 
 
 class _Tf32:

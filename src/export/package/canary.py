@@ -123,6 +123,7 @@ def main(argv=None):
                         help="fail when the kernels are slower than the fallback by more than this fraction")
     parser.add_argument("--rollback", action="store_true", help="on failure switch the package to its fallback")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--report", help="also write the report as JSON into this file")
     args = parser.parse_args(argv)
     try:
         report = run(package, args.trials, args.runs, args.margin)
@@ -131,6 +132,9 @@ def main(argv=None):
     if not report["ok"] and args.rollback:
         rollback(os.path.dirname(os.path.abspath(__file__)), report["problem"])
         report["rolled_back"] = True
+    if args.report:
+        with open(args.report, "w") as f:
+            json.dump(report, f, indent=2)
     if args.json:
         print(json.dumps(report, indent=2))
     elif report["ok"]:
