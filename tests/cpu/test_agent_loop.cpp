@@ -33,6 +33,15 @@ std::vector<std::string> observation_outputs(const std::filesystem::path& episod
   return outputs;
 }
 
+// The tools.confine modes that work here: bwrap (bubblewrap), namespaces (this binary's own).
+std::vector<std::string> confined_bash_modes() {
+  std::vector<std::string> modes;
+  if (std::system("bwrap --ro-bind / / --unshare-net --die-with-parent true > /dev/null 2>&1") == 0) modes.push_back("bwrap");
+  if (std::system((std::string(CUDA_AGENT_BINARY) + " confined-exec true > /dev/null 2>&1").c_str()) == 0)
+    modes.push_back("namespaces");
+  return modes;
+}
+
 // Replies from a list; after it, "Done." with no call.
 class ListPolicy : public Policy {
  public:
@@ -401,9 +410,7 @@ TEST(AgentLoop, ChangingTheOriginalTaskFailsTheEpisode) {
 // cannot run confined (bubblewrap and the binary's namespaces both missing).
 TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
   setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
-  if (std::system("bwrap --ro-bind / / --unshare-net --die-with-parent true > /dev/null 2>&1") != 0 &&
-      std::system((std::string(CUDA_AGENT_BINARY) + " confined-exec true > /dev/null 2>&1").c_str()) != 0)
-    GTEST_SKIP() << "Bash cannot run confined here (neither bubblewrap nor user namespaces)";
+  if (confined_bash_modes().empty()) GTEST_SKIP() << "Bash cannot run confined here (neither bubblewrap nor user namespaces)";
   TempDir dir("agent-cache-");
   const auto cache = dir.path() / "cache";
   const std::string key_file = (sandbox::cache_secret_dir(cache) / "key").string();
@@ -468,13 +475,9 @@ TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
 // both (the control: the probes work).
 TEST(AgentLoop, NeitherThePolicysCommandsNorItsSolutionReadTheAnswers) {
   setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
-  const bool bwrap = std::system("bwrap --ro-bind / / --unshare-net --die-with-parent true > /dev/null 2>&1") == 0;
-  const bool namespaces =
-      std::system((std::string(CUDA_AGENT_BINARY) + " confined-exec true > /dev/null 2>&1").c_str()) == 0;
-  if (!bwrap && !namespaces) GTEST_SKIP() << "Bash cannot run confined here (neither bubblewrap nor user namespaces)";
-  std::vector<std::string> modes = {"off"};
-  if (bwrap) modes.push_back("bwrap");
-  if (namespaces) modes.push_back("namespaces");
+  std::vector<std::string> modes = confined_bash_modes();
+  if (modes.empty()) GTEST_SKIP() << "Bash cannot run confined here (neither bubblewrap nor user namespaces)";
+  modes.insert(modes.begin(), "off");
   for (const std::string& mode : modes) {
     SCOPED_TRACE("tools.confine " + mode);
     TempDir dir("agent-answers-");
@@ -542,10 +545,7 @@ TEST(AgentLoop, NeitherThePolicysCommandsNorItsSolutionReadTheAnswers) {
 // split); verify.sh still runs and passes inside that view, in either confinement of Bash.
 TEST(AgentLoop, TheSystemReadScopeKeepsThePolicysCommandsToWhatTheyNeed) {
   setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
-  std::vector<std::string> modes;
-  if (std::system("bwrap --ro-bind / / --unshare-net --die-with-parent true > /dev/null 2>&1") == 0) modes.push_back("bwrap");
-  if (std::system((std::string(CUDA_AGENT_BINARY) + " confined-exec true > /dev/null 2>&1").c_str()) == 0)
-    modes.push_back("namespaces");
+  const std::vector<std::string> modes = confined_bash_modes();
   if (modes.empty()) GTEST_SKIP() << "Bash cannot run confined here (neither bubblewrap nor user namespaces)";
   for (const std::string& mode : modes) {
     SCOPED_TRACE("tools.confine " + mode);
