@@ -10,6 +10,7 @@
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
 #include "cuda_agent/core/subprocess.h"
+#include "cuda_agent/sandbox/eval_result.h"
 #include "cuda_agent/sandbox/kernel_signature.h"
 #include "cuda_agent/sandbox/nvrtc_compiler.h"
 #include "cuda_agent/sandbox/python_runtime.h"
@@ -28,6 +29,18 @@ std::string utc_now() {
   char text[32];
   std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return text;
+}
+
+// A string field of a report, "" where it is missing or not a string.
+std::string string_field(const json& report, const char* key) {
+  const auto it = report.find(key);
+  return it != report.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+// An integer field of a report (a version), 0 where it is missing or not a number.
+int64_t integer_field(const json& report, const char* key) {
+  const auto it = report.find(key);
+  return it != report.end() && it->is_number() ? it->get<int64_t>() : 0;
 }
 
 json read_json(const fs::path& path, const char* what) {
@@ -105,16 +118,18 @@ json compile_program(const json& recorded, const std::string& arch, const fs::pa
           {"kernels", kernels}};
 }
 
-std::string package_readme(const std::string& name, const json& result, const std::string& arch) {
+std::string package_readme(const std::string& name, const sandbox::EvalResult& result, const std::string& arch) {
+  // A verify-only evaluation has no reward (nothing was timed).
+  const std::string reward = result.reward ? fmt::format("reward {}", *result.reward) : "verified, not timed";
   return fmt::format(
-      "# {0}\n\nExported by `cuda-agent export` from {1} (reward {2}, verified on {3}).\n\n"
+      "# {0}\n\nExported by `cuda-agent export` from {1} ({2}, on {3}).\n\n"
       "```python\nimport {0}\nmodel = {0}.Model(*init_inputs).cuda()   # in place of the task's Model\n"
       "y = model(*inputs)\nprint({0}.stats())   # kernel calls and fallbacks by reason\n```\n\n"
       "Calls that differ from what was verified (input shapes or dtypes, GPU architecture, torch version,\n"
       "non-contiguous or unaligned tensors) run the fallback: the task's reference under {4}.\n"
       "Check the package on the target machine with `python -m {0}.canary` (or `cuda-agent canary`).\n"
       "manifest.json lists every file's sha256; audit.json holds the evaluation that scored it.\n",
-      name, result.value("task_id", std::string("the task")), result.value("reward", 0.0), arch,
+      name, result.task_id.empty() ? std::string("the task") : result.task_id, reward, arch,
       "torch.compile (or eager, as exported)");
 }
 
@@ -124,37 +139,49 @@ ExportSummary export_solution(const ExportOptions& options) {
   CA_CHECK(options.fallback == "compile" || options.fallback == "eager",
            "--fallback '{}' is unknown: use compile (the reference under torch.compile) or eager", options.fallback);
   const json result = read_json(options.result, "--result");
-  CA_CHECK(result.value("correct", false) && result.value("ok", false),
+  // Read through the sandbox's own schema: a field an evaluation leaves null (a verify-only
+  // result has no reward or speedups) is absent, not an error.
+  sandbox::EvalResult scored;
+  try {
+    scored = sandbox::EvalResult::from_json(result);
+  } catch (const std::exception& e) {
+    CA_FAIL("--result {} is not an evaluation result ({}): give the JSON an evaluation wrote (evaluate --output, a "
+            "bench's results/<id>.json)", options.result.string(), e.what());
+  }
+  CA_CHECK(scored.ok && scored.correct.value_or(false),
            "--result {}: the solution did not pass its evaluation ({}: {}); export only what was verified",
-           options.result.string(), result.value("category", json()).dump(), result.value("message", std::string()));
-  const json device = result.value("device", json::object());
-  const std::string arch = device.is_object() ? device.value("arch", std::string()) : std::string();
+           options.result.string(), sandbox::to_string(scored.category), scored.message);
+  const auto report = [&](const char* key) {
+    const auto it = scored.reports.find(key);
+    return it != scored.reports.end() && it->is_object() ? *it : json::object();
+  };
+  const json device = report("device");
+  const std::string arch = string_field(device, "arch");
   CA_CHECK(!arch.empty(),
            "--result {}: no GPU in the result (verified with --device cpu?); export needs an evaluation on the GPU it "
            "is for (cuda-agent evaluate --output R.json)", options.result.string());
 
   // load_inline builds a shared library with nvcc when the solution is imported: no cubin to
   // ship, and a compiler needed wherever it runs.
-  CA_CHECK(result.value("build_path", "") != "nvcc",
+  CA_CHECK(scored.build_path != "nvcc",
            "--result {}: the solution builds its kernels with load_inline (nvcc) at import; export ships kernels "
            "compiled through cuda_agent.compile (build path nvrtc), vendor calls and torch code. Port its kernels to "
            "cuda_agent.compile, evaluate it again, then export", options.result.string());
   const fs::path solution = fs::absolute(
-      model_file(options.solution.empty() ? fs::path(result.value("solution_path", "")) : options.solution, "model_new.py"));
+      model_file(options.solution.empty() ? fs::path(scored.solution_path) : options.solution, "model_new.py"));
   const fs::path task =
-      fs::absolute(model_file(options.task.empty() ? fs::path(result.value("task_path", "")) : options.task, "model.py"));
+      fs::absolute(model_file(options.task.empty() ? fs::path(scored.task_path) : options.task, "model.py"));
   CA_CHECK(fs::is_regular_file(solution), "the solution {} does not exist (give --solution)", solution.string());
   CA_CHECK(fs::is_regular_file(task), "the task {} does not exist (give --task)", task.string());
   const std::string solution_sha = file_sha256(solution);
-  CA_CHECK(solution_sha == result.value("solution_sha256", ""),
+  CA_CHECK(solution_sha == scored.solution_sha256,
            "{} changed since {} scored it (sha256 {}, scored {}): evaluate it again, then export",
            solution.string(), options.result.string(), solution_sha.substr(0, 16),
-           result.value("solution_sha256", std::string("none")).substr(0, 16));
+           scored.solution_sha256.empty() ? std::string("none") : scored.solution_sha256.substr(0, 16));
   const std::string task_sha = file_sha256(task);
-  if (result.contains("task_sha256"))
-    CA_CHECK(task_sha == result.value("task_sha256", ""), "{} is not the task {} scored against (sha256 {}, scored {})",
-             task.string(), options.result.string(), task_sha.substr(0, 16),
-             result.value("task_sha256", std::string()).substr(0, 16));
+  if (!scored.task_sha256.empty())
+    CA_CHECK(task_sha == scored.task_sha256, "{} is not the task {} scored against (sha256 {}, scored {})",
+             task.string(), options.result.string(), task_sha.substr(0, 16), scored.task_sha256.substr(0, 16));
 
   const fs::path output = fs::absolute(options.output).lexically_normal();
   const std::string name = (output.has_filename() ? output : output.parent_path()).filename().string();
@@ -184,18 +211,19 @@ ExportSummary export_solution(const ExportOptions& options) {
     kernels += static_cast<int>(programs[digest]["kernels"].size());
   }
 
-  const json versions = result.value("versions", json::object());
+  const json versions = report("versions");
   json audit = {{"exported_at", utc_now()},
                 {"exported_by", fmt::format("cuda-agent {}", CUDA_AGENT_VERSION)},
                 {"result_file", fs::absolute(options.result).string()},
-                {"task", {{"id", result.value("task_id", "")}, {"path", task.string()}, {"sha256", task_sha}}},
+                {"task", {{"id", scored.task_id}, {"path", task.string()}, {"sha256", task_sha}}},
                 {"solution", {{"path", solution.string()}, {"sha256", solution_sha}}},
-                {"scored_by", {{"result_schema", result.value("schema_version", 0)},
-                               {"reward_kind", result.value("reward_kind", "")},
-                               {"precision", result.value("precision", "")}}},
+                {"scored_by", {{"result_schema", result.value("schema_version", json())},
+                               {"mode", scored.mode},
+                               {"reward_kind", scored.reward_kind},
+                               {"precision", scored.precision}}},
                 {"result", result}};
   write_file_atomic(pkg / "audit.json", audit.dump(2) + "\n");
-  write_file_atomic(pkg / "README.md", package_readme(name, result, arch));
+  write_file_atomic(pkg / "README.md", package_readme(name, scored, arch));
   write_file_atomic(pkg / "state.json", json({{"mode", "kernel"}}).dump(2) + "\n");
 
   json files = json::object();
@@ -210,10 +238,10 @@ ExportSummary export_solution(const ExportOptions& options) {
                    {"fallback", options.fallback},
                    {"verified",
                     {{"arch", arch},
-                     {"gpu", device.value("name", "")},
-                     {"torch", versions.value("torch", "")},
-                     {"nvrtc", versions.value("nvrtc", 0)},
-                     {"cuda_driver", versions.value("cuda_driver", 0)}}},
+                     {"gpu", string_field(device, "name")},
+                     {"torch", string_field(versions, "torch")},
+                     {"nvrtc", integer_field(versions, "nvrtc")},
+                     {"cuda_driver", integer_field(versions, "cuda_driver")}}},
                    {"inputs", recorded.at("inputs")},
                    {"init_inputs", recorded.at("init_inputs")},
                    {"programs", programs},

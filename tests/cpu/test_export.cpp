@@ -13,6 +13,7 @@
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/export/export.h"
+#include "cuda_agent/sandbox/eval_result.h"
 #include "cuda_agent/sandbox/kernel_signature.h"
 #include "cuda_agent/sandbox/python_runtime.h"
 #include "test_util.h"
@@ -39,26 +40,30 @@ std::string torch_version() {
   return version;
 }
 
-// What an evaluation on an H200 writes, reduced to what export reads.
+// What an evaluation on an H200 writes (the sandbox's own writer), reduced to what export reads.
+// timed = false: a verify-only evaluation (no reward, no speedups: null in the JSON).
 fs::path write_result(const fs::path& dir, const std::string& task, const std::string& solution,
-                      const std::string& torch = torch_version()) {
-  const json result = {{"ok", true},
-                       {"correct", true},
-                       {"mode", "evaluate"},
-                       {"task_id", "add"},
-                       {"task_path", task},
-                       {"task_sha256", file_sha256(task)},
-                       {"solution_path", solution},
-                       {"solution_sha256", file_sha256(solution)},
-                       {"reward", 3.0},
-                       {"reward_kind", "milestone"},
-                       {"precision", "strict"},
-                       {"schema_version", 2},
-                       {"options", {{"atol", 1e-2}, {"rtol", 1e-2}, {"precision", "strict"}}},
-                       {"device", {{"arch", "sm_90"}, {"name", "NVIDIA H200"}}},
-                       {"versions", {{"torch", torch}, {"nvrtc", 13000}, {"cuda_driver", 13000}}}};
+                      const std::string& torch = torch_version(), bool timed = true) {
+  sandbox::EvalResult r;
+  r.ok = true;
+  r.correct = true;
+  r.mode = timed ? "evaluate" : "verify";
+  r.task_id = "add";
+  r.task_path = task;
+  r.task_sha256 = file_sha256(task);
+  r.solution_path = solution;
+  r.solution_sha256 = file_sha256(solution);
+  if (timed) {
+    r.reward = 3.0;
+    r.reward_kind = "milestone";
+  }
+  r.precision = "strict";
+  r.options = {{"atol", 1e-2}, {"rtol", 1e-2}, {"precision", "strict"}};
+  r.build_path = "nvrtc";
+  r.reports["device"] = {{"arch", "sm_90"}, {"name", "NVIDIA H200"}};
+  r.reports["versions"] = {{"torch", torch}, {"nvrtc", 13000}, {"cuda_driver", 13000}};
   const fs::path path = dir / "result.json";
-  write_file_atomic(path, result.dump(2));
+  write_file_atomic(path, r.to_json().dump(2));
   return path;
 }
 
@@ -143,6 +148,27 @@ TEST(Export, APackageImportsInAPlainPythonAndFallsBackWhereItWasNotVerified) {
   EXPECT_NE(out.find("input 0 is on cpu; the kernels were verified on CUDA (sm_90)': 1"), std::string::npos) << out;
   EXPECT_NE(out.find("running the fallback (eager)"), std::string::npos) << out;  // warned once
   EXPECT_NE(out.find("shim left False"), std::string::npos) << out;
+}
+
+// A verify-only result (`evaluate --mode verify`: correct, nothing timed) exports: its reward and
+// speedups are null in the JSON, and the package says it was verified, not timed.
+TEST(Export, AVerifyOnlyResultExportsWithoutAReward) {
+  TempDir dir("export-verify-");
+  exporter::ExportOptions o = add_export(dir.path());
+  o.result = write_result(dir.path(), kAddTask, kSource + "/tests/data/solutions/add_ok/model_new.py",
+                          torch_version(), /*timed=*/false);
+  ASSERT_TRUE(json::parse(read_file(o.result))["reward"].is_null());
+  const exporter::ExportSummary s = exporter::export_solution(o);
+  EXPECT_EQ(s.kernels, 1);
+  const json audit = json::parse(read_file(s.package / "audit.json"));
+  EXPECT_TRUE(audit["result"]["reward"].is_null());
+  EXPECT_EQ(audit["scored_by"]["mode"], "verify");
+  EXPECT_EQ(audit["task"]["id"], "add");
+  const std::string readme = read_file(s.package / "README.md");
+  EXPECT_NE(readme.find("from add (verified, not timed, on sm_90)"), std::string::npos) << readme;
+  const json manifest = json::parse(read_file(s.package / "manifest.json"));
+  EXPECT_EQ(manifest["verified"]["nvrtc"], 13000);
+  EXPECT_EQ(manifest["verified"]["gpu"], "NVIDIA H200");
 }
 
 // The guard's reasons, in the order it checks them: torch's version, the inputs' count, shapes,
@@ -373,7 +399,7 @@ TEST(Export, BadInputIsRefusedWithTheFileNamed) {
   write_file_atomic(dir.path() / "failed.json", failed.dump());
   o = good;
   o.result = dir.path() / "failed.json";
-  EXPECT_NE(refused(o).find("did not pass its evaluation (\"mismatch\""), std::string::npos) << refused(o);
+  EXPECT_NE(refused(o).find("did not pass its evaluation (mismatch"), std::string::npos) << refused(o);
 
   json cpu = json::parse(read_file(good.result));
   cpu.erase("device");
