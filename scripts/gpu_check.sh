@@ -40,6 +40,8 @@ if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = multi ]; then
   targets="$targets ca_tests_gpu"
   has ca_tests_policy_gpu && targets="$targets ca_tests_policy_gpu"
 fi
+# GPU_CHECK_TARGETS: build these alone (a call short of device time: say "cuda-agent ca_tests_gpu").
+targets=${GPU_CHECK_TARGETS:-$targets}
 # A learning run that goes on from an earlier call uses this build's binaries (the judges it
 # starts run them): no rebuild under it.
 if { [ "$what" = learning ] || [ "$what" = ablate ]; } && [ -f "$out/$what.pid" ] && kill -0 "$(cat "$out/$what.pid")" 2>/dev/null; then
@@ -107,16 +109,24 @@ if [ "$what" = core-cached ]; then
   tar czf "$out/baseline-cache.tgz" -C "$CUDA_AGENT_CACHE_DIR" . 2>/dev/null
 fi
 if [ "$what" = agreement ]; then
+  # AGREE_FROM (default 1) numbers the first bench of this call: a second call on the warm
+  # machine goes on where the first stopped, and the comparison takes every finished bench.
+  # BASELINE_WORKERS (default 2) evaluations share the GPU while the baselines are cached (the
+  # timed runs are still one at a time: the GPU lock).
   make_core_solved
   timeout "${CORE_BASELINES_TIMEOUT:-300}" $build/cuda-agent baselines --split $sub --output "$out/agree-baselines" \
-    > "$out/agree_baselines.txt" 2>&1
-  dirs=()
-  for i in $(seq 1 "${AGREE_RUNS:-5}"); do
+    --workers-per-gpu "${BASELINE_WORKERS:-2}" > "$out/agree_baselines.txt" 2>&1
+  echo "baselines: exit $?"; tail -3 "$out/agree_baselines.txt"
+  first=${AGREE_FROM:-1}
+  for i in $(seq "$first" $((first + ${AGREE_RUNS:-5} - 1))); do
     start=$SECONDS
     timeout "${CORE_BENCH_TIMEOUT:-300}" $build/cuda-agent bench --split $sub --solutions data/core/solutions \
       --output "$out/agree-$i" > "$out/agree_$i.txt" 2> "$out/agree_$i.err"
-    echo "bench $i: $((SECONDS - start)) s"; dirs+=("$out/agree-$i")
+    echo "bench $i: exit $?, $((SECONDS - start)) s"
+    # Each finished bench to $OUT at once: a call cut short still brings back what it measured.
+    [ -n "${OUT:-}" ] && tar czf "$OUT/agree-$i.tgz" --exclude=workspace -C "$out" "agree-$i"
   done
+  dirs=(); for d in "$out"/agree-[0-9]*; do [ -f "$d/summary.json" ] && dirs+=("$d"); done
   python3 scripts/reward_agreement.py "${dirs[@]}" | tee "$out/agreement.md"
 fi
 if [ "$what" = warm ]; then

@@ -232,8 +232,10 @@ class Conv(torch.nn.Module):
     def forward(self, x):
         return self.conv(x)
 flush = torch.empty(int(torch.cuda.get_device_properties(0).L2_cache_size), dtype=torch.int32, device="cuda")
-# KernelBench's events; with held=True, the GPU first kept busy (about 100 us) while the host
-# queues the forward, as the sandbox's hold does.
+# KernelBench's events; with held=True, the GPU first kept busy (about 1 ms) while the host
+# queues the forward, as the sandbox's hold does. (About 100 us was too short for cuDNN's conv on
+# one H200 run: the host was still queueing when the GPU went idle, and the reference read 0.204 ms
+# against 0.190 before and 0.181 of CUPTI's kernel time.)
 def events_ms(model, inputs, runs=50, held=False):
     times = []
     with torch.no_grad():
@@ -244,7 +246,7 @@ def events_ms(model, inputs, runs=50, held=False):
             torch.cuda.synchronize()
             s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
             if held:
-                torch.cuda._sleep(200000)
+                torch.cuda._sleep(2000000)
             s.record(); model(*inputs); e.record()
             torch.cuda.synchronize()
             times.append(s.elapsed_time(e))
