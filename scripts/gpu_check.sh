@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|warm|lm|multi|train|train-2gpu|learning|learning-report|ablate|kernelbench|timing|synth]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|warm|lm|engine|multi|train|train-2gpu|learning|learning-report|ablate|kernelbench|timing|synth]
 # agreement: issue 17's repeatability: the baselines of data/core's solved tasks cached, then
 # AGREE_RUNS (default 5) benches of their reference solutions, each a fresh evaluation per task;
 # scripts/reward_agreement.py compares their rewards pair by pair and the speedups' CV.
@@ -267,6 +267,27 @@ if [ "$what" = core ]; then
     > "$out/core_bench.txt" 2> "$out/core_bench.err"
   echo "core bench wall: $((SECONDS - start)) s" | tee -a "$out/core_bench.txt"
   cat "$out/core_bench.txt"; tail -5 "$out/core_bench.err"
+fi
+if [ "$what" = engine ]; then
+  # Issue 19's rollout figure: aggregate tokens/s of ROLLOUT_CONCURRENT (default 1 8 32 64 128)
+  # concurrent turns (prompt 512, 128 new tokens each), per call against the batched engine, on
+  # SmolLM2-135M's and Qwen2-1.5B's shapes with random bf16 weights (ca-lm-bench's "rollout").
+  conc=$(echo "${ROLLOUT_CONCURRENT:-1 8 32 64 128}" | tr ' ' ',')
+  rollout="\"rollout\": {\"concurrent\": [$conc], \"prompt_tokens\": 512, \"new_tokens\": 128}"
+  echo "{\"device\": \"cuda\", \"dtype\": \"bfloat16\", \"config\": {\"model_type\": \"llama\", \"vocab_size\": 49152,
+    \"hidden_size\": 576, \"intermediate_size\": 1536, \"num_hidden_layers\": 30, \"num_attention_heads\": 9,
+    \"num_key_value_heads\": 3, \"max_position_embeddings\": 8192, \"rms_norm_eps\": 1e-5, \"rope_theta\": 100000.0,
+    \"tie_word_embeddings\": true}, $rollout}" > "$out/engine-smollm2.json"
+  echo "{\"device\": \"cuda\", \"dtype\": \"bfloat16\", \"config\": {\"model_type\": \"qwen2\", \"vocab_size\": 151936,
+    \"hidden_size\": 1536, \"intermediate_size\": 8960, \"num_hidden_layers\": 28, \"num_attention_heads\": 12,
+    \"num_key_value_heads\": 2, \"max_position_embeddings\": 32768, \"rms_norm_eps\": 1e-6, \"rope_theta\": 1000000.0,
+    \"tie_word_embeddings\": true, \"attention_bias\": true}, $rollout}" > "$out/engine-qwen2_1p5b.json"
+  for m in smollm2 qwen2_1p5b; do
+    timeout "${ENGINE_TIMEOUT:-280}" $build/ca-lm-bench "$out/engine-$m.json" > "$out/engine-$m.out.json" 2> "$out/engine-$m.err"
+    echo "$m: exit $?"
+    python3 -c "import json,sys; [print(r) for r in json.load(open(sys.argv[1]))['rollout']]" "$out/engine-$m.out.json" 2>/dev/null
+    tail -3 "$out/engine-$m.err"
+  done
 fi
 if [ "$what" = timing ]; then
   # Issue 17's figures: the launch cost, the timer against events, eager against the candidate.

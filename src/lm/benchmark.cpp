@@ -10,7 +10,10 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <mutex>
+#include <thread>
 
 #include "benchmark.h"
 #include "torch_language_model.h"
@@ -206,6 +209,61 @@ json bench_training(TorchLanguageModel& m, const json& spec) {
   return rows;
 }
 
+// Issue 19's rollout figure: `concurrent` threads, each one episode's turn (its own prompt and
+// seed, sampled at temperature 1 without stop tokens, so every turn makes new_tokens), through
+// the per-call path (each thread decodes a batch of one) and through the batched engine, side
+// by side on the same weights; aggregate new tokens per second of wall time.
+json bench_rollout(TorchLanguageModel& plain, const json& spec) {
+  const int64_t prompt = positive(spec, "prompt_tokens", 512), fresh = positive(spec, "new_tokens", 128);
+  lm::LmOptions with_engine = plain.options();
+  with_engine.batch_engine = true;
+  with_engine.kv_tokens = positive(spec, "kv_tokens", 262144);
+  TorchLanguageModel engine(plain.model(), with_engine);
+  const torch::Device device = plain.model()->device();
+  json rows = json::array();
+  for (int64_t n : positive_list(spec, "concurrent", {1, 8, 32, 64, 128})) {
+    auto run = [&](lm::LanguageModel& m) {
+      std::vector<std::thread> threads;
+      std::atomic<int64_t> produced{0};
+      std::exception_ptr failed;
+      std::mutex failed_mutex;
+      const double seconds = timed(device, [&] {
+        for (int64_t i = 0; i < n; ++i)
+          threads.emplace_back([&, i] {
+            lm::SamplingOptions o;
+            o.max_new_tokens = fresh;
+            o.seed = static_cast<uint64_t>(i);
+            try {
+              for (const auto& g : m.generate({random_tokens(prompt, m.config().vocab_size, 100 + i)}, o, {}))
+                produced += static_cast<int64_t>(g.tokens.size());
+            } catch (...) {
+              std::lock_guard<std::mutex> lock(failed_mutex);
+              failed = std::current_exception();
+            }
+          });
+        for (auto& t : threads) t.join();
+      });
+      if (failed) std::rethrow_exception(failed);
+      return static_cast<double>(produced.load()) / seconds;
+    };
+    run(engine);  // warm-up: kernels, allocator, the pool
+    const lm::EngineStats before = engine.engine_stats();
+    const double batched = run(engine);
+    const lm::EngineStats after = engine.engine_stats();
+    const double alone = run(plain);
+    rows.push_back({{"concurrent", n},
+                    {"prompt_tokens", prompt},
+                    {"new_tokens", fresh},
+                    {"per_call_tokens_per_s", alone},
+                    {"engine_tokens_per_s", batched},
+                    {"engine_over_per_call", batched / alone},
+                    {"engine_steps", after.steps - before.steps},
+                    {"engine_peak_rows", after.peak_rows},
+                    {"engine_preemptions", after.preemptions - before.preemptions}});
+  }
+  return rows;
+}
+
 }  // namespace
 
 json run_benchmark(const json& spec) {
@@ -230,6 +288,7 @@ json run_benchmark(const json& spec) {
   if (spec.contains("generation")) out["generation"] = bench_generation(*m, spec["generation"]);
   if (spec.contains("inference_memory")) out["inference_memory"] = bench_inference_memory(*m, spec["inference_memory"]);
   if (spec.contains("training")) out["training"] = bench_training(*m, spec["training"]);
+  if (spec.contains("rollout")) out["rollout"] = bench_rollout(*m, spec["rollout"]);
   return out;
 }
 

@@ -10,7 +10,8 @@ namespace cuda_agent::lm {
 //        side of the comparison),
 //        "generation": {"batches", "prompt_tokens", "new_tokens", "repeats"},
 //        "inference_memory": {"contexts"},
-//        "training": {"contexts", "checkpoint", "chunk_tokens"}}
+//        "training": {"contexts", "checkpoint", "chunk_tokens"},
+//        "rollout": {"concurrent", "prompt_tokens", "new_tokens", "kv_tokens"}}
 // Each section present is run and reported under the same key. Throws Error for a bad spec.
 nlohmann::json run_benchmark(const nlohmann::json& spec);
 

@@ -101,6 +101,21 @@ class GraphDecoder {
 
 }  // namespace
 
+bool take_token(lm::Generation& out, const lm::SamplingOptions& options, int64_t token, float logprob, bool go_on) {
+  out.tokens.push_back(token);
+  out.logprobs.push_back(logprob);
+  const auto& stops = options.stop_token_ids;
+  if (std::find(stops.begin(), stops.end(), token) != stops.end())
+    out.finish_reason = "stop";
+  else if (!go_on)
+    out.finish_reason = "callback";
+  else if (static_cast<int64_t>(out.tokens.size()) >= options.max_new_tokens)
+    out.finish_reason = "length";
+  else
+    return true;
+  return false;
+}
+
 void check_tokens(const policy::ModelConfig& config, const std::vector<int64_t>& tokens, const std::string& what) {
   for (size_t i = 0; i < tokens.size(); ++i)
     CA_CHECK(tokens[i] >= 0 && tokens[i] < config.vocab_size,
@@ -174,20 +189,9 @@ std::vector<lm::Generation> generate(CausalLMImpl& model, const std::vector<std:
   for (int64_t i = 0; i < n; ++i) next_pos[i] = static_cast<int64_t>(prompts[i].size());
   auto positions = to_device(next_pos, device).unsqueeze(1);
 
-  const auto is_stop = [&](int64_t t) {
-    return std::find(options.stop_token_ids.begin(), options.stop_token_ids.end(), t) != options.stop_token_ids.end();
-  };
   // Appends a sampled token to prompt r's result; true when that row goes on.
   const auto take = [&](int64_t r, int64_t token, float logprob) {
-    auto& out = results[r];
-    out.tokens.push_back(token);
-    out.logprobs.push_back(logprob);
-    const bool go_on = !on_token || on_token(static_cast<size_t>(r), token);
-    if (is_stop(token)) out.finish_reason = "stop";
-    else if (!go_on) out.finish_reason = "callback";
-    else if (static_cast<int64_t>(out.tokens.size()) >= options.max_new_tokens) out.finish_reason = "length";
-    else return true;
-    return false;
+    return take_token(results[r], options, token, logprob, !on_token || on_token(static_cast<size_t>(r), token));
   };
   if (graphs) {
     // Every row stays in the batch until all are done; a finished row's tokens are dropped.

@@ -18,6 +18,11 @@
 
 namespace cuda_agent::lm {
 
+// Appends a sampled token and its log-prob to `out` and, when the sequence ends there, sets its
+// finish_reason: "stop" (a stop token), "callback" (`go_on` false: on_token said stop) or
+// "length" (max_new_tokens). Returns whether the sequence goes on.
+bool take_token(lm::Generation& out, const lm::SamplingOptions& options, int64_t token, float logprob, bool go_on);
+
 // Throws Error when a token id is outside [0, vocab_size); `what` names the sequence.
 void check_tokens(const policy::ModelConfig& config, const std::vector<int64_t>& tokens, const std::string& what);
 

@@ -84,7 +84,16 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerInputs& 
   v = v.transpose(1, 2);
 
   torch::Tensor keys = k, values = v;
-  if (in.slot.defined()) {  // static decoding: one token, written at a device-held position
+  if (in.paged != nullptr) {  // a slot pool: write the new tokens, gather each row's keys
+    auto& pk = in.paged->k[layer_];
+    auto& pv = in.paged->v[layer_];
+    pk.index_copy_(0, in.write_slots, k.transpose(1, 2).reshape({batch * len, kv_heads_, head_dim_}));
+    pv.index_copy_(0, in.write_slots, v.transpose(1, 2).reshape({batch * len, kv_heads_, head_dim_}));
+    const int64_t n = in.read_slots.size(1);
+    const auto flat = in.read_slots.reshape({-1});
+    keys = pk.index_select(0, flat).view({batch, n, kv_heads_, head_dim_}).transpose(1, 2);
+    values = pv.index_select(0, flat).view({batch, n, kv_heads_, head_dim_}).transpose(1, 2);
+  } else if (in.slot.defined()) {  // static decoding: one token, written at a device-held position
     auto& ck = in.cache->k[layer_];
     auto& cv = in.cache->v[layer_];
     ck.index_copy_(2, in.slot, k);
@@ -236,6 +245,43 @@ torch::Tensor CausalLMImpl::decode_static(const torch::Tensor& input_ids, torch:
   positions.add_(1);
   slot.add_(1);
   return model->norm(h);
+}
+
+torch::Tensor CausalLMImpl::forward_paged(const torch::Tensor& input_ids, const torch::Tensor& positions, PagedKv& pool,
+                                          const torch::Tensor& write_slots, const torch::Tensor& read_slots,
+                                          const torch::Tensor& allowed) {
+  const int64_t rows = input_ids.size(0), len = input_ids.size(1);
+  CA_ASSERT(input_ids.dim() == 2 && positions.sizes() == input_ids.sizes() && write_slots.numel() == rows * len &&
+                read_slots.dim() == 2 && read_slots.size(0) == rows && allowed.dim() == 4 && allowed.size(2) == len &&
+                allowed.size(3) == read_slots.size(1),
+            "forward_paged: ids [{}, {}] with {} write slots, read slots of {} dimensions, a mask of {}", rows, len,
+            write_slots.numel(), read_slots.dim(), allowed.dim());
+  CA_ASSERT(static_cast<int64_t>(pool.k.size()) == config_.num_hidden_layers, "a pool of {} layers for a model of {}",
+            pool.k.size(), config_.num_hidden_layers);
+  auto h = model->embed_tokens(input_ids);
+  auto [cos, sin] = rope_.cos_sin(positions, h.scalar_type());
+  LayerInputs in;
+  in.cos = cos.unsqueeze(1);
+  in.sin = sin.unsqueeze(1);
+  in.paged = &pool;
+  in.write_slots = write_slots;
+  in.read_slots = read_slots;
+  const int64_t group = config_.num_attention_heads / config_.num_key_value_heads, keys = allowed.size(3);
+  in.mask = allowed.unsqueeze(2)
+                .expand({allowed.size(0), 1, group, len, keys})
+                .reshape({allowed.size(0), 1, group * len, keys});
+  for (auto& layer : model->layers) h = layer->forward(h, in);
+  return model->norm(h);
+}
+
+PagedKv CausalLMImpl::new_paged_kv(int64_t slots) const {
+  PagedKv pool;
+  auto options = model->embed_tokens->weight.options();
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    pool.k.push_back(torch::zeros({slots, config_.num_key_value_heads, config_.head_dim}, options));
+    pool.v.push_back(torch::zeros({slots, config_.num_key_value_heads, config_.head_dim}, options));
+  }
+  return pool;
 }
 
 torch::Tensor CausalLMImpl::logits(const torch::Tensor& hidden) {

@@ -31,6 +31,15 @@ struct KvCache {
   void select_rows(const torch::Tensor& rows);
 };
 
+// Keys and values in a pool of slots shared by many sequences (BatchEngine), per layer
+// [slots, kv_heads, head_dim]. Which slots hold which sequence's positions is the caller's
+// business (a block table); the model only writes and reads the slots it is given.
+struct PagedKv {
+  std::vector<torch::Tensor> k, v;
+
+  int64_t slots() const { return k.empty() ? 0 : k[0].size(0); }
+};
+
 // What every layer of one forward call shares.
 struct LayerInputs {
   torch::Tensor cos, sin;  // [B, 1, T, head_dim], activation dtype
@@ -45,6 +54,11 @@ struct LayerInputs {
   // positions [0, keys) under `mask`; `past` is unused.
   torch::Tensor slot;
   int64_t keys = 0;
+  // Paged (CausalLMImpl::forward_paged): the new tokens' keys/values go to pool slots
+  // `write_slots` (int64 [B * T], row-major), attention reads pool slots `read_slots` (int64
+  // [B, K]) under `mask`.
+  PagedKv* paged = nullptr;
+  torch::Tensor write_slots, read_slots;
 };
 
 // y = x W^T + b, with parameters created uninitialised on the target device and dtype (a
@@ -147,6 +161,16 @@ class CausalLMImpl : public torch::nn::Module {
   // final norm. cache.length is not touched (the caller counts).
   torch::Tensor decode_static(const torch::Tensor& input_ids, torch::Tensor& positions, KvCache& cache,
                               torch::Tensor& valid, torch::Tensor& slot, int64_t keys);
+  // Rows of different histories in one forward over a slot pool: ids and positions [B, T]; the
+  // new tokens' keys/values are written at `write_slots` (int64 [B * T], row-major) and each row
+  // attends to the pool slots `read_slots` (int64 [B, K], its own new ones included) where
+  // `allowed` (bool [B, 1, T, K]) is true. Returns hidden states [B, T, hidden] after the final
+  // norm.
+  torch::Tensor forward_paged(const torch::Tensor& input_ids, const torch::Tensor& positions, PagedKv& pool,
+                              const torch::Tensor& write_slots, const torch::Tensor& read_slots,
+                              const torch::Tensor& allowed);
+  // An empty pool of `slots` slots on the model's device and dtype.
+  PagedKv new_paged_kv(int64_t slots) const;
   // lm_head (the embedding matrix when tied) on hidden states, in the model's dtype.
   // Requires has_lm_head().
   torch::Tensor logits(const torch::Tensor& hidden);

@@ -21,29 +21,42 @@ Sampler::Sampler(const lm::SamplingOptions& options)
 }
 
 Sampler::Picks Sampler::pick(const torch::Tensor& logits) {
+  return pick_with(options_, logits, draw(logits.size(0)));
+}
+
+torch::Tensor Sampler::draw(int64_t rows) {
+  if (greedy_) return {};
+  return torch::rand({rows}, generator_, torch::TensorOptions().dtype(torch::kFloat64));
+}
+
+Sampler::Picks Sampler::pick_with(const lm::SamplingOptions& options, const torch::Tensor& logits,
+                                  const torch::Tensor& uniforms) {
   const int64_t rows = logits.size(0), vocab = logits.size(1);
+  const bool greedy = options.greedy || options.temperature == 0.0;
   auto logp = torch::log_softmax(logits, -1);
   torch::Tensor tokens;
-  if (greedy_) {
+  if (greedy) {
     tokens = logits.argmax(-1);
   } else {
-    auto scaled = logits / options_.temperature;
-    if (options_.top_k > 0 && options_.top_k < vocab) {
-      auto kth = std::get<0>(scaled.topk(options_.top_k, -1)).narrow(-1, options_.top_k - 1, 1);
+    auto scaled = logits / options.temperature;
+    if (options.top_k > 0 && options.top_k < vocab) {
+      auto kth = std::get<0>(scaled.topk(options.top_k, -1)).narrow(-1, options.top_k - 1, 1);
       scaled = scaled.masked_fill(scaled < kth, -std::numeric_limits<double>::infinity());
     }
     // float64 so that the cumulative sums over a large vocabulary stay exact enough.
     auto probs = torch::softmax(scaled, -1).to(torch::kFloat64);
     torch::Tensor order;
-    if (options_.top_p < 1) {
+    if (options.top_p < 1) {
       auto [sorted, indices] = probs.sort(-1, /*descending=*/true);
       // Drop a token when the more likely ones already reach top_p; the first always stays.
       auto before = sorted.cumsum(-1) - sorted;
-      probs = sorted.masked_fill(before >= options_.top_p, 0.0);
+      probs = sorted.masked_fill(before >= options.top_p, 0.0);
       order = indices;
     }
     auto cdf = probs.cumsum(-1);
-    auto u = torch::rand({rows}, generator_, torch::TensorOptions().dtype(torch::kFloat64)).to(logits.device());
+    CA_ASSERT(uniforms.defined() && uniforms.numel() == rows, "{} uniforms for {} rows",
+              uniforms.defined() ? uniforms.numel() : 0, rows);
+    auto u = uniforms.to(logits.device());
     auto target = (u * cdf.select(-1, vocab - 1)).unsqueeze(-1);
     // right=true: the first index whose cdf exceeds the target, which never has zero probability.
     auto index = torch::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(vocab - 1);

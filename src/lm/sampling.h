@@ -27,6 +27,14 @@ class Sampler {
   // One token per row of `logits` ([B, vocab], float32, any device).
   Picks pick(const torch::Tensor& logits);
 
+  // pick() in two halves, so that rows of several samplers with the same options share one pass
+  // on the device (BatchEngine): draw() takes the uniforms pick() would take for `rows` rows
+  // from this sampler's generator (float64 [rows] on the CPU; undefined when greedy), and
+  // pick_with() chooses with the uniforms given, one per row of `logits`.
+  torch::Tensor draw(int64_t rows);
+  static Picks pick_with(const lm::SamplingOptions& options, const torch::Tensor& logits, const torch::Tensor& uniforms);
+  const lm::SamplingOptions& options() const { return options_; }
+
  private:
   lm::SamplingOptions options_;
   bool greedy_;

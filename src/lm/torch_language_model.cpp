@@ -81,7 +81,16 @@ torch::ScalarType parse_dtype(const std::string& name) {
 }
 
 TorchLanguageModel::TorchLanguageModel(CausalLM model, lm::LmOptions options)
-    : model_(std::move(model)), options_(std::move(options)) {}
+    : model_(std::move(model)), options_(std::move(options)) {
+  // Dynamic RoPE scales by the longest sequence of a forward: in a shared batch one call's
+  // tokens would depend on the others', so those models decode each call alone.
+  if (options_.batch_engine && model_->config().rope_scaling.type != "dynamic") {
+    EngineOptions e;
+    e.kv_tokens = options_.kv_tokens;
+    e.block_size = options_.kv_block;
+    engine_ = std::make_unique<BatchEngine>(*model_, e);
+  }
+}
 
 std::unique_ptr<TorchLanguageModel> TorchLanguageModel::random(const policy::ModelConfig& config,
                                                                const lm::LmOptions& options) {
@@ -125,7 +134,13 @@ std::vector<float> TorchLanguageModel::logits_with_cache(const std::vector<int64
 std::vector<lm::Generation> TorchLanguageModel::generate(const std::vector<std::vector<int64_t>>& prompts,
                                                          const lm::SamplingOptions& options,
                                                          const std::function<bool(size_t, int64_t)>& on_token) {
-  return translate_errors("generate", [&] { return lm::generate(*model_, prompts, options, on_token); });
+  return translate_errors("generate", [&] {
+    return engine_ ? engine_->generate(prompts, options, on_token) : lm::generate(*model_, prompts, options, on_token);
+  });
+}
+
+lm::EngineStats TorchLanguageModel::engine_stats() const {
+  return engine_ ? engine_->stats() : lm::EngineStats{};
 }
 
 std::vector<lm::TrainForward> TorchLanguageModel::forward_for_training(

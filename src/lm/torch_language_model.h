@@ -12,6 +12,7 @@
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/lm/lm.h"
+#include "batch_engine.h"
 #include "model.h"
 
 namespace cuda_agent::lm {
@@ -40,12 +41,14 @@ class TorchLanguageModel final : public lm::LanguageModel {
   std::vector<lm::TrainForward> forward_for_training(const std::vector<std::vector<int64_t>>& sequences,
                                                      const std::vector<std::vector<uint8_t>>& loss_mask) override;
   void save_hf(const std::filesystem::path& dir) override;
+  lm::EngineStats engine_stats() const override;
 
   CausalLM& model() { return model_; }
 
  private:
   CausalLM model_;
   lm::LmOptions options_;
+  std::unique_ptr<BatchEngine> engine_;  // options.batch_engine; destroyed before the model
 };
 
 // Sequences per forward of forward_for_training: at most this many (padded) tokens at once.

@@ -48,6 +48,8 @@ json train_config_defaults() {
            {"top_p", 1.0},                    // ours: no nucleus truncation, for the same reason
            {"sandbox_timeout_s", 600},        // ours: wall time of one sandbox evaluation
            {"concurrent_episodes", 2},        // ours: episodes a process runs at once on its GPU (as bench's 2 workers)
+           {"batch_engine", false},           // ours: the episodes' turns decoded together (continuous batching)
+           {"kv_tokens", 131072},             // ours: that engine's KV pool, in token positions
            {"single_turn", false},            // true: no tools, one answer (the no-agent-loop ablation)
            {"max_invalid_turns", 5},          // as agent::AgentOptions: replies whose calls all failed, in a row
            {"max_repeated_calls", 6},         // as agent::AgentOptions: the same call this many times: looping
@@ -266,6 +268,8 @@ void validate_train_config(const json& c) {
   check_at_least(c, "rollout.concurrent_episodes", 1);
   check_range(c, "rollout.concurrent_episodes", 1, false, 64, false);
   boolean(c, "rollout.single_turn");
+  boolean(c, "rollout.batch_engine");
+  check_at_least(c, "rollout.kv_tokens", 256);
   check_at_least(c, "rollout.max_invalid_turns", 1);
   check_at_least(c, "rollout.max_repeated_calls", 2);
 
@@ -456,6 +460,8 @@ TrainConfig TrainConfig::from_json(json config) {
   r.sandbox_timeout_s = rollout["sandbox_timeout_s"].get<double>();
   r.concurrent_episodes = rollout["concurrent_episodes"].get<int>();
   r.single_turn = rollout["single_turn"].get<bool>();
+  r.batch_engine = rollout["batch_engine"].get<bool>();
+  r.kv_tokens = rollout["kv_tokens"].get<int64_t>();
   r.max_invalid_turns = rollout["max_invalid_turns"].get<int>();
   r.max_repeated_calls = rollout["max_repeated_calls"].get<int>();
   auto fine_tune = [](const json& s, TrainConfig::FineTune& f) {

@@ -205,6 +205,8 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   const int gpu = dist.distributed() ? dist.local_rank : options.gpu;  // torchrun: LOCAL_RANK's GPU
   lm.device = on_cpu ? "cpu" : fmt::format("cuda:{}", gpu);
   lm.seed = cfg.run.seed;
+  lm.batch_engine = cfg.rollout.batch_engine;
+  lm.kv_tokens = cfg.rollout.kv_tokens;
   ppo.seed = lm.seed;
   ppo.distributed = dist;
   CA_CHECK(fs::exists(actor_weights), "--resume: the checkpoint's actor folder {} is missing", actor_weights.string());

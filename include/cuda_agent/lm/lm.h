@@ -35,6 +35,25 @@ struct LmOptions {
   uint64_t seed = 0;              // random_language_model's initialisation (and a missing value head's)
   double init_std = 0.02;         // random_language_model: std of the normal initialisation
   bool value_head = false;        // add Linear(hidden, 1) on the final hidden states (a critic)
+  // generate() from every thread through one batched engine (continuous batching over a paged
+  // KV cache, src/lm/batch_engine.h) instead of a batch per call. Not for dynamic RoPE (its
+  // scaling depends on the batch), where calls decode alone.
+  bool batch_engine = false;
+  int64_t kv_tokens = 131072;  // the engine's KV pool, in token positions
+  int64_t kv_block = 16;       // positions per block of that pool
+};
+
+// What the batched engine has done since the model was created (all zero without it).
+struct EngineStats {
+  int64_t steps = 0;             // decode forwards
+  int64_t decoded_tokens = 0;    // tokens those steps produced (rows summed over steps)
+  int64_t prefilled_tokens = 0;  // prompt positions computed in prefills
+  int64_t reused_tokens = 0;     // prompt positions taken from cached blocks instead
+  int64_t preemptions = 0;       // calls sent back to the queue to free blocks
+  int64_t waits = 0;             // admissions put off for lack of blocks or rows
+  int64_t peak_rows = 0;         // most sequences in one step
+  int64_t peak_blocks = 0;       // most blocks held at once
+  int64_t blocks = 0;            // the pool's size in blocks (0 while it is not allocated)
 };
 
 struct SamplingOptions {
@@ -102,6 +121,9 @@ class LanguageModel {
   // model.safetensors in the model's dtype, plus value_head.safetensors when it has a value head.
   // Creates the folder; replaces those files atomically.
   virtual void save_hf(const std::filesystem::path& dir) = 0;
+
+  // The batched engine's counters (LmOptions::batch_engine).
+  virtual EngineStats engine_stats() const = 0;
 };
 
 // Loads a Hugging Face folder (config.json + model.safetensors or its sharded index) or a .gguf
@@ -132,8 +154,8 @@ std::filesystem::path language_model_module_path();
 // Raised whenever the layout of these types or the entry points change (ppo_learner.h's
 // PpoOptions and PpoLearner included), so a stale module is refused with a clear message instead
 // of crashing. 3: PpoOptions::critic, PpoLearner::forward / save_state / load_state. 7:
-// ca_lm_set_log. 8: PpoStats::first_loss / last_loss.
-inline constexpr int kLmModuleAbi = 8;
+// ca_lm_set_log. 8: PpoStats::first_loss / last_loss. 9: LmOptions' batch engine, engine_stats().
+inline constexpr int kLmModuleAbi = 9;
 
 struct LmCreateRequest {
   int abi = kLmModuleAbi;

@@ -72,6 +72,8 @@ struct TrainConfig {
     double temperature = 1, top_p = 1, sandbox_timeout_s = 0;
     int concurrent_episodes = 1;
     bool single_turn = false;
+    bool batch_engine = false;  // lm::LmOptions::batch_engine for the actor
+    int64_t kv_tokens = 131072;
     int max_invalid_turns = 0, max_repeated_calls = 0;
   } rollout;
   // What stages.sft and stages.rft share: which episodes they keep and how they fine-tune on them.

@@ -114,6 +114,7 @@ class ModuleLanguageModel final : public LanguageModel {
   void save_hf(const std::filesystem::path& dir) override {
     guarded("save_hf", [&] { impl_->save_hf(dir); });
   }
+  EngineStats engine_stats() const override { return impl_->engine_stats(); }
 
  private:
   std::unique_ptr<LanguageModel> owned_;

@@ -1,0 +1,222 @@
+// The batched generation engine (LmOptions::batch_engine) on the CPU with tiny random models:
+// calls from many threads, joining and leaving mid-decode, give the tokens and log-probs each
+// gets alone; prompts that share a beginning reuse its cached blocks; a pool that runs out makes
+// calls wait (or sends one back to the queue) and corrupts nothing; calls that cannot fit fail
+// with a message, and the engine goes on.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "lm_test_util.h"
+
+namespace cuda_agent::testing {
+namespace {
+
+using lm::Generation;
+using lm::SamplingOptions;
+
+struct Job {
+  std::vector<std::vector<int64_t>> prompts;
+  SamplingOptions options;
+  int64_t stop_after = 0;  // on_token says stop after this many tokens of row 0 (0: never)
+};
+
+std::function<bool(size_t, int64_t)> stopper(const Job& job) {
+  if (job.stop_after == 0) return {};
+  auto seen = std::make_shared<int64_t>(0);
+  return [seen, n = job.stop_after](size_t row, int64_t) { return row != 0 || ++*seen < n; };
+}
+
+std::unique_ptr<lm::LanguageModel> model(const policy::ModelConfig& config, bool engine, int64_t kv_tokens = 4096,
+                                         int64_t block = 4) {
+  auto o = test_options("cpu", 3);
+  o.batch_engine = engine;
+  o.kv_tokens = kv_tokens;
+  o.kv_block = block;
+  return lm::random_language_model(config, o);
+}
+
+// Each job alone through the per-call path.
+std::vector<std::vector<Generation>> alone(lm::LanguageModel& m, const std::vector<Job>& jobs) {
+  std::vector<std::vector<Generation>> out;
+  for (const Job& j : jobs) out.push_back(m.generate(j.prompts, j.options, stopper(j)));
+  return out;
+}
+
+// All jobs at once, one thread each, the i-th starting i * stagger_ms later (so that calls join
+// while others decode); a call's Error text in place of its result.
+std::vector<std::vector<Generation>> together(lm::LanguageModel& m, const std::vector<Job>& jobs, int stagger_ms,
+                                              std::vector<std::string>* errors = nullptr) {
+  std::vector<std::vector<Generation>> out(jobs.size());
+  std::vector<std::string> failed(jobs.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    threads.emplace_back([&, i] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(stagger_ms * static_cast<int>(i)));
+      try {
+        out[i] = m.generate(jobs[i].prompts, jobs[i].options, stopper(jobs[i]));
+      } catch (const Error& e) {
+        failed[i] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  if (errors != nullptr) *errors = failed;
+  if (errors == nullptr) {
+    for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(failed[i], "") << "job " << i;
+  }
+  return out;
+}
+
+void expect_same(const std::vector<Generation>& got, const std::vector<Generation>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t r = 0; r < want.size(); ++r) {
+    EXPECT_EQ(got[r].tokens, want[r].tokens) << what << " row " << r;
+    EXPECT_EQ(got[r].finish_reason, want[r].finish_reason) << what << " row " << r;
+    EXPECT_LE(max_abs_diff(got[r].logprobs, want[r].logprobs), 1e-4) << what << " row " << r;
+  }
+}
+
+SamplingOptions sampled(uint64_t seed, int64_t max_new, std::vector<int64_t> stops = {}) {
+  SamplingOptions s;
+  s.temperature = 0.9;
+  s.top_p = 0.95;
+  s.seed = seed;
+  s.max_new_tokens = max_new;
+  s.stop_token_ids = std::move(stops);
+  return s;
+}
+
+// A beginning every episode shares (a system prompt), then each job's own tokens.
+std::vector<Job> mixed_jobs(int64_t vocab) {
+  const auto shared = test_tokens(22, vocab, 11);
+  auto with_shared = [&](size_t extra, uint64_t seed) {
+    auto p = shared;
+    const auto own = test_tokens(extra, vocab, seed);
+    p.insert(p.end(), own.begin(), own.end());
+    return p;
+  };
+  std::vector<Job> jobs;
+  // Long enough that every other call joins while it decodes.
+  jobs.push_back({{with_shared(5, 1)}, sampled(1, 120)});
+  jobs.push_back({{test_tokens(3, vocab, 2)}, sampled(2, 9)});
+  jobs.push_back({{with_shared(14, 3)}, sampled(3, 24, {7, 19})});
+  SamplingOptions g;
+  g.greedy = true;
+  g.max_new_tokens = 16;
+  jobs.push_back({{with_shared(9, 4)}, g});
+  // A PPO group: four samples of one prompt in one call.
+  jobs.push_back({std::vector<std::vector<int64_t>>(4, with_shared(6, 5)), sampled(5, 14)});
+  // Prompts of different lengths in one call, one stopped by its callback.
+  jobs.push_back({{test_tokens(30, vocab, 6), test_tokens(1, vocab, 7)}, sampled(6, 12), 5});
+  return jobs;
+}
+
+class EngineFamilies : public ::testing::TestWithParam<TinyModel> {
+ protected:
+  void SetUp() override { use_built_lm_module(); }
+};
+
+TEST_P(EngineFamilies, EachCallGetsTheTokensItGetsAloneWhileOthersJoinAndLeave) {
+  const auto& config = GetParam().config;
+  const auto jobs = mixed_jobs(config.vocab_size);
+  auto plain = model(config, false);
+  const auto want = alone(*plain, jobs);
+  auto engine = model(config, true);
+  const auto got = together(*engine, jobs, 1);
+  for (size_t i = 0; i < jobs.size(); ++i) expect_same(got[i], want[i], "job " + std::to_string(i));
+
+  const lm::EngineStats s = engine->engine_stats();
+  int64_t tokens = 0;
+  for (const auto& call : want)
+    for (const auto& g : call) tokens += static_cast<int64_t>(g.tokens.size());
+  EXPECT_EQ(s.decoded_tokens, tokens);
+  EXPECT_GE(s.peak_rows, 5);           // the group's four rows beside the long call, at least
+  EXPECT_LT(s.steps * 4, tokens * 3);  // many steps decoded several calls' sequences
+  EXPECT_GT(s.reused_tokens, 0);       // the group's copies and the shared beginning
+  EXPECT_EQ(s.preemptions, 0);
+  EXPECT_EQ(plain->engine_stats().steps, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, EngineFamilies, ::testing::ValuesIn(tiny_models()),
+                         [](const auto& info) { return info.param.name; });
+
+// An episode's next turn starts with its previous prompt and reply: those blocks are reused.
+TEST(BatchEngine, ANextTurnReusesThePreviousTurnsBlocks) {
+  use_built_lm_module();
+  const auto config = tiny_config(policy::Family::kQwen2);
+  auto plain = model(config, false);
+  auto engine = model(config, true);
+  const auto first = test_tokens(40, config.vocab_size, 21);
+  const auto reply = engine->generate({first}, sampled(1, 20))[0];
+  expect_same({reply}, plain->generate({first}, sampled(1, 20)), "first turn");
+  auto next = first;
+  next.insert(next.end(), reply.tokens.begin(), reply.tokens.end());
+  const auto observation = test_tokens(9, config.vocab_size, 22);
+  next.insert(next.end(), observation.begin(), observation.end());
+  const int64_t reused = engine->engine_stats().reused_tokens;
+  expect_same(engine->generate({next}, sampled(2, 10)), plain->generate({next}, sampled(2, 10)), "second turn");
+  // Every full block of the first turn's prompt and reply (all but the last token of the reply:
+  // its keys were never computed).
+  const int64_t known = static_cast<int64_t>(first.size() + reply.tokens.size()) - 1;
+  EXPECT_GE(engine->engine_stats().reused_tokens - reused, known / 4 * 4);
+}
+
+// A pool of 16 blocks of 4 positions for calls that need 10 blocks each: they wait or go back to
+// the queue, and every one still gets what it gets alone.
+TEST(BatchEngine, APoolThatRunsOutMakesCallsWaitAndCorruptsNothing) {
+  use_built_lm_module();
+  const auto config = tiny_config(policy::Family::kLlama);
+  std::vector<Job> jobs;
+  for (uint64_t i = 0; i < 5; ++i) jobs.push_back({{test_tokens(10, config.vocab_size, 30 + i)}, sampled(40 + i, 30)});
+  auto plain = model(config, false);
+  const auto want = alone(*plain, jobs);
+  auto engine = model(config, true, /*kv_tokens=*/64, /*block=*/4);
+  const auto got = together(*engine, jobs, 1);
+  for (size_t i = 0; i < jobs.size(); ++i) expect_same(got[i], want[i], "job " + std::to_string(i));
+  const lm::EngineStats s = engine->engine_stats();
+  EXPECT_EQ(s.blocks, 16);
+  EXPECT_LE(s.peak_blocks, 16);
+  EXPECT_GT(s.waits + s.preemptions, 0);
+}
+
+TEST(BatchEngine, CallsThatCannotFitFailAndTheEngineGoesOn) {
+  use_built_lm_module();
+  const auto config = tiny_config(policy::Family::kLlama);
+  auto engine = model(config, true, /*kv_tokens=*/64, /*block=*/4);
+  std::vector<Job> jobs = {{{test_tokens(80, config.vocab_size, 1)}, sampled(1, 4)},    // longer than the pool
+                           {{test_tokens(10, config.vocab_size, 2)}, sampled(2, 100)},  // outgrows it
+                           {{test_tokens(10, config.vocab_size, 3)}, sampled(3, 12)}};
+  std::vector<std::string> errors;
+  together(*engine, {jobs[0]}, 0, &errors);
+  EXPECT_NE(errors[0].find("raise the model's kv_tokens or shorten the prompts"), std::string::npos) << errors[0];
+  together(*engine, {jobs[1]}, 0, &errors);
+  EXPECT_NE(errors[0].find("outgrew the batch engine's KV pool (64 positions)"), std::string::npos) << errors[0];
+  auto plain = model(config, false);
+  expect_same(engine->generate(jobs[2].prompts, jobs[2].options), plain->generate(jobs[2].prompts, jobs[2].options),
+              "after the failures");
+  EXPECT_NE(error_of([&] { engine->generate({{}}, sampled(1, 4)); }).find("prompt 0 is empty"), std::string::npos);
+}
+
+// ca-lm-bench's rollout section (issue 19's figure on the GPU) on a tiny model: every turn makes
+// its tokens through both paths.
+TEST(BatchEngine, TheRolloutBenchmarkRunsBothPaths) {
+  use_built_lm_module();
+  const nlohmann::json spec = {
+      {"device", "cpu"},
+      {"dtype", "float32"},
+      {"config", tiny_config(policy::Family::kLlama).to_hf_json()},
+      {"rollout", {{"concurrent", {1, 4}}, {"prompt_tokens", 9}, {"new_tokens", 6}, {"kv_tokens", 1024}}}};
+  const nlohmann::json out = lm::run_language_model_benchmark(spec);
+  ASSERT_EQ(out["rollout"].size(), 2u) << out.dump(2);
+  for (const auto& row : out["rollout"]) {
+    EXPECT_GT(row["per_call_tokens_per_s"].get<double>(), 0) << row;
+    EXPECT_GT(row["engine_tokens_per_s"].get<double>(), 0) << row;
+    // The engine decoded them (how many steps together depends on when the threads arrived).
+    EXPECT_GE(row["engine_steps"].get<int64_t>(), 6) << row;
+    EXPECT_LE(row["engine_steps"].get<int64_t>(), 6 * row["concurrent"].get<int64_t>()) << row;
+  }
+}
+
+}  // namespace
+}  // namespace cuda_agent::testing
