@@ -503,15 +503,16 @@ void BatchEngine::Impl::step() {
       c->rows.clear();
     }
   }
-  for (const auto& c : ended) {
-    if (!c->rows.empty()) finish(c, nullptr);
-    running.erase(std::find(running.begin(), running.end(), c));
-  }
+  // Counted before the calls are released: a caller reads the stats of what it waited for.
   count_stats([&](lm::EngineStats& s) {
     ++s.steps;
     s.decoded_tokens += rows;
     s.peak_rows = std::max(s.peak_rows, rows);
   });
+  for (const auto& c : ended) {
+    if (!c->rows.empty()) finish(c, nullptr);
+    running.erase(std::find(running.begin(), running.end(), c));
+  }
 }
 
 void BatchEngine::Impl::finish(const CallPtr& call, std::exception_ptr error) {
