@@ -293,7 +293,9 @@ void BatchEngine::Impl::admit() {
     const int64_t rows = call->live_rows();
     int64_t headroom = 0;  // a block for each running sequence to grow into, unless none runs
     for (const auto& c : running) headroom += c->live_rows();
-    if (live + rows > options.max_rows || blocks_needed(*call, true) + headroom > blocks->available()) {
+    // A call of more rows than max_rows still runs, alone.
+    const bool too_many = live + rows > options.max_rows && !running.empty();
+    if (too_many || blocks_needed(*call, true) + headroom > blocks->available()) {
       count_stats([](lm::EngineStats& s) { ++s.waits; });
       return;  // first come, first served: the head waits, and so does everyone behind it
     }

@@ -50,7 +50,7 @@ struct EngineStats {
   int64_t prefilled_tokens = 0;  // prompt positions computed in prefills
   int64_t reused_tokens = 0;     // prompt positions taken from cached blocks instead
   int64_t preemptions = 0;       // calls sent back to the queue to free blocks
-  int64_t waits = 0;             // admissions put off for lack of blocks or rows
+  int64_t waits = 0;             // steps at which the queue's next call waited for blocks or rows
   int64_t peak_rows = 0;         // most sequences in one step
   int64_t peak_blocks = 0;       // most blocks held at once
   int64_t blocks = 0;            // the pool's size in blocks (0 while it is not allocated)

@@ -196,6 +196,12 @@ TEST(BatchEngine, CallsThatCannotFitFailAndTheEngineGoesOn) {
   expect_same(engine->generate(jobs[2].prompts, jobs[2].options), plain->generate(jobs[2].prompts, jobs[2].options),
               "after the failures");
   EXPECT_NE(error_of([&] { engine->generate({{}}, sampled(1, 4)); }).find("prompt 0 is empty"), std::string::npos);
+  // More rows than one step takes (256) still run, alone.
+  auto wide = model(config, true, /*kv_tokens=*/4096, /*block=*/4);
+  const auto rows = wide->generate(std::vector<std::vector<int64_t>>(300, test_tokens(3, config.vocab_size, 9)),
+                                   sampled(4, 2));
+  ASSERT_EQ(rows.size(), 300u);
+  EXPECT_EQ(rows[299].tokens.size(), 2u);
 }
 
 // ca-lm-bench's rollout section (issue 19's figure on the GPU) on a tiny model: every turn makes
