@@ -198,8 +198,8 @@ TEST(BatchEngine, CallsThatCannotFitFailAndTheEngineGoesOn) {
   EXPECT_NE(error_of([&] { engine->generate({{}}, sampled(1, 4)); }).find("prompt 0 is empty"), std::string::npos);
   // More rows than one step takes (256) still run, alone.
   auto wide = model(config, true, /*kv_tokens=*/4096, /*block=*/4);
-  const auto rows = wide->generate(std::vector<std::vector<int64_t>>(300, test_tokens(3, config.vocab_size, 9)),
-                                   sampled(4, 2));
+  const auto rows =
+      wide->generate(std::vector<std::vector<int64_t>>(300, test_tokens(3, config.vocab_size, 9)), sampled(4, 2));
   ASSERT_EQ(rows.size(), 300u);
   EXPECT_EQ(rows[299].tokens.size(), 2u);
 }
