@@ -211,11 +211,7 @@ torch::Tensor CausalLMImpl::forward(const torch::Tensor& input_ids, const torch:
     auto query_pos = torch::arange(len, input_ids.options()) + in.past;
     allowed = (key_pos.unsqueeze(0) <= query_pos.unsqueeze(1)).view({1, 1, len, in.past + len});
   }
-  if (allowed.defined()) {  // [B, 1, T, L] -> [B, 1, G*T, L], once for every layer (see AttentionImpl)
-    const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
-    const int64_t rows = allowed.size(0), keys = allowed.size(3);
-    in.mask = allowed.unsqueeze(2).expand({rows, 1, group, len, keys}).reshape({rows, 1, group * len, keys});
-  }
+  if (allowed.defined()) in.mask = grouped_mask(allowed);
   const bool checkpoint = checkpoint_layers && cache == nullptr && torch::GradMode::is_enabled();
   for (auto& layer : model->layers) h = checkpoint ? checkpointed_layer(*layer, h, in) : layer->forward(h, in);
   if (cache != nullptr) cache->length += len;
@@ -266,12 +262,15 @@ torch::Tensor CausalLMImpl::forward_paged(const torch::Tensor& input_ids, const 
   in.paged = &pool;
   in.write_slots = write_slots;
   in.read_slots = read_slots;
-  const int64_t group = config_.num_attention_heads / config_.num_key_value_heads, keys = allowed.size(3);
-  in.mask = allowed.unsqueeze(2)
-                .expand({allowed.size(0), 1, group, len, keys})
-                .reshape({allowed.size(0), 1, group * len, keys});
+  in.mask = grouped_mask(allowed);
   for (auto& layer : model->layers) h = layer->forward(h, in);
   return model->norm(h);
+}
+
+torch::Tensor CausalLMImpl::grouped_mask(const torch::Tensor& allowed) const {
+  const int64_t group = config_.num_attention_heads / config_.num_key_value_heads;
+  const int64_t rows = allowed.size(0), len = allowed.size(2), keys = allowed.size(3);
+  return allowed.unsqueeze(2).expand({rows, 1, group, len, keys}).reshape({rows, 1, group * len, keys});
 }
 
 PagedKv CausalLMImpl::new_paged_kv(int64_t slots) const {

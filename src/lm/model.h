@@ -197,6 +197,10 @@ class CausalLMImpl : public torch::nn::Module {
   Dense value_head{nullptr};  // Linear(hidden, 1) with bias; absent without a value head
 
  private:
+  // A boolean mask [B, 1, T, L] folded for grouped-query attention: [B, 1, G*T, L], row g*T + t
+  // for query t of head g of a key/value group (see AttentionImpl), once for every layer.
+  torch::Tensor grouped_mask(const torch::Tensor& allowed) const;
+
   policy::ModelConfig config_;
   Rope rope_;
 };
