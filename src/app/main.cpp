@@ -475,7 +475,7 @@ struct SynthFlags {
                       catalogue = std::string(CUDA_AGENT_DATA_DIR) + "/synth/catalogue.json", refresh, from_split,
                       kernelbench;
   std::vector<double> window = {1, 100};
-  int workers_per_gpu = 2;
+  int workers_per_gpu = 0;  // 0: 8 sharing the GPU, 2 with --exclusive-timing or on the CPU
   CommonFlags common;
 };
 
@@ -509,7 +509,8 @@ int run_synth_verb(SynthFlags& f) {
   o.bench.sandbox = resolve_options(f.common);
   o.bench.device = f.device;
   o.bench.gpus = f.device == "cpu" ? std::vector<int>{0} : parse_gpus(f.gpus);
-  o.bench.workers_per_gpu = f.workers_per_gpu;
+  o.bench.workers_per_gpu =
+      f.workers_per_gpu > 0 ? f.workers_per_gpu : (o.exclusive_timing || f.device == "cpu" ? 2 : 8);
   o.bench.interactive_progress = stderr_is_terminal();
   if (f.device == "cuda") require_gpu("synth");
   const nlohmann::json funnel = bench::run_synth(o, std::cerr);
@@ -542,7 +543,12 @@ void add_synth(CLI::App& app, Verbs& verbs) {
   cmd->add_option("--max-similarity", f->opts.max_similarity, "AST similarity above this drops a task (default 0.9)");
   cmd->add_option("--device", f->device, "cuda (default: every filter) or cpu (no torch.compile or timing filter)");
   cmd->add_option("--gpus", f->gpus, "comma-separated GPU indices to spread evaluations over");
-  cmd->add_option("--workers-per-gpu", f->workers_per_gpu, kWorkersHelp)->check(CLI::Range(1, 16));
+  cmd->add_option("--workers-per-gpu", f->workers_per_gpu,
+                  "evaluations in flight per GPU (default 8 sharing the GPU; 2 with --exclusive-timing or on the CPU)")
+      ->check(CLI::Range(1, 16));
+  cmd->add_flag("--exclusive-timing", f->opts.exclusive_timing,
+                "time each candidate's eager run alone on the GPU (the bench's GPU lock): slower; by default "
+                "evaluations share the GPU and the eager time is a load under contention");
   add_common(cmd, f->common);
   verbs.push_back({cmd, [f] { return run_synth_verb(*f); }});
 }

@@ -46,7 +46,7 @@ nlohmann::json evaluate_task(const BenchOptions& options, const TaskEntry& task,
   req.task_id = task.id;
   req.gpu = gpu;
   req.device = options.device;
-  req.gpu_lock = true;  // GPU phases and timed runs one at a time (see BenchOptions::workers_per_gpu)
+  req.gpu_lock = options.gpu_lock;  // GPU phases and timed runs one at a time (BenchOptions::workers_per_gpu)
   req.options = task_options;
   req.mode = options.mode;
   nlohmann::json result;

@@ -175,7 +175,7 @@ void write_candidates(const std::vector<Candidate>& cands, const fs::path& work)
 
 }  // namespace
 
-nlohmann::json synth_filters(const nlohmann::json& r, double min_eager_ms, double max_eager_ms) {
+nlohmann::json synth_filters(const nlohmann::json& r, double min_eager_ms, double max_eager_ms, bool shared_gpu) {
   nlohmann::json f = nlohmann::json::object();
   const std::string category =
       r.value("category", nlohmann::json()).is_string() ? r["category"].get<std::string>() : "";
@@ -216,9 +216,15 @@ nlohmann::json synth_filters(const nlohmann::json& r, double min_eager_ms, doubl
   if (!gpu || !t.is_object() || !t.value("eager", nlohmann::json()).is_object()) {
     f["eager_time"] = verdict(nullptr, "not measured (no GPU timing)");
   } else {
-    const double ms = t["eager"].value("median_ms", 0.0);
+    const nlohmann::json& eager = t["eager"];
+    const bool kernels = shared_gpu && eager.value("gpu_kernel_ms", nlohmann::json()).is_number();
+    const double ms = kernels ? eager["gpu_kernel_ms"].get<double>() : eager.value("median_ms", 0.0);
     const bool in = ms >= min_eager_ms && ms <= max_eager_ms;
-    f["eager_time"] = verdict(in, fmt::format("eager {:.3f} ms, window [{}, {}] ms", ms, min_eager_ms, max_eager_ms));
+    f["eager_time"] = verdict(in, fmt::format("eager {:.3f} ms ({}), window [{}, {}] ms", ms,
+                                              kernels       ? "GPU kernel time, the GPU shared"
+                                              : shared_gpu ? "interval, the GPU shared"
+                                                           : "interval",
+                                              min_eager_ms, max_eager_ms));
   }
   return f;
 }
@@ -279,6 +285,10 @@ nlohmann::json run_synth(const SynthOptions& o, std::ostream& progress) {
                            {"max_ops", o.max_ops},
                            {"eager_window_ms", {o.min_eager_ms, o.max_eager_ms}},
                            {"max_similarity", o.max_similarity},
+                           {"timing", o.bench.device == "cpu" ? std::string("none (no GPU)")
+                                      : o.exclusive_timing    ? std::string("exclusive (the GPU lock)")
+                                                              : fmt::format("shared: {} evaluations at once per GPU",
+                                                                            o.bench.workers_per_gpu)},
                            {"kernelbench_tasks", references.size()},
                            {"composer", !o.from_split.empty() ? "split:" + o.from_split.string()
                                         : o.llm               ? o.llm_name
@@ -292,6 +302,7 @@ nlohmann::json run_synth(const SynthOptions& o, std::ostream& progress) {
   b.solutions = work / "solutions";
   b.output_dir = work / "bench";
   b.mode = b.device == "cpu" ? sandbox::EvalMode::kVerify : sandbox::EvalMode::kEvaluate;
+  b.gpu_lock = o.exclusive_timing;
   b.sandbox.fallback = "off";
   b.sandbox.provenance = "off";
   b.sandbox.trials = std::min(b.sandbox.trials, 3);
@@ -310,7 +321,7 @@ nlohmann::json run_synth(const SynthOptions& o, std::ostream& progress) {
       c.filters["runs_eager"] = verdict(false, "no evaluation result");
       continue;
     }
-    c.filters.update(synth_filters(it->second, o.min_eager_ms, o.max_eager_ms));
+    c.filters.update(synth_filters(it->second, o.min_eager_ms, o.max_eager_ms, !o.exclusive_timing));
     if (it->second.contains("timings")) c.info["timings"] = it->second["timings"];
   }
 

@@ -127,6 +127,15 @@ TEST(Synth, FiltersDecideFromTheEvaluationResult) {
   EXPECT_EQ(synth_filters(gpu, 1, 100)["eager_time"]["passed"], false);
   gpu["timings"]["eager"]["median_ms"] = 250.0;
   EXPECT_EQ(synth_filters(gpu, 1, 100)["eager_time"]["passed"], false);
+  // The GPU shared with other evaluations: the kernel time decides, not the stretched interval.
+  gpu["timings"]["eager"]["gpu_kernel_ms"] = 40.0;
+  EXPECT_EQ(synth_filters(gpu, 1, 100, /*shared_gpu=*/true)["eager_time"]["passed"], true);
+  EXPECT_EQ(synth_filters(gpu, 1, 100)["eager_time"]["passed"], false);
+  gpu["timings"]["eager"]["median_ms"] = 3.0;
+  gpu["timings"]["eager"]["gpu_kernel_ms"] = 0.4;
+  EXPECT_EQ(synth_filters(gpu, 1, 100, true)["eager_time"]["passed"], false);
+  EXPECT_NE(synth_filters(gpu, 1, 100, true)["eager_time"]["detail"].get<std::string>().find("GPU kernel time"),
+            std::string::npos);
   gpu["timings"]["compile"] = nullptr;
   gpu["timings"]["compile_error"] = "BackendCompilerFailed: inductor";
   f = synth_filters(gpu, 1, 100);

@@ -27,6 +27,9 @@ struct BenchOptions {
   // A/B run on one H200 gave the same candidate timings as 1 (geomean ratio 0.99) at 1.35x the
   // evaluations per minute (docs/benchmarks.md, section 5).
   int workers_per_gpu = 2;
+  // The workers' GPU locks (above). Off, evaluations share the GPU whole, timed runs included:
+  // their timings are then loads, not benchmarks (`synth`'s eager-time window takes that).
+  bool gpu_lock = true;
   bool resume = true;                   // skip tasks whose result for the same files exists
   bool interactive_progress = false;    // redraw the progress bar in place (a terminal)
   // kEvaluate scores solutions; kBaselines only times eager and torch.compile per task into

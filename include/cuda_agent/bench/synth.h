@@ -38,6 +38,10 @@ struct SynthOptions {
   std::filesystem::path from_split;   // filter this split's tasks instead of composing new ones
   double min_eager_ms = 1, max_eager_ms = 100;
   double max_similarity = 0.9;
+  // Timed runs one at a time on the GPU (the bench's GPU lock). Off (the default) the candidates'
+  // evaluations share the GPU whole, torch.compile's CPU work in parallel: the eager time is then
+  // a load under contention (an upper bound), which the window filter can take.
+  bool exclusive_timing = false;
   // An LLM composer: the prompt in, the reply text out (throws on a transport failure: the
   // candidate is dropped with the reason). Empty: the built-in typed sampler.
   std::function<std::string(const std::string& prompt)> llm;
@@ -72,6 +76,10 @@ double ast_similarity(const std::string& code_a, const std::string& code_b);
 // The filter decisions of one candidate from its evaluation result (`ModelNew = Model`), in the
 // funnel's order: {"runs_eager": {"passed": bool|null, "detail": ...}, ...} (null: not measured,
 // e.g. timing on the CPU). `similarity` is left out (it needs the other candidates).
-nlohmann::json synth_filters(const nlohmann::json& result, double min_eager_ms, double max_eager_ms);
+// `shared_gpu`: the evaluation shared the GPU with others (SynthOptions::exclusive_timing off);
+// the window then reads eager's GPU kernel time (CUPTI) where the result has it, which the other
+// processes' work between its kernels does not lengthen, instead of its interval.
+nlohmann::json synth_filters(const nlohmann::json& result, double min_eager_ms, double max_eager_ms,
+                             bool shared_gpu = false);
 
 }  // namespace cuda_agent::bench
