@@ -65,18 +65,22 @@ TEST(SynthGpu, TheGpuFiltersAreMeasuredAndDropWhatFailsThem) {
   EXPECT_EQ(good["filters"]["eager_time"]["passed"], true) << good.dump(1);
   const nlohmann::json& fast = record(records, "too_fast");
   EXPECT_EQ(fast["dropped_by"], "eager_time") << fast.dump(1);
+  // The evaluations share the GPU by default: the window reads eager's kernel time.
+  EXPECT_NE(fast["filters"]["eager_time"]["detail"].get<std::string>().find("GPU kernel time"), std::string::npos)
+      << fast.dump(1);
   EXPECT_EQ(funnel["accepted"], 1);
 
   // Sampled candidates: every GPU filter measured for each that ran, none degenerate accepted.
   SynthOptions s;
   s.output = dir.path() / "sampled";
   s.catalogue = testing::source_path("data/synth/catalogue.json");
-  s.count = 2;
+  s.count = 3;
   s.seed = 11;
   s.bench = o.bench;
+  s.bench.workers_per_gpu = 3;  // three evaluations on the GPU at once
   const nlohmann::json f2 = run_synth(s, progress);
   const nlohmann::json sampled = nlohmann::json::parse(read_file(s.output / "work" / "candidates.json"));
-  ASSERT_EQ(sampled.size(), 2u);
+  ASSERT_EQ(sampled.size(), 3u);
   for (const auto& r : sampled) {
     if (r["filters"].contains("eager_time")) {
       EXPECT_FALSE(r["filters"]["eager_time"]["passed"].is_null()) << r.dump(1);
