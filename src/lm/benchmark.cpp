@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 
@@ -211,10 +212,12 @@ json bench_training(TorchLanguageModel& m, const json& spec) {
 
 // Issue 19's rollout figure: `concurrent` threads, each one episode's turn (its own prompt and
 // seed, sampled at temperature 1 without stop tokens, so every turn makes new_tokens), through
-// the per-call path (each thread decodes a batch of one) and through the batched engine, side
-// by side on the same weights; aggregate new tokens per second of wall time.
+// the batched engine and through the per-call path (each thread decodes a batch of one; only up
+// to `per_call_max` threads, since it is the slow one), side by side on the same weights;
+// aggregate new tokens per second of wall time. Each figure goes to stderr as it is measured.
 json bench_rollout(TorchLanguageModel& plain, const json& spec) {
   const int64_t prompt = positive(spec, "prompt_tokens", 512), fresh = positive(spec, "new_tokens", 128);
+  const int64_t per_call_max = positive(spec, "per_call_max", 1 << 20);
   lm::LmOptions with_engine = plain.options();
   with_engine.batch_engine = true;
   with_engine.kv_tokens = positive(spec, "kv_tokens", 262144);
@@ -222,7 +225,7 @@ json bench_rollout(TorchLanguageModel& plain, const json& spec) {
   const torch::Device device = plain.model()->device();
   json rows = json::array();
   for (int64_t n : positive_list(spec, "concurrent", {1, 8, 32, 64, 128})) {
-    auto run = [&](lm::LanguageModel& m) {
+    auto run = [&](lm::LanguageModel& m, int64_t new_tokens) {
       std::vector<std::thread> threads;
       std::atomic<int64_t> produced{0};
       std::exception_ptr failed;
@@ -231,7 +234,7 @@ json bench_rollout(TorchLanguageModel& plain, const json& spec) {
         for (int64_t i = 0; i < n; ++i)
           threads.emplace_back([&, i] {
             lm::SamplingOptions o;
-            o.max_new_tokens = fresh;
+            o.max_new_tokens = new_tokens;
             o.seed = static_cast<uint64_t>(i);
             try {
               for (const auto& g : m.generate({random_tokens(prompt, m.config().vocab_size, 100 + i)}, o, {}))
@@ -244,22 +247,32 @@ json bench_rollout(TorchLanguageModel& plain, const json& spec) {
         for (auto& t : threads) t.join();
       });
       if (failed) std::rethrow_exception(failed);
-      return static_cast<double>(produced.load()) / seconds;
+      return std::pair<double, double>(static_cast<double>(produced.load()) / seconds, seconds);
     };
-    run(engine);  // warm-up: kernels, allocator, the pool
+    run(engine, std::min<int64_t>(fresh, 8));  // warm-up: kernels, allocator, the pool
     const lm::EngineStats before = engine.engine_stats();
-    const double batched = run(engine);
+    const auto [batched, batched_s] = run(engine, fresh);
     const lm::EngineStats after = engine.engine_stats();
-    const double alone = run(plain);
-    rows.push_back({{"concurrent", n},
-                    {"prompt_tokens", prompt},
-                    {"new_tokens", fresh},
-                    {"per_call_tokens_per_s", alone},
-                    {"engine_tokens_per_s", batched},
-                    {"engine_over_per_call", batched / alone},
-                    {"engine_steps", after.steps - before.steps},
-                    {"engine_peak_rows", after.peak_rows},
-                    {"engine_preemptions", after.preemptions - before.preemptions}});
+    json row = {{"concurrent", n},
+                {"prompt_tokens", prompt},
+                {"new_tokens", fresh},
+                {"engine_tokens_per_s", batched},
+                {"engine_seconds", batched_s},
+                {"engine_steps", after.steps - before.steps},
+                {"engine_peak_rows", after.peak_rows},
+                {"engine_prefilled_tokens", after.prefilled_tokens - before.prefilled_tokens},
+                {"engine_reused_tokens", after.reused_tokens - before.reused_tokens},
+                {"engine_preemptions", after.preemptions - before.preemptions}};
+    std::fprintf(stderr, "[rollout] %s\n", row.dump().c_str());
+    if (n <= per_call_max) {
+      const auto [alone, alone_s] = run(plain, fresh);
+      row["per_call_tokens_per_s"] = alone;
+      row["per_call_seconds"] = alone_s;
+      row["engine_over_per_call"] = batched / alone;
+      std::fprintf(stderr, "[rollout] concurrent %lld: per call %.0f tokens/s (%.1f s)\n", static_cast<long long>(n),
+                   alone, alone_s);
+    }
+    rows.push_back(row);
   }
   return rows;
 }
