@@ -283,12 +283,25 @@ if [ "$what" = engine ]; then
     \"hidden_size\": 1536, \"intermediate_size\": 8960, \"num_hidden_layers\": 28, \"num_attention_heads\": 12,
     \"num_key_value_heads\": 2, \"max_position_embeddings\": 32768, \"rms_norm_eps\": 1e-6, \"rope_theta\": 1000000.0,
     \"tie_word_embeddings\": true, \"attention_bias\": true}, $rollout}" > "$out/engine-qwen2_1p5b.json"
+  # transformers' batched generate on the same weights (saved by ca-lm-bench), at the same batch
+  # sizes, prompt and new tokens (greedy, every row exactly new_tokens): the anchor's figure.
+  echo "{\"generation\": {\"batches\": [$conc], \"prompt_tokens\": 512, \"new_tokens\": 128, \"repeats\": 1}}" > "$out/engine-hf-spec.json"
   for m in smollm2 qwen2_1p5b; do
+    sed -i "s|^{|{\"save_hf\": \"$out/engine-$m-hf\", |" "$out/engine-$m.json"
     timeout "${ENGINE_TIMEOUT:-280}" $build/ca-lm-bench "$out/engine-$m.json" > "$out/engine-$m.out.json" 2> "$out/engine-$m.err"
     echo "$m: exit $?"
     # Each figure as it was measured (a run cut short by the timeout still says what it reached).
     grep -v '^\[rollout\]' "$out/engine-$m.err" | tail -3; grep '^\[rollout\]' "$out/engine-$m.err"
     [ -n "${OUT:-}" ] && cp "$out/engine-$m.err" "$OUT/"
+    if [ -f "$out/engine-$m-hf/config.json" ] && python3 -c "import transformers" 2> /dev/null; then
+      timeout "${ENGINE_HF_TIMEOUT:-150}" python3 scripts/bench/lm_transformers.py "$out/engine-$m-hf" "$out/engine-hf-spec.json" \
+        cuda bfloat16 > "$out/engine-$m.hf.json" 2> "$out/engine-$m.hf.err"
+      echo "$m transformers: exit $?"
+      python3 -c "import json,sys; [print('[transformers]', r['batch'], 'end-to-end %.0f tokens/s' % r['end_to_end_tokens_per_s']) \
+        for r in json.load(open(sys.argv[1]))['generation']]" "$out/engine-$m.hf.json" 2>/dev/null
+      [ -n "${OUT:-}" ] && cp "$out/engine-$m.hf.json" "$OUT/" 2>/dev/null
+    fi
+    rm -rf "$out/engine-$m-hf"
   done
 fi
 if [ "$what" = timing ]; then

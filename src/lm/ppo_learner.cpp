@@ -310,6 +310,30 @@ class TorchPpoLearner final : public lm::PpoLearner {
   }
 
   lm::LanguageModel& policy() override { return *model_; }
+
+  lm::LanguageModel& snapshot_policy() override {
+    return translate_errors("snapshotting the actor for rollouts", [&]() -> lm::LanguageModel& {
+      torch::NoGradGuard no_grad;
+      CausalLM& actor = model_->model();
+      if (!snapshot_) {
+        const torch::Tensor first = actor->parameters().front();
+        CausalLM copy(actor->config(), /*value_head=*/false,
+                      torch::TensorOptions().dtype(first.scalar_type()).device(first.device()));
+        copy->eval();
+        lm::LmOptions o = model_->options();
+        o.value_head = false;
+        snapshot_ = std::make_unique<TorchLanguageModel>(std::move(copy), o);
+      }
+      const auto from = actor->named_parameters(true);
+      for (auto& p : snapshot_->model()->named_parameters(true)) {
+        const torch::Tensor* source = from.find(p.key());
+        CA_CHECK(source != nullptr, "the actor has no parameter {} for its rollout snapshot", p.key());
+        p.value().copy_(*source);
+      }
+      return *snapshot_;
+    });
+  }
+
   const PpoOptions& options() const override { return options_; }
 
   std::vector<double> sum_over_processes(const std::vector<double>& values) override {
@@ -320,6 +344,11 @@ class TorchPpoLearner final : public lm::PpoLearner {
   static constexpr size_t kActorGroup = 0, kCriticGroup = 1;  // the optimizer's parameter groups
 
   bool separate() const { return !critic_.is_empty(); }
+  TokenStatsOptions stats_options() const {
+    TokenStatsOptions o;
+    o.checkpoint = options_.activation_checkpointing;
+    return o;
+  }
   template <class F>
   void for_each_param(F&& f) const {
     size_t i = 0;
@@ -416,7 +445,7 @@ class TorchPpoLearner final : public lm::PpoLearner {
 
   // Stage 2: the mean NLL of the policy tokens, token_mean whatever loss_aggregation says.
   PpoStats sft_objective(const Padded& b) {
-    TokenStats s = token_stats(*model_->model(), b.ids);
+    TokenStats s = token_stats(*model_->model(), b.ids, stats_options());
     auto loss = replicas_->agg(-s.logprobs, b.mask, Aggregation::kTokenMean);
     PpoStats stats;
     stats.loss = loss.item<double>();
@@ -427,7 +456,8 @@ class TorchPpoLearner final : public lm::PpoLearner {
 
   // Stage 3: the clipped value loss alone. The separate critic runs without the actor.
   PpoStats value_objective(const Padded& b) {
-    auto values = separate() ? critic_values(*critic_, b.ids) : token_stats(*model_->model(), b.ids).values;
+    auto values =
+        separate() ? critic_values(*critic_, b.ids) : token_stats(*model_->model(), b.ids, stats_options()).values;
     torch::Tensor error, clipped_error;
     auto loss = value_loss(values, b, error, clipped_error);
     PpoStats stats;
@@ -452,7 +482,7 @@ class TorchPpoLearner final : public lm::PpoLearner {
   // those of the sum.
   PpoStats objective(const Padded& b, bool backward) {
     CausalLM& model = model_->model();
-    TokenStats s = token_stats(*model, b.ids);
+    TokenStats s = token_stats(*model, b.ids, stats_options());
     const auto& m = b.mask;
     auto zeros = torch::zeros_like(s.logprobs);
 
@@ -516,7 +546,8 @@ class TorchPpoLearner final : public lm::PpoLearner {
   std::vector<NamedGroup> groups_;  // [kActorGroup], [kCriticGroup], by parameter name (save_state)
   std::vector<torch::Tensor> actor_params_, critic_params_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
-  std::unique_ptr<Replicas> replicas_;  // a world of one unless options.distributed says otherwise
+  std::unique_ptr<Replicas> replicas_;            // a world of one unless options.distributed says otherwise
+  std::unique_ptr<TorchLanguageModel> snapshot_;  // snapshot_policy(), made at its first call
 };
 
 }  // namespace

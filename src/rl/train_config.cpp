@@ -40,19 +40,20 @@ json train_config_defaults() {
        }},
       {"rollout",
        {
-           {"episodes_per_task", 8},          // ours: episodes sampled per task (the paper's group size is not given)
-           {"max_turns", 150},                // paper: 150 turns in training (200 at evaluation)
-           {"max_context_tokens", 131072},    // paper: 128k-token context in agentic PPO
-           {"max_new_tokens", 8192},          // ours: tokens of one policy reply
-           {"temperature", 1.0},              // ours: sample the policy as it is (on-policy)
-           {"top_p", 1.0},                    // ours: no nucleus truncation, for the same reason
-           {"sandbox_timeout_s", 600},        // ours: wall time of one sandbox evaluation
-           {"concurrent_episodes", 2},        // ours: episodes a process runs at once on its GPU (as bench's 2 workers)
-           {"batch_engine", false},           // ours: the episodes' turns decoded together (continuous batching)
-           {"kv_tokens", 131072},             // ours: that engine's KV pool, in token positions
-           {"single_turn", false},            // true: no tools, one answer (the no-agent-loop ablation)
-           {"max_invalid_turns", 5},          // as agent::AgentOptions: replies whose calls all failed, in a row
-           {"max_repeated_calls", 6},         // as agent::AgentOptions: the same call this many times: looping
+           {"episodes_per_task", 8},        // ours: episodes sampled per task (the paper's group size is not given)
+           {"max_turns", 150},              // paper: 150 turns in training (200 at evaluation)
+           {"max_context_tokens", 131072},  // paper: 128k-token context in agentic PPO
+           {"max_new_tokens", 8192},        // ours: tokens of one policy reply
+           {"temperature", 1.0},            // ours: sample the policy as it is (on-policy)
+           {"top_p", 1.0},                  // ours: no nucleus truncation, for the same reason
+           {"sandbox_timeout_s", 600},      // ours: wall time of one sandbox evaluation
+           {"concurrent_episodes", 2},      // ours: episodes a process runs at once on its GPU (as bench's 2 workers)
+           {"batch_engine", false},         // ours: the episodes' turns decoded together (continuous batching)
+           {"kv_tokens", 131072},           // ours: that engine's KV pool, in token positions
+           {"off_policy_steps", 0},         // ours: 1 samples step n+1 while the learner takes step n (veRL async)
+           {"single_turn", false},          // true: no tools, one answer (the no-agent-loop ablation)
+           {"max_invalid_turns", 5},        // as agent::AgentOptions: replies whose calls all failed, in a row
+           {"max_repeated_calls", 6},       // as agent::AgentOptions: the same call this many times: looping
        }},
       {"stages",
        {
@@ -125,10 +126,11 @@ json train_config_defaults() {
                 {"estimator", "k1"},    // k1: logp - logp_ref; k2: half its square; k3: Schulman's unbiased
                 {"mode", "reward"},     // reward: a per-token penalty in the rewards; loss: a loss term
             }},
-           {"entropy_coef", 0.0},             // ours: no entropy bonus
-           {"loss_aggregation", "token_mean"},  // ours: token_mean, seq_mean_token_sum, seq_mean_token_mean
-           {"grad_clip", 1.0},                 // ours: global gradient-norm clip; 0 turns it off
-           {"shard_optimizer_state", false},   // ours: ZeRO stage 1 across data-parallel processes
+           {"entropy_coef", 0.0},                // ours: no entropy bonus
+           {"loss_aggregation", "token_mean"},   // ours: token_mean, seq_mean_token_sum, seq_mean_token_mean
+           {"grad_clip", 1.0},                   // ours: global gradient-norm clip; 0 turns it off
+           {"shard_optimizer_state", false},     // ours: ZeRO stage 1 across data-parallel processes
+           {"activation_checkpointing", false},  // ours: recompute each layer in backward (long contexts)
        }},
       {"reward",
        {
@@ -270,6 +272,10 @@ void validate_train_config(const json& c) {
   boolean(c, "rollout.single_turn");
   boolean(c, "rollout.batch_engine");
   check_at_least(c, "rollout.kv_tokens", 256);
+  CA_CHECK(integer(c, "rollout.off_policy_steps") == 0 || integer(c, "rollout.off_policy_steps") == 1,
+           "train config: rollout.off_policy_steps = {} is out of range: 0 (on-policy) or 1 (the next step's rollouts "
+           "sampled while the learner takes this one)",
+           at(c, "rollout.off_policy_steps").dump());
   check_at_least(c, "rollout.max_invalid_turns", 1);
   check_at_least(c, "rollout.max_repeated_calls", 2);
 
@@ -333,6 +339,7 @@ void validate_train_config(const json& c) {
   check_range(c, "ppo.gamma", 0, false, 1, false);
   check_range(c, "ppo.lambda", 0, false, 1, false);
   boolean(c, "ppo.whiten_advantages");
+  boolean(c, "ppo.activation_checkpointing");
   check_range(c, "ppo.kl.coef", 0, false, kInf, true);
   check_enum(c, "ppo.kl.estimator", {"k1", "k2", "k3"});
   check_enum(c, "ppo.kl.mode", {"reward", "loss"});
@@ -462,6 +469,7 @@ TrainConfig TrainConfig::from_json(json config) {
   r.single_turn = rollout["single_turn"].get<bool>();
   r.batch_engine = rollout["batch_engine"].get<bool>();
   r.kv_tokens = rollout["kv_tokens"].get<int64_t>();
+  r.off_policy_steps = rollout["off_policy_steps"].get<int>();
   r.max_invalid_turns = rollout["max_invalid_turns"].get<int>();
   r.max_repeated_calls = rollout["max_repeated_calls"].get<int>();
   auto fine_tune = [](const json& s, TrainConfig::FineTune& f) {

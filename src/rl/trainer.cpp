@@ -22,8 +22,8 @@ using nlohmann::json;
 namespace cuda_agent::rl {
 namespace {
 
-using detail::RunContext;
 using detail::run_stage_step;
+using detail::RunContext;
 using detail::splitmix64;
 using detail::Stage;
 using detail::StageKind;
@@ -42,8 +42,11 @@ void checkpoint(RunContext& ctx, const Stage& stage, int64_t step, int step_in_s
     ctx.learner->save_state({});  // takes part in the gathering, writes nothing
     return;
   }
-  const json state = {{"stage", stage.name}, {"step_in_stage", step_in_stage}, {"global_step", step},
-                      {"cursor", ctx.cursor.state()}, {"config", ctx.config.raw}};
+  const json state = {{"stage", stage.name},
+                      {"step_in_stage", step_in_stage},
+                      {"global_step", step},
+                      {"cursor", ctx.prefetched ? ctx.cursor_before_prefetch : ctx.cursor.state()},
+                      {"config", ctx.config.raw}};
   const CheckpointInfo info = write_checkpoint(
       ctx.run_dir, step, state,
       [&](const fs::path& dir) {

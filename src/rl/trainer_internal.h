@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <ostream>
 #include <set>
 #include <string>
@@ -41,7 +42,11 @@ struct Stage {
   int64_t max_context_tokens = 0;
 };
 
-// The state of one training run, made by run_training and passed to every step. Not thread-safe.
+struct PrefetchedStep;  // trainer_stages.cpp
+
+// The state of one training run, made by run_training and passed to every step. Not thread-safe
+// (a step's prefetched episodes, rollout.off_policy_steps, run beside the update and touch only
+// log and baselines_timed meanwhile).
 struct RunContext {
   const TrainConfig& config;  // typed; config.raw is what checkpoints save
   const TrainRunOptions& options;
@@ -60,6 +65,11 @@ struct RunContext {
   std::unique_ptr<serve::ChatSession> chat{};
   // The split's tasks (indices) whose baselines this process has timed in this run.
   std::set<size_t> baselines_timed{};
+  // rollout.off_policy_steps: the next PPO step's episodes, sampled while the learner took the
+  // last step; and the task cursor as it was before they were drawn, which a checkpoint saves (a
+  // resumed run samples that step again, from the checkpoint's weights).
+  std::shared_ptr<PrefetchedStep> prefetched{};
+  nlohmann::json cursor_before_prefetch{};
 
   bool writer() const { return rank == 0; }
   // The sum over the job's processes (every process must call it alike).

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <future>
 #include <initializer_list>
 #include <map>
 #include <numeric>
@@ -59,6 +60,7 @@ struct EpisodeRun {
   size_t task_index = 0;
   int episode = 0;
   std::string teacher;  // a teacher's episode (make_policy spec), teacher-forced in the actor's tokens; "": the actor's own
+  lm::LanguageModel* actor = nullptr;  // the model it samples: the learner's actor, or its snapshot
   fs::path dir;
   bool ok = false;
   std::string error;  // why it could not run (when !ok)
@@ -89,7 +91,7 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
     lp.max_new_tokens = rollout.max_new_tokens;
     lp.seed = episode_seed(ctx.config.run.seed, step, run.task_index, run.episode);
     std::unique_ptr<serve::ChatSession> session =
-        serve::ChatSession::share_with_model(*ctx.chat, ctx.learner->policy());
+        serve::ChatSession::share_with_model(*ctx.chat, run.actor != nullptr ? *run.actor : ctx.learner->policy());
     std::unique_ptr<serve::LocalPolicy> own =
         run.teacher.empty()
             ? std::make_unique<serve::LocalPolicy>(std::move(session), lp)
@@ -139,13 +141,16 @@ int64_t generated_tokens(const json& events) {
 // Runs every episode of `runs`, up to `concurrent` at a time (threads of this process), with a
 // progress line per finished episode (a step can take minutes). Once a stop is asked for
 // (SIGINT, SIGTERM) no further episode starts, and the step ends with StopRequested.
-void run_episodes(const RunContext& ctx, const Stage& stage, int64_t step, int concurrent, std::vector<EpisodeRun>& runs) {
+// `beside_learner`: the learner updates on this GPU meanwhile, so the episodes take the GPU's
+// locks even one at a time.
+void run_episodes(const RunContext& ctx, const Stage& stage, int64_t step, int concurrent,
+                  std::vector<EpisodeRun>& runs, bool beside_learner = false) {
   const size_t threads = std::min(static_cast<size_t>(std::max(concurrent, 1)), runs.size());
   ProgressReporter progress(ctx.log, runs.size(), "episode", stderr_is_terminal());
   parallel_for(
       runs.size(), threads,
       [&](size_t k) {
-        run_one_episode(ctx, stage, step, threads > 1, runs[k]);
+        run_one_episode(ctx, stage, step, threads > 1 || beside_learner, runs[k]);
         const EpisodeRun& r = runs[k];
         progress.step(r.ok ? fmt::format("step {}, {}: reward {:g}, {} tokens", step, r.dir.filename().string(),
                                          r.result.reward, generated_tokens(r.result.trajectory))
@@ -197,6 +202,8 @@ double time_new_baselines(RunContext& ctx, const std::vector<EpisodeRun>& runs) 
   return seconds;
 }
 
+}  // namespace
+
 // The episodes of one batch of tasks.
 struct Sampling {
   std::vector<fs::path> trajectories;         // trajectory.jsonl of each episode that completed, in order
@@ -212,7 +219,18 @@ struct Sampling {
   double generation_seconds = 0, tool_seconds = 0;
   int64_t generated_tokens = 0;
   int64_t without_demonstration = 0;  // teacher episodes not run: the teacher has nothing for the task
+  double wall_seconds = 0;            // the whole sampling's wall time (set for prefetched steps)
 };
+
+// A PPO step's episodes sampled while the learner took the step before (run_ppo_step).
+struct PrefetchedStep {
+  int64_t step = 0;  // the global step they belong to
+  std::string stage;
+  Sampling sampling;
+  double seconds = 0;  // their wall time, which overlapped the update
+};
+
+namespace {
 
 // Adds an episode's generation and tool times and generated tokens (trajectory events) to `s`.
 void add_episode_times(const json& events, Sampling& s) {
@@ -232,9 +250,12 @@ void add_episode_times(const json& events, Sampling& s) {
 // no two episodes share a folder or a seed. In a data-parallel job every process gets the same
 // picks and runs the tasks at the positions i with i mod world = rank (task_ids lists them all).
 // rollout.concurrent_episodes of them run at once; the results keep this order whatever the
-// timing, so a step's batch does not depend on how many ran at once.
+// timing, so a step's batch does not depend on how many ran at once. `actor` (default: the
+// learner's) is the model sampled; `beside_learner` as run_episodes. Runs no collective and
+// writes ctx.log and ctx.baselines_timed only, so it may run beside the learner's update.
 Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, const std::vector<size_t>& picks,
-                         const fs::path& folder, int per_task, const std::string& teacher = "") {
+                         const fs::path& folder, int per_task, const std::string& teacher = "",
+                         lm::LanguageModel* actor = nullptr, bool beside_learner = false) {
   const bool milestone = ctx.config.reward.kind == "milestone";
   Sampling s;
   std::vector<EpisodeRun> runs;
@@ -261,12 +282,13 @@ Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, cons
       run.task_index = index;
       run.episode = e;
       run.teacher = teacher_spec;
+      run.actor = actor;
       run.dir = folder / fmt::format("{}-{}{}", task.id, teacher.empty() ? "e" : "t", e);
       runs.push_back(std::move(run));
     }
   }
   s.baselines_seconds = time_new_baselines(ctx, runs);
-  run_episodes(ctx, stage, step, ctx.config.rollout.concurrent_episodes, runs);
+  run_episodes(ctx, stage, step, ctx.config.rollout.concurrent_episodes, runs, beside_learner);
   for (EpisodeRun& run : runs) {
     s.seconds += run.seconds;
     if (!run.ok) {
@@ -401,16 +423,69 @@ std::string describe_drops(const std::map<std::string, size_t>& by_reason) {
   return out.empty() ? "none" : out;
 }
 
-// A warm-up or agentic PPO step.
+// rollout.off_policy_steps: when the stage has a step after `step`, draws its tasks and starts
+// sampling its episodes from a snapshot of the actor's current weights in a thread; else an
+// empty future. The cursor as it was before is kept for a checkpoint taken meanwhile.
+std::future<Sampling> prefetch_next_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
+  const TrainConfig& c = ctx.config;
+  if (c.rollout.off_policy_steps < 1 || step_in_stage >= stage.steps || stop_signal() != 0) return {};
+  ctx.cursor_before_prefetch = ctx.cursor.state();
+  const std::vector<size_t> picks = ctx.cursor.next(static_cast<size_t>(c.data.tasks_per_step));
+  lm::LanguageModel* snapshot = &ctx.learner->snapshot_policy();
+  return std::async(std::launch::async, [&ctx, &stage, step, picks, snapshot] {
+    const auto t0 = Clock::now();
+    Sampling s = sample_episodes(ctx, stage, step + 1, picks, ctx.run_dir / "rollouts" / rollout_dir_name(step + 1),
+                                 ctx.config.rollout.episodes_per_task, "", snapshot, /*beside_learner=*/true);
+    s.wall_seconds = seconds_since(t0);
+    return s;
+  });
+}
+
+// Waits for the next step's episodes (prefetch_next_step) and keeps them in ctx.prefetched; the
+// wait after the update goes into `record`. A stop asked for meanwhile discards them: this step
+// still counts (its update is done), and the run stops before the next.
+void collect_prefetch(RunContext& ctx, const Stage& stage, int64_t step, std::future<Sampling>& next, json& record) {
+  const auto t_wait = Clock::now();
+  try {
+    Sampling s = next.get();
+    auto p = std::make_shared<PrefetchedStep>();
+    p->step = step + 1;
+    p->stage = stage.name;
+    p->seconds = s.wall_seconds;
+    p->sampling = std::move(s);
+    ctx.prefetched = std::move(p);
+  } catch (const StopRequested& e) {
+    ctx.log << fmt::format("[train] step {}: the next step's episodes were stopped ({}): discarded\n", step, e.what());
+  }
+  record["rollout_wait_seconds"] = seconds_since(t_wait);
+}
+
+// A warm-up or agentic PPO step. With rollout.off_policy_steps = 1 and a next step in the stage,
+// that step's episodes are sampled from a snapshot of the actor (PpoLearner::snapshot_policy)
+// in a thread of their own while the learner updates on this step's (veRL's one-step async
+// mode): they are kept in ctx.prefetched and used by the next call, one update stale.
 json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
   const TrainConfig& c = ctx.config;
   const auto t_step = Clock::now();
-  const std::vector<size_t> picks = ctx.cursor.next(static_cast<size_t>(c.data.tasks_per_step));
-  const Sampling sampled = sample_episodes(ctx, stage, step, picks, ctx.run_dir / "rollouts" / rollout_dir_name(step),
-                                          c.rollout.episodes_per_task);
+  Sampling sampled;
+  int staleness = 0;
+  double overlapped_seconds = 0;
+  if (ctx.prefetched && ctx.prefetched->step == step && ctx.prefetched->stage == stage.name) {
+    sampled = std::move(ctx.prefetched->sampling);
+    overlapped_seconds = ctx.prefetched->seconds;
+    staleness = 1;
+  } else {
+    const std::vector<size_t> picks = ctx.cursor.next(static_cast<size_t>(c.data.tasks_per_step));
+    sampled = sample_episodes(ctx, stage, step, picks, ctx.run_dir / "rollouts" / rollout_dir_name(step),
+                              c.rollout.episodes_per_task);
+  }
+  ctx.prefetched.reset();
 
   json record = {{"step", step}, {"stage", stage.name}, {"step_in_stage", step_in_stage}};
   add_sampling_metrics(ctx, sampled, record);
+  // Updates between the weights that sampled this step and those it trains (0: on-policy).
+  record["rollout_staleness"] = staleness;
+  if (staleness > 0) record["rollout_overlapped_seconds"] = overlapped_seconds;
   std::vector<EpisodeSequence> episodes;
   int64_t unusable = 0;
   for (size_t i = 0; i < sampled.results.size(); ++i) {
@@ -438,7 +513,17 @@ json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in
                     c.ppo.lambda, c.ppo.whiten_advantages,
                     // the whitening's mean and variance over every process's share
                     ctx.world > 1 ? SumAcross([&](const std::vector<double>& v) { return ctx.sum(v); }) : SumAcross());
-    const lm::PpoStats s = ctx.learner->update(samples);
+    std::future<Sampling> next = prefetch_next_step(ctx, stage, step, step_in_stage);
+    lm::PpoStats s;
+    {
+      // The next step's evaluations time nothing while the update runs on this GPU.
+      sandbox::GpuLock quiet = next.valid() && ctx.options.device == "cuda"
+                                   ? sandbox::GpuLock(ctx.gpu, "quiet", /*exclusive=*/false)
+                                   : sandbox::GpuLock();
+      s = ctx.learner->update(samples);
+    }
+    const double update_seconds = seconds_since(t_update);
+    if (next.valid()) collect_prefetch(ctx, stage, step, next, record);
     record["update_skipped"] = false;
     record["loss"] = s.loss;
     record["policy_loss"] = s.policy_loss;
@@ -450,8 +535,8 @@ json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in
     record["grad_norm_actor"] = s.grad_norm_actor;
     record["grad_norm_critic"] = s.grad_norm_critic;
     record["policy_tokens"] = s.tokens;
-    record["update_seconds"] = seconds_since(t_update);
-    record["training_tokens_per_s"] = record["tokens"].get<double>() / record["update_seconds"].get<double>();
+    record["update_seconds"] = update_seconds;
+    record["training_tokens_per_s"] = record["tokens"].get<double>() / update_seconds;
   }
   record["step_seconds"] = seconds_since(t_step);
   return record;

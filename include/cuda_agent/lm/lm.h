@@ -155,7 +155,8 @@ std::filesystem::path language_model_module_path();
 // PpoOptions and PpoLearner included), so a stale module is refused with a clear message instead
 // of crashing. 3: PpoOptions::critic, PpoLearner::forward / save_state / load_state. 7:
 // ca_lm_set_log. 8: PpoStats::first_loss / last_loss. 9: LmOptions' batch engine, engine_stats().
-inline constexpr int kLmModuleAbi = 9;
+// 10: PpoLearner::snapshot_policy, PpoOptions::activation_checkpointing.
+inline constexpr int kLmModuleAbi = 10;
 
 struct LmCreateRequest {
   int abi = kLmModuleAbi;

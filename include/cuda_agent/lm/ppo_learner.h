@@ -130,10 +130,17 @@ struct PpoOptions {
   // bit for bit those of an unsharded job. save_state gathers the moments on rank 0. Ignored in a
   // world of one.
   bool shard_optimizer_state = false;
+  // Each decoder layer of the actor recomputed in backward instead of keeping its activations
+  // (lm::TokenStatsOptions::checkpoint), in update, sft_update and value_update: the same
+  // gradients up to float rounding for about one more forward, and long contexts fit (131,072
+  // tokens of a 1.5B model in 29 GiB above the weights on an H200, against about 4.5 MiB a token
+  // without: docs/benchmarks.md, section 6).
+  bool activation_checkpointing = false;
 
   // From the "ppo" section of the training config (rl::train_config_defaults()["ppo"]): actor_lr,
   // critic_lr, clip_low, clip_high, value_clip, entropy_coef, kl.coef, kl.estimator, kl.mode,
-  // loss_aggregation, grad_clip, mini_batches, epochs, shard_optimizer_state. Keys it does not know (steps, gamma, ...)
+  // loss_aggregation, grad_clip, mini_batches, epochs, shard_optimizer_state, activation_checkpointing.
+  // Keys it does not know (steps, gamma, ...)
   // are ignored; a missing key keeps its default; a wrong type is an Error naming "ppo.<key>".
   // weight_decay, seed and critic (model.critic) are not in that section and keep their defaults.
   static PpoOptions from_config(const nlohmann::json& ppo_section);
@@ -244,6 +251,13 @@ class PpoLearner {
   // forward_for_training's log-probs (its values exist with the shared critic only; see
   // forward()). The updates change it.
   virtual LanguageModel& policy() = 0;
+
+  // A second copy of the actor, for rollouts sampled while the learner updates (the trainer's
+  // rollout.off_policy_steps): each call sets its weights to the actor's current ones and returns
+  // it. It has the actor's config, device, dtype and LmOptions (its own batch engine), no value
+  // head, and costs the actor's weights again in memory (made at the first call). Valid while the
+  // learner lives; updates do not change it. Not to be called while it generates.
+  virtual LanguageModel& snapshot_policy() = 0;
 
   virtual const PpoOptions& options() const = 0;
 

@@ -74,6 +74,9 @@ struct TrainConfig {
     bool single_turn = false;
     bool batch_engine = false;  // lm::LmOptions::batch_engine for the actor
     int64_t kv_tokens = 131072;
+    // 1: a PPO stage's next step is sampled from a snapshot of the actor while the learner takes
+    // this step (one step stale, recorded as rollout_staleness); 0: every step on-policy.
+    int off_policy_steps = 0;
     int max_invalid_turns = 0, max_repeated_calls = 0;
   } rollout;
   // What stages.sft and stages.rft share: which episodes they keep and how they fine-tune on them.

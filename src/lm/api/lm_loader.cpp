@@ -151,6 +151,12 @@ class ModulePpoLearner final : public PpoLearner {
     guarded("PPO learner load_state", [&] { impl_->load_state(dir); });
   }
   LanguageModel& policy() override { return policy_; }
+  LanguageModel& snapshot_policy() override {
+    LanguageModel& copy =
+        guarded("PPO learner snapshot_policy", [&]() -> LanguageModel& { return impl_->snapshot_policy(); });
+    if (!snapshot_) snapshot_ = std::make_unique<ModuleLanguageModel>(&copy);
+    return *snapshot_;
+  }
   const PpoOptions& options() const override { return impl_->options(); }
   std::vector<double> sum_over_processes(const std::vector<double>& values) override {
     return guarded("PPO learner sum_over_processes", [&] { return impl_->sum_over_processes(values); });
@@ -158,7 +164,8 @@ class ModulePpoLearner final : public PpoLearner {
 
  private:
   std::unique_ptr<PpoLearner> impl_;
-  ModuleLanguageModel policy_;  // declared after impl_: refers to the model impl_ owns
+  ModuleLanguageModel policy_;                     // declared after impl_: refers to the model impl_ owns
+  std::unique_ptr<ModuleLanguageModel> snapshot_;  // refers to impl_'s snapshot, once made
 };
 
 std::unique_ptr<LanguageModel> create(const LmCreateRequest& request) {

@@ -32,6 +32,7 @@ PpoOptions PpoOptions::from_config(const nlohmann::json& ppo) {
   read_key(ppo, "mini_batches", "mini_batches", o.mini_batches);
   read_key(ppo, "epochs", "epochs", o.epochs);
   read_key(ppo, "shard_optimizer_state", "shard_optimizer_state", o.shard_optimizer_state);
+  read_key(ppo, "activation_checkpointing", "activation_checkpointing", o.activation_checkpointing);
   if (ppo.contains("kl")) {
     const auto& kl = ppo.at("kl");
     CA_CHECK(kl.is_object(), "ppo.kl must be a mapping, got {}", kl.dump());

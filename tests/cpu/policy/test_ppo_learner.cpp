@@ -152,6 +152,40 @@ TEST(PpoLearner, SameSeedSameResult) {
   EXPECT_EQ(a->policy().logits(probe), c->policy().logits(probe));
 }
 
+// ppo.activation_checkpointing recomputes each layer in backward: the same statistics and the
+// same weights after PPO and SFT steps, up to float rounding; and a snapshot of the actor
+// (snapshot_policy) has the actor's weights when taken and keeps them through updates.
+TEST(PpoLearner, ActivationCheckpointingStepsAsWithoutAndSnapshotsKeepTheirWeights) {
+  PpoOptions ppo;
+  ppo.actor_lr = 1e-3;
+  ppo.critic_lr = 1e-3;
+  ppo.mini_batches = 2;
+  ppo.seed = 11;
+  auto plain = make_learner(ppo);
+  ppo.activation_checkpointing = true;
+  auto recomputed = make_learner(ppo);
+  const Batch b = fixed_batch(64);
+  const auto batch = samples_around(*plain, b, 12);
+  const auto probe = test_tokens(16, 64, 97);
+  const auto before = recomputed->policy().logits(probe);
+  lm::LanguageModel& snapshot = recomputed->snapshot_policy();
+  EXPECT_EQ(snapshot.logits(probe), before);
+  const PpoStats x = plain->update(batch), y = recomputed->update(batch);
+  EXPECT_NEAR(x.loss, y.loss, 1e-5);
+  EXPECT_NEAR(x.grad_norm_actor, y.grad_norm_actor, 1e-4 * std::max(1.0, x.grad_norm_actor));
+  EXPECT_LT(max_abs_diff(plain->policy().logits(probe), recomputed->policy().logits(probe)), 1e-4);
+  lm::StageUpdateOptions sft;
+  sft.lr = 1e-3;
+  const PpoStats sx = plain->sft_update(batch, sft), sy = recomputed->sft_update(batch, sft);
+  EXPECT_NEAR(sx.loss, sy.loss, 1e-5);
+  EXPECT_LT(max_abs_diff(plain->policy().logits(probe), recomputed->policy().logits(probe)), 1e-4);
+  // The snapshot kept the weights it was taken with; taken again, it has the actor's new ones.
+  EXPECT_EQ(snapshot.logits(probe), before);
+  EXPECT_GT(max_abs_diff(recomputed->policy().logits(probe), before), 1e-4);
+  EXPECT_EQ(&recomputed->snapshot_policy(), &snapshot);
+  EXPECT_EQ(snapshot.logits(probe), recomputed->policy().logits(probe));
+}
+
 TEST(PpoLearner, BadInputSaysWhatIsWrong) {
   auto learner = make_learner(PpoOptions{});
   const Batch b = fixed_batch(64);

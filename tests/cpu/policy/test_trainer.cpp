@@ -38,8 +38,10 @@ namespace {
 
 std::string tiny_task(const std::string& doc, const std::string& expr) {
   return "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    \"\"\"" + doc +
-         "\"\"\"\n\n    def __init__(self):\n        super().__init__()\n\n    def forward(self, a, b):\n        return " +
-         expr + "\n\n\ndef get_inputs():\n    return [torch.randn(64), torch.randn(64)]\n\n\ndef get_init_inputs():\n"
+         "\"\"\"\n\n    def __init__(self):\n        super().__init__()\n\n    def forward(self, a, b):\n        "
+         "return " +
+         expr +
+         "\n\n\ndef get_inputs():\n    return [torch.randn(64), torch.randn(64)]\n\n\ndef get_init_inputs():\n"
          "    return []\n";
 }
 
@@ -412,6 +414,89 @@ TEST(Trainer, ConcurrentEpisodesTrainLikeOneAtATime) {
     EXPECT_TRUE(read_file(checkpoint_dir(one, 2) / file) == read_file(checkpoint_dir(three, 2) / file)) << file;
 }
 
+// rollout.off_policy_steps = 1: step 2's episodes are sampled while the learner takes step 1,
+// from the weights step 1 sampled with; step 3's from those after step 1's update. The metrics
+// say how stale each step was. A checkpoint taken while a step's episodes were sampled ahead
+// keeps the cursor from before them: a run resumed there draws the tasks of the uninterrupted one.
+TEST(Trainer, OffPolicyStepsSampleTheNextStepBesideTheUpdate) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-offpolicy-");
+  write_model(dir.path() / "m");
+  write_split(dir.path() / "split");
+  auto config = [&](const std::string& run, int steps) {
+    json c = tiny_config(dir.path(), steps);
+    c["run"]["output_dir"] = (dir.path() / run).string();
+    c["rollout"]["off_policy_steps"] = 1;
+    c["rollout"]["max_new_tokens"] = 16;
+    c["data"]["tasks_per_step"] = 1;  // one task a step: the cursor's order shows in each step's task
+    c["ppo"]["batch_size"] = 2;
+    c["ppo"]["actor_lr"] = 3e-3;  // one update moves the log-probs visibly
+    c["checkpoint"]["every_steps"] = 1;
+    c["checkpoint"]["keep_last"] = 0;
+    return c;
+  };
+  std::ostringstream log;
+  rl::run_training(config("off", 3), cpu_options(false), log);
+  const fs::path run = dir.path() / "off";
+  const std::vector<json> records = rl::MetricsLog::read(run / "metrics.jsonl");
+  ASSERT_EQ(records.size(), 3u) << log.str();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(records[i]["rollout_staleness"], i == 0 ? 0 : 1) << records[i].dump();
+    EXPECT_EQ(records[i]["episodes"], 2) << records[i].dump();
+    EXPECT_EQ(records[i]["update_skipped"], false) << records[i].dump();
+    EXPECT_EQ(records[i].contains("rollout_wait_seconds"), i < 2) << records[i].dump();  // the last has no next
+    EXPECT_EQ(records[i].contains("rollout_overlapped_seconds"), i > 0) << records[i].dump();
+  }
+
+  // Each reply's recorded log-probs against those of a model: the largest difference.
+  auto difference = [](const fs::path& step_dir, const fs::path& actor) {
+    lm::LmOptions o;
+    o.seed = 5;
+    auto model = lm::load_language_model(actor, o);
+    double worst = 0;
+    int replies = 0;
+    for (const auto& entry : fs::recursive_directory_iterator(step_dir)) {
+      if (entry.path().filename() != "trajectory.jsonl") continue;
+      for (const json& e : rl::read_trajectory(entry.path())) {
+        if (e.value("type", "") != "assistant") continue;
+        std::vector<int64_t> seq = e.at("prompt_token_ids").get<std::vector<int64_t>>();
+        const size_t prompt = seq.size();
+        const auto completion = e.at("completion_token_ids").get<std::vector<int64_t>>();
+        const auto recorded = e.at("completion_logprobs").get<std::vector<double>>();
+        seq.insert(seq.end(), completion.begin(), completion.end());
+        const lm::TrainForward f = model->forward_for_training({seq}, {})[0];
+        for (size_t i = 0; i < completion.size(); ++i)
+          worst = std::max(worst, std::abs(f.logprobs[prompt + i] - recorded[i]));
+        ++replies;
+      }
+    }
+    EXPECT_GT(replies, 0) << step_dir;
+    return worst;
+  };
+  const fs::path initial = dir.path() / "m", after_one = checkpoint_dir(run, 1) / "actor";
+  EXPECT_LT(difference(run / "rollouts" / "step-000002", initial), 1e-3);
+  EXPECT_GT(difference(run / "rollouts" / "step-000002", after_one), 1e-2) << "the update did not move the log-probs";
+  EXPECT_LT(difference(run / "rollouts" / "step-000003", after_one), 1e-3);
+
+  // Resumed after step 1 (while step 2 had been sampled ahead): step 2 is sampled again, on-policy,
+  // from the same tasks.
+  for (const char* later : {"step-000002", "step-000003"}) fs::remove_all(run / "checkpoints" / later);
+  write_file_atomic(run / "checkpoints" / "latest", "step-000001\n");
+  rl::run_training(config("off", 3), cpu_options(true), log);
+  const std::vector<json> resumed = rl::MetricsLog::read(run / "metrics.jsonl");
+  ASSERT_EQ(resumed.size(), 3u) << log.str();
+  EXPECT_EQ(resumed[1]["rollout_staleness"], 0) << resumed[1].dump();
+  EXPECT_EQ(resumed[2]["rollout_staleness"], 1) << resumed[2].dump();
+  for (int i = 1; i < 3; ++i) EXPECT_EQ(resumed[i]["tasks"], records[i]["tasks"]) << "step " << i + 1;
+
+  json bad = config("bad", 1);
+  bad["rollout"]["off_policy_steps"] = 2;
+  EXPECT_NE(cuda_agent::testing::error_of([&] {
+              rl::run_training(bad, cpu_options(false), log);
+            }).find("rollout.off_policy_steps = 2"),
+            std::string::npos);
+}
+
 // Data parallelism end to end: `cuda-agent train` started twice with torchrun's variables (two
 // CPU processes) runs one job: each process samples its share of each step's tasks, the update
 // is one step over both shares, and rank 0 alone writes the metrics (the job's episodes) and the
@@ -475,8 +560,8 @@ TEST(Trainer, MissingActorIsAnErrorNamingTheKey) {
 }
 
 // The recipe's stages 2 to 4 in order on a split of three tasks, one of which cannot be prompted
-// (context_full with no reply: RFT drops it as no_reply, value pretraining cannot use it). Then the same run with RFT alone,
-// resumed with value pretraining enabled, ends where the uninterrupted run did.
+// (context_full with no reply: RFT drops it as no_reply, value pretraining cannot use it). Then the same run with RFT
+// alone, resumed with value pretraining enabled, ends where the uninterrupted run did.
 TEST(Trainer, RftThenValuePretrainThenPpoAndResumeBetweenThem) {
   cuda_agent::testing::use_built_lm_module();
   TempDir dir("ca-trainer-rft-");
