@@ -1,5 +1,6 @@
 #include "cuda_agent/core/log.h"
 
+#include <map>
 #include <mutex>
 
 #include <spdlog/sinks/base_sink.h>
@@ -18,6 +19,11 @@ static_assert(static_cast<int>(LogLevel::kTrace) == spdlog::level::trace &&
 std::mutex g_mutex;
 spdlog::level::level_enum g_level = spdlog::level::info;
 LogForward g_forward = nullptr;
+// This copy's loggers by component. Not spdlog's registry: spdlog may be one shared library for
+// the binary and the module, and a module's forwarding logger found there by the binary (a
+// binary that does not export its symbols, such as ca-lm-bench, has its own copy of this file)
+// would forward each message back to itself and deadlock on its sink's lock.
+std::map<std::string, std::shared_ptr<spdlog::logger>> g_loggers;
 
 // Hands each message to g_forward (forward_logs_to).
 class ForwardSink final : public spdlog::sinks::base_sink<std::mutex> {
@@ -39,17 +45,16 @@ class ForwardSink final : public spdlog::sinks::base_sink<std::mutex> {
 
 std::shared_ptr<spdlog::logger> logger(const std::string& component) {
   std::lock_guard<std::mutex> lock(g_mutex);
-  if (auto existing = spdlog::get(component)) return existing;
-  std::shared_ptr<spdlog::logger> created;
+  auto& made = g_loggers[component];
+  if (made) return made;
   if (g_forward != nullptr) {
-    created = std::make_shared<spdlog::logger>(component, std::make_shared<ForwardSink>(g_forward));
-    spdlog::register_logger(created);
+    made = std::make_shared<spdlog::logger>(component, std::make_shared<ForwardSink>(g_forward));
   } else {
-    created = spdlog::stderr_color_mt(component);
-    created->set_pattern("[%H:%M:%S.%e] [%n] [%^%l%$] %v");
+    made = std::make_shared<spdlog::logger>(component, std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+    made->set_pattern("[%H:%M:%S.%e] [%n] [%^%l%$] %v");
   }
-  created->set_level(g_level);
-  return created;
+  made->set_level(g_level);
+  return made;
 }
 
 void forward_logs_to(LogForward forward) {
@@ -60,7 +65,7 @@ void forward_logs_to(LogForward forward) {
   std::lock_guard<std::mutex> lock(g_mutex);
   g_forward = forward;
   g_level = spdlog::level::trace;  // the receiving logger filters
-  spdlog::drop_all();  // made again, with the forwarding sink, on their next use
+  g_loggers.clear();  // made again, with the forwarding sink, on their next use
 }
 
 void log_text(LogLevel level, const char* component, const std::string& text) {
@@ -78,7 +83,7 @@ void set_log_level(const std::string& level) {
            "unknown log level '{}': use trace, debug, info, warn, error or off", level);
   std::lock_guard<std::mutex> lock(g_mutex);
   g_level = parsed;
-  spdlog::set_level(parsed);
+  for (auto& [name, l] : g_loggers) l->set_level(parsed);
 }
 
 }  // namespace cuda_agent

@@ -225,7 +225,9 @@ json bench_rollout(TorchLanguageModel& plain, const json& spec) {
   const torch::Device device = plain.model()->device();
   json rows = json::array();
   for (int64_t n : positive_list(spec, "concurrent", {1, 8, 32, 64, 128})) {
-    auto run = [&](lm::LanguageModel& m, int64_t new_tokens) {
+    // prompt_seed: the warm-up's prompts differ from the timed runs', so that the engine's prefix
+    // cache cannot skip the timed prompts' prefill.
+    auto run = [&](lm::LanguageModel& m, int64_t new_tokens, uint64_t prompt_seed) {
       std::vector<std::thread> threads;
       std::atomic<int64_t> produced{0};
       std::exception_ptr failed;
@@ -237,7 +239,7 @@ json bench_rollout(TorchLanguageModel& plain, const json& spec) {
             o.max_new_tokens = new_tokens;
             o.seed = static_cast<uint64_t>(i);
             try {
-              for (const auto& g : m.generate({random_tokens(prompt, m.config().vocab_size, 100 + i)}, o, {}))
+              for (const auto& g : m.generate({random_tokens(prompt, m.config().vocab_size, prompt_seed + i)}, o, {}))
                 produced += static_cast<int64_t>(g.tokens.size());
             } catch (...) {
               std::lock_guard<std::mutex> lock(failed_mutex);
@@ -249,9 +251,9 @@ json bench_rollout(TorchLanguageModel& plain, const json& spec) {
       if (failed) std::rethrow_exception(failed);
       return std::pair<double, double>(static_cast<double>(produced.load()) / seconds, seconds);
     };
-    run(engine, std::min<int64_t>(fresh, 8));  // warm-up: kernels, allocator, the pool
+    run(engine, std::min<int64_t>(fresh, 8), 1000000);  // warm-up: kernels, allocator, the pool
     const lm::EngineStats before = engine.engine_stats();
-    const auto [batched, batched_s] = run(engine, fresh);
+    const auto [batched, batched_s] = run(engine, fresh, 100);
     const lm::EngineStats after = engine.engine_stats();
     json row = {{"concurrent", n},
                 {"prompt_tokens", prompt},
@@ -265,7 +267,7 @@ json bench_rollout(TorchLanguageModel& plain, const json& spec) {
                 {"engine_preemptions", after.preemptions - before.preemptions}};
     std::fprintf(stderr, "[rollout] %s\n", row.dump().c_str());
     if (n <= per_call_max) {
-      const auto [alone, alone_s] = run(plain, fresh);
+      const auto [alone, alone_s] = run(plain, fresh, 100);
       row["per_call_tokens_per_s"] = alone;
       row["per_call_seconds"] = alone_s;
       row["engine_over_per_call"] = batched / alone;

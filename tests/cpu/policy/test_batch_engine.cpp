@@ -5,6 +5,8 @@
 // with a message, and the engine goes on.
 #include <gtest/gtest.h>
 
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/core/subprocess.h"
 #include "engine_test_util.h"
 
 namespace cuda_agent::testing {
@@ -120,6 +122,35 @@ TEST(BatchEngine, TheRolloutBenchmarkRunsBothPaths) {
     EXPECT_GE(row["engine_steps"].get<int64_t>(), 6) << row;
     EXPECT_LE(row["engine_steps"].get<int64_t>(), 6 * row["concurrent"].get<int64_t>()) << row;
   }
+}
+
+// ca-lm-bench as users run it: its own process, its own copy of the logging code beside the
+// module's (it does not export its symbols), debug messages on the way. The module's forwarding
+// logger once sat in spdlog's shared registry, where the binary found it and forwarded each
+// message back to itself: a deadlock before the first figure.
+TEST(BatchEngine, TheBenchmarkToolRunsInItsOwnProcess) {
+#ifndef CA_LM_BENCH_BINARY
+  GTEST_SKIP() << "ca-lm-bench is not built here (no libtorch)";
+#else
+  TempDir dir("ca-lm-bench-");
+  const nlohmann::json spec = {
+      {"device", "cpu"},
+      {"dtype", "float32"},
+      {"config", tiny_config(policy::Family::kLlama).to_hf_json()},
+      {"rollout", {{"concurrent", {2}}, {"prompt_tokens", 9}, {"new_tokens", 4}, {"kv_tokens", 1024}}}};
+  write_file_atomic(dir.path() / "spec.json", spec.dump());
+  SubprocessOptions o;
+  o.argv = {CA_LM_BENCH_BINARY, (dir.path() / "spec.json").string()};
+  o.stdout_path = (dir.path() / "out.json").string();
+  o.stderr_path = (dir.path() / "err.txt").string();
+  o.timeout_s = 120;
+  const SubprocessResult r = run_subprocess(o);
+  ASSERT_TRUE(r.ok()) << r.describe() << "\n" << read_file(dir.path() / "err.txt");
+  const nlohmann::json out = nlohmann::json::parse(read_file(dir.path() / "out.json"));
+  ASSERT_EQ(out["rollout"].size(), 1u) << out.dump(2);
+  EXPECT_GT(out["rollout"][0]["engine_tokens_per_s"].get<double>(), 0);
+  EXPECT_NE(read_file(dir.path() / "err.txt").find("[rollout]"), std::string::npos);
+#endif
 }
 
 }  // namespace
