@@ -299,7 +299,8 @@ if [ "$what" = engine ]; then
       echo "$m transformers: exit $?"
       python3 -c "import json,sys; [print('[transformers]', r['batch'], 'end-to-end %.0f tokens/s' % r['end_to_end_tokens_per_s']) \
         for r in json.load(open(sys.argv[1]))['generation']]" "$out/engine-$m.hf.json" 2>/dev/null
-      [ -n "${OUT:-}" ] && cp "$out/engine-$m.hf.json" "$OUT/" 2>/dev/null
+      grep '^{' "$out/engine-$m.hf.err" | sed 's/^/[transformers row] /'
+      [ -n "${OUT:-}" ] && cp "$out/engine-$m.hf.json" "$out/engine-$m.hf.err" "$OUT/" 2>/dev/null
     fi
     rm -rf "$out/engine-$m-hf"
   done

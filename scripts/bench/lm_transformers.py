@@ -76,6 +76,7 @@ def main():
             "decode_tokens_per_s": batch * (new - 1) / max(t_total - t_prefill, 1e-9),
             "end_to_end_tokens_per_s": batch * new / t_total,
         })
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # each row as measured (a run cut short keeps it)
     json.dump({"transformers": transformers.__version__, "torch": torch.__version__,
                "attn_implementation": model.config._attn_implementation, "generation": rows}, sys.stdout, indent=2)
     print()

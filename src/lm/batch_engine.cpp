@@ -404,6 +404,9 @@ void BatchEngine::Impl::preempt(const CallPtr& call) {
   count_stats([](lm::EngineStats& s) { ++s.preemptions; });
 }
 
+// Decode steps pad the keys they attend over to a multiple of this many positions (step()).
+constexpr int64_t kKeyBucket = 256;
+
 void BatchEngine::Impl::step() {
   // Every live row needs a slot for the token it feeds now.
   for (size_t i = 0; i < running.size();) {
@@ -429,7 +432,13 @@ void BatchEngine::Impl::step() {
         keys = std::max(keys, r.cached + 1);
       }
   const int64_t rows = static_cast<int64_t>(batch.size()), bs = options.block_size;
-  const int64_t width = (keys + bs - 1) / bs;
+  // The keys read are padded to a multiple of kKeyBucket positions (masked out), so that the
+  // attention's shapes change once every kKeyBucket steps, not at every step: libraries that
+  // plan per shape (cuDNN's attention, cuBLAS's heuristics) then reuse their plans. The padded
+  // table entries are block 0, whose slots exist; the mask hides them.
+  const int64_t bucket = (kKeyBucket + bs - 1) / bs * bs;
+  keys = (keys + bucket - 1) / bucket * bucket;
+  const int64_t width = keys / bs;
   std::vector<int64_t> ids, positions, write, lengths, table(static_cast<size_t>(rows * width), 0);
   for (int64_t i = 0; i < rows; ++i) {
     const Row& r = *batch[i].row;
