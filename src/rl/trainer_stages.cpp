@@ -455,6 +455,8 @@ void collect_prefetch(RunContext& ctx, const Stage& stage, int64_t step, std::fu
     p->sampling = std::move(s);
     ctx.prefetched = std::move(p);
   } catch (const StopRequested& e) {
+    // Their tasks are drawn again by the resumed run: the cursor goes back to before them.
+    ctx.cursor.restore(ctx.cursor_before_prefetch);
     ctx.log << fmt::format("[train] step {}: the next step's episodes were stopped ({}): discarded\n", step, e.what());
   }
   record["rollout_wait_seconds"] = seconds_since(t_wait);
