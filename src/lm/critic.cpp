@@ -1,8 +1,6 @@
 #include "torch_fmt.h"  // first: see there
 #include "critic.h"
 
-#include <unordered_map>
-
 #include "cuda_agent/core/error.h"
 #include "torch_language_model.h"
 #include "weights_io.h"
@@ -31,15 +29,7 @@ CriticKind critic_kind(const std::string& critic) {
 CausalLM critic_from_actor(CausalLMImpl& actor, const lm::LmOptions& options) {
   CausalLM critic(actor.config(), /*value_head=*/true,
                   torch::TensorOptions().device(actor.device()).dtype(actor.dtype()), /*lm_head=*/false);
-  std::unordered_map<std::string, torch::Tensor> source;
-  for (const auto& item : actor.named_parameters(true)) source.emplace(item.key(), item.value());
-  torch::NoGradGuard no_grad;
-  for (auto& item : critic->named_parameters(true)) {
-    if (item.key().starts_with("value_head.")) continue;
-    auto it = source.find(item.key());
-    CA_ASSERT(it != source.end(), "the actor has no parameter '{}' for its critic", item.key());
-    item.value().copy_(it->second);
-  }
+  copy_parameters(actor, *critic, "its critic", "value_head.");
   critic->init_value_head(options.seed, options.init_std);
   return critic;
 }

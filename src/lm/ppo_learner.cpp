@@ -313,23 +313,16 @@ class TorchPpoLearner final : public lm::PpoLearner {
 
   lm::LanguageModel& snapshot_policy() override {
     return translate_errors("snapshotting the actor for rollouts", [&]() -> lm::LanguageModel& {
-      torch::NoGradGuard no_grad;
       CausalLM& actor = model_->model();
       if (!snapshot_) {
-        const torch::Tensor first = actor->parameters().front();
         CausalLM copy(actor->config(), /*value_head=*/false,
-                      torch::TensorOptions().dtype(first.scalar_type()).device(first.device()));
+                      torch::TensorOptions().dtype(actor->dtype()).device(actor->device()));
         copy->eval();
         lm::LmOptions o = model_->options();
         o.value_head = false;
         snapshot_ = std::make_unique<TorchLanguageModel>(std::move(copy), o);
       }
-      const auto from = actor->named_parameters(true);
-      for (auto& p : snapshot_->model()->named_parameters(true)) {
-        const torch::Tensor* source = from.find(p.key());
-        CA_CHECK(source != nullptr, "the actor has no parameter {} for its rollout snapshot", p.key());
-        p.value().copy_(*source);
-      }
+      copy_parameters(*actor, *snapshot_->model(), "its rollout snapshot");
       return *snapshot_;
     });
   }

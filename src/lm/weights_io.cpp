@@ -165,6 +165,17 @@ CausalLM load_causal_lm(const fs::path& path, const lm::LmOptions& options, cons
   return model;
 }
 
+void copy_parameters(CausalLMImpl& from, CausalLMImpl& to, const std::string& what, const std::string& except) {
+  const auto source = from.named_parameters(true);
+  torch::NoGradGuard no_grad;
+  for (auto& item : to.named_parameters(true)) {
+    if (!except.empty() && item.key().starts_with(except)) continue;
+    const torch::Tensor* t = source.find(item.key());
+    CA_CHECK(t != nullptr, "the model has no parameter '{}' for {}", item.key(), what);
+    item.value().copy_(*t);
+  }
+}
+
 void load_weights_into(CausalLMImpl& model, const fs::path& path) {
   auto w = open_weights(path, model.has_lm_head());
   auto plan = trunk_plan(model, w);

@@ -27,6 +27,11 @@ CausalLM load_causal_lm(const std::filesystem::path& path, const lm::LmOptions& 
 // the file and the tensor) leaves the model as it was.
 void load_weights_into(CausalLMImpl& model, const std::filesystem::path& path);
 
+// Copies (without gradient) each parameter of `to` from the parameter of `from` with the same
+// name, skipping those whose name starts with `except` when it is not empty (a value head the
+// other model lacks). Error naming a parameter `from` lacks, with `what` the copy ("its critic").
+void copy_parameters(CausalLMImpl& from, CausalLMImpl& to, const std::string& what, const std::string& except = "");
+
 // Writes config.json (torch_dtype = the model's dtype), model.safetensors (every parameter but
 // the value head, in the model's dtype) and, with a value head, value_head.safetensors. Removes a
 // stale model.safetensors.index.json, which loaders would otherwise prefer.
