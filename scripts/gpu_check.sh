@@ -286,8 +286,9 @@ if [ "$what" = engine ]; then
   # transformers' batched generate on the same weights (saved by ca-lm-bench), at the same batch
   # sizes, prompt and new tokens (greedy, every row exactly new_tokens): the anchor's figure.
   echo "{\"generation\": {\"batches\": [$conc], \"prompt_tokens\": 512, \"new_tokens\": 128, \"repeats\": 1}}" > "$out/engine-hf-spec.json"
-  for m in smollm2 qwen2_1p5b; do
-    sed -i "s|^{|{\"save_hf\": \"$out/engine-$m-hf\", |" "$out/engine-$m.json"
+  # ENGINE_MODELS picks the shapes (default both); ENGINE_HF=0 leaves transformers out.
+  for m in ${ENGINE_MODELS:-smollm2 qwen2_1p5b}; do
+    [ "${ENGINE_HF:-1}" = 1 ] && sed -i "s|^{|{\"save_hf\": \"$out/engine-$m-hf\", |" "$out/engine-$m.json"
     timeout "${ENGINE_TIMEOUT:-280}" $build/ca-lm-bench "$out/engine-$m.json" > "$out/engine-$m.out.json" 2> "$out/engine-$m.err"
     echo "$m: exit $?"
     # Each figure as it was measured (a run cut short by the timeout still says what it reached).

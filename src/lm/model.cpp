@@ -4,13 +4,28 @@
 #include "model.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 
 #include <cmath>
+#include <mutex>
 
 #include "checkpoint.h"
 #include "cuda_agent/core/error.h"
 
 namespace cuda_agent::lm {
+namespace {
+
+// cuDNN's attention, PyTorch's first choice on sm_90, builds an execution plan for each new
+// shape: 70-170 ms a shape on the H200, against 0.1 ms for the attention itself
+// (scripts/bench/sdpa_shapes.py; docs/benchmarks.md section 13). Prefill, the batch engine's
+// decode steps and the learner's padded batches meet new shapes all the time; flash and
+// memory-efficient attention plan nothing. Once per process, for every model.
+void use_attention_without_plans() {
+  static std::once_flag once;
+  std::call_once(once, [] { at::globalContext().setSDPUseCuDNN(false); });
+}
+
+}  // namespace
 
 void KvCache::reserve(int64_t needed) {
   const int64_t cap = capacity();
@@ -181,6 +196,7 @@ const policy::ModelConfig& checked(const policy::ModelConfig& c) {
 CausalLMImpl::CausalLMImpl(const policy::ModelConfig& config, bool with_value_head,
                            const torch::TensorOptions& options, bool with_lm_head)
     : config_(checked(config)), rope_(config) {
+  use_attention_without_plans();
   model = register_module("model", Trunk(config_, options));
   if (with_lm_head && !config_.tie_word_embeddings)
     lm_head = register_module("lm_head", Dense(config_.hidden_size, config_.vocab_size, false, options));
