@@ -1,7 +1,11 @@
 #include "batch_engine.h"
 #include "torch_fmt.h"  // first: see there
 
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +16,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <tuple>
 #include <unordered_map>
@@ -89,11 +94,13 @@ class Blocks {
     return it->second;
   }
 
-  // Block b (held, now full) holds `tokens` after the block keyed `parent`.
-  void remember(int64_t b, uint64_t parent, uint64_t key, const int64_t* tokens, int64_t n) {
-    if (cached_[b].valid || by_key_.count(key)) return;  // already known (another copy is enough)
+  // Block b (held, full or about to be filled) holds `tokens` after the block keyed `parent`.
+  // False when that content was known already (another copy is enough).
+  bool remember(int64_t b, uint64_t parent, uint64_t key, const int64_t* tokens, int64_t n) {
+    if (cached_[b].valid || by_key_.count(key)) return false;
     cached_[b] = {true, key, parent, std::vector<int64_t>(tokens, tokens + n)};
     by_key_[key] = b;
+    return true;
   }
 
  private:
@@ -125,6 +132,7 @@ struct Row {
   std::vector<uint64_t> keys;  // content keys of the full blocks, in order
   int64_t cached = 0;
   bool live = true;
+  std::vector<int64_t> promised;  // blocks this row's prefill fills that others may already hold
 };
 
 struct Call {
@@ -145,6 +153,22 @@ struct Call {
 
 using CallPtr = std::shared_ptr<Call>;
 
+// Decode steps pad the keys they attend over to a multiple of this many positions and their rows
+// to a bucket (row_bucket), so that a step's shapes change rarely: on a GPU each shape's step is
+// captured once as a CUDA graph and replayed.
+constexpr int64_t kKeyBucket = 256;
+// Most prompt tokens (padding included) in one batched prefill forward, and most attention-mask
+// entries (rows x new tokens x keys) in one.
+constexpr int64_t kPrefillTokens = 16384;
+constexpr int64_t kPrefillMask = int64_t{1} << 25;
+
+int64_t row_bucket(int64_t rows) {
+  if (rows > 8) return (rows + 15) / 16 * 16;
+  int64_t b = 1;
+  while (b < rows) b *= 2;
+  return b;
+}
+
 }  // namespace
 
 struct BatchEngine::Impl {
@@ -164,8 +188,25 @@ struct BatchEngine::Impl {
   std::vector<CallPtr> running;
   std::unique_ptr<Blocks> blocks;
   PagedKv pool;
+  // The pool's last block, outside `blocks`: padding rows and padded positions write there, and
+  // padded block-table entries point there (masked out).
+  int64_t scratch = 0;
+  std::unordered_set<int64_t> pending;  // promised blocks (take_blocks) not written yet
   int64_t admissions = 0;
   std::thread worker;
+
+  // CUDA graphs of decode steps by (rows, table width). Every graph of one row count writes its
+  // logits to one tensor. They read the pool and the weights where they were at capture: they go
+  // with the pool, and when the weights move.
+  struct Graph {
+    std::unique_ptr<at::cuda::CUDAGraph> graph;
+    torch::Tensor input;
+  };
+  bool use_graphs = false;
+  std::map<std::pair<int64_t, int64_t>, Graph> graphs;
+  std::map<int64_t, torch::Tensor> graph_logits;
+  std::vector<const void*> graph_weights;
+  std::optional<at::cuda::MempoolId_t> graph_pool;
 
   int64_t blocks_for(int64_t positions) const { return (positions + options.block_size - 1) / options.block_size; }
   int64_t slot(const Row& r, int64_t position) const {
@@ -178,15 +219,28 @@ struct BatchEngine::Impl {
     std::lock_guard<std::mutex> lock(mutex);
     f(counters);
   }
+  void drop_pool() {
+    graphs.clear();
+    graph_logits.clear();
+    graph_pool.reset();
+    blocks.reset();
+    pool = PagedKv{};
+    pending.clear();
+  }
 
   void loop();
   void admit();
   int64_t blocks_needed(const Call& call, bool count_held) const;
-  void prefill(Row& row);
-  void remember_full_blocks(Row& row);
+  void take_blocks(Row& row);
+  void prefill(const std::vector<Row*>& rows);
+  void prefill_forward(const std::vector<Row*>& rows, int64_t len, int64_t keys);
+  void remember_full_blocks(Row& row, int64_t upto, bool promise);
   bool make_room(Call& call, Row& row);
   void preempt(const CallPtr& call);
   void step();
+  torch::Tensor decode(int64_t rows, int64_t width, const std::vector<int64_t>& input);
+  torch::Tensor decode_forward(int64_t rows, int64_t width, const torch::Tensor& input);
+  void follow_other_threads();
   void finish(const CallPtr& call, std::exception_ptr error);
   void free_rows(Call& call);
 };
@@ -194,6 +248,13 @@ struct BatchEngine::Impl {
 void BatchEngine::Impl::loop() {
   c10::InferenceMode inference;
   c10::DeviceGuard device(model.device());
+  // On a GPU the engine works on a stream of its own (graph capture needs one that is not the
+  // default stream).
+  std::optional<c10::cuda::CUDAStreamGuard> stream;
+  if (model.device().is_cuda()) {
+    stream.emplace(c10::cuda::getStreamFromPool(false, model.device().index()));
+    use_graphs = options.cuda_graphs;
+  }
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mutex);
@@ -201,8 +262,7 @@ void BatchEngine::Impl::loop() {
       if (!has_work() && blocks) {
         // Idle: keep the pool (and its cached prefixes) a while, then give its memory back.
         if (!wake.wait_for(lock, std::chrono::duration<double>(options.idle_release_s), has_work)) {
-          blocks.reset();
-          pool = PagedKv{};
+          drop_pool();
           counters.blocks = 0;
         }
       }
@@ -218,13 +278,14 @@ void BatchEngine::Impl::loop() {
     if (!blocks) {
       try {
         const int64_t count = options.kv_tokens / options.block_size;
-        pool = model.new_paged_kv(count * options.block_size);
+        pool = model.new_paged_kv((count + 1) * options.block_size);
         blocks = std::make_unique<Blocks>(count);
+        scratch = count;
         count_stats([&](lm::EngineStats& s) { s.blocks = count; });
       } catch (const std::exception&) {  // no memory for the pool: the calls waiting for it fail
         for (auto& c : waiting) finish(c, std::current_exception());
         waiting.clear();
-        pool = PagedKv{};
+        drop_pool();
         continue;
       }
     }
@@ -237,8 +298,7 @@ void BatchEngine::Impl::loop() {
       const auto error = std::current_exception();
       for (auto& c : running) finish(c, error);
       running.clear();
-      blocks.reset();
-      pool = PagedKv{};
+      drop_pool();
     }
   }
   const auto error = std::make_exception_ptr(Error("the language model's batch engine stopped before this call ran"));
@@ -276,6 +336,7 @@ int64_t BatchEngine::Impl::blocks_needed(const Call& call, bool count_held) cons
 void BatchEngine::Impl::admit() {
   int64_t live = 0;
   for (const auto& c : running) live += c->live_rows();
+  std::vector<Row*> fresh;
   while (!waiting.empty()) {
     const CallPtr call = waiting.front();
     const int64_t need = blocks_needed(*call, false);
@@ -297,21 +358,46 @@ void BatchEngine::Impl::admit() {
     const bool too_many = live + rows > options.max_rows && !running.empty();
     if (too_many || blocks_needed(*call, true) + headroom > blocks->available()) {
       count_stats([](lm::EngineStats& s) { ++s.waits; });
-      return;  // first come, first served: the head waits, and so does everyone behind it
+      break;  // first come, first served: the head waits, and so does everyone behind it
     }
     waiting.pop_front();
     for (Row& r : call->rows)
-      if (r.live) prefill(r);
+      if (r.live) {
+        take_blocks(r);
+        fresh.push_back(&r);
+      }
     call->admitted = ++admissions;
     running.push_back(call);
     live += rows;
   }
+  if (fresh.empty()) return;
+  follow_other_threads();
+  prefill(fresh);
+  count_stats([&](lm::EngineStats& s) { s.peak_blocks = std::max(s.peak_blocks, blocks->held()); });
 }
 
-// Fills the pool with the keys and values of every token of `row` but its last: cached full
-// blocks where the content is known, a forward over the rest (in chunks), and the blocks for
-// them and for the last token's position.
-void BatchEngine::Impl::prefill(Row& row) {
+// New calls may come after weights changed on other threads (the learner's step, a snapshot's
+// copy): the engine's stream waits for the default stream's work, and graphs captured with
+// weights that have moved since are dropped.
+void BatchEngine::Impl::follow_other_threads() {
+  if (!model.device().is_cuda()) return;
+  const auto index = model.device().index();
+  at::cuda::CUDAEvent ready;
+  ready.record(c10::cuda::getDefaultCUDAStream(index));
+  ready.block(c10::cuda::getCurrentCUDAStream(index));
+  std::vector<const void*> weights;
+  for (const auto& p : model.parameters()) weights.push_back(p.data_ptr());
+  if (weights != graph_weights) {
+    graphs.clear();
+    graph_weights = std::move(weights);
+  }
+}
+
+// Gives a row being admitted the blocks for all its positions: cached full blocks where their
+// content is known (or promised by a row admitted before it), new ones for the rest. The full
+// blocks its prefill fills are promised at once (known by content, pending until written), so
+// that rows admitted after it (a PPO group's copies of one prompt) reuse them.
+void BatchEngine::Impl::take_blocks(Row& row) {
   const int64_t bs = options.block_size;
   const int64_t n = static_cast<int64_t>(row.tokens.size()) - 1;
   uint64_t parent = 0, key = 0;
@@ -327,39 +413,102 @@ void BatchEngine::Impl::prefill(Row& row) {
   const int64_t reused = row.cached;
   while (static_cast<int64_t>(row.blocks.size()) * bs < n + 1) {
     const int64_t b = blocks->take();
-    CA_ASSERT(b >= 0, "prefill: no free block after admission counted them");
+    CA_ASSERT(b >= 0, "admission: no free block after admission counted them");
     row.blocks.push_back(b);
   }
-  const auto dev = model.device();
-  for (int64_t start = row.cached; start < n; start += options.prefill_chunk) {
-    const int64_t len = std::min(options.prefill_chunk, n - start), keys = start + len;
-    std::vector<int64_t> ids(row.tokens.begin() + start, row.tokens.begin() + keys), write, read;
-    for (int64_t p = start; p < keys; ++p) write.push_back(slot(row, p));
-    for (int64_t p = 0; p < keys; ++p) read.push_back(slot(row, p));
-    const auto positions = torch::arange(start, keys, torch::TensorOptions().dtype(torch::kInt64).device(dev));
-    const auto key_pos = torch::arange(keys, positions.options());
-    const auto allowed = (key_pos.unsqueeze(0) <= positions.unsqueeze(1)).view({1, 1, len, keys});
-    model.forward_paged(on_device(ids).view({1, len}), positions.view({1, len}), pool, on_device(write),
-                        on_device(read).view({1, keys}), allowed);
-    row.cached = keys;
-    remember_full_blocks(row);
-  }
+  remember_full_blocks(row, n, /*promise=*/true);
   count_stats([&](lm::EngineStats& s) {
     s.reused_tokens += reused;
     s.prefilled_tokens += n - reused;
-    s.peak_blocks = std::max(s.peak_blocks, blocks->held());
   });
 }
 
-// The row's blocks that filled up since the last call become reusable by content.
-void BatchEngine::Impl::remember_full_blocks(Row& row) {
+// Fills the pool with the keys and values of every token but the last of each row, in batched
+// forwards. A row that reuses blocks another row still has to fill waits for a later wave.
+void BatchEngine::Impl::prefill(const std::vector<Row*>& rows) {
+  const auto end = [](const Row* r) { return static_cast<int64_t>(r->tokens.size()) - 1; };
+  std::vector<Row*> todo;
+  for (Row* r : rows)
+    if (r->cached < end(r)) todo.push_back(r);
+  while (!todo.empty()) {
+    std::vector<Row*> wave, later;
+    for (Row* r : todo) {
+      bool ready = true;
+      for (int64_t i = 0; ready && i < r->cached / options.block_size; ++i) ready = pending.count(r->blocks[i]) == 0;
+      (ready ? wave : later).push_back(r);
+    }
+    CA_ASSERT(!wave.empty(), "prefill: {} rows wait for blocks no row fills", later.size());
+    while (!wave.empty()) {
+      // As many rows as fit one forward, each advancing up to prefill_chunk tokens.
+      std::vector<Row*> batch;
+      int64_t len = 0, keys = 0;
+      for (Row* r : wave) {
+        const int64_t l = std::min(options.prefill_chunk, end(r) - r->cached);
+        const int64_t n = static_cast<int64_t>(batch.size()) + 1, lmax = std::max(len, l),
+                      kmax = std::max(keys, r->cached + l);
+        if (!batch.empty() && (n * lmax > kPrefillTokens || n * lmax * kmax > kPrefillMask)) break;
+        batch.push_back(r);
+        len = lmax;
+        keys = kmax;
+      }
+      prefill_forward(batch, len, keys);
+      std::vector<Row*> rest;
+      for (Row* r : wave) {
+        if (r->cached < end(r)) {
+          rest.push_back(r);
+        } else {
+          for (int64_t b : r->promised) pending.erase(b);
+          r->promised.clear();
+        }
+      }
+      wave = std::move(rest);
+    }
+    todo = std::move(later);
+  }
+}
+
+// One forward over the next up to prefill_chunk prompt tokens of each row, padded to `len` new
+// tokens and `keys` keys. Padding tokens sit at position 0, write to the scratch block and see
+// only their row's first key.
+void BatchEngine::Impl::prefill_forward(const std::vector<Row*>& rows, int64_t len, int64_t keys) {
+  const int64_t n = static_cast<int64_t>(rows.size()), bs = options.block_size, width = blocks_for(keys);
+  std::vector<int64_t> ids(n * len, 0), positions(n * len, 0), write(n * len, scratch * bs),
+      table(n * width, scratch);
+  std::vector<int64_t> took(n);
+  for (int64_t i = 0; i < n; ++i) {
+    Row& r = *rows[i];
+    took[i] = std::min(options.prefill_chunk, static_cast<int64_t>(r.tokens.size()) - 1 - r.cached);
+    for (int64_t j = 0; j < took[i]; ++j) {
+      const int64_t p = r.cached + j;
+      ids[i * len + j] = r.tokens[p];
+      positions[i * len + j] = p;
+      write[i * len + j] = slot(r, p);
+    }
+    std::copy(r.blocks.begin(), r.blocks.begin() + std::min<int64_t>(width, static_cast<int64_t>(r.blocks.size())),
+              table.begin() + i * width);
+  }
+  const auto dev_table = on_device(table).view({n, width});
+  const auto read = (dev_table.unsqueeze(-1) * bs + torch::arange(bs, dev_table.options())).view({n, width * bs});
+  const auto pos = on_device(positions).view({n, len});
+  const auto allowed =
+      (torch::arange(width * bs, pos.options()).view({1, 1, -1}) <= pos.unsqueeze(-1)).view({n, 1, len, width * bs});
+  model.forward_paged(on_device(ids).view({n, len}), pos, pool, on_device(write), read, allowed);
+  for (int64_t i = 0; i < n; ++i) rows[i]->cached += took[i];
+}
+
+// The row's full blocks below position `upto` become reusable by content. With promise, they
+// are about to be filled by this row's prefill: pending until then.
+void BatchEngine::Impl::remember_full_blocks(Row& row, int64_t upto, bool promise) {
   const int64_t bs = options.block_size;
-  while (static_cast<int64_t>(row.keys.size()) < row.cached / bs) {
+  while (static_cast<int64_t>(row.keys.size()) < upto / bs) {
     const int64_t i = static_cast<int64_t>(row.keys.size());
     const uint64_t parent = i == 0 ? 0 : row.keys.back();
     const int64_t* tokens = row.tokens.data() + i * bs;
     const uint64_t key = block_hash(parent, tokens, bs);
-    blocks->remember(row.blocks[i], parent, key, tokens, bs);
+    if (blocks->remember(row.blocks[i], parent, key, tokens, bs) && promise) {
+      pending.insert(row.blocks[i]);
+      row.promised.push_back(row.blocks[i]);
+    }
     row.keys.push_back(key);
   }
 }
@@ -393,6 +542,7 @@ void BatchEngine::Impl::free_rows(Call& call) {
     for (int64_t b : r.blocks) blocks->release(b);
     r.blocks.clear();
     r.keys.clear();
+    r.promised.clear();
     r.cached = 0;
   }
 }
@@ -403,9 +553,6 @@ void BatchEngine::Impl::preempt(const CallPtr& call) {
   waiting.push_front(call);
   count_stats([](lm::EngineStats& s) { ++s.preemptions; });
 }
-
-// Decode steps pad the keys they attend over to a multiple of this many positions (step()).
-constexpr int64_t kKeyBucket = 256;
 
 void BatchEngine::Impl::step() {
   // Every live row needs a slot for the token it feeds now.
@@ -432,34 +579,33 @@ void BatchEngine::Impl::step() {
         keys = std::max(keys, r.cached + 1);
       }
   const int64_t rows = static_cast<int64_t>(batch.size()), bs = options.block_size;
-  // The keys read are padded to a multiple of kKeyBucket positions (masked out), so that the
-  // attention's shapes change once every kKeyBucket steps, not at every step: libraries that
-  // plan per shape (cuDNN's attention, cuBLAS's heuristics) then reuse their plans. The padded
-  // table entries are block 0, whose slots exist; the mask hides them.
-  const int64_t bucket = (kKeyBucket + bs - 1) / bs * bs;
-  keys = (keys + bucket - 1) / bucket * bucket;
-  const int64_t width = keys / bs;
-  std::vector<int64_t> ids, positions, write, lengths, table(static_cast<size_t>(rows * width), 0);
+  const int64_t padded = row_bucket(rows), bucket = (kKeyBucket + bs - 1) / bs * bs;
+  const int64_t width = (keys + bucket - 1) / bucket * bucket / bs;
+  // One buffer: ids, positions, write slots and lengths ([padded] each), then the block table
+  // [padded, width]. Padding rows feed token 0 at position 0 into the scratch block and see its
+  // first slot; padded table entries point at the scratch block, masked out.
+  std::vector<int64_t> input(static_cast<size_t>(padded * (4 + width)), 0);
+  int64_t* ids = input.data();
+  int64_t* positions = ids + padded;
+  int64_t* write = positions + padded;
+  int64_t* lengths = write + padded;
+  int64_t* table = lengths + padded;
+  std::fill(write, lengths, scratch * bs);
+  std::fill(lengths, table, 1);
+  std::fill(table, input.data() + input.size(), scratch);
   for (int64_t i = 0; i < rows; ++i) {
     const Row& r = *batch[i].row;
-    ids.push_back(r.tokens.back());
-    positions.push_back(r.cached);
-    write.push_back(slot(r, r.cached));
-    lengths.push_back(r.cached + 1);
+    ids[i] = r.tokens.back();
+    positions[i] = r.cached;
+    write[i] = slot(r, r.cached);
+    lengths[i] = r.cached + 1;
     std::copy(r.blocks.begin(), r.blocks.begin() + std::min<int64_t>(width, static_cast<int64_t>(r.blocks.size())),
-              table.begin() + i * width);
+              table + i * width);
   }
-  const auto dev_table = on_device(table).view({rows, width});
-  const auto within = torch::arange(bs, dev_table.options());
-  const auto read = (dev_table.unsqueeze(-1) * bs + within).view({rows, width * bs}).narrow(1, 0, keys);
-  const auto allowed = (torch::arange(keys, dev_table.options()).unsqueeze(0) < on_device(lengths).unsqueeze(1))
-                           .view({rows, 1, 1, keys});
-  const auto hidden = model.forward_paged(on_device(ids).view({rows, 1}), on_device(positions).view({rows, 1}), pool,
-                                          on_device(write), read, allowed);
-  const auto logits = model.logits(hidden.select(1, 0)).to(torch::kFloat32);
+  const auto logits = decode(padded, width, input).narrow(0, 0, rows);
   for (auto& l : batch) {
     ++l.row->cached;
-    remember_full_blocks(*l.row);
+    remember_full_blocks(*l.row, l.row->cached, /*promise=*/false);
   }
 
   // Sampling: each call's rows by its own sampler (its draws in its rows' order), rows of calls
@@ -524,6 +670,60 @@ void BatchEngine::Impl::step() {
     if (!c->rows.empty()) finish(c, nullptr);
     running.erase(std::find(running.begin(), running.end(), c));
   }
+}
+
+// The logits [rows, vocab] (float32) of one decode step whose inputs `input` holds (step()). On a
+// GPU, each (rows, width)'s first step runs eagerly (its result, and the capture's warm-up) and
+// is then captured as a CUDA graph that later steps of that shape replay. The tensor returned
+// is overwritten by the next step.
+torch::Tensor BatchEngine::Impl::decode(int64_t rows, int64_t width, const std::vector<int64_t>& input) {
+  const auto host = torch::from_blob(const_cast<int64_t*>(input.data()), {static_cast<int64_t>(input.size())},
+                                     torch::kInt64);
+  if (!use_graphs) return decode_forward(rows, width, host.to(model.device()));
+  const auto shape = std::make_pair(rows, width);
+  const auto found = graphs.find(shape);
+  if (found != graphs.end()) {
+    found->second.input.copy_(host);
+    found->second.graph->replay();
+    return graph_logits.at(rows);
+  }
+  Graph g;
+  g.input = host.to(model.device());
+  auto logits = decode_forward(rows, width, g.input);
+  auto& out = graph_logits[rows];
+  if (!out.defined()) out = torch::empty_like(logits);
+  if (!graph_pool) graph_pool = at::cuda::graph_pool_handle();
+  g.graph = std::make_unique<at::cuda::CUDAGraph>();
+  // Thread-local capture: other threads (the learner, evaluations) go on allocating meanwhile.
+  g.graph->capture_begin(*graph_pool, cudaStreamCaptureModeThreadLocal);
+  try {
+    out.copy_(decode_forward(rows, width, g.input));
+  } catch (...) {
+    // End the broken capture so that the stream works again; this engine decodes eagerly from now.
+    cudaGraph_t broken = nullptr;
+    if (cudaStreamEndCapture(c10::cuda::getCurrentCUDAStream(model.device().index()), &broken) == cudaSuccess &&
+        broken != nullptr)
+      cudaGraphDestroy(broken);
+    use_graphs = false;
+    throw;
+  }
+  g.graph->capture_end();
+  graphs.emplace(shape, std::move(g));
+  return logits;
+}
+
+torch::Tensor BatchEngine::Impl::decode_forward(int64_t rows, int64_t width, const torch::Tensor& input) {
+  const int64_t bs = options.block_size, keys = width * bs;
+  const auto ids = input.narrow(0, 0, rows).view({rows, 1});
+  const auto positions = input.narrow(0, rows, rows).view({rows, 1});
+  const auto write = input.narrow(0, 2 * rows, rows);
+  const auto lengths = input.narrow(0, 3 * rows, rows);
+  const auto table = input.narrow(0, 4 * rows, rows * width).view({rows, width});
+  const auto read = (table.unsqueeze(-1) * bs + torch::arange(bs, table.options())).view({rows, keys});
+  const auto allowed =
+      (torch::arange(keys, table.options()).unsqueeze(0) < lengths.unsqueeze(1)).view({rows, 1, 1, keys});
+  const auto hidden = model.forward_paged(ids, positions, pool, write, read, allowed);
+  return model.logits(hidden.select(1, 0)).to(torch::kFloat32);
 }
 
 void BatchEngine::Impl::finish(const CallPtr& call, std::exception_ptr error) {

@@ -18,6 +18,11 @@
 // log-probs through the engine as alone, up to float rounding of batched products. Rows of
 // calls with equal sampling options share one pass on the device.
 //
+// Admitted sequences are prefilled together, in batched forwards (a sequence that reuses blocks
+// another one is still filling waits for the next one). Decode steps pad their rows and keys to
+// buckets, so that their shapes change rarely; on a GPU each shape's step is captured once as a
+// CUDA graph and replayed (eager launches cost more than a small model's whole step there).
+//
 // When the pool runs out, a new call waits; a running sequence that needs a block for its next
 // token takes one from the most recently admitted other call, which goes back to the head of the
 // queue with its tokens and sampler and is prefilled again once blocks are free (cheaply, when
@@ -42,6 +47,7 @@ struct EngineOptions {
   int64_t max_rows = 256;        // most sequences in one decode step
   int64_t prefill_chunk = 1024;  // most prompt tokens in one prefill forward
   double idle_release_s = 2.0;   // the pool is freed after this long without work
+  bool cuda_graphs = true;       // on a GPU, decode steps replay CUDA graphs (one per shape)
 };
 
 class BatchEngine {

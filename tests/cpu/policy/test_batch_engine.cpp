@@ -62,6 +62,27 @@ TEST(BatchEngine, ANextTurnReusesThePreviousTurnsBlocks) {
   EXPECT_GE(engine->engine_stats().reused_tokens - reused, known / 4 * 4);
 }
 
+// A PPO group's copies of one prompt in one call are prefilled together: the first copy fills the
+// prompt's full blocks, the others wait a wave and reuse them; prompts of other lengths share the
+// batched forward (padded). Every row still gets what it gets alone.
+TEST(BatchEngine, CopiesOfOnePromptArePrefilledOnce) {
+  use_built_lm_module();
+  const auto config = tiny_config(policy::Family::kLlama);
+  auto plain = model(config, false);
+  auto engine = model(config, true);
+  const auto prompt = test_tokens(40, config.vocab_size, 5);
+  const std::vector<std::vector<int64_t>> group(4, prompt);
+  expect_same(engine->generate(group, sampled(7, 6)), plain->generate(group, sampled(7, 6)), "group");
+  const lm::EngineStats s = engine->engine_stats();
+  // 39 positions to fill (the last token is fed at the first step); 9 full blocks of 4.
+  EXPECT_EQ(s.prefilled_tokens, 39 + 3 * 3);
+  EXPECT_EQ(s.reused_tokens, 3 * 36);
+  const std::vector<std::vector<int64_t>> mixed = {test_tokens(3, config.vocab_size, 6),
+                                                   test_tokens(70, config.vocab_size, 7), prompt,
+                                                   test_tokens(17, config.vocab_size, 8)};
+  expect_same(engine->generate(mixed, sampled(8, 9)), plain->generate(mixed, sampled(8, 9)), "mixed lengths");
+}
+
 // A pool of 16 blocks of 4 positions for calls that need 10 blocks each: they wait or go back to
 // the queue, and every one still gets what it gets alone.
 TEST(BatchEngine, APoolThatRunsOutMakesCallsWaitAndCorruptsNothing) {
