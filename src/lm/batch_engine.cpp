@@ -389,6 +389,7 @@ void BatchEngine::Impl::follow_other_threads() {
   for (const auto& p : model.parameters()) weights.push_back(p.data_ptr());
   if (weights != graph_weights) {
     graphs.clear();
+    graph_pool.reset();
     graph_weights = std::move(weights);
   }
 }

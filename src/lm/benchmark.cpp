@@ -225,8 +225,8 @@ json bench_rollout(TorchLanguageModel& plain, const json& spec) {
   const torch::Device device = plain.model()->device();
   json rows = json::array();
   for (int64_t n : positive_list(spec, "concurrent", {1, 8, 32, 64, 128})) {
-    // prompt_seed: the warm-up's prompts differ from the timed runs', so that the engine's prefix
-    // cache cannot skip the timed prompts' prefill.
+    // prompt_seed: every prompt differs from every other of the run (the warm-up's, the other
+    // rows'), so that the engine's prefix cache cannot skip a timed prompt's prefill.
     auto run = [&](lm::LanguageModel& m, int64_t new_tokens, uint64_t prompt_seed) {
       std::vector<std::thread> threads;
       std::atomic<int64_t> produced{0};
@@ -251,9 +251,10 @@ json bench_rollout(TorchLanguageModel& plain, const json& spec) {
       if (failed) std::rethrow_exception(failed);
       return std::pair<double, double>(static_cast<double>(produced.load()) / seconds, seconds);
     };
-    run(engine, std::min<int64_t>(fresh, 8), 1000000);  // warm-up: kernels, allocator, the pool
+    const uint64_t timed_seed = 100 + (static_cast<uint64_t>(n) << 20);
+    run(engine, std::min<int64_t>(fresh, 8), timed_seed + (uint64_t{1} << 40));  // warm-up: kernels, the pool
     const lm::EngineStats before = engine.engine_stats();
-    const auto [batched, batched_s] = run(engine, fresh, 100);
+    const auto [batched, batched_s] = run(engine, fresh, timed_seed);
     const lm::EngineStats after = engine.engine_stats();
     json row = {{"concurrent", n},
                 {"prompt_tokens", prompt},
@@ -267,7 +268,7 @@ json bench_rollout(TorchLanguageModel& plain, const json& spec) {
                 {"engine_preemptions", after.preemptions - before.preemptions}};
     std::fprintf(stderr, "[rollout] %s\n", row.dump().c_str());
     if (n <= per_call_max) {
-      const auto [alone, alone_s] = run(plain, fresh, 100);
+      const auto [alone, alone_s] = run(plain, fresh, timed_seed);
       row["per_call_tokens_per_s"] = alone;
       row["per_call_seconds"] = alone_s;
       row["engine_over_per_call"] = batched / alone;

@@ -133,7 +133,7 @@ TEST(BatchEngine, TheRolloutBenchmarkRunsBothPaths) {
       {"device", "cpu"},
       {"dtype", "float32"},
       {"config", tiny_config(policy::Family::kLlama).to_hf_json()},
-      {"rollout", {{"concurrent", {1, 4}}, {"prompt_tokens", 9}, {"new_tokens", 6}, {"kv_tokens", 1024}}}};
+      {"rollout", {{"concurrent", {1, 4}}, {"prompt_tokens", 40}, {"new_tokens", 6}, {"kv_tokens", 1024}}}};
   const nlohmann::json out = lm::run_language_model_benchmark(spec);
   ASSERT_EQ(out["rollout"].size(), 2u) << out.dump(2);
   for (const auto& row : out["rollout"]) {
@@ -142,6 +142,9 @@ TEST(BatchEngine, TheRolloutBenchmarkRunsBothPaths) {
     // The engine decoded them (how many steps together depends on when the threads arrived).
     EXPECT_GE(row["engine_steps"].get<int64_t>(), 6) << row;
     EXPECT_LE(row["engine_steps"].get<int64_t>(), 6 * row["concurrent"].get<int64_t>()) << row;
+    // Every timed prompt is new to the engine: none of its prefill comes from the prefix cache
+    // (a row's prompts once repeated the row before's).
+    EXPECT_EQ(row["engine_reused_tokens"].get<int64_t>(), 0) << row;
   }
 }
 
