@@ -40,6 +40,8 @@ void check_options(const PpoOptions& o) {
   CA_CHECK(o.kl_mode == "reward" || o.kl_mode == "loss", "ppo.kl.mode = '{}': use reward or loss", o.kl_mode);
   CA_CHECK(o.grad_clip >= 0, "ppo.grad_clip = {}: must be >= 0 (0 turns clipping off)", o.grad_clip);
   CA_CHECK(o.mini_batches >= 1, "ppo.mini_batches = {}: must be >= 1", o.mini_batches);
+  CA_CHECK(o.micro_batch_tokens >= 0, "ppo.micro_batch_tokens = {}: must be >= 0 (0: one forward a mini-batch)",
+           o.micro_batch_tokens);
   CA_CHECK(o.epochs >= 1, "ppo.epochs = {}: must be >= 1", o.epochs);
   CA_CHECK(o.weight_decay >= 0, "ppo weight_decay = {}: must be >= 0", o.weight_decay);
   lm::parse_loss_aggregation(o.loss_aggregation);
@@ -401,10 +403,21 @@ class TorchPpoLearner final : public lm::PpoLearner {
     const double max_norm = options_.grad_clip > 0 ? options_.grad_clip : std::numeric_limits<double>::infinity();
     PpoStats mean;
     double first = 0, last = 0;
+    int64_t forwards = 0;
     for (const auto& part : plan) {
       zero_grads();
-      if (replicas_->distributed()) replicas_->set_shares(part);
-      PpoStats stats = objective_of(pad(part, model_->model()->device(), use));
+      replicas_->set_shares(part);
+      // Micro-batches: one forward and backward each, the gradients accumulated; each forward's
+      // aggregation scaled by its share of the mini-batch, so the step is the mini-batch's.
+      PpoStats stats;
+      for (const auto& micro : micro_batches(part)) {
+        replicas_->set_forward(micro);
+        PpoStats s = objective_of(pad(micro, model_->model()->device(), use));
+        s.clip_fraction *= replicas_->token_share();
+        s.value_clip_fraction *= replicas_->token_share();
+        add(stats, s, 1.0);
+        ++forwards;
+      }
       if (replicas_->distributed()) {
         replicas_->reduce_gradients();
         stats = replicas_->reduce_stats(stats);
@@ -420,7 +433,35 @@ class TorchPpoLearner final : public lm::PpoLearner {
     zero_grads();
     mean.first_loss = first;
     mean.last_loss = last;
+    mean.forwards = forwards;
     return mean;
+  }
+
+  // The part in runs of consecutive samples whose padded size (samples x the longest) stays
+  // within micro_batch_tokens (a longer sample alone); runs without policy tokens add nothing to
+  // the loss and are left out. The whole part when micro_batch_tokens is 0.
+  std::vector<std::vector<const PpoSample*>> micro_batches(const std::vector<const PpoSample*>& part) const {
+    const int64_t budget = options_.micro_batch_tokens;
+    if (budget <= 0) return {part};
+    std::vector<std::vector<const PpoSample*>> out;
+    std::vector<const PpoSample*> run;
+    size_t longest = 0;
+    bool has_tokens = false;
+    const auto close = [&] {
+      if (has_tokens) out.push_back(run);
+      run.clear();
+      longest = 0;
+      has_tokens = false;
+    };
+    for (const PpoSample* s : part) {
+      const size_t l = std::max(longest, s->tokens.size());
+      if (!run.empty() && static_cast<int64_t>((run.size() + 1) * l) > budget) close();
+      run.push_back(s);
+      longest = std::max(longest, s->tokens.size());
+      has_tokens = has_tokens || std::any_of(s->loss_mask.begin(), s->loss_mask.end(), [](uint8_t m) { return m != 0; });
+    }
+    close();
+    return out;
   }
 
   // Every parameter's gradient dropped (the optimizer's zero_grad covers only what it steps).

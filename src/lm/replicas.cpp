@@ -32,7 +32,10 @@ void Replicas::assign_owners() {
   }
 }
 
-void Replicas::set_shares(const std::vector<const PpoSample*>& part) {
+namespace {
+
+// Policy tokens, and sequences holding any.
+std::pair<double, double> counts(const std::vector<const PpoSample*>& part) {
   double tokens = 0, sequences = 0;
   for (const PpoSample* s : part) {
     int64_t t = 0;
@@ -40,15 +43,29 @@ void Replicas::set_shares(const std::vector<const PpoSample*>& part) {
     tokens += static_cast<double>(t);
     sequences += t > 0 ? 1 : 0;
   }
+  return {tokens, sequences};
+}
+
+}  // namespace
+
+void Replicas::set_shares(const std::vector<const PpoSample*>& part) {
+  const auto [tokens, sequences] = counts(part);
   const std::vector<double> g = comm_->sum({tokens, sequences});
-  token_share_ = tokens / g[0];
-  sequence_share_ = sequences / g[1];
+  total_tokens_ = g[0];
+  total_sequences_ = g[1];
+  set_forward(part);
+}
+
+void Replicas::set_forward(const std::vector<const PpoSample*>& micro) {
+  const auto [tokens, sequences] = counts(micro);
+  token_share_ = total_tokens_ > 0 ? tokens / total_tokens_ : 1;
+  sequence_share_ = total_sequences_ > 0 ? sequences / total_sequences_ : 1;
 }
 
 torch::Tensor Replicas::agg(const torch::Tensor& per_token, const torch::Tensor& mask, LossAggregation mode) const {
   torch::Tensor a = aggregate(per_token, mask, mode);
-  if (!distributed()) return a;
-  return a * (mode == LossAggregation::kTokenMean ? token_share_ : sequence_share_);
+  const double share = mode == LossAggregation::kTokenMean ? token_share_ : sequence_share_;
+  return share == 1 ? a : a * share;
 }
 
 void Replicas::reduce_gradients() {
@@ -59,8 +76,6 @@ void Replicas::reduce_gradients() {
 }
 
 PpoStats Replicas::reduce_stats(PpoStats s) {
-  s.clip_fraction *= token_share_;
-  s.value_clip_fraction *= token_share_;
   const std::vector<double> g =
       comm_->sum({s.loss, s.policy_loss, s.value_loss, s.entropy, s.kl, s.clip_fraction, s.value_clip_fraction});
   s.loss = g[0];

@@ -54,18 +54,23 @@ class Replicas {
     return out;
   }
 
-  // The share of the job's policy tokens (and of its sequences with policy tokens) this process's
-  // part of a mini-batch holds; agg() scales each aggregation by it, so the gradients summed over
-  // the processes are those of the aggregation over the union. reset_shares(): this process's
-  // batch alone (an evaluation).
+  // The share of the job's policy tokens (and of its sequences with policy tokens) one forward
+  // holds; agg() scales each aggregation by it, so the gradients summed over the forwards and the
+  // processes are those of the aggregation over the whole mini-batch. set_shares(part): the
+  // mini-batch's totals over the processes (a collective) and this process's part as the
+  // forward; set_forward(micro): a micro-batch of the part as the forward (PpoOptions::
+  // micro_batch_tokens). reset_shares(): this process's batch alone (an evaluation).
   void set_shares(const std::vector<const PpoSample*>& part);
+  void set_forward(const std::vector<const PpoSample*>& micro);
   void reset_shares() { token_share_ = sequence_share_ = 1; }
+  double token_share() const { return token_share_; }
   // aggregate(), as this process's share of the job's aggregate (exactly aggregate() alone).
   torch::Tensor agg(const torch::Tensor& per_token, const torch::Tensor& mask, LossAggregation mode) const;
 
   // After the backward of every process's share: the gradients summed over the processes.
   void reduce_gradients();
-  // The statistics of the job's mini-batch from this process's shares of them.
+  // The statistics of the job's mini-batch: the sums over the processes of each process's
+  // statistics, already weighted by its shares (the clip fractions by token_share()).
   PpoStats reduce_stats(PpoStats s);
   // After a sharded step: every owner sends the new values of its stepped parameters (those with
   // a gradient, the same on every process) to the others.
@@ -85,6 +90,7 @@ class Replicas {
   std::vector<torch::Tensor> params_;
   std::vector<int> owner_;  // sharded: the rank that steps each parameter
   double token_share_ = 1, sequence_share_ = 1;
+  double total_tokens_ = 0, total_sequences_ = 0;  // the mini-batch's, over the processes
 };
 
 }  // namespace cuda_agent::lm

@@ -131,6 +131,7 @@ json train_config_defaults() {
            {"grad_clip", 1.0},                   // ours: global gradient-norm clip; 0 turns it off
            {"shard_optimizer_state", false},     // ours: ZeRO stage 1 across data-parallel processes
            {"activation_checkpointing", false},  // ours: recompute each layer in backward (long contexts)
+           {"micro_batch_tokens", 0},            // ours: most padded tokens a forward (0: a mini-batch)
        }},
       {"reward",
        {
@@ -340,6 +341,7 @@ void validate_train_config(const json& c) {
   check_range(c, "ppo.lambda", 0, false, 1, false);
   boolean(c, "ppo.whiten_advantages");
   boolean(c, "ppo.activation_checkpointing");
+  check_at_least(c, "ppo.micro_batch_tokens", 0);
   check_range(c, "ppo.kl.coef", 0, false, kInf, true);
   check_enum(c, "ppo.kl.estimator", {"k1", "k2", "k3"});
   check_enum(c, "ppo.kl.mode", {"reward", "loss"});

@@ -155,8 +155,9 @@ std::filesystem::path language_model_module_path();
 // PpoOptions and PpoLearner included), so a stale module is refused with a clear message instead
 // of crashing. 3: PpoOptions::critic, PpoLearner::forward / save_state / load_state. 7:
 // ca_lm_set_log. 8: PpoStats::first_loss / last_loss. 9: LmOptions' batch engine, engine_stats().
-// 10: PpoLearner::snapshot_policy, PpoOptions::activation_checkpointing.
-inline constexpr int kLmModuleAbi = 10;
+// 10: PpoLearner::snapshot_policy, PpoOptions::activation_checkpointing. 11:
+// PpoOptions::micro_batch_tokens, PpoStats::forwards.
+inline constexpr int kLmModuleAbi = 11;
 
 struct LmCreateRequest {
   int abi = kLmModuleAbi;

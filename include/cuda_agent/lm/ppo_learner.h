@@ -136,10 +136,18 @@ struct PpoOptions {
   // tokens of a 1.5B model in 29 GiB above the weights on an H200, against about 4.5 MiB a token
   // without: docs/benchmarks.md, section 6).
   bool activation_checkpointing = false;
+  // Most padded tokens (samples x the longest) in one forward and backward of update(),
+  // sft_update() and value_update(): each mini-batch is cut into runs of consecutive samples
+  // that fit (a longer sample alone) and their gradients accumulated before the one optimizer
+  // step, each run's loss weighted by its share of the mini-batch's tokens (or sequences), so
+  // the step equals the whole mini-batch's up to float rounding (veRL's ppo_max_token_len_per_gpu).
+  // 0: the whole mini-batch in one forward.
+  int64_t micro_batch_tokens = 0;
 
   // From the "ppo" section of the training config (rl::train_config_defaults()["ppo"]): actor_lr,
   // critic_lr, clip_low, clip_high, value_clip, entropy_coef, kl.coef, kl.estimator, kl.mode,
-  // loss_aggregation, grad_clip, mini_batches, epochs, shard_optimizer_state, activation_checkpointing.
+  // loss_aggregation, grad_clip, mini_batches, epochs, shard_optimizer_state, activation_checkpointing,
+  // micro_batch_tokens.
   // Keys it does not know (steps, gamma, ...)
   // are ignored; a missing key keeps its default; a wrong type is an Error naming "ppo.<key>".
   // weight_decay, seed and critic (model.critic) are not in that section and keep their defaults.
@@ -182,8 +190,9 @@ struct PpoStats {
   double value_clip_fraction = 0;  // share whose clipped value error is the larger one
   double grad_norm_actor = 0;      // before clipping; 0 from evaluate()
   double grad_norm_critic = 0;
-  int64_t tokens = 0;  // policy tokens (loss_mask 1) of the batch, counted once
-  double seconds = 0;  // wall time of the call
+  int64_t tokens = 0;    // policy tokens (loss_mask 1) of the batch, counted once
+  int64_t forwards = 0;  // forward and backward passes of this process (micro-batches; 0 from evaluate())
+  double seconds = 0;    // wall time of the call
 };
 
 class PpoLearner {

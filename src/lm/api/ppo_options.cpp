@@ -33,6 +33,7 @@ PpoOptions PpoOptions::from_config(const nlohmann::json& ppo) {
   read_key(ppo, "epochs", "epochs", o.epochs);
   read_key(ppo, "shard_optimizer_state", "shard_optimizer_state", o.shard_optimizer_state);
   read_key(ppo, "activation_checkpointing", "activation_checkpointing", o.activation_checkpointing);
+  read_key(ppo, "micro_batch_tokens", "micro_batch_tokens", o.micro_batch_tokens);
   if (ppo.contains("kl")) {
     const auto& kl = ppo.at("kl");
     CA_CHECK(kl.is_object(), "ppo.kl must be a mapping, got {}", kl.dump());

@@ -186,6 +186,46 @@ TEST(PpoLearner, ActivationCheckpointingStepsAsWithoutAndSnapshotsKeepTheirWeigh
   EXPECT_EQ(snapshot.logits(probe), recomputed->policy().logits(probe));
 }
 
+// Micro-batches accumulate the mini-batch's gradient: under each loss aggregation the step (its
+// statistics, gradient norms and new weights) is the whole mini-batch's, and so is a value
+// pretraining step with a separate critic.
+TEST(PpoLearner, MicroBatchesStepAsTheWholeMiniBatch) {
+  for (const char* aggregation : {"token_mean", "seq_mean_token_sum", "seq_mean_token_mean"}) {
+    SCOPED_TRACE(aggregation);
+    PpoOptions ppo;
+    ppo.actor_lr = 1e-3;
+    ppo.critic_lr = 1e-3;
+    ppo.mini_batches = 2;
+    ppo.seed = 11;
+    ppo.loss_aggregation = aggregation;
+    ppo.critic = std::string(aggregation) == "token_mean" ? "from_actor" : "shared";
+    auto whole = make_learner(ppo);
+    ppo.micro_batch_tokens = 20;  // most pairs of samples (9 to 14 tokens) already exceed it
+    auto micro = make_learner(ppo);
+    const Batch b = fixed_batch(64);
+    const auto batch = samples_around(*whole, b, 12);
+    const auto probe = test_tokens(16, 64, 97);
+    const PpoStats x = whole->update(batch), y = micro->update(batch);
+    EXPECT_EQ(x.forwards, 2);
+    EXPECT_GE(y.forwards, 3);  // the mini-batch of 3 samples in 2 runs at least
+    for (auto [a, c] : {std::pair(x.loss, y.loss), std::pair(x.policy_loss, y.policy_loss),
+                        std::pair(x.value_loss, y.value_loss), std::pair(x.entropy, y.entropy),
+                        std::pair(x.clip_fraction, y.clip_fraction)})
+      EXPECT_NEAR(a, c, 1e-5);
+    EXPECT_NEAR(x.grad_norm_actor, y.grad_norm_actor, 1e-4 * std::max(1.0, x.grad_norm_actor));
+    EXPECT_NEAR(x.grad_norm_critic, y.grad_norm_critic, 1e-4 * std::max(1.0, x.grad_norm_critic));
+    EXPECT_LT(max_abs_diff(whole->policy().logits(probe), micro->policy().logits(probe)), 1e-4);
+    lm::StageUpdateOptions stage;
+    stage.lr = 1e-3;
+    const PpoStats vx = whole->value_update(batch, stage), vy = micro->value_update(batch, stage);
+    EXPECT_NEAR(vx.value_loss, vy.value_loss, 1e-5);
+    EXPECT_NEAR(vx.grad_norm_critic, vy.grad_norm_critic, 1e-4 * std::max(1.0, vx.grad_norm_critic));
+  }
+  PpoOptions bad;
+  bad.micro_batch_tokens = -1;
+  EXPECT_NE(error_of([&] { make_learner(bad); }).find("ppo.micro_batch_tokens = -1"), std::string::npos);
+}
+
 TEST(PpoLearner, BadInputSaysWhatIsWrong) {
   auto learner = make_learner(PpoOptions{});
   const Batch b = fixed_batch(64);
