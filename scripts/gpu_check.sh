@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|warm|lm|engine|multi|train|train-2gpu|learning|learning-report|ablate|kernelbench|timing|synth]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|warm|lm|engine|multi|train|train-2gpu|learning|learning-report|ablate|kernelbench|timing|synth|ppo64]
 # agreement: issue 17's repeatability: the baselines of data/core's solved tasks cached, then
 # AGREE_RUNS (default 5) benches of their reference solutions, each a fresh evaluation per task;
 # scripts/reward_agreement.py compares their rewards pair by pair and the speedups' CV.
 # warm: an evaluation's wall time with cached baselines, judges started per evaluation against
 # judges started ahead (sandbox.warm_workers); scripts/eval_wall.py.
 # synth: issue 20's target, SYNTH_COUNT (default 300) sampled candidates through every filter,
-# against KB_DIR's KernelBench tasks where that folder exists; the funnel and the wall time.
+# against KB_DIR's KernelBench tasks where that folder exists; the funnel and the wall time
+# (detached: call it again at once while a run goes on).
+# ppo64: issue 19's PPO step at 64 episodes through the batch engine (detached, as learning).
 # kernelbench: every task of a KernelBench checkout (KB_DIR, default kb: its level1/ level2/
 # level3/ folders and solutions/<id>.py, each the task with `ModelNew = Model` appended), one
 # bench per level (KB_LEVELS, default "1 2 3"), provenance warn and no torch.compile baseline, so
@@ -44,7 +46,7 @@ fi
 targets=${GPU_CHECK_TARGETS:-$targets}
 # A learning run that goes on from an earlier call uses this build's binaries (the judges it
 # starts run them): no rebuild under it.
-if { [ "$what" = learning ] || [ "$what" = ablate ]; } && [ -f "$out/$what.pid" ] && kill -0 "$(cat "$out/$what.pid")" 2>/dev/null; then
+if [[ " learning ablate synth ppo64 " == *" $what "* ]] && [ -f "$out/$what.pid" ] && kill -0 "$(cat "$out/$what.pid")" 2>/dev/null; then
   echo "build skipped: the $what run of an earlier call is still going"
 else
   ninja -C $build $targets > "$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -40; exit 1; }
@@ -311,11 +313,25 @@ if [ "$what" = timing ]; then
   scripts/bench_timing.sh $build "$out/timing" 2>&1 | tee "$out/timing.txt"
 fi
 if [ "$what" = synth ]; then
+  # Detached (above): a run longer than one call goes on while the machine stays warm; its log
+  # ends with the wall time, and funnel.md comes back once written.
   kbopt=(); [ -d "${KB_DIR:-kb}/level1" ] && kbopt=(--kernelbench "${KB_DIR:-kb}")
-  start=$SECONDS
-  $build/cuda-agent synth --output "$out/synth" --count "${SYNTH_COUNT:-300}" --seed 1 "${kbopt[@]}" \
-    > "$out/synth.txt" 2> "$out/synth.err"
-  echo "synth: exit $?, $((SECONDS - start)) s"; cat "$out/synth.txt"; tail -3 "$out/synth.err"
+  copy_files="synth-funnel.md $out/synth/funnel.md synth-funnel.json $out/synth/funnel.json"
+  detached synth "${SYNTH_TIMEOUT:-1800}" $build/cuda-agent synth --output "$out/synth" --count "${SYNTH_COUNT:-300}" \
+    --seed 1 "${kbopt[@]}"
+  tr '\r' '\n' < "$out/synth.log" | grep -v '^\[#\|^\[\.' | tail -20; tr '\r' '\n' < "$out/synth.log" | grep '^\[' | tail -1
+fi
+if [ "$what" = ppo64 ]; then
+  # Issue 19's PPO step at 64 episodes: configs/learning.yaml's supervised warm-up (so that the
+  # episodes act), then one PPO step of 8 tasks x 8 episodes, all 64 at once through the batch
+  # engine. metrics.jsonl splits the step into generation, tools, scoring and the update. Needs the
+  # SmolLM2 GGUF in models/ (as learning does).
+  copy_files="ppo64-metrics.jsonl $out/ppo64/metrics.jsonl"
+  detached ppo64 "${TRAIN_TIMEOUT:-3000}" "$build/cuda-agent" train --config configs/learning.yaml \
+    --set run.output_dir="$out/ppo64" --set stages.rft.enabled=false --set stages.value_pretrain.enabled=false \
+    --set data.tasks_per_step=8 --set rollout.episodes_per_task=8 --set ppo.batch_size=64 --set ppo.steps=1 \
+    --set ppo.mini_batches=4 --set rollout.concurrent_episodes=64 --set rollout.batch_engine=true ${PPO64_SET:-}
+  grep -E "^\[train\] (step|baselines)|^ppo64 " "$out/ppo64.log" | tail -8
 fi
 if [ "$what" = kernelbench ]; then
   kb=${KB_DIR:-kb}
