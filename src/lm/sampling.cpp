@@ -63,11 +63,15 @@ Sampler::Picks Sampler::pick_with(const lm::SamplingOptions& options, const torc
     tokens = (order.defined() ? order.gather(-1, index) : index).squeeze(-1);
   }
   auto chosen = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
-  auto tokens_cpu = tokens.to(torch::kCPU, torch::kInt64).contiguous();
-  auto logp_cpu = chosen.to(torch::kCPU, torch::kFloat32).contiguous();
+  // One copy to the host (one wait for the device a step, not two): token ids and float32
+  // log-probs are both exact in float64.
+  const auto both = torch::stack({tokens.to(torch::kFloat64), chosen.to(torch::kFloat64)}).to(torch::kCPU).contiguous();
+  const double* host = both.data_ptr<double>();
   Picks out;
-  out.tokens.assign(tokens_cpu.data_ptr<int64_t>(), tokens_cpu.data_ptr<int64_t>() + rows);
-  out.logprobs.assign(logp_cpu.data_ptr<float>(), logp_cpu.data_ptr<float>() + rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    out.tokens.push_back(static_cast<int64_t>(host[r]));
+    out.logprobs.push_back(static_cast<float>(host[rows + r]));
+  }
   return out;
 }
 
