@@ -273,7 +273,7 @@ fi
 if [ "$what" = engine ]; then
   # Issue 19's rollout figure: aggregate tokens/s of ROLLOUT_CONCURRENT (default 1 8 32 64 128)
   # concurrent turns (prompt 512, 128 new tokens each), the batched engine against per call (up to
-  # ROLLOUT_PER_CALL_MAX, default 64, concurrent turns: the slow path), on
+  # ROLLOUT_PER_CALL_MAX, default 64, concurrent turns: the slow path; 0: the engine alone), on
   # SmolLM2-135M's and Qwen2-1.5B's shapes with random bf16 weights (ca-lm-bench's "rollout").
   conc=$(echo "${ROLLOUT_CONCURRENT:-1 8 32 64 128}" | tr ' ' ',')
   rollout="\"rollout\": {\"concurrent\": [$conc], \"prompt_tokens\": 512, \"new_tokens\": 128, \"per_call_max\": ${ROLLOUT_PER_CALL_MAX:-64}}"

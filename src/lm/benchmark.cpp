@@ -213,11 +213,14 @@ json bench_training(TorchLanguageModel& m, const json& spec) {
 // Issue 19's rollout figure: `concurrent` threads, each one episode's turn (its own prompt and
 // seed, sampled at temperature 1 without stop tokens, so every turn makes new_tokens), through
 // the batched engine and through the per-call path (each thread decodes a batch of one; only up
-// to `per_call_max` threads, since it is the slow one), side by side on the same weights;
+// to `per_call_max` threads, since it is the slow one; 0: none), side by side on the same weights;
 // aggregate new tokens per second of wall time. Each figure goes to stderr as it is measured.
 json bench_rollout(TorchLanguageModel& plain, const json& spec) {
   const int64_t prompt = positive(spec, "prompt_tokens", 512), fresh = positive(spec, "new_tokens", 128);
-  const int64_t per_call_max = positive(spec, "per_call_max", 1 << 20);
+  // per_call_max 0: the engine alone.
+  const int64_t per_call_max = spec.value("per_call_max", int64_t{1} << 20);
+  CA_CHECK(per_call_max >= 0, "benchmark spec: 'per_call_max' must be 0 (the engine alone) or more, not {}",
+           per_call_max);
   lm::LmOptions with_engine = plain.options();
   with_engine.batch_engine = true;
   with_engine.kv_tokens = positive(spec, "kv_tokens", 262144);
