@@ -183,9 +183,18 @@ nlohmann::json synth_filters(const nlohmann::json& r, double min_eager_ms, doubl
   const bool gpu = r.value("mode", std::string()) != "verify";
   // The same code on both sides: a difference between them, or between its two runs, is the
   // task's nondeterminism.
+  const nlohmann::json& check = r.value("task_check", nlohmann::json());
   if (category == "mismatch" || category == "nondeterministic" || category == "precision" ||
       category == "timing_mismatch") {
     f["runs_eager"] = verdict(true, "ran");
+    if (check.is_object() && check.value("nan_output", false)) {
+      // NaN in the reference's output never matches, itself included: the task, not its
+      // determinism, is what failed.
+      f["deterministic"] = verdict(nullptr, "not judged: the reference's output holds NaN (" + category + ")");
+      f["torch_compile"] = verdict(nullptr, "not judged: the reference's output holds NaN");
+      f["not_degenerate"] = verdict(false, "the task check: " + check.dump());
+      return f;
+    }
     f["deterministic"] = verdict(false, category + ": " + message);
     return f;
   }
@@ -206,7 +215,6 @@ nlohmann::json synth_filters(const nlohmann::json& r, double min_eager_ms, doubl
         verdict(false, err.is_string() ? err.get<std::string>().substr(0, 300) : "torch.compile was not timed");
     return f;
   }
-  const nlohmann::json& check = r.value("task_check", nlohmann::json());
   if (check.is_object() && check.value("degenerate", false))
     f["not_degenerate"] = verdict(false, "the task check: " + check.dump());
   else

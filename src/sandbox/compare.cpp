@@ -46,7 +46,7 @@ void compare_tensors(CompareResult& r, py::handle ref, py::handle cand, const st
   // Integer and boolean outputs (indices, counts, masks) compare exactly under every policy, in
   // their own dtype (a float64 copy would round int64 beyond 2^53).
   const bool exact = !ref.attr("is_floating_point")().cast<bool>() && !ref.attr("is_complex")().cast<bool>();
-  int64_t bad = 0;
+  int64_t bad = 0, ref_nan = 0;
   double max_abs = 0, max_rel = 0;
   for_each_chunk(ref, cand, chunk, [&](py::handle a32, py::handle b32) {
     py::object a = a32.attr("detach")().attr("to")(float64());
@@ -59,7 +59,9 @@ void compare_tensors(CompareResult& r, py::handle ref, py::handle cand, const st
       // Equal infinities have a NaN difference but match; NaN never matches.
       py::object within = diff.attr("le")(tol).attr("logical_or")(a.attr("eq")(b));
       tol = py::none();
-      bad += within.attr("numel")().cast<int64_t>() - within.attr("sum")().attr("item")().cast<int64_t>();
+      const int64_t chunk_bad = within.attr("numel")().cast<int64_t>() - within.attr("sum")().attr("item")().cast<int64_t>();
+      bad += chunk_bad;
+      if (chunk_bad > 0) ref_nan += a.attr("isnan")().attr("sum")().attr("item")().cast<int64_t>();
     }
     diff = diff.attr("nan_to_num_")(py::arg("nan") = 0.0, py::arg("posinf") = 0.0, py::arg("neginf") = 0.0);
     max_abs = std::max(max_abs, diff.attr("max")().attr("item")().cast<double>());
@@ -75,8 +77,13 @@ void compare_tensors(CompareResult& r, py::handle ref, py::handle cand, const st
       fail(r, path, fmt::format("{} of {} elements differ ({} output: compared exactly; max abs diff {:.6g})", bad,
                                 numel, ref_dtype, max_abs));
     else
-      fail(r, path, fmt::format("{} of {} elements differ beyond atol={} rtol={} (max abs diff {:.6g}, max rel diff {:.6g})",
-                                bad, numel, atol, rtol, max_abs, max_rel));
+      fail(r, path,
+           fmt::format("{} of {} elements differ beyond atol={} rtol={} (max abs diff {:.6g}, max rel diff {:.6g}){}", bad,
+                       numel, atol, rtol, max_abs, max_rel,
+                       ref_nan == 0 ? std::string()
+                                    : fmt::format("; the reference's output holds {} NaN, which never match: the task "
+                                                  "is not defined on these inputs (task_check's nan_output)",
+                                                  ref_nan)));
   }
 }
 
@@ -134,13 +141,20 @@ bool is_floating_tensor(py::handle t) {
   return t.attr("is_floating_point")().cast<bool>();
 }
 
-// ||x - ref64|| / ||ref64||, a chunk at a time.
+// ||x - ref64|| / ||ref64||, a chunk at a time, over the elements where both are finite. The
+// others were compared already (compare_tensors: equal infinities match, nothing else does, so
+// x's infinities are the float32 reference's), and one infinity or NaN would make the norms
+// infinite or NaN: the check would fail every candidate, the reference included, or pass every
+// one.
 double relative_error(py::handle x, py::handle ref64, int64_t chunk) {
   double num = 0, den = 0;
   for_each_chunk(x, ref64, chunk, [&](py::handle xc, py::handle rc) {
-    py::object diff = xc.attr("detach")().attr("to")(float64()) - rc;
+    py::object x64 = xc.attr("detach")().attr("to")(float64());
+    py::object skip = x64.attr("isfinite")().attr("logical_and")(rc.attr("isfinite")()).attr("logical_not")();
+    py::object diff = (x64 - rc).attr("masked_fill_")(skip, 0.0);
+    x64 = py::none();
     const double n = diff.attr("norm")().attr("item")().cast<double>();
-    const double d = rc.attr("norm")().attr("item")().cast<double>();
+    const double d = rc.attr("masked_fill")(skip, 0.0).attr("norm")().attr("item")().cast<double>();
     num += n * n;
     den += d * d;
   });

@@ -30,7 +30,29 @@ void TaskCheck::add(py::handle ref_out) {
     if (t.attr("numel")().cast<int64_t>() == 0) continue;
     // In the tensor's own dtype, without a full-size temporary (the memory plan).
     py::tuple mm = aminmax(t.attr("detach")());
-    const double lo = mm[0].attr("item")().cast<double>(), hi = mm[1].attr("item")().cast<double>();
+    double lo = mm[0].attr("item")().cast<double>(), hi = mm[1].attr("item")().cast<double>();
+    if (std::isnan(lo) || std::isnan(hi)) {  // aminmax propagates NaN
+      any_nan_ = true;
+      continue;
+    }
+    if (std::isinf(lo) || std::isinf(hi)) {
+      // Infinities (1/0, an overflow) match only themselves: zeros do not pass such an output,
+      // and a constant does only when every element is the same infinity. The finite elements'
+      // range judges the rest, a chunk at a time.
+      any_inf_ = true;
+      const bool all_same_infinity = lo == hi;
+      lo = INFINITY;
+      hi = -INFINITY;
+      for_each_chunk(t, t, kCompareChunkElements, [&](py::handle c, py::handle) {
+        py::object finite = c.attr("__getitem__")(c.attr("isfinite")());
+        if (finite.attr("numel")().cast<int64_t>() == 0) return;
+        py::tuple fm = aminmax(finite);
+        lo = std::min(lo, fm[0].attr("item")().cast<double>());
+        hi = std::max(hi, fm[1].attr("item")().cast<double>());
+      });
+      if (!all_same_infinity) any_varying_ = true;
+      if (lo > hi) continue;  // no finite element
+    }
     const double max_abs = std::max(std::fabs(lo), std::fabs(hi));
     const double spread = hi - lo;
     max_abs_ = std::max(max_abs_, max_abs);
@@ -58,15 +80,17 @@ void TaskCheck::add(py::handle ref_out) {
 
 nlohmann::json TaskCheck::to_json() const {
   // Zeros pass |0 - ref| <= atol + rtol * |ref| exactly when |ref| <= atol / (1 - rtol).
-  const bool near_zero = trials_ > 0 && (rtol_ >= 1 || max_abs_ <= atol_ / (1 - rtol_) || max_abs_ < 1e-6);
-  const bool near_constant = trials_ > 0 && !any_varying_;
+  // Judged on the finite elements; a NaN is its own flag, and zeros never match an infinity.
+  const bool near_zero = trials_ > 0 && !any_nan_ && !any_inf_ && (rtol_ >= 1 || max_abs_ <= atol_ / (1 - rtol_) || max_abs_ < 1e-6);
+  const bool near_constant = trials_ > 0 && !any_varying_ && !any_nan_;
   const bool input_independent = compared_ && all_close_to_first_;
   return {{"trials_checked", trials_},
           {"max_abs_output", max_abs_},
           {"near_zero", near_zero},
           {"near_constant", near_constant},
           {"input_independent", input_independent},
-          {"degenerate", near_zero || near_constant || input_independent}};
+          {"nan_output", any_nan_},
+          {"degenerate", near_zero || near_constant || input_independent || any_nan_}};
 }
 
 py::object to_float64(py::handle obj) {

@@ -112,6 +112,47 @@ TEST_F(Integrity, InputIndependentReferencesAreFlagged) {
   EXPECT_TRUE(r["task_check"]["degenerate"].get<bool>());
 }
 
+// NaN never matches, so a reference that gives NaN on its own inputs fails every candidate,
+// itself included: the task is flagged, and the failure says why.
+TEST_F(Integrity, ReferencesThatGiveNaNAreFlagged) {
+  const std::string task = write("log/model.py",
+                                 "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                                 "        return torch.log(x)\n\ndef get_inputs():\n    return [torch.randn(64, 64)]\n\n"
+                                 "def get_init_inputs():\n    return []\n");
+  const std::string same = write("same.py", std::string(kModelNewHeader) +
+                                                "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.log(x)\n");
+  auto r = verify(task, same, "strict");
+  EXPECT_FALSE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_EQ(r["category"], "mismatch");
+  EXPECT_NE(r["message"].get<std::string>().find("holds"), std::string::npos) << r["message"];
+  EXPECT_TRUE(r["task_check"]["nan_output"].get<bool>()) << r["task_check"];
+  EXPECT_TRUE(r["task_check"]["degenerate"].get<bool>());
+  EXPECT_FALSE(r["task_check"]["near_constant"].get<bool>());
+}
+
+// Infinities in the output (1/x at x = 0) match when equal; the strict check measures the
+// finite elements, so the reference's own code passes and a half-precision shortcut still fails.
+TEST_F(Integrity, StrictPolicyMeasuresTheFiniteElementsOfAnOutputWithInfinities) {
+  const std::string task = write("recip/model.py",
+                                 "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                                 "        return 1.0 / (x * (x.abs() > 0.05))\n\ndef get_inputs():\n"
+                                 "    return [torch.randn(128, 128)]\n\ndef get_init_inputs():\n    return []\n");
+  const std::string same = write("same.py", std::string(kModelNewHeader) +
+                                                "class ModelNew(nn.Module):\n    def forward(self, x):\n"
+                                                "        return 1.0 / (x * (x.abs() > 0.05))\n");
+  auto r = verify(task, same, "strict");
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_FALSE(r["task_check"]["degenerate"].get<bool>()) << r["task_check"];
+  const std::string half = write("half.py", std::string(kModelNewHeader) +
+                                                "class ModelNew(nn.Module):\n    def forward(self, x):\n"
+                                                "        return (1.0 / (x * (x.abs() > 0.05)).half()).float()\n");
+  auto h = verify(task, half, "loose");
+  ASSERT_TRUE(h["ok"].get<bool>()) << "the shortcut must pass the tolerance for this test to mean anything: " << h.dump(2);
+  auto hs = verify(task, half, "strict");
+  EXPECT_FALSE(hs["ok"].get<bool>()) << hs.dump(2);
+  EXPECT_EQ(hs["category"], "precision");
+}
+
 TEST_F(Integrity, OrdinaryTasksAreNotFlagged) {
   auto r = verify(kSource + "/tests/data/tasks/add/model.py", kSource + "/tests/data/solutions/add_torch_cpu/model_new.py");
   ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);

@@ -148,6 +148,19 @@ TEST(Synth, FiltersDecideFromTheEvaluationResult) {
   EXPECT_TRUE(f["torch_compile"]["passed"].is_null());
   EXPECT_TRUE(f["eager_time"]["passed"].is_null());
   EXPECT_EQ(f["not_degenerate"]["passed"], true);
+  // A reference that gives NaN fails its own comparison: dropped as a degenerate task, not as a
+  // nondeterministic one.
+  const nlohmann::json nan = {{"mode", "evaluate"},
+                              {"category", "mismatch"},
+                              {"message", "3 of 64 elements differ"},
+                              {"task_check", {{"degenerate", true}, {"nan_output", true}}}};
+  f = synth_filters(nan, 1, 100);
+  EXPECT_TRUE(f["deterministic"]["passed"].is_null()) << f.dump(1);
+  EXPECT_TRUE(f["torch_compile"]["passed"].is_null());
+  EXPECT_EQ(f["not_degenerate"]["passed"], false);
+  nlohmann::json racy = nan;
+  racy["task_check"] = {{"degenerate", false}, {"nan_output", false}};
+  EXPECT_EQ(synth_filters(racy, 1, 100)["deterministic"]["passed"], false);
 }
 
 class SynthRun : public ::testing::Test {

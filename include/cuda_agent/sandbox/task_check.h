@@ -13,14 +13,17 @@ namespace cuda_agent::sandbox {
 // tolerance in use: all outputs so close to zero that a zeros kernel passes, every output
 // tensor so narrow that a constant kernel passes, or outputs for different inputs all within the
 // tolerance of the first trial's (input-independent: an output computed once, in __init__ say,
-// passes every trial). Such a task cannot tell a real kernel from a trivial one.
+// passes every trial). Such a task cannot tell a real kernel from a trivial one. A reference
+// whose output holds NaN for the task's own inputs (log of a normal draw, 0/0) is flagged too:
+// NaN never matches, so no kernel, the reference itself included, passes it.
 // Hidden visibility, as pybind11 requires for types holding Python objects.
 class __attribute__((visibility("hidden"))) TaskCheck {
  public:
   TaskCheck(double atol, double rtol) : atol_(atol), rtol_(rtol) {}
   // One trial's reference output (any tree of tensors).
   void add(pybind11::handle ref_out);
-  // {trials_checked, max_abs_output, near_zero, near_constant, input_independent, degenerate}
+  // {trials_checked, max_abs_output, near_zero, near_constant, input_independent, nan_output,
+  //  degenerate}
   nlohmann::json to_json() const;
 
  private:
@@ -28,6 +31,8 @@ class __attribute__((visibility("hidden"))) TaskCheck {
   int trials_ = 0;
   double max_abs_ = 0;
   bool any_varying_ = false;
+  bool any_nan_ = false;
+  bool any_inf_ = false;
   bool compared_ = false;
   bool all_close_to_first_ = true;
   std::vector<pybind11::object> first_;
