@@ -100,7 +100,9 @@ std::vector<Candidate> compose(const SynthOptions& o, nlohmann::json& funnel, st
   if (!o.llm) {
     progress << fmt::format("[synth] sampling {} candidates of up to {} ops from {}\n", o.count, o.max_ops,
                             o.catalogue.string());
-    const nlohmann::json s = sample_tasks(o.catalogue, o.count, o.seed, o.max_ops);
+    // Repeats of an earlier candidate are drawn again: the similarity filter would drop them
+    // after their evaluation (a fifth of 300 on the H200 before this).
+    const nlohmann::json s = sample_tasks(o.catalogue, o.count, o.seed, o.max_ops, o.max_similarity);
     std::map<int, nlohmann::json> made;
     for (const auto& c : s.at("candidates")) made[c.at("index").get<int>()] = c;
     for (int i = 0; i < o.count; ++i) {
@@ -112,7 +114,8 @@ std::vector<Candidate> compose(const SynthOptions& o, nlohmann::json& funnel, st
         c.info["estimated_eager_ms"] = it->second.value("estimated_eager_ms", nlohmann::json());
         c.filters["composed"] = verdict(true, fmt::format("{} attempt(s)", it->second.at("attempts").get<int>()));
       } else {
-        c.filters["composed"] = verdict(false, "no composition of the catalogue's ops ran at small sizes");
+        c.filters["composed"] = verdict(false, "no composition of the catalogue's ops ran at small sizes and differed "
+                                               "from the earlier candidates (funnel.json: sampler_rejections)");
       }
       out.push_back(std::move(c));
     }
@@ -237,21 +240,28 @@ nlohmann::json synth_filters(const nlohmann::json& r, double min_eager_ms, doubl
   return f;
 }
 
-nlohmann::json sample_tasks(const fs::path& catalogue, int count, uint64_t seed, int max_ops) {
-  return run_script(
-      "sample",
-      {{"catalogue", fs::absolute(catalogue).string()}, {"count", count}, {"seed", seed}, {"max_ops", max_ops}}, 3600);
+nlohmann::json sample_tasks(const fs::path& catalogue, int count, uint64_t seed, int max_ops, double max_similarity) {
+  return run_script("sample",
+                    {{"catalogue", fs::absolute(catalogue).string()},
+                     {"count", count},
+                     {"seed", seed},
+                     {"max_ops", max_ops},
+                     {"max_similarity", max_similarity}},
+                    3600);
+}
+
+nlohmann::json similarity_filter(const std::vector<std::string>& references,
+                                 const std::vector<std::pair<std::string, fs::path>>& candidates, double threshold) {
+  nlohmann::json in = {{"references", references}, {"candidates", nlohmann::json::array()}, {"threshold", threshold}};
+  for (const auto& [id, path] : candidates) in["candidates"].push_back({{"id", id}, {"path", path.string()}});
+  return run_script("similarity", in, 1800);
 }
 
 double ast_similarity(const std::string& code_a, const std::string& code_b) {
   TempDir tmp("ca-synth-sim-");
   write_file_atomic(tmp.path() / "a.py", code_a);
   write_file_atomic(tmp.path() / "b.py", code_b);
-  const nlohmann::json r = run_script("similarity",
-                                      {{"references", {(tmp.path() / "a.py").string()}},
-                                       {"candidates", {{{"id", "b"}, {"path", (tmp.path() / "b.py").string()}}}},
-                                       {"threshold", 2.0}},
-                                      120);
+  const nlohmann::json r = similarity_filter({(tmp.path() / "a.py").string()}, {{"b", tmp.path() / "b.py"}}, 2.0);
   const nlohmann::json& b = r.at("results").at(0);
   CA_CHECK(!b.contains("error") && !b.at("reference_max").is_null(), "ast_similarity: the code does not parse");
   return b.at("reference_max").get<double>();
@@ -334,15 +344,13 @@ nlohmann::json run_synth(const SynthOptions& o, std::ostream& progress) {
   }
 
   // Similarity last, in the candidates' order: to KernelBench and to those accepted before.
-  nlohmann::json sim_in = {
-      {"references", references}, {"candidates", nlohmann::json::array()}, {"threshold", o.max_similarity}};
+  std::vector<std::pair<std::string, fs::path>> sim_in;
   for (const Candidate& c : cands)
     if (first_failed(c) == "similarity")  // every filter before it passed
-      sim_in["candidates"].push_back(
-          {{"id", c.id}, {"path", (work / "candidates" / "tasks" / c.id / "model.py").string()}, {"eligible", true}});
+      sim_in.emplace_back(c.id, work / "candidates" / "tasks" / c.id / "model.py");
   std::map<std::string, nlohmann::json> sims;
-  if (!sim_in["candidates"].empty()) {
-    const nlohmann::json sim_out = run_script("similarity", sim_in, 1800);
+  if (!sim_in.empty()) {
+    const nlohmann::json sim_out = similarity_filter(references, sim_in, o.max_similarity);
     write_file_atomic(work / "similarity.json", sim_out.dump(1) + "\n");
     for (const auto& r : sim_out.at("results")) sims[r.at("id").get<std::string>()] = r;
   }

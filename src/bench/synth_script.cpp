@@ -381,9 +381,14 @@ def _fit_batch(torch, comp, seed, log_target_ms):
 
 
 def sample(args):
+    """args["max_similarity"] (default 1: off): a composition whose AST similarity to an earlier
+    candidate of this call is above it (the same ops at other sizes) is drawn again, as one that
+    fails at small sizes is, so that the GPU's evaluations go to tasks the similarity filter will
+    keep."""
     torch = _torch()
     cat = [e for e in json.load(open(args["catalogue"]))["entries"] if not e.get("disabled")]
-    out, rejected = [], {}
+    out, rejected, seen = [], {}, []
+    max_similarity = args.get("max_similarity", 1.0)
     for i in range(args["count"]):
         seed = args["seed"] * 1000003 + i
         rng = random.Random(seed)
@@ -400,6 +405,12 @@ def sample(args):
                        _smoke(torch, code, comp.dims, 8))
             except Exception as e:
                 why = f"{type(e).__name__}: {str(e)[:200]}"
+            if why is None and max_similarity < 1.0:
+                feats = _features(code)
+                if any(dice(feats, g) > max_similarity for g in seen):
+                    why = "a repeat of an earlier candidate (AST similarity above max_similarity)"
+                else:
+                    seen.append(feats)
             if why is None:
                 out.append({"index": i, "seed": seed, "attempts": attempt + 1, "ops": comp.ops, "code": code,
                             "estimated_eager_ms": round(estimate, 3)})

@@ -112,6 +112,36 @@ print(ok)
   EXPECT_EQ(sample_tasks(kCatalogue, 2, 7, 5)["candidates"][1]["code"], s["candidates"][1]["code"]);
 }
 
+// Seed 7's 40 compositions hold two that the similarity filter drops as repeats of earlier ones
+// (Conv2d + Hardtanh after Conv2d + SELU, 0.91); with max_similarity the sampler draws those
+// again, so every candidate it returns passes the filter among the others.
+TEST(Synth, TheSamplerDrawsRepeatsAgain) {
+  TempDir dir("synth-repeats-");
+  auto dropped_as_repeats = [&](const nlohmann::json& s, const std::string& tag) {
+    std::vector<std::pair<std::string, fs::path>> files;
+    for (const auto& c : s.at("candidates")) {
+      const fs::path p = dir.path() / tag / (std::to_string(c.at("index").get<int>()) + ".py");
+      fs::create_directories(p.parent_path());
+      write_file_atomic(p, c.at("code").get<std::string>());
+      files.emplace_back(p.stem().string(), p);
+    }
+    int dropped = 0;
+    const nlohmann::json out = similarity_filter({}, files, 0.9);  // held: the loop reads into it
+    for (const auto& r : out.at("results")) dropped += r.value("accepted", false) ? 0 : 1;
+    return dropped;
+  };
+  const nlohmann::json plain = sample_tasks(kCatalogue, 40, 7, 5);
+  ASSERT_EQ(plain["candidates"].size(), 40u);
+  EXPECT_GE(dropped_as_repeats(plain, "plain"), 1) << "the seed no longer draws a repeat: pick another";
+  const nlohmann::json fresh = sample_tasks(kCatalogue, 40, 7, 5, 0.9);
+  ASSERT_EQ(fresh["candidates"].size(), 40u) << fresh["rejected"];
+  EXPECT_EQ(dropped_as_repeats(fresh, "fresh"), 0);
+  int repeats = 0;
+  for (const auto& [reason, n] : fresh["rejected"].items())
+    if (reason.find("repeat of an earlier candidate") != std::string::npos) repeats += n.get<int>();
+  EXPECT_GE(repeats, 1) << fresh["rejected"];
+}
+
 // The GPU-only filters decide from a result: torch.compile's failure, eager outside the window.
 TEST(Synth, FiltersDecideFromTheEvaluationResult) {
   nlohmann::json gpu = {

@@ -65,13 +65,24 @@ void refresh_catalogue(const std::filesystem::path& out);
 // running it at small sizes on the CPU (and at full size on the meta device, where its batch size
 // is fitted to a time on the H200's roofline):
 // {"candidates": [{"index", "seed", "attempts", "ops", "code", "estimated_eager_ms"}],
-//  "rejected": {reason: n}}.
+//  "rejected": {reason: n}}. With `max_similarity` under 1, a composition whose AST similarity
+// to an earlier candidate of the call is above it is drawn again (a rejection), so that no two
+// candidates are repeats the similarity filter would drop.
 // Throws Error.
-nlohmann::json sample_tasks(const std::filesystem::path& catalogue, int count, uint64_t seed, int max_ops);
+nlohmann::json sample_tasks(const std::filesystem::path& catalogue, int count, uint64_t seed, int max_ops,
+                            double max_similarity = 1.0);
 
 // The AST similarity of two KernelBench modules' code, 0..1 (1: the same up to names, sizes,
 // statement order and docstrings). Throws Error when either does not parse.
 double ast_similarity(const std::string& code_a, const std::string& code_b);
+
+// The similarity filter over files: each candidate ({id, path}, in order) against every
+// reference and every candidate accepted before it; accepted when both maxima are at most
+// `threshold`. Returns {"results": [{"id", "reference_max", "reference_nearest", "accepted_max",
+// "accepted_nearest", "accepted"} or {"id", "error"} for code that does not parse]}.
+nlohmann::json similarity_filter(const std::vector<std::string>& references,
+                                 const std::vector<std::pair<std::string, std::filesystem::path>>& candidates,
+                                 double threshold);
 
 // The filter decisions of one candidate from its evaluation result (`ModelNew = Model`), in the
 // funnel's order: {"runs_eager": {"passed": bool|null, "detail": ...}, ...} (null: not measured,
