@@ -43,7 +43,8 @@ void TaskCheck::add(py::handle ref_out) {
       const bool all_same_infinity = lo == hi;
       lo = INFINITY;
       hi = -INFINITY;
-      for_each_chunk(t, t, kCompareChunkElements, [&](py::handle c, py::handle) {
+      py::object plain = t.attr("detach")();
+      for_each_chunk(plain, plain, kCompareChunkElements, [&](py::handle c, py::handle) {
         py::object finite = c.attr("__getitem__")(c.attr("isfinite")());
         if (finite.attr("numel")().cast<int64_t>() == 0) return;
         py::tuple fm = aminmax(finite);
