@@ -9,7 +9,8 @@
 # judges started ahead (sandbox.warm_workers); scripts/eval_wall.py.
 # synth: issue 20's target, SYNTH_COUNT (default 300) sampled candidates through every filter,
 # against KB_DIR's KernelBench tasks where that folder exists; the funnel and the wall time
-# (detached: call it again at once while a run goes on).
+# (detached: call it again at once while a run goes on; SYNTH_RESUME when the machine was given
+# back in between).
 # ppo64: issue 19's PPO step at 64 episodes through the batch engine (detached, as learning).
 # kernelbench: every task of a KernelBench checkout (KB_DIR, default kb: its level1/ level2/
 # level3/ folders and solutions/<id>.py, each the task with `ModelNew = Model` appended), one
@@ -315,6 +316,10 @@ fi
 if [ "$what" = synth ]; then
   # Detached (above): a run longer than one call goes on while the machine stays warm; its log
   # ends with the wall time, and funnel.md comes back once written.
+  # SYNTH_RESUME=DIR: a run cut short on a machine since given back goes on from its output
+  # folder (the `synth` folder of that call's archive, carried in as DIR): synth reuses the
+  # evaluations under DIR's work/bench (docs/synth.md); the two calls' walls add up.
+  if [ -n "${SYNTH_RESUME:-}" ] && [ ! -d "$out/synth" ]; then cp -r "$SYNTH_RESUME" "$out/synth"; fi
   kbopt=(); [ -d "${KB_DIR:-kb}/level1" ] && kbopt=(--kernelbench "${KB_DIR:-kb}")
   copy_files="synth-funnel.md $out/synth/funnel.md synth-funnel.json $out/synth/funnel.json"
   detached synth "${SYNTH_TIMEOUT:-1800}" $build/cuda-agent synth --output "$out/synth" --count "${SYNTH_COUNT:-300}" \
