@@ -29,7 +29,8 @@ void TaskCheck::add(py::handle ref_out) {
   for (auto& t : leaves) {
     if (t.attr("numel")().cast<int64_t>() == 0) continue;
     // In the tensor's own dtype, without a full-size temporary (the memory plan).
-    py::tuple mm = aminmax(t.attr("detach")());
+    py::object plain = t.attr("detach")();
+    py::tuple mm = aminmax(plain);
     double lo = mm[0].attr("item")().cast<double>(), hi = mm[1].attr("item")().cast<double>();
     if (std::isnan(lo) || std::isnan(hi)) {  // aminmax propagates NaN
       any_nan_ = true;
@@ -43,7 +44,6 @@ void TaskCheck::add(py::handle ref_out) {
       const bool all_same_infinity = lo == hi;
       lo = INFINITY;
       hi = -INFINITY;
-      py::object plain = t.attr("detach")();
       for_each_chunk(plain, plain, kCompareChunkElements, [&](py::handle c, py::handle) {
         py::object finite = c.attr("__getitem__")(c.attr("isfinite")());
         if (finite.attr("numel")().cast<int64_t>() == 0) return;

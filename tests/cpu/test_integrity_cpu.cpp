@@ -45,6 +45,14 @@ class Integrity : public ::testing::Test {
     req.options.cache_dir = (dir_.path() / "cache").string();
     return req;
   }
+  // A task of one input whose Model returns `expr` of x, its input `input` (a torch expression).
+  std::string task_of_x(const std::string& name, const std::string& expr, const std::string& input) {
+    return write(name + "/model.py", "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+                                     "        return " + expr + "\n\ndef get_inputs():\n    return [" + input +
+                                         "]\n\ndef get_init_inputs():\n    return []\n");
+  }
+  // A solution whose ModelNew returns `expr` of x.
+  std::string solution_of_x(const std::string& name, const std::string& expr);
   nlohmann::json verify(const std::string& task, const std::string& solution, const std::string& precision = "loose") {
     EvalRequest req = verify_request(task, solution);
     req.options.precision = precision;
@@ -55,6 +63,11 @@ class Integrity : public ::testing::Test {
 };
 
 const char* kModelNewHeader = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n";
+
+std::string Integrity::solution_of_x(const std::string& name, const std::string& expr) {
+  return write(name, std::string(kModelNewHeader) + "class ModelNew(nn.Module):\n    def forward(self, x):\n        return " +
+                         expr + "\n");
+}
 
 }  // namespace
 
@@ -86,13 +99,8 @@ TEST_F(Integrity, StrictPolicyCatchesAHalfPrecisionShortcut) {
 // Inputs scaled by 0.5: every probability stays far below atol (about 1e-3 at most) whatever the
 // secret seed draws (unscaled, a draw now and then put one element at 0.0103).
 TEST_F(Integrity, ZerosPassingASoftmaxTaskIsFlaggedDegenerate) {
-  const std::string task = write("softmax/model.py",
-                                 "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
-                                 "        return torch.softmax(x, dim=1)\n\ndef get_inputs():\n    return [torch.randn(8, 16384) * 0.5]\n\n"
-                                 "def get_init_inputs():\n    return []\n");
-  const std::string zeros = write("zeros.py", std::string(kModelNewHeader) +
-                                                  "class ModelNew(nn.Module):\n    def forward(self, x):\n"
-                                                  "        return torch.zeros_like(x)\n");
+  const std::string task = task_of_x("softmax", "torch.softmax(x, dim=1)", "torch.randn(8, 16384) * 0.5");
+  const std::string zeros = solution_of_x("zeros.py", "torch.zeros_like(x)");
   auto r = verify(task, zeros);
   EXPECT_TRUE(r["ok"].get<bool>()) << "zeros pass this task at atol 1e-2: " << r.dump(2);
   EXPECT_TRUE(r["task_check"]["near_zero"].get<bool>()) << r["task_check"];
@@ -100,12 +108,8 @@ TEST_F(Integrity, ZerosPassingASoftmaxTaskIsFlaggedDegenerate) {
 }
 
 TEST_F(Integrity, InputIndependentReferencesAreFlagged) {
-  const std::string task = write("const/model.py",
-                                 "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
-                                 "        return torch.ones(16) * 3.0 + 0 * x.sum()\n\ndef get_inputs():\n    return [torch.randn(64)]\n\n"
-                                 "def get_init_inputs():\n    return []\n");
-  const std::string solution = write("c.py", std::string(kModelNewHeader) +
-                                                 "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.full((16,), 3.0)\n");
+  const std::string task = task_of_x("const", "torch.ones(16) * 3.0 + 0 * x.sum()", "torch.randn(64)");
+  const std::string solution = solution_of_x("c.py", "torch.full((16,), 3.0)");
   auto r = verify(task, solution);
   EXPECT_TRUE(r["task_check"]["input_independent"].get<bool>()) << r["task_check"];
   EXPECT_TRUE(r["task_check"]["near_constant"].get<bool>());
@@ -115,12 +119,8 @@ TEST_F(Integrity, InputIndependentReferencesAreFlagged) {
 // NaN never matches, so a reference that gives NaN on its own inputs fails every candidate,
 // itself included: the task is flagged, and the failure says why.
 TEST_F(Integrity, ReferencesThatGiveNaNAreFlagged) {
-  const std::string task = write("log/model.py",
-                                 "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
-                                 "        return torch.log(x)\n\ndef get_inputs():\n    return [torch.randn(64, 64)]\n\n"
-                                 "def get_init_inputs():\n    return []\n");
-  const std::string same = write("same.py", std::string(kModelNewHeader) +
-                                                "class ModelNew(nn.Module):\n    def forward(self, x):\n        return torch.log(x)\n");
+  const std::string task = task_of_x("log", "torch.log(x)", "torch.randn(64, 64)");
+  const std::string same = solution_of_x("same.py", "torch.log(x)");
   auto r = verify(task, same, "strict");
   EXPECT_FALSE(r["ok"].get<bool>()) << r.dump(2);
   EXPECT_EQ(r["category"], "mismatch");
@@ -133,19 +133,13 @@ TEST_F(Integrity, ReferencesThatGiveNaNAreFlagged) {
 // Infinities in the output (1/x at x = 0) match when equal; the strict check measures the
 // finite elements, so the reference's own code passes and a half-precision shortcut still fails.
 TEST_F(Integrity, StrictPolicyMeasuresTheFiniteElementsOfAnOutputWithInfinities) {
-  const std::string task = write("recip/model.py",
-                                 "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
-                                 "        return 1.0 / (x * (x.abs() > 0.05))\n\ndef get_inputs():\n"
-                                 "    return [torch.randn(128, 128)]\n\ndef get_init_inputs():\n    return []\n");
-  const std::string same = write("same.py", std::string(kModelNewHeader) +
-                                                "class ModelNew(nn.Module):\n    def forward(self, x):\n"
-                                                "        return 1.0 / (x * (x.abs() > 0.05))\n");
+  const std::string gaps = "1.0 / (x * (x.abs() > 0.05))";
+  const std::string task = task_of_x("recip", gaps, "torch.randn(128, 128)");
+  const std::string same = solution_of_x("same.py", gaps);
   auto r = verify(task, same, "strict");
   EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
   EXPECT_FALSE(r["task_check"]["degenerate"].get<bool>()) << r["task_check"];
-  const std::string half = write("half.py", std::string(kModelNewHeader) +
-                                                "class ModelNew(nn.Module):\n    def forward(self, x):\n"
-                                                "        return (1.0 / (x * (x.abs() > 0.05)).half()).float()\n");
+  const std::string half = solution_of_x("half.py", "(1.0 / (x * (x.abs() > 0.05)).half()).float()");
   auto h = verify(task, half, "loose");
   ASSERT_TRUE(h["ok"].get<bool>()) << "the shortcut must pass the tolerance for this test to mean anything: " << h.dump(2);
   auto hs = verify(task, half, "strict");
