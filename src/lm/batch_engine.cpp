@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <future>
@@ -153,10 +154,27 @@ struct Call {
 
 using CallPtr = std::shared_ptr<Call>;
 
+// Sampling options that decide a pass of the sampler: rows whose calls agree on them are picked
+// together (greedy, temperature, top_k, top_p; the other fields zero when greedy).
+using SampleKey = std::tuple<bool, double, int64_t, double>;
+
+SampleKey sample_key(const lm::SamplingOptions& o) {
+  const bool greedy = o.greedy || o.temperature == 0.0;
+  return greedy ? SampleKey{true, 0.0, 0, 1.0} : SampleKey{false, o.temperature, o.top_k, o.top_p};
+}
+
+lm::SamplingOptions sampling_of(const SampleKey& key) {
+  lm::SamplingOptions o;
+  std::tie(o.greedy, o.temperature, o.top_k, o.top_p) = key;
+  return o;
+}
+
 // Decode steps pad the keys they attend over to a multiple of this many positions and their rows
 // to a bucket (row_bucket), so that a step's shapes change rarely: on a GPU each shape's step is
 // captured once as a CUDA graph and replayed.
 constexpr int64_t kKeyBucket = 256;
+// A decode step's per-row fields in its input buffer, before the block table (step()).
+constexpr int64_t kStepFields = 5;
 // Most prompt tokens (padding included) in one batched prefill forward, and most attention-mask
 // entries (rows x new tokens x keys) in one.
 constexpr int64_t kPrefillTokens = 16384;
@@ -195,16 +213,18 @@ struct BatchEngine::Impl {
   int64_t admissions = 0;
   std::thread worker;
 
-  // CUDA graphs of decode steps by (rows, table width). Every graph of one row count writes its
-  // logits to one tensor. They read the pool and the weights where they were at capture: they go
-  // with the pool, and when the weights move.
+  // CUDA graphs of decode steps by (rows, table width, the sampling pass when the graph samples
+  // too). Every graph of one row count and pass writes its output (the logits, or the picks) to
+  // one tensor. They read the pool and the weights where they were at capture: they go with the
+  // pool, and when the weights move.
+  using GraphShape = std::tuple<int64_t, int64_t, std::optional<SampleKey>>;
   struct Graph {
     std::unique_ptr<at::cuda::CUDAGraph> graph;
     torch::Tensor input;
   };
   bool use_graphs = false;
-  std::map<std::pair<int64_t, int64_t>, Graph> graphs;
-  std::map<int64_t, torch::Tensor> graph_logits;
+  std::map<GraphShape, Graph> graphs;
+  std::map<std::pair<int64_t, std::optional<SampleKey>>, torch::Tensor> graph_out;
   std::vector<const void*> graph_weights;
   std::optional<at::cuda::MempoolId_t> graph_pool;
 
@@ -221,7 +241,7 @@ struct BatchEngine::Impl {
   }
   void drop_pool() {
     graphs.clear();
-    graph_logits.clear();
+    graph_out.clear();
     graph_pool.reset();
     blocks.reset();
     pool = PagedKv{};
@@ -238,8 +258,10 @@ struct BatchEngine::Impl {
   bool make_room(Call& call, Row& row);
   void preempt(const CallPtr& call);
   void step();
-  torch::Tensor decode(int64_t rows, int64_t width, const std::vector<int64_t>& input);
-  torch::Tensor decode_forward(int64_t rows, int64_t width, const torch::Tensor& input);
+  torch::Tensor decode(int64_t rows, int64_t width, const std::vector<int64_t>& input,
+                       const std::optional<SampleKey>& sample);
+  torch::Tensor decode_forward(int64_t rows, int64_t width, const torch::Tensor& input,
+                               const std::optional<SampleKey>& sample);
   void follow_other_threads();
   void finish(const CallPtr& call, std::exception_ptr error);
   void free_rows(Call& call);
@@ -582,17 +604,19 @@ void BatchEngine::Impl::step() {
   const int64_t rows = static_cast<int64_t>(batch.size()), bs = options.block_size;
   const int64_t padded = row_bucket(rows), bucket = (kKeyBucket + bs - 1) / bs * bs;
   const int64_t width = (keys + bucket - 1) / bucket * bucket / bs;
-  // One buffer: ids, positions, write slots and lengths ([padded] each), then the block table
-  // [padded, width]. Padding rows feed token 0 at position 0 into the scratch block and see its
-  // first slot; padded table entries point at the scratch block, masked out.
-  std::vector<int64_t> input(static_cast<size_t>(padded * (4 + width)), 0);
+  // One buffer: ids, positions, write slots, lengths and the sampler's uniforms (float64 bits)
+  // ([padded] each), then the block table [padded, width]. Padding rows feed token 0 at position
+  // 0 into the scratch block and see its first slot; padded table entries point at the scratch
+  // block, masked out.
+  std::vector<int64_t> input(static_cast<size_t>(padded * (kStepFields + width)), 0);
   int64_t* ids = input.data();
   int64_t* positions = ids + padded;
   int64_t* write = positions + padded;
   int64_t* lengths = write + padded;
-  int64_t* table = lengths + padded;
+  int64_t* uniform_bits = lengths + padded;
+  int64_t* table = uniform_bits + padded;
   std::fill(write, lengths, scratch * bs);
-  std::fill(lengths, table, 1);
+  std::fill(lengths, uniform_bits, 1);
   std::fill(table, input.data() + input.size(), scratch);
   for (int64_t i = 0; i < rows; ++i) {
     const Row& r = *batch[i].row;
@@ -603,39 +627,51 @@ void BatchEngine::Impl::step() {
     std::copy(r.blocks.begin(), r.blocks.begin() + std::min<int64_t>(width, static_cast<int64_t>(r.blocks.size())),
               table + i * width);
   }
-  const auto logits = decode(padded, width, input).narrow(0, 0, rows);
-  for (auto& l : batch) {
-    ++l.row->cached;
-    remember_full_blocks(*l.row, l.row->cached, /*promise=*/false);
-  }
 
   // Sampling: each call's rows by its own sampler (its draws in its rows' order), rows of calls
-  // with equal options in one pass.
-  using Key = std::tuple<bool, double, int64_t, double>;
-  std::map<Key, std::pair<std::vector<int64_t>, std::vector<torch::Tensor>>> passes;
+  // with equal options in one pass. The common step has one pass: the decode samples too (on a
+  // GPU inside the step's graph), and the step copies its tokens and log-probs back at once.
+  std::vector<double> uniforms(static_cast<size_t>(padded), 0.5);
+  std::map<SampleKey, std::vector<int64_t>> passes;
   for (int64_t i = 0; i < rows;) {
     Call* call = batch[i].call;
     int64_t end = i;
     while (end < rows && batch[end].call == call) ++end;
-    const auto& o = call->options;
-    const bool greedy = o.greedy || o.temperature == 0.0;
-    auto& pass = passes[Key{greedy, greedy ? 0.0 : o.temperature, greedy ? 0 : o.top_k, greedy ? 1.0 : o.top_p}];
-    for (int64_t j = i; j < end; ++j) pass.first.push_back(j);
-    if (!greedy) pass.second.push_back(call->sampler.draw(end - i));
+    auto& pass = passes[sample_key(call->options)];
+    for (int64_t j = i; j < end; ++j) pass.push_back(j);
+    call->sampler.draw_into(end - i, uniforms.data() + i);
     i = end;
   }
+  std::memcpy(uniform_bits, uniforms.data(), uniforms.size() * sizeof(double));
+  const std::optional<SampleKey> one_pass =
+      passes.size() == 1 ? std::optional<SampleKey>(passes.begin()->first) : std::nullopt;
+  const auto started = std::chrono::steady_clock::now();
+  const auto out = decode(padded, width, input, one_pass);
   std::vector<int64_t> token(rows);
   std::vector<float> logprob(rows);
-  for (auto& [key, pass] : passes) {
-    const auto& [index, uniforms] = pass;
-    lm::SamplingOptions o;
-    std::tie(o.greedy, o.temperature, o.top_k, o.top_p) = key;
-    const auto part = static_cast<int64_t>(index.size()) == rows ? logits : logits.index_select(0, on_device(index));
-    const auto picks = Sampler::pick_with(o, part, uniforms.empty() ? torch::Tensor() : torch::cat(uniforms));
+  double waited = 0;
+  const auto read = [&](const torch::Tensor& chosen, const std::vector<int64_t>& index) {
+    const auto before = std::chrono::steady_clock::now();
+    const auto picks = Sampler::read_picks(chosen, static_cast<int64_t>(index.size()));
+    waited += std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
     for (size_t j = 0; j < index.size(); ++j) {
       token[index[j]] = picks.tokens[j];
       logprob[index[j]] = picks.logprobs[j];
     }
+  };
+  if (one_pass) {
+    read(out, passes.begin()->second);
+  } else {
+    const auto logits = out.narrow(0, 0, rows);
+    const auto u = torch::from_blob(uniforms.data(), {padded}, torch::kFloat64).to(logits.device());
+    for (const auto& [key, index] : passes) {
+      const auto at = on_device(index);
+      read(Sampler::choose(sampling_of(key), logits.index_select(0, at), u.index_select(0, at)), index);
+    }
+  }
+  for (auto& l : batch) {
+    ++l.row->cached;
+    remember_full_blocks(*l.row, l.row->cached, /*promise=*/false);
   }
 
   std::vector<CallPtr> ended;
@@ -666,6 +702,8 @@ void BatchEngine::Impl::step() {
     ++s.steps;
     s.decoded_tokens += rows;
     s.peak_rows = std::max(s.peak_rows, rows);
+    s.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    s.device_wait_seconds += waited;
   });
   for (const auto& c : ended) {
     if (!c->rows.empty()) finish(c, nullptr);
@@ -673,32 +711,34 @@ void BatchEngine::Impl::step() {
   }
 }
 
-// The logits [rows, vocab] (float32) of one decode step whose inputs `input` holds (step()). On a
-// GPU, each (rows, width)'s first step runs eagerly (its result, and the capture's warm-up) and
-// is then captured as a CUDA graph that later steps of that shape replay. The tensor returned
-// is overwritten by the next step.
-torch::Tensor BatchEngine::Impl::decode(int64_t rows, int64_t width, const std::vector<int64_t>& input) {
+// One decode step whose inputs `input` holds (step()): the logits [rows, vocab] (float32), or
+// with `sample` the picks of that sampling pass (Sampler::choose: float64 [2, rows]) made with the
+// uniforms in `input`. On a GPU, each shape's first step runs eagerly (its result, and the
+// capture's warm-up) and is then captured as a CUDA graph that later steps of that shape replay.
+// The tensor returned is overwritten by the next step.
+torch::Tensor BatchEngine::Impl::decode(int64_t rows, int64_t width, const std::vector<int64_t>& input,
+                                        const std::optional<SampleKey>& sample) {
   const auto host = torch::from_blob(const_cast<int64_t*>(input.data()), {static_cast<int64_t>(input.size())},
                                      torch::kInt64);
-  if (!use_graphs) return decode_forward(rows, width, host.to(model.device()));
-  const auto shape = std::make_pair(rows, width);
+  if (!use_graphs) return decode_forward(rows, width, host.to(model.device()), sample);
+  const GraphShape shape{rows, width, sample};
   const auto found = graphs.find(shape);
   if (found != graphs.end()) {
     found->second.input.copy_(host);
     found->second.graph->replay();
-    return graph_logits.at(rows);
+    return graph_out.at({rows, sample});
   }
   Graph g;
   g.input = host.to(model.device());
-  auto logits = decode_forward(rows, width, g.input);
-  auto& out = graph_logits[rows];
-  if (!out.defined()) out = torch::empty_like(logits);
+  auto result = decode_forward(rows, width, g.input, sample);
+  auto& out = graph_out[{rows, sample}];
+  if (!out.defined()) out = torch::empty_like(result);
   if (!graph_pool) graph_pool = at::cuda::graph_pool_handle();
   g.graph = std::make_unique<at::cuda::CUDAGraph>();
   // Thread-local capture: other threads (the learner, evaluations) go on allocating meanwhile.
   g.graph->capture_begin(*graph_pool, cudaStreamCaptureModeThreadLocal);
   try {
-    out.copy_(decode_forward(rows, width, g.input));
+    out.copy_(decode_forward(rows, width, g.input, sample));
   } catch (...) {
     // End the broken capture so that the stream works again; this engine decodes eagerly from now.
     cudaGraph_t broken = nullptr;
@@ -710,21 +750,24 @@ torch::Tensor BatchEngine::Impl::decode(int64_t rows, int64_t width, const std::
   }
   g.graph->capture_end();
   graphs.emplace(shape, std::move(g));
-  return logits;
+  return result;
 }
 
-torch::Tensor BatchEngine::Impl::decode_forward(int64_t rows, int64_t width, const torch::Tensor& input) {
+torch::Tensor BatchEngine::Impl::decode_forward(int64_t rows, int64_t width, const torch::Tensor& input,
+                                                const std::optional<SampleKey>& sample) {
   const int64_t bs = options.block_size, keys = width * bs;
   const auto ids = input.narrow(0, 0, rows).view({rows, 1});
   const auto positions = input.narrow(0, rows, rows).view({rows, 1});
   const auto write = input.narrow(0, 2 * rows, rows);
   const auto lengths = input.narrow(0, 3 * rows, rows);
-  const auto table = input.narrow(0, 4 * rows, rows * width).view({rows, width});
+  const auto uniforms = input.narrow(0, 4 * rows, rows).view(torch::kFloat64);
+  const auto table = input.narrow(0, kStepFields * rows, rows * width).view({rows, width});
   const auto read = (table.unsqueeze(-1) * bs + torch::arange(bs, table.options())).view({rows, keys});
   const auto allowed =
       (torch::arange(keys, table.options()).unsqueeze(0) < lengths.unsqueeze(1)).view({rows, 1, 1, keys});
   const auto hidden = model.forward_paged(ids, positions, pool, write, read, allowed);
-  return model.logits(hidden.select(1, 0)).to(torch::kFloat32);
+  const auto logits = model.logits(hidden.select(1, 0)).to(torch::kFloat32);
+  return sample ? Sampler::choose(sampling_of(*sample), logits, uniforms) : logits;
 }
 
 void BatchEngine::Impl::finish(const CallPtr& call, std::exception_ptr error) {

@@ -265,6 +265,8 @@ json bench_rollout(TorchLanguageModel& plain, const json& spec) {
                 {"engine_tokens_per_s", batched},
                 {"engine_seconds", batched_s},
                 {"engine_steps", after.steps - before.steps},
+                {"engine_step_seconds", after.step_seconds - before.step_seconds},
+                {"engine_device_wait_seconds", after.device_wait_seconds - before.device_wait_seconds},
                 {"engine_peak_rows", after.peak_rows},
                 {"engine_prefilled_tokens", after.prefilled_tokens - before.prefilled_tokens},
                 {"engine_reused_tokens", after.reused_tokens - before.reused_tokens},

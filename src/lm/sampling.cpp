@@ -2,8 +2,10 @@
 #include "sampling.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/DistributionsHelper.h>
 
 #include <limits>
+#include <mutex>
 
 #include "cuda_agent/core/error.h"
 
@@ -26,12 +28,32 @@ Sampler::Picks Sampler::pick(const torch::Tensor& logits) {
 
 torch::Tensor Sampler::draw(int64_t rows) {
   if (greedy_) return {};
-  return torch::rand({rows}, generator_, torch::TensorOptions().dtype(torch::kFloat64));
+  auto out = torch::empty({rows}, torch::TensorOptions().dtype(torch::kFloat64));
+  draw_into(rows, out.data_ptr<double>());
+  return out;
+}
+
+void Sampler::draw_into(int64_t rows, double* out) {
+  if (greedy_) return;
+  // What torch::rand's CPU kernel does for float64, one 64-bit draw a value, without its
+  // dispatch: a step of many one-row calls draws once per call.
+  std::lock_guard<std::mutex> lock(generator_.mutex());
+  auto* generator = at::check_generator<at::CPUGeneratorImpl>(generator_);
+  at::uniform_real_distribution<double> uniform(0.0, 1.0);
+  for (int64_t i = 0; i < rows; ++i) out[i] = uniform(generator);
 }
 
 Sampler::Picks Sampler::pick_with(const lm::SamplingOptions& options, const torch::Tensor& logits,
                                   const torch::Tensor& uniforms) {
-  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  const bool greedy = options.greedy || options.temperature == 0.0;
+  CA_ASSERT(greedy || (uniforms.defined() && uniforms.numel() == logits.size(0)), "{} uniforms for {} rows",
+            uniforms.defined() ? uniforms.numel() : 0, logits.size(0));
+  return read_picks(choose(options, logits, greedy ? uniforms : uniforms.to(logits.device())), logits.size(0));
+}
+
+torch::Tensor Sampler::choose(const lm::SamplingOptions& options, const torch::Tensor& logits,
+                              const torch::Tensor& uniforms) {
+  const int64_t vocab = logits.size(1);
   const bool greedy = options.greedy || options.temperature == 0.0;
   auto logp = torch::log_softmax(logits, -1);
   torch::Tensor tokens;
@@ -54,20 +76,22 @@ Sampler::Picks Sampler::pick_with(const lm::SamplingOptions& options, const torc
       order = indices;
     }
     auto cdf = probs.cumsum(-1);
-    CA_ASSERT(uniforms.defined() && uniforms.numel() == rows, "{} uniforms for {} rows",
-              uniforms.defined() ? uniforms.numel() : 0, rows);
-    auto u = uniforms.to(logits.device());
-    auto target = (u * cdf.select(-1, vocab - 1)).unsqueeze(-1);
+    auto target = (uniforms * cdf.select(-1, vocab - 1)).unsqueeze(-1);
     // right=true: the first index whose cdf exceeds the target, which never has zero probability.
     auto index = torch::searchsorted(cdf, target, /*out_int32=*/false, /*right=*/true).clamp_max(vocab - 1);
     tokens = (order.defined() ? order.gather(-1, index) : index).squeeze(-1);
   }
   auto chosen = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
-  // One copy to the host (one wait for the device a step, not two): token ids and float32
-  // log-probs are both exact in float64.
-  const auto both = torch::stack({tokens.to(torch::kFloat64), chosen.to(torch::kFloat64)}).to(torch::kCPU).contiguous();
+  // Token ids and float32 log-probs are both exact in float64: one tensor, one copy to the host.
+  return torch::stack({tokens.to(torch::kFloat64), chosen.to(torch::kFloat64)});
+}
+
+Sampler::Picks Sampler::read_picks(const torch::Tensor& chosen, int64_t rows) {
+  const auto both = chosen.narrow(1, 0, rows).to(torch::kCPU).contiguous();
   const double* host = both.data_ptr<double>();
   Picks out;
+  out.tokens.reserve(rows);
+  out.logprobs.reserve(rows);
   for (int64_t r = 0; r < rows; ++r) {
     out.tokens.push_back(static_cast<int64_t>(host[r]));
     out.logprobs.push_back(static_cast<float>(host[rows + r]));

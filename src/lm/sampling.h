@@ -33,6 +33,17 @@ class Sampler {
   // pick_with() chooses with the uniforms given, one per row of `logits`.
   torch::Tensor draw(int64_t rows);
   static Picks pick_with(const lm::SamplingOptions& options, const torch::Tensor& logits, const torch::Tensor& uniforms);
+
+  // draw() into `out` (`rows` values, the same ones torch::rand gives from this generator),
+  // without making a tensor; nothing when greedy.
+  void draw_into(int64_t rows, double* out);
+  // pick_with() in two halves again, for a CUDA graph: choose() does the device's part with
+  // `uniforms` already on the logits' device and returns float64 [2, rows] there (the tokens,
+  // then their log-probs), with no host copy or wait; read_picks() brings its first `rows`
+  // columns to the host (one copy).
+  static torch::Tensor choose(const lm::SamplingOptions& options, const torch::Tensor& logits,
+                              const torch::Tensor& uniforms);
+  static Picks read_picks(const torch::Tensor& chosen, int64_t rows);
   const lm::SamplingOptions& options() const { return options_; }
 
  private:

@@ -54,6 +54,8 @@ struct EngineStats {
   int64_t peak_rows = 0;         // most sequences in one step
   int64_t peak_blocks = 0;       // most blocks held at once
   int64_t blocks = 0;            // the pool's size in blocks (0 while it is not allocated)
+  double step_seconds = 0;         // wall time of the decode steps, from their forward to their tokens
+  double device_wait_seconds = 0;  // of which waiting for the device's picks (step_seconds less this: host work)
 };
 
 struct SamplingOptions {

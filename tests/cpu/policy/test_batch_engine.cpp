@@ -36,6 +36,10 @@ TEST_P(EngineFamilies, EachCallGetsTheTokensItGetsAloneWhileOthersJoinAndLeave) 
   EXPECT_GT(s.reused_tokens, 0);       // the group's copies and the shared beginning
   EXPECT_EQ(s.preemptions, 0);
   EXPECT_EQ(plain->engine_stats().steps, 0);
+  // The steps' wall time and, within it, the waits for the device's picks.
+  EXPECT_GT(s.step_seconds, 0);
+  EXPECT_GE(s.device_wait_seconds, 0);
+  EXPECT_LE(s.device_wait_seconds, s.step_seconds);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, EngineFamilies, ::testing::ValuesIn(tiny_models()),
