@@ -251,9 +251,21 @@ if [ "$what" = ablate ]; then
   # Issue 18's ablations at toy scale: `cuda-agent ablate` over configs/learning.yaml and each of
   # configs/ablations/*.yaml, detached (above; a second call of the run itself resumes each
   # variant). ABLATE_SET (say "--set ppo.steps=1") goes to ablate; ABLATE_TIMEOUT bounds it.
+  # In parts, when the variants do not fit one session's device time: ABLATE_VARIANTS (say
+  # "base,no_rft,no_value_pretraining") trains those alone; ABLATE_RESUME=DIR (the `ablate` folder
+  # of an earlier part's archive, carried in) brings the runs of that part, whose metrics the
+  # comparison reads (their checkpoints stay behind: the archive has no weights).
+  if [ -n "${ABLATE_RESUME:-}" ] && [ ! -d "$out/ablate" ]; then
+    mkdir -p "$out/ablate"
+    for d in "$ABLATE_RESUME"/*/; do
+      [ -f "$d/metrics.jsonl" ] || continue
+      mkdir -p "$out/ablate/$(basename "$d")"; cp "$d"/metrics.jsonl "$out/ablate/$(basename "$d")/"
+    done
+  fi
+  variants=(); [ -n "${ABLATE_VARIANTS:-}" ] && variants=(--variants "$ABLATE_VARIANTS")
   copy_files="ablate-comparison.md $out/ablate/comparison.md"
   detached ablate "${ABLATE_TIMEOUT:-7200}" "$build/cuda-agent" ablate --config configs/learning.yaml \
-    --output "$out/ablate" ${ABLATE_SET:-}
+    --output "$out/ablate" "${variants[@]}" ${ABLATE_SET:-}
   grep -E "^\[ablate\]|^\[train\] step|^ablate " "$out/ablate.log" | tail -20
 fi
 if [ "$what" = learning-report ]; then

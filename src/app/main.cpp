@@ -558,6 +558,7 @@ struct TrainFlags {
   std::string device = "cuda", skill = kDefaultSkill, ablations = "configs/ablations", output = "runs/ablate";
   int gpu = 0;
   bool resume = false;
+  std::vector<std::string> variants;  // ablate --variants
   CommonFlags common;
 };
 
@@ -612,6 +613,10 @@ void add_ablate(CLI::App& app, Verbs& verbs) {
                   "folder of ablation configs, one variant per *.yaml (default configs/ablations)");
   cmd->add_option("--output", f->output, "where the runs and comparison.md go (default runs/ablate)");
   cmd->add_option("--set", f->common.sets, "override one key in every variant (repeatable)");
+  cmd->add_option("--variants", f->variants,
+                  "train only these variants (comma-separated: base, ablation file stems); the comparison reads the "
+                  "others' earlier runs in --output")
+      ->delimiter(',');
   cmd->add_option("--device", f->device, "cuda (default) or cpu");
   cmd->add_option("--gpu", f->gpu, "GPU index of the model and the episodes' checks");
   cmd->add_option("--skill", f->skill, "SKILL.md loaded into the agent's system prompt");
@@ -624,6 +629,7 @@ void add_ablate(CLI::App& app, Verbs& verbs) {
          opts.ablations_dir = f->ablations;
          opts.output_dir = f->output;
          opts.set_overrides = f->common.sets;
+         opts.only = f->variants;
          opts.train.device = f->device;
          opts.train.gpu = f->gpu;
          opts.train.skill_file = f->skill;

@@ -6,6 +6,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cuda_agent/bench/svg_plot.h"
 #include "cuda_agent/core/config.h"
@@ -114,6 +115,14 @@ std::vector<AblationVariant> ablation_variants(const AblationOptions& options) {
     }
     v.config = std::move(config);
     variants.push_back(std::move(v));
+  }
+  for (const std::string& name : options.only) {
+    if (std::any_of(variants.begin(), variants.end(), [&](const AblationVariant& v) { return v.name == name; }))
+      continue;
+    std::string names;
+    for (const AblationVariant& v : variants) names += (names.empty() ? "" : ", ") + v.name;
+    CA_FAIL("ablate --variants: no variant '{}': the variants are {} (base and the stems of {}'s *.yaml)", name, names,
+            options.ablations_dir.string());
   }
   return variants;
 }
@@ -243,8 +252,13 @@ bool shares_sft_prefix(const json& base, const json& variant) { return shares_pr
 
 std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::ostream& log) {
   std::vector<AblationVariant> variants = ablation_variants(options);
-  log << fmt::format("[ablate] {} variants into {}:", variants.size(), options.output_dir.string());
-  for (const AblationVariant& v : variants) log << " " << v.name;
+  std::string names;
+  for (const AblationVariant& v : variants) names += (names.empty() ? "" : ", ") + v.name;
+  const auto trained = [&](const AblationVariant& v) {
+    return options.only.empty() || std::find(options.only.begin(), options.only.end(), v.name) != options.only.end();
+  };
+  log << fmt::format("[ablate] {} variants into {}: {}", variants.size(), options.output_dir.string(), names);
+  if (!options.only.empty()) log << fmt::format(" (training {} in this call)", fmt::join(options.only, ", "));
   log << "\n";
   TrainRunOptions train = options.train;
   train.resume = true;  // a second call continues each variant where it stopped
@@ -255,7 +269,7 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
   const json& base = variants.front().config;
   std::map<std::string, size_t> sharing;
   for (const std::string& level : kPrefixLevels)
-    for (const AblationVariant& v : variants) sharing[level] += shares_prefix(base, v.config, level) ? 1 : 0;
+    for (const AblationVariant& v : variants) sharing[level] += trained(v) && shares_prefix(base, v.config, level) ? 1 : 0;
   std::function<fs::path(const std::string&)> ready_prefix = [&](const std::string& level) {
     const fs::path dir = options.output_dir / ("." + level + "-prefix");
     if (latest_checkpoint(dir).step >= 0) return dir;
@@ -270,6 +284,15 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
   };
   for (size_t i = 0; i < variants.size(); ++i) {
     AblationVariant& v = variants[i];
+    const fs::path metrics = options.output_dir / v.name / "metrics.jsonl";
+    if (!trained(v)) {
+      v.ok = fs::exists(metrics);
+      if (!v.ok) v.error = fmt::format("not trained in this call (--variants) and no earlier run in {}", metrics.parent_path().string());
+      log << fmt::format("[ablate] variant {} of {}: {}: {}\n", i + 1, variants.size(), v.name,
+                         v.ok ? "not trained in this call; its earlier run's metrics are compared" : v.error);
+      v.summary = summarize_variant(v.ok ? MetricsLog::read(metrics) : std::vector<json>{});
+      continue;
+    }
     log << fmt::format("[ablate] variant {} of {}: {} ({})\n", i + 1, variants.size(), v.name, v.config_file.string());
     try {
       const fs::path run_dir = v.config["run"]["output_dir"].get<std::string>();
@@ -291,7 +314,6 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
       v.error = e.what();
       log << fmt::format("[ablate] variant {} failed: {}\n", v.name, v.error);
     }
-    const fs::path metrics = options.output_dir / v.name / "metrics.jsonl";
     v.summary = summarize_variant(fs::exists(metrics) ? MetricsLog::read(metrics) : std::vector<json>{});
   }
   json out = json::array();

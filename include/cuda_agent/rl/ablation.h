@@ -10,6 +10,11 @@
 // command. Running the command again continues each variant from its latest checkpoint (the
 // runs are resumed), so an interrupted comparison is not redone from the start.
 //
+// `only` trains some variants and reads the others as they are: their folders' metrics.jsonl
+// from an earlier call, on this machine or carried from another (their checkpoints are not
+// needed). So a comparison too long for one sitting is made in parts: say the variants that share
+// the base's warm-up in one call, the others in the next, into the same output folder.
+//
 // The comparison (output/comparison.md and comparison.json, output/plots/*.svg): per variant its
 // PPO steps' mean reward, pass rate, faster-than-compile rate and response length, first and
 // last, and the collapse flags of summarize_variant; the charts draw each of those four per PPO
@@ -34,6 +39,7 @@ struct AblationOptions {
   std::filesystem::path ablations_dir;    // each *.yaml in it is one variant
   std::filesystem::path output_dir;       // <variant>/ runs, comparison.md, comparison.json, plots/
   std::vector<std::string> set_overrides; // "a.b=value", applied to every variant
+  std::vector<std::string> only;          // train these variants alone (empty: all); the others' runs are read
   TrainRunOptions train;                  // device, gpu, skill file (resume is always on)
 };
 
@@ -48,7 +54,8 @@ struct AblationVariant {
 
 // The variants' resolved configs, every one validated before any trains (so a typo in the
 // fifth file does not surface an hour in). Throws Error naming the file and key of the first
-// bad one, or a missing base config or ablations folder.
+// bad one, a missing base config or ablations folder, or a name in options.only that is no
+// variant (listing the variants).
 std::vector<AblationVariant> ablation_variants(const AblationOptions& options);
 
 // Whether `variant` can start from the base's first stages, `level` "sft" (the supervised
@@ -59,8 +66,9 @@ std::vector<AblationVariant> ablation_variants(const AblationOptions& options);
 bool shares_prefix(const nlohmann::json& base, const nlohmann::json& variant, const std::string& level);
 bool shares_sft_prefix(const nlohmann::json& base, const nlohmann::json& variant);  // level "sft"
 
-// Trains every variant in turn and writes the comparison. Progress goes to `log`. Stages that
-// several variants share run once: the supervised warm-up into OUTPUT/.sft-prefix/ (with
+// Trains every variant in turn (those of options.only, when given) and writes the comparison of all of them; a variant
+// not trained in this call counts as ok when its folder has metrics (what an earlier call wrote).
+// Progress goes to `log`. Stages that several variants trained in this call share run once: the supervised warm-up into OUTPUT/.sft-prefix/ (with
 // configs/learning.yaml: the base, no_rft, no_value_pretraining, raw_speedup_reward), the warm-up
 // and RFT into OUTPUT/.rft-prefix/ (the base, no_value_pretraining), started from a copy of the
 // first; each variant starts from a copy of the deepest prefix it shares with another.

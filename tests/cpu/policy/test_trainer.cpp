@@ -990,6 +990,51 @@ TEST(Trainer, AblateRunsEveryVariantAndComparesThem) {
   EXPECT_NE(again.str().find("stage ppo: all 2 steps done"), std::string::npos) << again.str();
 }
 
+// --variants: a comparison made in two calls into one folder (as on two machines, the first
+// call's folder carried without its checkpoints): each call trains its variants only, and the
+// comparison reads the other's metrics. A name that is no variant is refused before anything runs.
+TEST(Trainer, AblateInPartsComparesWhatEachPartTrained) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-ablate-parts-");
+  write_model(dir.path() / "m");
+  write_split(dir.path() / "split");
+  write_file_atomic(dir.path() / "base.yaml", tiny_config(dir.path(), 1).dump(2));
+  write_file_atomic(dir.path() / "ablations" / "raw_speedup_reward.yaml", "reward:\n  kind: raw_speedup\n");
+  rl::AblationOptions o = ablation_options(dir.path());
+  o.only = {"no_such_variant"};
+  try {
+    (void)rl::ablation_variants(o);
+    ADD_FAILURE() << "an unknown variant was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no_such_variant"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("base, raw_speedup_reward"), std::string::npos) << e.what();
+  }
+
+  o.only = {"raw_speedup_reward"};
+  std::ostringstream first;
+  std::vector<rl::AblationVariant> v = rl::run_ablations(o, first);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_FALSE(v[0].ok) << "base was not trained and has no earlier run";
+  EXPECT_NE(v[0].error.find("not trained in this call"), std::string::npos) << v[0].error;
+  EXPECT_TRUE(v[1].ok) << v[1].error << "\n" << first.str();
+  EXPECT_FALSE(fs::exists(dir.path() / "out" / "base")) << first.str();
+
+  // The second part, on "another machine": the first part's checkpoints are not there.
+  for (const auto& e : fs::directory_iterator(dir.path() / "out" / "raw_speedup_reward"))
+    if (e.path().filename().string().rfind("checkpoint", 0) == 0) fs::remove_all(e.path());
+  o.only = {"base"};
+  std::ostringstream second;
+  v = rl::run_ablations(o, second);
+  EXPECT_TRUE(v[0].ok) << v[0].error << "\n" << second.str();
+  EXPECT_TRUE(v[1].ok) << v[1].error;
+  EXPECT_EQ(v[0].summary["ppo_steps"], 1) << v[0].summary.dump();
+  EXPECT_EQ(v[1].summary["ppo_steps"], 1) << "read from the first part's metrics: " << v[1].summary.dump();
+  EXPECT_EQ(second.str().find("(ppo 1/1)"), second.str().rfind("(ppo 1/1)")) << "one PPO run only\n" << second.str();
+  const std::string md = read_file(dir.path() / "out" / "comparison.md");
+  EXPECT_EQ(md.find("failed:"), std::string::npos) << md;
+  EXPECT_NE(md.find("| raw_speedup_reward |"), std::string::npos) << md;
+}
+
 // The supervised warm-up runs once for the variants that differ only in later stages (here the
 // base and no_ppo); a variant that changes it (the reward decides which demonstrations are kept)
 // runs its own. A second call does not run it again.
