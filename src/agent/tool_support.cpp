@@ -319,17 +319,29 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
     for (const auto& locked : context.workspace->locked_files()) keep.push_back(locked.string());
     scope = resolve_read_scope(keep);
   }
+  // Under a read scope only the scope's own paths come back from the host's /tmp, not the
+  // folders on the way to them: what else those hold (other processes' folders, which come and
+  // go) is simply not there, with nothing to cover. (A covered folder that vanished before
+  // bubblewrap mounted over it failed the command: bubblewrap cannot make the mount point in a
+  // read-only folder.)
+  const auto in_tmp = [](const std::string& path) { return sandbox::path_within(path, "/tmp"); };
+  const auto in_scope = [&](const std::string& path) {
+    return std::any_of(scope.begin(), scope.end(), [&](const std::string& k) { return sandbox::path_within(path, k); });
+  };
   for (const auto& entry : std::filesystem::directory_iterator("/tmp", ec)) {
     std::error_code type_ec;
-    if (!scope.empty() && !read_scope_shows(scope, entry.path().string())) continue;
+    const std::string path = entry.path().string();
+    if (!scope.empty() && !in_scope(path)) continue;  // outside the scope, or only on the way to a path of it
     if (entry.is_directory(type_ec) || entry.is_regular_file(type_ec))
-      argv.insert(argv.end(), {"--ro-bind-try", entry.path().string(), entry.path().string()});  // may vanish meanwhile
+      argv.insert(argv.end(), {"--ro-bind-try", path, path});  // may vanish meanwhile
   }
-  if (!scope.empty()) {
-    const ReadScopeCover outside = read_scope_cover(scope, {"/tmp"});  // its host entries: filtered above
-    for (const auto& dir : outside.dirs) argv.insert(argv.end(), {"--tmpfs", dir, "--remount-ro", dir});
-    for (const auto& file : outside.files) argv.insert(argv.end(), {"--ro-bind", "/dev/null", file});
-  }
+  // The scope's paths inside a /tmp entry that is only on the way to them, each bound alone.
+  std::vector<std::string> deeper;
+  for (const auto& k : scope)
+    if (in_tmp(k) && k != "/tmp" && !in_scope(std::filesystem::path(k).parent_path().string())) deeper.push_back(k);
+  std::sort(deeper.begin(), deeper.end());  // parents first
+  for (const auto& k : deeper)
+    if (std::filesystem::path(k).parent_path() != "/tmp") argv.insert(argv.end(), {"--ro-bind-try", k, k});
   // Hidden folders before what is shown inside them (the workspace inside its hidden run folder),
   // read-only once those are bound; one inside a path bound since is hidden again on top.
   std::vector<std::string> hidden;
@@ -337,6 +349,19 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
     if (!std::filesystem::is_directory(path, ec)) continue;
     const std::string resolved = std::filesystem::canonical(path, ec).string();
     if (!ec) hidden.push_back(resolved);
+  }
+  if (!scope.empty()) {
+    // What lies outside the scope is shown empty; not under /tmp (above), nor inside a hidden
+    // folder (shown empty whole just after).
+    const ReadScopeCover outside = read_scope_cover(scope, {"/tmp"});
+    const auto skip = [&](const std::string& path) {
+      return in_tmp(path) ||
+             std::any_of(hidden.begin(), hidden.end(), [&](const std::string& h) { return sandbox::path_within(path, h); });
+    };
+    for (const auto& dir : outside.dirs)
+      if (!skip(dir)) argv.insert(argv.end(), {"--tmpfs", dir, "--remount-ro", dir});
+    for (const auto& file : outside.files)
+      if (!skip(file)) argv.insert(argv.end(), {"--ro-bind", "/dev/null", file});
   }
   for (const auto& path : hidden) argv.insert(argv.end(), {"--tmpfs", path});
   std::vector<std::string> shown = {root};

@@ -18,6 +18,7 @@
 #include "cuda_agent/agent/workspace.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/sandbox/worker_confinement.h"
 #include "test_util.h"
 
 namespace cuda_agent::agent {
@@ -710,6 +711,55 @@ TEST_P(AgentConfinement, BashCannotFillTheDisk) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, AgentConfinement, ::testing::Values("bwrap", "namespaces"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+// Under the system read scope, bubblewrap's Bash hides what lies outside the scope. Folders beside
+// the workspace come and go (other episodes', other tests'): one that vanishes between the moment
+// the command's mounts are planned and the moment bubblewrap makes them must not fail the
+// command (it did: bubblewrap could not make a mount point over it in a read-only folder). A
+// `bwrap` first on PATH removes such a folder just before the real one runs.
+class AgentScopedBwrap : public AgentTools {
+ protected:
+  void SetUp() override {
+    tool_options_.confine = "bwrap";
+    tool_options_.visible_paths = sandbox::read_scope_system_paths();
+    setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);  // what bubblewrap's Bash runs the command through
+    // The wrapper goes first on the PATH that the tools' shells get (taken when they are made).
+    path_ = getenv("PATH") ? getenv("PATH") : "";
+    for (size_t at = 0; at <= path_.size();) {
+      const size_t end = std::min(path_.find(':', at), path_.size());
+      const fs::path candidate = fs::path(path_.substr(at, end - at)) / "bwrap";
+      if (real_.empty() && end > at && fs::is_regular_file(candidate)) real_ = candidate;
+      at = end + 1;
+    }
+    const fs::path bin = base_.path() / "bin";
+    fs::create_directories(bin);
+    write_file_atomic(bin / "bwrap", "#!/bin/sh\ncase \"$*\" in *ca-vanish-marker*) /bin/rm -rf '" + gone().string() +
+                                         "';; esac\nexec '" + real_.string() + "' \"$@\"\n");
+    fs::permissions(bin / "bwrap", fs::perms::owner_all);
+    setenv("PATH", (bin.string() + ":" + path_).c_str(), 1);
+    AgentTools::SetUp();
+  }
+  void TearDown() override { setenv("PATH", path_.c_str(), 1); }
+  fs::path gone() const { return base_.path() / "gone-meanwhile"; }
+  std::string path_;
+  fs::path real_;  // the real bwrap
+};
+
+TEST_F(AgentScopedBwrap, AFolderThatVanishesBesideTheWorkspaceDoesNotFailTheCommand) {
+  if (real_.empty() ||
+      std::system((real_.string() + " --ro-bind / / --unshare-net --die-with-parent true > /dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << "bubblewrap cannot run on this machine";
+  fs::create_directories(gone() / "inside");
+  const ToolResult r = call("Bash", {{"command", "echo ca-vanish-marker; cat " + (outside() / "secret.py").string() +
+                                                     " 2>/dev/null || echo secret=hidden; head -c 6 model.py; echo; "
+                                                     "echo x > mine.txt && echo workspace=writable"}});
+  EXPECT_FALSE(fs::exists(gone())) << "the wrapper ran";
+  EXPECT_TRUE(r.ok) << r.output;
+  for (const char* said : {"ca-vanish-marker", "secret=hidden", "workspace=writable"})
+    EXPECT_NE(r.output.find(said), std::string::npos) << said << " in " << r.output;
+  EXPECT_EQ(r.output.find("SECRET"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(std::string(kTask).substr(0, 6)), std::string::npos) << "the task is readable: " << r.output;
+}
 
 }  // namespace
 }  // namespace cuda_agent::agent
