@@ -355,8 +355,8 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
     // folder (shown empty whole just after).
     const ReadScopeCover outside = read_scope_cover(scope, {"/tmp"});
     const auto skip = [&](const std::string& path) {
-      return in_tmp(path) ||
-             std::any_of(hidden.begin(), hidden.end(), [&](const std::string& h) { return sandbox::path_within(path, h); });
+      return in_tmp(path) || std::any_of(hidden.begin(), hidden.end(),
+                                         [&](const std::string& h) { return sandbox::path_within(path, h); });
     };
     for (const auto& dir : outside.dirs)
       if (!skip(dir)) argv.insert(argv.end(), {"--tmpfs", dir, "--remount-ro", dir});

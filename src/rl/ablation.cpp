@@ -40,6 +40,13 @@ std::string number_or_dash(const json& summary, const char* key, int decimals = 
   return percent ? fmt::format("{:.0f}%", 100 * v.get<double>()) : fmt::format("{:.{}f}", v.get<double>(), decimals);
 }
 
+// "base, no_rft, ...": the variants' names.
+std::string names_of(const std::vector<AblationVariant>& variants) {
+  std::string names;
+  for (const AblationVariant& v : variants) names += (names.empty() ? "" : ", ") + v.name;
+  return names;
+}
+
 // The four per-step charts of the comparison, one curve per variant that has the metric.
 void write_plots(const std::vector<AblationVariant>& variants, const fs::path& dir) {
   struct Chart {
@@ -119,10 +126,8 @@ std::vector<AblationVariant> ablation_variants(const AblationOptions& options) {
   for (const std::string& name : options.only) {
     if (std::any_of(variants.begin(), variants.end(), [&](const AblationVariant& v) { return v.name == name; }))
       continue;
-    std::string names;
-    for (const AblationVariant& v : variants) names += (names.empty() ? "" : ", ") + v.name;
-    CA_FAIL("ablate --variants: no variant '{}': the variants are {} (base and the stems of {}'s *.yaml)", name, names,
-            options.ablations_dir.string());
+    CA_FAIL("ablate --variants: no variant '{}': the variants are {} (base and the stems of {}'s *.yaml)", name,
+            names_of(variants), options.ablations_dir.string());
   }
   return variants;
 }
@@ -252,12 +257,11 @@ bool shares_sft_prefix(const json& base, const json& variant) { return shares_pr
 
 std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::ostream& log) {
   std::vector<AblationVariant> variants = ablation_variants(options);
-  std::string names;
-  for (const AblationVariant& v : variants) names += (names.empty() ? "" : ", ") + v.name;
   const auto trained = [&](const AblationVariant& v) {
     return options.only.empty() || std::find(options.only.begin(), options.only.end(), v.name) != options.only.end();
   };
-  log << fmt::format("[ablate] {} variants into {}: {}", variants.size(), options.output_dir.string(), names);
+  log << fmt::format("[ablate] {} variants into {}: {}", variants.size(), options.output_dir.string(),
+                     names_of(variants));
   if (!options.only.empty()) log << fmt::format(" (training {} in this call)", fmt::join(options.only, ", "));
   log << "\n";
   TrainRunOptions train = options.train;
@@ -269,7 +273,8 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
   const json& base = variants.front().config;
   std::map<std::string, size_t> sharing;
   for (const std::string& level : kPrefixLevels)
-    for (const AblationVariant& v : variants) sharing[level] += trained(v) && shares_prefix(base, v.config, level) ? 1 : 0;
+    for (const AblationVariant& v : variants)
+      sharing[level] += trained(v) && shares_prefix(base, v.config, level) ? 1 : 0;
   std::function<fs::path(const std::string&)> ready_prefix = [&](const std::string& level) {
     const fs::path dir = options.output_dir / ("." + level + "-prefix");
     if (latest_checkpoint(dir).step >= 0) return dir;
@@ -287,7 +292,9 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
     const fs::path metrics = options.output_dir / v.name / "metrics.jsonl";
     if (!trained(v)) {
       v.ok = fs::exists(metrics);
-      if (!v.ok) v.error = fmt::format("not trained in this call (--variants) and no earlier run in {}", metrics.parent_path().string());
+      if (!v.ok)
+        v.error = fmt::format("not trained in this call (--variants) and no earlier run in {}",
+                              metrics.parent_path().string());
       log << fmt::format("[ablate] variant {} of {}: {}: {}\n", i + 1, variants.size(), v.name,
                          v.ok ? "not trained in this call; its earlier run's metrics are compared" : v.error);
       v.summary = summarize_variant(v.ok ? MetricsLog::read(metrics) : std::vector<json>{});

@@ -746,8 +746,8 @@ class AgentScopedBwrap : public AgentTools {
 };
 
 TEST_F(AgentScopedBwrap, AFolderThatVanishesBesideTheWorkspaceDoesNotFailTheCommand) {
-  if (real_.empty() ||
-      std::system((real_.string() + " --ro-bind / / --unshare-net --die-with-parent true > /dev/null 2>&1").c_str()) != 0)
+  const std::string probe = real_.string() + " --ro-bind / / --unshare-net --die-with-parent true > /dev/null 2>&1";
+  if (real_.empty() || std::system(probe.c_str()) != 0)
     GTEST_SKIP() << "bubblewrap cannot run on this machine";
   fs::create_directories(gone() / "inside");
   const ToolResult r = call("Bash", {{"command", "echo ca-vanish-marker; cat " + (outside() / "secret.py").string() +

@@ -66,12 +66,14 @@ std::vector<AblationVariant> ablation_variants(const AblationOptions& options);
 bool shares_prefix(const nlohmann::json& base, const nlohmann::json& variant, const std::string& level);
 bool shares_sft_prefix(const nlohmann::json& base, const nlohmann::json& variant);  // level "sft"
 
-// Trains every variant in turn (those of options.only, when given) and writes the comparison of all of them; a variant
-// not trained in this call counts as ok when its folder has metrics (what an earlier call wrote).
-// Progress goes to `log`. Stages that several variants trained in this call share run once: the supervised warm-up into OUTPUT/.sft-prefix/ (with
-// configs/learning.yaml: the base, no_rft, no_value_pretraining, raw_speedup_reward), the warm-up
-// and RFT into OUTPUT/.rft-prefix/ (the base, no_value_pretraining), started from a copy of the
-// first; each variant starts from a copy of the deepest prefix it shares with another.
+// Trains every variant in turn (those of options.only, when given) and writes the comparison of
+// all of them; a variant not trained in this call counts as ok when its folder has metrics (what
+// an earlier call wrote).
+// Progress goes to `log`. Stages that several variants trained in this call share run once:
+// the supervised warm-up into OUTPUT/.sft-prefix/ (with configs/learning.yaml: the base, no_rft,
+// no_value_pretraining, raw_speedup_reward), the warm-up and RFT into OUTPUT/.rft-prefix/ (the
+// base, no_value_pretraining), started from a copy of the first; each variant starts from a copy
+// of the deepest prefix it shares with another.
 std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::ostream& log);
 
 // A variant's numbers from its metrics records (metrics.jsonl, in order): the records of stage
