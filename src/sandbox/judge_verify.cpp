@@ -33,7 +33,7 @@ void judge_verify(Judge& j) {
       guarded(Category::kTaskError, where + ": drawing inputs", [&] { inputs = draw_inputs(j.task, j.device, seed); });
       guarded(Category::kTaskError, where + ": running the reference", [&] {
         j.reference_outputs(inputs, &ref, &ref64);
-        task_check.add(ref);
+        task_check.add(ref, inputs);
         j.reserve_outputs(ref);
       });
       const RunFlags flags{/*guard=*/true, /*poison=*/checks, /*full_checks=*/checks};

@@ -20,11 +20,12 @@ void floating_leaves(py::handle obj, std::vector<py::object>& out) {
   }
 }
 
-void TaskCheck::add(py::handle ref_out) {
+void TaskCheck::add(py::handle ref_out, py::handle inputs) {
   std::vector<py::object> leaves;
   floating_leaves(ref_out, leaves);
   if (leaves.empty()) return;
   ++trials_;
+  if (!inputs.is_none()) match_inputs(leaves, inputs);
   static py::object aminmax = py::module_::import("torch").attr("aminmax");
   for (auto& t : leaves) {
     if (t.attr("numel")().cast<int64_t>() == 0) continue;
@@ -79,19 +80,68 @@ void TaskCheck::add(py::handle ref_out) {
   all_close_to_first_ = all_close_to_first_ && close;
 }
 
+// Which output leaves are, within the tolerance, an input leaf of the same element count
+// (compared flat, in the output's dtype, a chunk at a time): kept across trials, a pair that
+// failed once is not compared again.
+void TaskCheck::match_inputs(const std::vector<py::object>& leaves, py::handle inputs) {
+  std::vector<py::object> given;
+  floating_leaves(inputs, given);
+  const bool first = !inputs_seen_;
+  inputs_seen_ = true;
+  if (first) matches_input_.assign(leaves.size(), std::vector<bool>(given.size(), true));
+  if (matches_input_.size() != leaves.size()) {  // a different output structure: no input passes
+    matches_input_.assign(leaves.size(), std::vector<bool>(given.size(), false));
+    return;
+  }
+  static py::object allclose = py::module_::import("torch").attr("allclose");
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    std::vector<bool>& row = matches_input_[i];
+    if (row.size() != given.size()) row.assign(given.size(), false);
+    const int64_t n = leaves[i].attr("numel")().cast<int64_t>();
+    for (size_t k = 0; k < given.size(); ++k) {
+      if (!row[k]) continue;
+      if (n == 0 || given[k].attr("numel")().cast<int64_t>() != n) {
+        row[k] = false;
+        continue;
+      }
+      py::object out = leaves[i].attr("detach")(), in = given[k].attr("detach")();
+      if (!out.attr("shape").equal(in.attr("shape"))) {
+        // A view of the input with the output's shape: flat, where that copies nothing.
+        if (!out.attr("is_contiguous")().cast<bool>() || !in.attr("is_contiguous")().cast<bool>()) {
+          row[k] = false;
+          continue;
+        }
+        out = out.attr("reshape")(-1);
+        in = in.attr("reshape")(-1);
+      }
+      bool close = true;
+      for_each_chunk(in, out, kCompareChunkElements, [&](py::handle a, py::handle b) {
+        close = close && allclose(a.attr("to")(b.attr("dtype")), b, py::arg("rtol") = rtol_, py::arg("atol") = atol_)
+                             .cast<bool>();
+      });
+      row[k] = close;
+    }
+  }
+}
+
 nlohmann::json TaskCheck::to_json() const {
   // Zeros pass |0 - ref| <= atol + rtol * |ref| exactly when |ref| <= atol / (1 - rtol).
   // Judged on the finite elements; a NaN is its own flag, and zeros never match an infinity.
   const bool near_zero = trials_ > 0 && !any_nan_ && !any_inf_ && (rtol_ >= 1 || max_abs_ <= atol_ / (1 - rtol_) || max_abs_ < 1e-6);
   const bool near_constant = trials_ > 0 && !any_varying_ && !any_nan_;
   const bool input_independent = compared_ && all_close_to_first_;
+  const bool returns_input = inputs_seen_ && !matches_input_.empty() &&
+                             std::all_of(matches_input_.begin(), matches_input_.end(), [](const std::vector<bool>& row) {
+                               return std::find(row.begin(), row.end(), true) != row.end();
+                             });
   return {{"trials_checked", trials_},
           {"max_abs_output", max_abs_},
           {"near_zero", near_zero},
           {"near_constant", near_constant},
           {"input_independent", input_independent},
           {"nan_output", any_nan_},
-          {"degenerate", near_zero || near_constant || input_independent || any_nan_}};
+          {"returns_input", returns_input},
+          {"degenerate", near_zero || near_constant || input_independent || any_nan_ || returns_input}};
 }
 
 py::object to_float64(py::handle obj) {

@@ -147,10 +147,36 @@ TEST_F(Integrity, StrictPolicyMeasuresTheFiniteElementsOfAnOutputWithInfinities)
   EXPECT_EQ(hs["category"], "precision");
 }
 
+// A residual whose added term stays under atol: returning the input passes every trial, so the
+// task cannot tell a kernel from no work at all. A view of the input with the output's shape
+// passes the same way. A task whose output only looks like an input (relu of a normal draw: half
+// the elements differ) is not flagged.
+TEST_F(Integrity, ATaskThatItsOwnInputPassesIsFlagged) {
+  const std::string task = task_of_x("residual", "x + 1e-3 * torch.tanh(x)", "torch.randn(32, 64)");
+  const std::string identity = solution_of_x("identity.py", "x");
+  auto r = verify(task, identity);
+  EXPECT_TRUE(r["ok"].get<bool>()) << "the input passes this task at atol 1e-2: " << r.dump(2);
+  EXPECT_TRUE(r["task_check"]["returns_input"].get<bool>()) << r["task_check"];
+  EXPECT_TRUE(r["task_check"]["degenerate"].get<bool>());
+  EXPECT_FALSE(r["task_check"]["near_constant"].get<bool>()) << "the output varies: only the new flag catches it";
+
+  const std::string flat = task_of_x("flat", "(x + 1e-3 * torch.tanh(x)).reshape(-1)", "torch.randn(32, 64)");
+  auto f = verify(flat, solution_of_x("view.py", "x.reshape(-1)"));
+  EXPECT_TRUE(f["ok"].get<bool>()) << f.dump(2);
+  EXPECT_TRUE(f["task_check"]["returns_input"].get<bool>()) << f["task_check"];
+
+  const std::string relu = task_of_x("relu", "torch.relu(x)", "torch.randn(32, 64)");
+  auto n = verify(relu, solution_of_x("relu.py", "torch.relu(x)"));
+  ASSERT_TRUE(n["ok"].get<bool>()) << n.dump(2);
+  EXPECT_FALSE(n["task_check"]["returns_input"].get<bool>()) << n["task_check"];
+  EXPECT_FALSE(n["task_check"]["degenerate"].get<bool>()) << n["task_check"];
+}
+
 TEST_F(Integrity, OrdinaryTasksAreNotFlagged) {
   auto r = verify(kSource + "/tests/data/tasks/add/model.py", kSource + "/tests/data/solutions/add_torch_cpu/model_new.py");
   ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
   EXPECT_FALSE(r["task_check"]["degenerate"].get<bool>()) << r["task_check"];
+  EXPECT_FALSE(r["task_check"]["returns_input"].get<bool>()) << r["task_check"];
   EXPECT_EQ(r["task_check"]["trials_checked"], 3);
 }
 

@@ -15,15 +15,19 @@ namespace cuda_agent::sandbox {
 // tolerance of the first trial's (input-independent: an output computed once, in __init__ say,
 // passes every trial). Such a task cannot tell a real kernel from a trivial one. A reference
 // whose output holds NaN for the task's own inputs (log of a normal draw, 0/0) is flagged too:
-// NaN never matches, so no kernel, the reference itself included, passes it.
+// NaN never matches, so no kernel, the reference itself included, passes it. So is a task whose
+// every output is, within the tolerance, one of its inputs as it was given (a residual whose
+// added term stays under atol, say): returning the input (or a view of it with the output's
+// shape) passes every trial without computing anything.
 // Hidden visibility, as pybind11 requires for types holding Python objects.
 class __attribute__((visibility("hidden"))) TaskCheck {
  public:
   TaskCheck(double atol, double rtol) : atol_(atol), rtol_(rtol) {}
-  // One trial's reference output (any tree of tensors).
-  void add(pybind11::handle ref_out);
+  // One trial's reference output (any tree of tensors) and the inputs it was computed from
+  // (unchanged: the reference ran on a copy).
+  void add(pybind11::handle ref_out, pybind11::handle inputs = pybind11::none());
   // {trials_checked, max_abs_output, near_zero, near_constant, input_independent, nan_output,
-  //  degenerate}
+  //  returns_input, degenerate}
   nlohmann::json to_json() const;
 
  private:
@@ -36,6 +40,11 @@ class __attribute__((visibility("hidden"))) TaskCheck {
   bool compared_ = false;
   bool all_close_to_first_ = true;
   std::vector<pybind11::object> first_;
+  // For each output leaf, which input leaves (same element count) it has been within the
+  // tolerance of in every trial so far; empty until the first trial with inputs.
+  std::vector<std::vector<bool>> matches_input_;
+  bool inputs_seen_ = false;
+  void match_inputs(const std::vector<pybind11::object>& leaves, pybind11::handle inputs);
 };
 
 // Floating tensors of a tree (lists and tuples followed) converted to float64; other values
