@@ -324,9 +324,14 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
   // go) is simply not there, with nothing to cover. (A covered folder that vanished before
   // bubblewrap mounted over it failed the command: bubblewrap cannot make the mount point in a
   // read-only folder.)
-  const auto in_tmp = [](const std::string& path) { return sandbox::path_within(path, "/tmp"); };
+  // (Resolved paths on both sides, compared as strings: a busy /tmp holds many entries.)
+  const auto within = [](const std::string& path, const std::string& dir) {
+    return path == dir || dir == "/" ||
+           (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
+  };
+  const auto in_tmp = [&](const std::string& path) { return within(path, "/tmp"); };
   const auto in_scope = [&](const std::string& path) {
-    return std::any_of(scope.begin(), scope.end(), [&](const std::string& k) { return sandbox::path_within(path, k); });
+    return std::any_of(scope.begin(), scope.end(), [&](const std::string& k) { return within(path, k); });
   };
   for (const auto& entry : std::filesystem::directory_iterator("/tmp", ec)) {
     std::error_code type_ec;
@@ -355,8 +360,8 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
     // folder (shown empty whole just after).
     const ReadScopeCover outside = read_scope_cover(scope, {"/tmp"});
     const auto skip = [&](const std::string& path) {
-      return in_tmp(path) || std::any_of(hidden.begin(), hidden.end(),
-                                         [&](const std::string& h) { return sandbox::path_within(path, h); });
+      return in_tmp(path) ||
+             std::any_of(hidden.begin(), hidden.end(), [&](const std::string& h) { return within(path, h); });
     };
     for (const auto& dir : outside.dirs)
       if (!skip(dir)) argv.insert(argv.end(), {"--tmpfs", dir, "--remount-ro", dir});

@@ -130,10 +130,11 @@ nlohmann::json TaskCheck::to_json() const {
   const bool near_zero = trials_ > 0 && !any_nan_ && !any_inf_ && (rtol_ >= 1 || max_abs_ <= atol_ / (1 - rtol_) || max_abs_ < 1e-6);
   const bool near_constant = trials_ > 0 && !any_varying_ && !any_nan_;
   const bool input_independent = compared_ && all_close_to_first_;
-  const bool returns_input = inputs_seen_ && !matches_input_.empty() &&
-                             std::all_of(matches_input_.begin(), matches_input_.end(), [](const std::vector<bool>& row) {
-                               return std::find(row.begin(), row.end(), true) != row.end();
-                             });
+  const auto some_input = [](const std::vector<bool>& row) {
+    return std::find(row.begin(), row.end(), true) != row.end();
+  };
+  const bool returns_input =
+      inputs_seen_ && !matches_input_.empty() && std::all_of(matches_input_.begin(), matches_input_.end(), some_input);
   return {{"trials_checked", trials_},
           {"max_abs_output", max_abs_},
           {"near_zero", near_zero},
