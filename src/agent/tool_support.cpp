@@ -324,14 +324,9 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
   // go) is simply not there, with nothing to cover. (A covered folder that vanished before
   // bubblewrap mounted over it failed the command: bubblewrap cannot make the mount point in a
   // read-only folder.)
-  // (Resolved paths on both sides, compared as strings: a busy /tmp holds many entries.)
-  const auto within = [](const std::string& path, const std::string& dir) {
-    return path == dir || dir == "/" ||
-           (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
-  };
-  const auto in_tmp = [&](const std::string& path) { return within(path, "/tmp"); };
+  const auto in_tmp = [](const std::string& path) { return path_under(path, "/tmp"); };
   const auto in_scope = [&](const std::string& path) {
-    return std::any_of(scope.begin(), scope.end(), [&](const std::string& k) { return within(path, k); });
+    return std::any_of(scope.begin(), scope.end(), [&](const std::string& k) { return path_under(path, k); });
   };
   for (const auto& entry : std::filesystem::directory_iterator("/tmp", ec)) {
     std::error_code type_ec;
@@ -340,13 +335,12 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
     if (entry.is_directory(type_ec) || entry.is_regular_file(type_ec))
       argv.insert(argv.end(), {"--ro-bind-try", path, path});  // may vanish meanwhile
   }
-  // The scope's paths inside a /tmp entry that is only on the way to them, each bound alone.
-  std::vector<std::string> deeper;
-  for (const auto& k : scope)
-    if (in_tmp(k) && k != "/tmp" && !in_scope(std::filesystem::path(k).parent_path().string())) deeper.push_back(k);
-  std::sort(deeper.begin(), deeper.end());  // parents first
-  for (const auto& k : deeper)
-    if (std::filesystem::path(k).parent_path() != "/tmp") argv.insert(argv.end(), {"--ro-bind-try", k, k});
+  // The scope's paths inside a /tmp entry that is only on the way to them, each bound alone (one
+  // inside another scope path is shown with it).
+  for (const auto& k : scope) {
+    const std::string parent = std::filesystem::path(k).parent_path().string();
+    if (in_tmp(parent) && parent != "/tmp" && !in_scope(parent)) argv.insert(argv.end(), {"--ro-bind-try", k, k});
+  }
   // Hidden folders before what is shown inside them (the workspace inside its hidden run folder),
   // read-only once those are bound; one inside a path bound since is hidden again on top.
   std::vector<std::string> hidden;
@@ -361,7 +355,7 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
     const ReadScopeCover outside = read_scope_cover(scope, {"/tmp"});
     const auto skip = [&](const std::string& path) {
       return in_tmp(path) ||
-             std::any_of(hidden.begin(), hidden.end(), [&](const std::string& h) { return within(path, h); });
+             std::any_of(hidden.begin(), hidden.end(), [&](const std::string& h) { return path_under(path, h); });
     };
     for (const auto& dir : outside.dirs)
       if (!skip(dir)) argv.insert(argv.end(), {"--tmpfs", dir, "--remount-ro", dir});

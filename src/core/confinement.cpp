@@ -274,11 +274,6 @@ void drop_capabilities() {
   }
 }
 
-bool under(const std::string& path, const std::string& dir) {
-  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
-                         (dir.back() == '/' || path[dir.size()] == '/'));
-}
-
 // read_scope_cover's walk of the folder `dir`, which lies on the way to a path of `keep`.
 void cover_outside(const std::string& dir, const std::vector<std::string>& keep, ReadScopeCover& cover) {
   std::vector<Entry> entries;
@@ -290,8 +285,8 @@ void cover_outside(const std::string& dir, const std::vector<std::string>& keep,
   for (const Entry& e : entries) {
     const std::string path = (dir == "/" ? "" : dir) + "/" + e.name;
     if (e.symlink) continue;
-    if (std::any_of(keep.begin(), keep.end(), [&](const std::string& k) { return under(path, k); })) continue;
-    if (std::any_of(keep.begin(), keep.end(), [&](const std::string& k) { return under(k, path); })) {
+    if (std::any_of(keep.begin(), keep.end(), [&](const std::string& k) { return path_under(path, k); })) continue;
+    if (std::any_of(keep.begin(), keep.end(), [&](const std::string& k) { return path_under(k, path); })) {
       if (e.directory) cover_outside(path, keep, cover);
       continue;
     }
@@ -304,8 +299,13 @@ void cover_outside(const std::string& dir, const std::vector<std::string>& keep,
 
 }  // namespace
 
+bool path_under(const std::string& path, const std::string& dir) {
+  return path == dir || (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+                         (dir.back() == '/' || path[dir.size()] == '/'));
+}
+
 bool read_scope_shows(const std::vector<std::string>& scope, const std::string& path) {
-  return std::any_of(scope.begin(), scope.end(), [&](const std::string& k) { return under(path, k) || under(k, path); });
+  return std::any_of(scope.begin(), scope.end(), [&](const std::string& k) { return path_under(path, k) || path_under(k, path); });
 }
 
 std::vector<std::string> resolve_read_scope(const std::vector<std::string>& visible) {
@@ -452,7 +452,7 @@ void confine_this_process(const ConfinementPlan& plan) {
   for (size_t i = 0; i < hidden.size(); ++i) {
     const std::string& h = hidden[i];
     // One inside another hidden directory is hidden with it.
-    const bool inside = std::any_of(hidden.begin(), hidden.end(), [&](const std::string& o) { return o != h && under(h, o); });
+    const bool inside = std::any_of(hidden.begin(), hidden.end(), [&](const std::string& o) { return o != h && path_under(h, o); });
     bool mounted = !inside;
     // The scope's cover needs no room for mount points; a hidden folder that cannot be reached
     // (removed since it was listed, or a host entry of a private directory the scope left out)
@@ -478,8 +478,8 @@ void confine_this_process(const ConfinementPlan& plan) {
   auto mount_point = [&](const std::string& path, const struct stat& st, const char* what) {
     if (::access(path.c_str(), F_OK) == 0) return;
     const bool covered =
-        std::any_of(privates.begin(), privates.end(), [&](const PrivateDir& p) { return under(path, p.path); }) ||
-        std::any_of(hidden.begin(), hidden.end(), [&](const std::string& h) { return under(path, h); });
+        std::any_of(privates.begin(), privates.end(), [&](const PrivateDir& p) { return path_under(path, p.path); }) ||
+        std::any_of(hidden.begin(), hidden.end(), [&](const std::string& h) { return path_under(path, h); });
     CA_CHECK(covered, "cannot confine: the {} {} is not visible after the mounts", what, path);
     fs::create_directories(fs::path(path).parent_path(), ec);
     make_mount_point(path, S_ISDIR(st.st_mode));
@@ -511,7 +511,7 @@ void confine_this_process(const ConfinementPlan& plan) {
   // cache) is covered by that bind: hidden again, on top.
   for (size_t i = 0; i < hidden.size(); ++i) {
     const std::string& h = hidden[i];
-    const auto covers = [&](const std::string& p) { return under(h, p); };
+    const auto covers = [&](const std::string& p) { return path_under(h, p); };
     if (std::any_of(writable.begin(), writable.end(), covers) || std::any_of(read_only.begin(), read_only.end(), covers))
       mount_tmpfs(h, 0500, 4096, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC);
     else if (hidden_mounted[i])

@@ -86,9 +86,7 @@ void TaskCheck::add(py::handle ref_out, py::handle inputs) {
 void TaskCheck::match_inputs(const std::vector<py::object>& leaves, py::handle inputs) {
   std::vector<py::object> given;
   floating_leaves(inputs, given);
-  const bool first = !inputs_seen_;
-  inputs_seen_ = true;
-  if (first) matches_input_.assign(leaves.size(), std::vector<bool>(given.size(), true));
+  if (matches_input_.empty()) matches_input_.assign(leaves.size(), std::vector<bool>(given.size(), true));
   if (matches_input_.size() != leaves.size()) {  // a different output structure: no input passes
     matches_input_.assign(leaves.size(), std::vector<bool>(given.size(), false));
     return;
@@ -133,8 +131,8 @@ nlohmann::json TaskCheck::to_json() const {
   const auto some_input = [](const std::vector<bool>& row) {
     return std::find(row.begin(), row.end(), true) != row.end();
   };
-  const bool returns_input =
-      inputs_seen_ && !matches_input_.empty() && std::all_of(matches_input_.begin(), matches_input_.end(), some_input);
+  // One such output is enough: a solution returns the input there and computes only the rest.
+  const bool returns_input = std::any_of(matches_input_.begin(), matches_input_.end(), some_input);
   return {{"trials_checked", trials_},
           {"max_abs_output", max_abs_},
           {"near_zero", near_zero},

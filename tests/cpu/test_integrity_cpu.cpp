@@ -165,6 +165,13 @@ TEST_F(Integrity, ATaskThatItsOwnInputPassesIsFlagged) {
   EXPECT_TRUE(f["ok"].get<bool>()) << f.dump(2);
   EXPECT_TRUE(f["task_check"]["returns_input"].get<bool>()) << f["task_check"];
 
+  // One output of two is enough: the solution computes the other and returns its input for it.
+  const std::string pair = task_of_x("pair", "(x + 1e-3 * torch.tanh(x), torch.relu(x))", "torch.randn(32, 64)");
+  auto p = verify(pair, solution_of_x("partly.py", "(x, torch.relu(x))"));
+  EXPECT_TRUE(p["ok"].get<bool>()) << p.dump(2);
+  EXPECT_TRUE(p["task_check"]["returns_input"].get<bool>()) << p["task_check"];
+  EXPECT_TRUE(p["task_check"]["degenerate"].get<bool>());
+
   const std::string relu = task_of_x("relu", "torch.relu(x)", "torch.randn(32, 64)");
   auto n = verify(relu, solution_of_x("relu.py", "torch.relu(x)"));
   ASSERT_TRUE(n["ok"].get<bool>()) << n.dump(2);

@@ -72,6 +72,9 @@ struct ReadScopeCover {
   std::vector<std::string> files;  // to be shown as /dev/null
 };
 ReadScopeCover read_scope_cover(const std::vector<std::string>& scope, const std::vector<std::string>& private_dirs = {});
+// Whether `path` is `dir` or inside it, both resolved already (compared as strings, no system
+// call).
+bool path_under(const std::string& path, const std::string& dir);
 // Whether `path` (resolved) is a path of `scope`, inside one or on the way to one.
 bool read_scope_shows(const std::vector<std::string>& scope, const std::string& path);
 

@@ -15,10 +15,10 @@ namespace cuda_agent::sandbox {
 // tolerance of the first trial's (input-independent: an output computed once, in __init__ say,
 // passes every trial). Such a task cannot tell a real kernel from a trivial one. A reference
 // whose output holds NaN for the task's own inputs (log of a normal draw, 0/0) is flagged too:
-// NaN never matches, so no kernel, the reference itself included, passes it. So is a task whose
-// every output is, within the tolerance, one of its inputs as it was given (a residual whose
-// added term stays under atol, say): returning the input (or a view of it with the output's
-// shape) passes every trial without computing anything.
+// NaN never matches, so no kernel, the reference itself included, passes it. So is a task with an
+// output that is, within the tolerance, one of its inputs as it was given (a residual whose added
+// term stays under atol, say): returning the input there (or a view of it with the output's
+// shape) passes every trial without computing that output.
 // Hidden visibility, as pybind11 requires for types holding Python objects.
 class __attribute__((visibility("hidden"))) TaskCheck {
  public:
@@ -41,9 +41,9 @@ class __attribute__((visibility("hidden"))) TaskCheck {
   bool all_close_to_first_ = true;
   std::vector<pybind11::object> first_;
   // For each output leaf, which input leaves (same element count) it has been within the
-  // tolerance of in every trial so far; empty until the first trial with inputs.
+  // tolerance of in every trial so far; empty until the first trial with inputs (which has an
+  // output leaf: add returns before otherwise).
   std::vector<std::vector<bool>> matches_input_;
-  bool inputs_seen_ = false;
   void match_inputs(const std::vector<pybind11::object>& leaves, pybind11::handle inputs);
 };
 
