@@ -89,4 +89,20 @@ foreach(header cuda.h nvrtc.h cupti.h cublas_v2.h cudnn.h)
   list(APPEND CUDA_AGENT_CUDA_INCLUDE_DIRS "${_ca_dir_${header}}")
 endforeach()
 list(REMOVE_DUPLICATES CUDA_AGENT_CUDA_INCLUDE_DIRS)
+
+# --- nvcc, for the language model's own kernels (src/lm/*.cu: the batch engine's paged decode
+# attention). Without it the engine decodes through torch's attention instead. (Torch's CMake
+# files usually enable CUDA already.)
+if(CUDAToolkit_NVCC_EXECUTABLE AND NOT CMAKE_CUDA_COMPILER)
+  set(CMAKE_CUDA_COMPILER "${CUDAToolkit_NVCC_EXECUTABLE}")
+endif()
+set(CUDA_AGENT_CUDA_ARCHITECTURES "80-real;90" CACHE STRING
+    "GPU architectures of the language model's kernels (Ampere and Hopper machine code, Hopper PTX)")
+include(CheckLanguage)
+check_language(CUDA)
+if(CMAKE_CUDA_COMPILER)
+  enable_language(CUDA)
+else()
+  message(STATUS "cuda-agent: no CUDA compiler: the batch engine decodes without its paged attention kernel")
+endif()
 message(STATUS "cuda-agent: python ${CUDA_AGENT_PYTHON_EXECUTABLE}, torch ${CUDA_AGENT_TORCH_VERSION}, CUDA ${CUDAToolkit_VERSION}")

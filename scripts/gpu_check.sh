@@ -289,7 +289,9 @@ if [ "$what" = engine ]; then
   # ROLLOUT_PER_CALL_MAX, default 64, concurrent turns: the slow path; 0: the engine alone), on
   # SmolLM2-135M's and Qwen2-1.5B's shapes with random bf16 weights (ca-lm-bench's "rollout").
   conc=$(echo "${ROLLOUT_CONCURRENT:-1 8 32 64 128}" | tr ' ' ',')
-  rollout="\"rollout\": {\"concurrent\": [$conc], \"prompt_tokens\": 512, \"new_tokens\": 128, \"per_call_max\": ${ROLLOUT_PER_CALL_MAX:-64}}"
+  # ENGINE_GATHERED=1: each row also times the engine with torch's attention over gathered keys
+  # instead of its paged attention kernel (LmOptions::paged_attention), on the same prompts.
+  rollout="\"rollout\": {\"concurrent\": [$conc], \"prompt_tokens\": 512, \"new_tokens\": 128, \"per_call_max\": ${ROLLOUT_PER_CALL_MAX:-64}, \"gathered_too\": $([ "${ENGINE_GATHERED:-0}" = 1 ] && echo true || echo false)}"
   echo "{\"device\": \"cuda\", \"dtype\": \"bfloat16\", \"config\": {\"model_type\": \"llama\", \"vocab_size\": 49152,
     \"hidden_size\": 576, \"intermediate_size\": 1536, \"num_hidden_layers\": 30, \"num_attention_heads\": 9,
     \"num_key_value_heads\": 3, \"max_position_embeddings\": 8192, \"rms_norm_eps\": 1e-5, \"rope_theta\": 100000.0,
@@ -304,6 +306,8 @@ if [ "$what" = engine ]; then
   # ENGINE_MODELS picks the shapes (default both); ENGINE_HF=0 leaves transformers out.
   for m in ${ENGINE_MODELS:-smollm2 qwen2_1p5b}; do
     [ "${ENGINE_HF:-1}" = 1 ] && sed -i "s|^{|{\"save_hf\": \"$out/engine-$m-hf\", |" "$out/engine-$m.json"
+    # ENGINE_PROFILE=N: every kernel of the run recorded (CUPTI), the N costliest under "kernels".
+    [ -n "${ENGINE_PROFILE:-}" ] && sed -i "s|^{|{\"kernel_profile\": $ENGINE_PROFILE, |" "$out/engine-$m.json"
     timeout "${ENGINE_TIMEOUT:-280}" $build/ca-lm-bench "$out/engine-$m.json" > "$out/engine-$m.out.json" 2> "$out/engine-$m.err"
     echo "$m: exit $?"
     # Each figure as it was measured (a run cut short by the timeout still says what it reached).

@@ -223,6 +223,7 @@ struct BatchEngine::Impl {
     torch::Tensor input;
   };
   bool use_graphs = false;
+  bool paged_kernel = false;  // decode steps attend through paged_attention.h's kernel
   std::map<GraphShape, Graph> graphs;
   std::map<std::pair<int64_t, std::optional<SampleKey>>, torch::Tensor> graph_out;
   std::vector<const void*> graph_weights;
@@ -277,6 +278,7 @@ void BatchEngine::Impl::loop() {
     stream.emplace(c10::cuda::getStreamFromPool(false, model.device().index()));
     use_graphs = options.cuda_graphs;
   }
+  paged_kernel = options.paged_attention && model.can_decode_paged();
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mutex);
@@ -700,6 +702,7 @@ void BatchEngine::Impl::step() {
   // Counted before the calls are released: a caller reads the stats of what it waited for.
   count_stats([&](lm::EngineStats& s) {
     ++s.steps;
+    if (paged_kernel) ++s.paged_steps;
     s.decoded_tokens += rows;
     s.peak_rows = std::max(s.peak_rows, rows);
     s.step_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -762,10 +765,15 @@ torch::Tensor BatchEngine::Impl::decode_forward(int64_t rows, int64_t width, con
   const auto lengths = input.narrow(0, 3 * rows, rows);
   const auto uniforms = input.narrow(0, 4 * rows, rows).view(torch::kFloat64);
   const auto table = input.narrow(0, kStepFields * rows, rows * width).view({rows, width});
-  const auto read = (table.unsqueeze(-1) * bs + torch::arange(bs, table.options())).view({rows, keys});
-  const auto allowed =
-      (torch::arange(keys, table.options()).unsqueeze(0) < lengths.unsqueeze(1)).view({rows, 1, 1, keys});
-  const auto hidden = model.forward_paged(ids, positions, pool, write, read, allowed);
+  torch::Tensor hidden;
+  if (paged_kernel) {  // attention reads the pool through the block table
+    hidden = model.decode_paged(ids, positions, pool, write, table, lengths, bs);
+  } else {  // each row's keys gathered, padded positions masked
+    const auto read = (table.unsqueeze(-1) * bs + torch::arange(bs, table.options())).view({rows, keys});
+    const auto allowed =
+        (torch::arange(keys, table.options()).unsqueeze(0) < lengths.unsqueeze(1)).view({rows, 1, 1, keys});
+    hidden = model.forward_paged(ids, positions, pool, write, read, allowed);
+  }
   const auto logits = model.logits(hidden.select(1, 0)).to(torch::kFloat32);
   return sample ? Sampler::choose(sampling_of(*sample), logits, uniforms) : logits;
 }

@@ -48,6 +48,9 @@ struct EngineOptions {
   int64_t prefill_chunk = 1024;  // most prompt tokens in one prefill forward
   double idle_release_s = 2.0;   // the pool is freed after this long without work
   bool cuda_graphs = true;       // on a GPU, decode steps replay CUDA graphs (one per shape)
+  // On a GPU, decode steps attend straight from the pool's blocks (paged_attention.h) instead of
+  // gathering each row's keys and values into a padded tensor for torch's attention.
+  bool paged_attention = true;
 };
 
 class BatchEngine {

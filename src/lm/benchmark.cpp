@@ -225,6 +225,14 @@ json bench_rollout(TorchLanguageModel& plain, const json& spec) {
   with_engine.batch_engine = true;
   with_engine.kv_tokens = positive(spec, "kv_tokens", 262144);
   TorchLanguageModel engine(plain.model(), with_engine);
+  // gathered_too: the engine once more with torch's attention over gathered keys instead of the
+  // paged kernel (LmOptions::paged_attention), timed right after it on the same prompts (its own
+  // pool: nothing of the first run is reused).
+  std::unique_ptr<TorchLanguageModel> gathered;
+  if (spec.value("gathered_too", false)) {
+    with_engine.paged_attention = false;
+    gathered = std::make_unique<TorchLanguageModel>(plain.model(), with_engine);
+  }
   const torch::Device device = plain.model()->device();
   json rows = json::array();
   for (int64_t n : positive_list(spec, "concurrent", {1, 8, 32, 64, 128})) {
@@ -265,12 +273,19 @@ json bench_rollout(TorchLanguageModel& plain, const json& spec) {
                 {"engine_tokens_per_s", batched},
                 {"engine_seconds", batched_s},
                 {"engine_steps", after.steps - before.steps},
+                {"engine_paged_steps", after.paged_steps - before.paged_steps},
                 {"engine_step_seconds", after.step_seconds - before.step_seconds},
                 {"engine_device_wait_seconds", after.device_wait_seconds - before.device_wait_seconds},
                 {"engine_peak_rows", after.peak_rows},
                 {"engine_prefilled_tokens", after.prefilled_tokens - before.prefilled_tokens},
                 {"engine_reused_tokens", after.reused_tokens - before.reused_tokens},
                 {"engine_preemptions", after.preemptions - before.preemptions}};
+    if (gathered) {
+      run(*gathered, std::min<int64_t>(fresh, 8), timed_seed + (uint64_t{1} << 40));
+      const auto [tokens_per_s, seconds] = run(*gathered, fresh, timed_seed);
+      row["gathered_tokens_per_s"] = tokens_per_s;
+      row["gathered_seconds"] = seconds;
+    }
     std::fprintf(stderr, "[rollout] %s\n", row.dump().c_str());
     if (n <= per_call_max) {
       const auto [alone, alone_s] = run(plain, fresh, timed_seed);

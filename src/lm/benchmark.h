@@ -11,7 +11,9 @@ namespace cuda_agent::lm {
 //        "generation": {"batches", "prompt_tokens", "new_tokens", "repeats"},
 //        "inference_memory": {"contexts"},
 //        "training": {"contexts", "checkpoint", "chunk_tokens"},
-//        "rollout": {"concurrent", "prompt_tokens", "new_tokens", "kv_tokens"}}
+//        "rollout": {"concurrent", "prompt_tokens", "new_tokens", "kv_tokens", "per_call_max",
+//                    "gathered_too": also time the engine without its paged attention kernel}}
+// (ca-lm-bench also reads "kernel_profile": N, the N costliest kernels of the run by CUPTI.)
 // Each section present is run and reported under the same key. Throws Error for a bad spec.
 nlohmann::json run_benchmark(const nlohmann::json& spec);
 

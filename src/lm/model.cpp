@@ -5,12 +5,15 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <cmath>
 #include <mutex>
+#include <optional>
 
 #include "checkpoint.h"
 #include "cuda_agent/core/error.h"
+#include "paged_attention.h"
 
 namespace cuda_agent::lm {
 namespace {
@@ -23,6 +26,49 @@ namespace {
 void use_attention_without_plans() {
   static std::once_flag once;
   std::call_once(once, [] { at::globalContext().setSDPUseCuDNN(false); });
+}
+
+std::optional<PagedDtype> paged_dtype(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat32: return PagedDtype::kFloat32;
+    case torch::kBFloat16: return PagedDtype::kBFloat16;
+    case torch::kFloat16: return PagedDtype::kFloat16;
+    default: return std::nullopt;
+  }
+}
+
+// Attention of one query token a row ([B, H, 1, D]) over the pool (paged_attention.h): [B, 1, H, D].
+torch::Tensor paged_decode(const torch::Tensor& q, const torch::Tensor& k_pool, const torch::Tensor& v_pool,
+                           const LayerInputs& in, int64_t kv_heads, double scale) {
+#if CA_LM_PAGED_KERNEL
+  const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(3);
+  const auto query = q.contiguous();
+  const int64_t width = in.block_table.size(1);
+  auto out = torch::empty({rows, 1, heads, dim}, q.options());
+  const PagedDecodePlan plan = paged_decode_plan(rows, static_cast<int>(kv_heads), width * in.block_size);
+  auto partial = torch::empty({rows, heads, plan.splits, dim + 2}, q.options().dtype(torch::kFloat32));
+  PagedDecodeArgs a;
+  a.q = query.data_ptr();
+  a.k_pool = k_pool.data_ptr();
+  a.v_pool = v_pool.data_ptr();
+  a.table = in.block_table.data_ptr<int64_t>();
+  a.lengths = in.key_lengths.data_ptr<int64_t>();
+  a.out = out.data_ptr();
+  a.partial = partial.data_ptr<float>();
+  a.rows = rows;
+  a.table_width = width;
+  a.block_size = static_cast<int>(in.block_size);
+  a.heads = static_cast<int>(heads);
+  a.kv_heads = static_cast<int>(kv_heads);
+  a.dim = static_cast<int>(dim);
+  a.scale = static_cast<float>(scale);
+  a.dtype = *paged_dtype(q.scalar_type());
+  const char* error = paged_decode_attention(a, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  CA_CHECK(error == nullptr, "paged decode attention ({} rows, {} heads of {}): {}", rows, heads, dim, error);
+  return out;
+#else
+  CA_FAIL("paged decode attention: this build has no CUDA kernels (CMake found no CUDA compiler)");
+#endif
 }
 
 }  // namespace
@@ -104,6 +150,9 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerInputs& 
     auto& pv = in.paged->v[layer_];
     pk.index_copy_(0, in.write_slots, k.transpose(1, 2).reshape({batch * len, kv_heads_, head_dim_}));
     pv.index_copy_(0, in.write_slots, v.transpose(1, 2).reshape({batch * len, kv_heads_, head_dim_}));
+    if (in.block_table.defined())
+      return o_proj(paged_decode(q, pk, pv, in, kv_heads_, 1.0 / std::sqrt(static_cast<double>(head_dim_)))
+                        .view({batch, len, heads_ * head_dim_}));
     const int64_t n = in.read_slots.size(1);
     const auto flat = in.read_slots.reshape({-1});
     keys = pk.index_select(0, flat).view({batch, n, kv_heads_, head_dim_}).transpose(1, 2);
@@ -268,19 +317,52 @@ torch::Tensor CausalLMImpl::forward_paged(const torch::Tensor& input_ids, const 
                 allowed.size(3) == read_slots.size(1),
             "forward_paged: ids [{}, {}] with {} write slots, read slots of {} dimensions, a mask of {}", rows, len,
             write_slots.numel(), read_slots.dim(), allowed.dim());
+  LayerInputs in;
+  in.write_slots = write_slots;
+  in.read_slots = read_slots;
+  in.mask = grouped_mask(allowed);
+  return forward_pool(input_ids, positions, pool, std::move(in));
+}
+
+torch::Tensor CausalLMImpl::decode_paged(const torch::Tensor& input_ids, const torch::Tensor& positions, PagedKv& pool,
+                                         const torch::Tensor& write_slots, const torch::Tensor& block_table,
+                                         const torch::Tensor& lengths, int64_t block_size) {
+  const int64_t rows = input_ids.size(0);
+  CA_ASSERT(input_ids.dim() == 2 && input_ids.size(1) == 1 && positions.sizes() == input_ids.sizes() &&
+                write_slots.numel() == rows && block_table.dim() == 2 && block_table.size(0) == rows &&
+                lengths.numel() == rows && block_table.is_contiguous() && lengths.is_contiguous(),
+            "decode_paged: ids [{}, {}] with {} write slots, a block table of {} dimensions, {} lengths", rows,
+            input_ids.size(1), write_slots.numel(), block_table.dim(), lengths.numel());
+  CA_ASSERT(can_decode_paged(), "decode_paged on a model that cannot (can_decode_paged())");
+  LayerInputs in;
+  in.write_slots = write_slots;
+  in.block_table = block_table;
+  in.key_lengths = lengths;
+  in.block_size = block_size;
+  return forward_pool(input_ids, positions, pool, std::move(in));
+}
+
+torch::Tensor CausalLMImpl::forward_pool(const torch::Tensor& input_ids, const torch::Tensor& positions, PagedKv& pool,
+                                         LayerInputs in) {
   CA_ASSERT(static_cast<int64_t>(pool.k.size()) == config_.num_hidden_layers, "a pool of {} layers for a model of {}",
             pool.k.size(), config_.num_hidden_layers);
   auto h = model->embed_tokens(input_ids);
   auto [cos, sin] = rope_.cos_sin(positions, h.scalar_type());
-  LayerInputs in;
   in.cos = cos.unsqueeze(1);
   in.sin = sin.unsqueeze(1);
   in.paged = &pool;
-  in.write_slots = write_slots;
-  in.read_slots = read_slots;
-  in.mask = grouped_mask(allowed);
   for (auto& layer : model->layers) h = layer->forward(h, in);
   return model->norm(h);
+}
+
+bool CausalLMImpl::can_decode_paged() const {
+#if CA_LM_PAGED_KERNEL
+  return device().is_cuda() && paged_dtype(dtype()).has_value() &&
+         paged_decode_supported(static_cast<int>(config_.num_attention_heads),
+                                static_cast<int>(config_.num_key_value_heads), static_cast<int>(config_.head_dim));
+#else
+  return false;
+#endif
 }
 
 torch::Tensor CausalLMImpl::grouped_mask(const torch::Tensor& allowed) const {

@@ -59,6 +59,11 @@ struct LayerInputs {
   // [B, K]) under `mask`.
   PagedKv* paged = nullptr;
   torch::Tensor write_slots, read_slots;
+  // Paged decoding (CausalLMImpl::decode_paged, one new token a row): attention reads each row's
+  // first `key_lengths` positions through its block table (int64 [B, width]) in the pool itself
+  // (paged_attention.h); read_slots and mask are unused.
+  torch::Tensor block_table, key_lengths;
+  int64_t block_size = 0;
 };
 
 // y = x W^T + b, with parameters created uninitialised on the target device and dtype (a
@@ -169,6 +174,16 @@ class CausalLMImpl : public torch::nn::Module {
   torch::Tensor forward_paged(const torch::Tensor& input_ids, const torch::Tensor& positions, PagedKv& pool,
                               const torch::Tensor& write_slots, const torch::Tensor& read_slots,
                               const torch::Tensor& allowed);
+  // forward_paged's decode step (one token a row, [B, 1] ids and positions) attending straight
+  // from the pool: row b sees its first lengths[b] positions (its new one included), position p
+  // in slot block_table[b, p / block_size] * block_size + p % block_size. No host reads of device
+  // values (CUDA graphs). Only where can_decode_paged().
+  torch::Tensor decode_paged(const torch::Tensor& input_ids, const torch::Tensor& positions, PagedKv& pool,
+                             const torch::Tensor& write_slots, const torch::Tensor& block_table,
+                             const torch::Tensor& lengths, int64_t block_size);
+  // Whether decode_paged runs here: the kernel was built (CUDA at build time), the model is on a
+  // GPU in float32, bfloat16 or float16, and its head shape is one the kernel handles.
+  bool can_decode_paged() const;
   // An empty pool of `slots` slots on the model's device and dtype.
   PagedKv new_paged_kv(int64_t slots) const;
   // lm_head (the embedding matrix when tied) on hidden states, in the model's dtype.
@@ -200,6 +215,10 @@ class CausalLMImpl : public torch::nn::Module {
   // A boolean mask [B, 1, T, L] folded for grouped-query attention: [B, 1, G*T, L], row g*T + t
   // for query t of head g of a key/value group (see AttentionImpl), once for every layer.
   torch::Tensor grouped_mask(const torch::Tensor& allowed) const;
+  // The layers over a slot pool (forward_paged, decode_paged): `in` says how attention finds the
+  // keys; the pool, RoPE's tables and the embedding are filled in here.
+  torch::Tensor forward_pool(const torch::Tensor& input_ids, const torch::Tensor& positions, PagedKv& pool,
+                             LayerInputs in);
 
   policy::ModelConfig config_;
   Rope rope_;

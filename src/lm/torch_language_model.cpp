@@ -88,6 +88,7 @@ TorchLanguageModel::TorchLanguageModel(CausalLM model, lm::LmOptions options)
     EngineOptions e;
     e.kv_tokens = options_.kv_tokens;
     e.block_size = options_.kv_block;
+    e.paged_attention = options_.paged_attention;
     engine_ = std::make_unique<BatchEngine>(*model_, e);
   }
 }

@@ -41,11 +41,15 @@ struct LmOptions {
   bool batch_engine = false;
   int64_t kv_tokens = 131072;  // the engine's KV pool, in token positions
   int64_t kv_block = 16;       // positions per block of that pool
+  // The engine's decode steps on a GPU attend straight from the pool's blocks (a kernel of this
+  // project's, src/lm/paged_attention.h) instead of through torch's attention over gathered keys.
+  bool paged_attention = true;
 };
 
 // What the batched engine has done since the model was created (all zero without it).
 struct EngineStats {
   int64_t steps = 0;             // decode forwards
+  int64_t paged_steps = 0;       // of which attended through the paged kernel (LmOptions::paged_attention)
   int64_t decoded_tokens = 0;    // tokens those steps produced (rows summed over steps)
   int64_t prefilled_tokens = 0;  // prompt positions computed in prefills
   int64_t reused_tokens = 0;     // prompt positions taken from cached blocks instead

@@ -4,11 +4,21 @@
 // that runs out makes calls wait and corrupts nothing. Skips, saying why, without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <tuple>
+
 #include "../../cpu/policy/engine_test_util.h"
 #include "../gpu_test_util.h"
 
 namespace cuda_agent::testing {
 namespace {
+
+SamplingOptions greedy(int64_t n) {
+  SamplingOptions o;
+  o.greedy = true;
+  o.max_new_tokens = n;
+  return o;
+}
 
 TEST(BatchEngineGpu, EachCallGetsTheTokensItGetsAloneOnCuda) {
   CA_REQUIRE_GPU();
@@ -24,6 +34,61 @@ TEST(BatchEngineGpu, EachCallGetsTheTokensItGetsAloneOnCuda) {
     const lm::EngineStats s = engine->engine_stats();
     EXPECT_GE(s.peak_rows, 5);
     EXPECT_GT(s.reused_tokens, 0);
+  }
+}
+
+// The engine's paged attention kernel (paged_attention.h) on the head shapes of the models it
+// serves (SmolLM2: 9 query heads over 3 key/value heads of 64; Qwen2-1.5B: 12 over 2 of 128),
+// prompts that span several of its chunks and end inside a block, with few rows and with many
+// (its chunks differ: paged_decode_plan), in float32: each call
+// gets what it gets alone through the per-call path; in bfloat16 the kernel's first steps agree
+// with torch's attention over gathered keys.
+TEST(BatchEngineGpu, PagedAttentionGivesWhatEachCallGetsAlone) {
+  CA_REQUIRE_GPU();
+  use_built_lm_module();
+  for (const auto& [heads, kv_heads, dim] : {std::tuple{9, 3, 64}, std::tuple{12, 2, 128}}) {
+    SCOPED_TRACE(std::to_string(heads) + " heads over " + std::to_string(kv_heads) + " of " + std::to_string(dim));
+    auto config = tiny_config(policy::Family::kQwen2);
+    config.num_attention_heads = heads;
+    config.num_key_value_heads = kv_heads;
+    config.head_dim = dim;
+    std::vector<Job> jobs;
+    const int64_t lengths[] = {300, 17, 130, 1, 257};
+    for (uint64_t i = 0; i < 5; ++i) {
+      SamplingOptions o = i % 2 ? sampled(70 + i, 40) : greedy(40);
+      jobs.push_back({{test_tokens(lengths[i], config.vocab_size, 80 + i)}, o});
+    }
+    // Forty rows more in one call, for a few steps: enough rows that the kernel's chunks are its
+    // largest (128 keys) on an H200; the steps after, with five rows, split rows into smaller ones.
+    Job wide{{}, greedy(6)};
+    for (uint64_t i = 0; i < 40; ++i) wide.prompts.push_back(test_tokens(200 + 2 * i, config.vocab_size, 90 + i));
+    jobs.push_back(wide);
+    auto plain = model(config, false, 4096, 16, "cuda");
+    const auto want = alone(*plain, jobs);
+    auto engine = model(config, true, /*kv_tokens=*/16384, 16, "cuda");
+    const auto got = together(*engine, jobs, 1);
+    for (size_t i = 0; i < jobs.size(); ++i) expect_same(got[i], want[i], "job " + std::to_string(i));
+    const lm::EngineStats s = engine->engine_stats();
+    EXPECT_GT(s.paged_steps, 0);
+    EXPECT_EQ(s.paged_steps, s.steps);
+
+    auto options = test_options("cuda", 3);
+    options.dtype = "bfloat16";
+    options.batch_engine = true;
+    options.kv_block = 16;
+    auto paged = lm::random_language_model(config, options);
+    options.paged_attention = false;
+    auto gathered = lm::random_language_model(config, options);
+    std::vector<Job> first_steps;
+    for (const Job& j : jobs) first_steps.push_back({j.prompts, greedy(4)});
+    const auto a = together(*paged, first_steps, 0), b = together(*gathered, first_steps, 0);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      ASSERT_FALSE(a[i].empty() || b[i].empty()) << "job " << i;
+      EXPECT_EQ(a[i][0].tokens.front(), b[i][0].tokens.front()) << "job " << i;
+      EXPECT_LE(std::abs(a[i][0].logprobs.front() - b[i][0].logprobs.front()), 0.05) << "job " << i;
+    }
+    EXPECT_GT(paged->engine_stats().paged_steps, 0);
+    EXPECT_EQ(gathered->engine_stats().paged_steps, 0);
   }
 }
 
