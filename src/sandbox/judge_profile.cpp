@@ -3,8 +3,11 @@
 // process, which never ran solution code; the candidate in its own), every timed output of the
 // candidate compared under the precision policy, and the speedups with their intervals.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include <fmt/format.h>
 #include <pybind11/embed.h>
@@ -26,6 +29,27 @@ namespace cuda_agent::sandbox {
 namespace {
 
 constexpr int kEager = 0, kCompile = 1;
+
+// Where the profile phase's wall time goes, part by part (the result's profile_seconds): each lap adds
+// the time since the last one to its part. What an evaluation's locked span, and so evaluations
+// per GPU-minute, are made of.
+class Laps {
+ public:
+  void lap(const std::string& part) {
+    const auto now = std::chrono::steady_clock::now();
+    seconds_[part] += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+  nlohmann::json to_json() const {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [part, s] : seconds_) out[part] = s;
+    return out;
+  }
+
+ private:
+  std::map<std::string, double> seconds_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
 
 TimingOptions timing_options(const SandboxOptions& o) {
   TimingOptions t;
@@ -173,6 +197,7 @@ void judge_profile(Judge& j) {
   const SandboxOptions& opt = j.opt;
   EvalResult& result = j.result;
   const bool candidate = j.candidate != nullptr;
+  Laps laps;
   py::object warm;
   guarded(Category::kTaskError, "drawing the warm-up inputs", [&] { warm = draw_inputs(j.task, j.device, j.base_seed + opt.trials); });
   nlohmann::json backends = {{"judge", backend_settings()}};
@@ -211,12 +236,15 @@ void judge_profile(Judge& j) {
   std::optional<std::string> compile_error;  // (a failed torch.compile is never cached)
   py::object compiled =
       opt.profile_compile && !cached_compile && !compile_error ? compile_reference(j, &compile_error) : py::none();
+  laps.lap("setup");
 
   // Warm-ups: the eager reference, torch.compile (its compilation), the candidate.
   TimedSeries series(2, opt.record_kernels);
   guarded(Category::kTaskError, "warming up the eager reference",
           [&] { warm_up(j.reference, warm, timing_options(opt)); });
+  laps.lap("warmup_eager");
   compiled = warm_compiled(j, compiled, warm, &compile_error);
+  laps.lap("warmup_compile");
   j.candidate->set_phase("profile");
   py::object warm_ref;
   guarded(Category::kTaskError, "running the reference on the warm-up inputs", [&] {
@@ -225,9 +253,11 @@ void judge_profile(Judge& j) {
   });
   warm_ref = py::none();
   const bool pre_runs = room_for_pre_runs(j);
+  laps.lap("warmup_reference_outputs");
   j.warm_up_candidate(warm, pre_runs);
   if (!pre_runs) warm = py::none();  // one input set at a time (the memory plan)
   j.release_cached();
+  laps.lap("warmup_candidate");
 
   // The rounds: eager, torch.compile, the candidate, one after the other on one input set.
   std::vector<double> claimed, host_ms, round_trips;
@@ -239,6 +269,7 @@ void judge_profile(Judge& j) {
     py::object inputs, ref, ref64;
     guarded(Category::kTaskError, where + ": drawing inputs",
             [&] { inputs = draw_inputs(j.task, j.device, timed_seed(j, k)); });
+    laps.lap("rounds_inputs");
     guarded(Category::kTaskError, where + ": timing the eager reference", [&] {
       if (pre_runs) (void)call_model(j.reference, warm);
       // Eager's timed output is the reference's output for this round.
@@ -248,6 +279,7 @@ void judge_profile(Judge& j) {
       j.reserve_outputs(ref);
     });
     j.release_cached();
+    laps.lap("rounds_eager");
     if (!compiled.is_none()) {
       try {
         if (pre_runs) (void)call_model(compiled, warm);
@@ -257,12 +289,14 @@ void judge_profile(Judge& j) {
         compiled = py::none();
       }
       j.release_cached();
+      laps.lap("rounds_compile");
     }
     if (pre_runs) j.pre_run_candidate(where);
     RunFlags flags;
     flags.defer_report = true;
     CandidateRun run = j.run_candidate(inputs, flags, where);
     wheres.push_back(where);
+    laps.lap("rounds_candidate");
     CompareResult cmp;
     guarded(Category::kRuntimeError, where + ": comparing outputs", [&] { cmp = j.compare(ref, ref64, run.outputs); });
     if (!cmp.ok && cmp.precision_failure)
@@ -280,9 +314,12 @@ void judge_profile(Judge& j) {
     if (k == 0) traffic_bytes = tree_tensor_bytes(inputs) + tree_tensor_bytes(ref);
     inputs = ref = ref64 = py::none();
     j.release_cached();
+    laps.lap("rounds_compare");
   }
   const std::vector<GpuActivity> cand_gpu = j.report_deferred_runs(wheres);
+  laps.lap("candidate_records");
   std::vector<TimedSeries::Series> base = series.finish();
+  laps.lap("baseline_records");
 
   // The candidate's samples: its claimed interval, or the GPU's span of its run when longer.
   std::vector<double> cand_ms = claimed, cand_gpu_ms;
@@ -337,7 +374,9 @@ void judge_profile(Judge& j) {
       py::object again;
       guarded(Category::kTaskError, "drawing the warm-up inputs again",
               [&] { again = draw_inputs(j.task, j.device, j.base_seed + opt.trials); });
+      laps.lap("stats");
       BaselineRounds b = time_baselines(j, again);
+      laps.lap("retimed_baselines");
       if (b.compile) {
         reference_eager = *b.eager;
         compile_stats = *b.compile;
@@ -422,6 +461,8 @@ void judge_profile(Judge& j) {
   }
   // What the candidate's process said of its own PyTorch settings (after the solution loaded).
   result.reports["backends"]["candidate"] = j.candidate_backends;
+  laps.lap("stats");
+  result.reports["profile_seconds"] = laps.to_json();
   if (j.req.mode == EvalMode::kEvaluate)
     result.reward = compute_reward(opt.reward, rin, opt.speedup_margin, opt.reward_rule);
 }

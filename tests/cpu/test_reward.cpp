@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/sandbox/eval_result.h"
 #include "cuda_agent/sandbox/timing_stats.h"
 
 namespace cuda_agent::sandbox {
@@ -213,6 +214,22 @@ TEST(SpeedupInterval, DriftBeyondTheBandNeedsConfidence) {
   EXPECT_FALSE(drifted_beyond(slower, cached, 0.30));
   EXPECT_FALSE(drifted_beyond(noisy_slower, cached, 0.10));
   EXPECT_FALSE(drifted_beyond({}, cached, 0.10));
+}
+
+// The result's reports that go with the timing (the speedups' intervals, where the profile
+// phase's time went) are written to its JSON and read back; a report the result does not know
+// stays out of it.
+TEST(EvalResult, TimingReportsRoundTripThroughItsJson) {
+  EvalResult r;
+  r.reports["speedup_interval"] = {{"vs_eager", {{"speedup", 1.5}, {"low", 1.4}, {"high", 1.6}}}};
+  r.reports["profile_seconds"] = {{"rounds_candidate", 0.42}, {"warmup_eager", 0.11}};
+  r.reports["not_a_report"] = 1;
+  const nlohmann::json j = r.to_json();
+  EXPECT_DOUBLE_EQ(j.at("profile_seconds").at("rounds_candidate").get<double>(), 0.42);
+  EXPECT_FALSE(j.contains("not_a_report"));
+  const EvalResult back = EvalResult::from_json(j);
+  EXPECT_EQ(back.reports.at("profile_seconds"), r.reports.at("profile_seconds"));
+  EXPECT_EQ(back.reports.at("speedup_interval"), r.reports.at("speedup_interval"));
 }
 
 }  // namespace
