@@ -359,7 +359,8 @@ bool CausalLMImpl::can_decode_paged() const {
 #if CA_LM_PAGED_KERNEL
   return device().is_cuda() && paged_dtype(dtype()).has_value() &&
          paged_decode_supported(static_cast<int>(config_.num_attention_heads),
-                                static_cast<int>(config_.num_key_value_heads), static_cast<int>(config_.head_dim));
+                                static_cast<int>(config_.num_key_value_heads), static_cast<int>(config_.head_dim)) &&
+         paged_decode_runs_on(device().index());
 #else
   return false;
 #endif

@@ -182,7 +182,8 @@ class CausalLMImpl : public torch::nn::Module {
                              const torch::Tensor& write_slots, const torch::Tensor& block_table,
                              const torch::Tensor& lengths, int64_t block_size);
   // Whether decode_paged runs here: the kernel was built (CUDA at build time), the model is on a
-  // GPU in float32, bfloat16 or float16, and its head shape is one the kernel handles.
+  // GPU of compute capability 8.0 or later in float32, bfloat16 or float16, and its head shape is
+  // one the kernel handles.
   bool can_decode_paged() const;
   // An empty pool of `slots` slots on the model's device and dtype.
   PagedKv new_paged_kv(int64_t slots) const;

@@ -201,6 +201,11 @@ bool paged_decode_supported(int heads, int kv_heads, int dim) {
   return kv_heads > 0 && heads % kv_heads == 0 && heads / kv_heads <= kMaxGroup && dim > 0 && dim <= kMaxDim;
 }
 
+bool paged_decode_runs_on(int device) {
+  int major = 0;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8;
+}
+
 const char* paged_decode_attention(const PagedDecodeArgs& a, void* stream) {
   if (!paged_decode_supported(a.heads, a.kv_heads, a.dim)) return "paged decode attention: unsupported shape";
   if (a.rows == 0) return nullptr;

@@ -39,6 +39,9 @@ PagedDecodePlan paged_decode_plan(int64_t rows, int kv_heads, int64_t max_keys);
 // Whether the kernel handles this shape (heads per key/value head and head size within its
 // shared-memory budget).
 bool paged_decode_supported(int heads, int kv_heads, int dim);
+// Whether the build has machine code for this device (compute capability 8.0 or later: Ampere,
+// Hopper; later ones through the PTX).
+bool paged_decode_runs_on(int device);
 // Launches both kernels on `stream` (a cudaStream_t). Returns nullptr, or CUDA's error text.
 const char* paged_decode_attention(const PagedDecodeArgs& args, void* stream);
 
