@@ -150,14 +150,18 @@ TEST(BatchEngine, TheRolloutBenchmarkRunsBothPaths) {
     // (a row's prompts once repeated the row before's).
     EXPECT_EQ(row["engine_reused_tokens"].get<int64_t>(), 0) << row;
   }
-  // per_call_max 0: the engine alone.
+  // per_call_max 0: the engine alone; gathered_too: the engine again without the paged kernel
+  // (on the CPU neither engine has it: no step went through it).
   nlohmann::json engine_only = spec;
   engine_only["rollout"]["concurrent"] = {2};
   engine_only["rollout"]["per_call_max"] = 0;
+  engine_only["rollout"]["gathered_too"] = true;
   const nlohmann::json alone = lm::run_language_model_benchmark(engine_only);
   ASSERT_EQ(alone["rollout"].size(), 1u) << alone.dump(2);
   EXPECT_FALSE(alone["rollout"][0].contains("per_call_tokens_per_s")) << alone.dump(2);
   EXPECT_GT(alone["rollout"][0]["engine_tokens_per_s"].get<double>(), 0);
+  EXPECT_GT(alone["rollout"][0]["gathered_tokens_per_s"].get<double>(), 0) << alone.dump(2);
+  EXPECT_EQ(alone["rollout"][0]["engine_paged_steps"].get<int64_t>(), 0) << alone.dump(2);
 }
 
 // ca-lm-bench as users run it: its own process, its own copy of the logging code beside the
