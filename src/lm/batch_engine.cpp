@@ -24,6 +24,7 @@
 #include <unordered_set>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/log_forward.h"
 #include "generation.h"
 #include "sampling.h"
 
@@ -767,7 +768,20 @@ torch::Tensor BatchEngine::Impl::decode_forward(int64_t rows, int64_t width, con
   const auto table = input.narrow(0, kStepFields * rows, rows * width).view({rows, width});
   torch::Tensor hidden;
   if (paged_kernel) {  // attention reads the pool through the block table
-    hidden = model.decode_paged(ids, positions, pool, write, table, lengths, bs);
+    try {
+      hidden = model.decode_paged(ids, positions, pool, write, table, lengths, bs);
+    } catch (const Error& e) {
+      // The kernel would not launch here: this step's calls fail with its error, later steps
+      // attend as without it (graphs captured with it go too). A failed launch comes from a first,
+      // eager step of its shape, before any capture of that shape.
+      paged_kernel = false;
+      graphs.clear();
+      graph_out.clear();
+      log_text(LogLevel::kWarn, "lm",
+               std::string("the batch engine's paged attention failed; its decode steps gather keys from now: ") +
+                   e.what());
+      throw;
+    }
   } else {  // each row's keys gathered, padded positions masked
     const auto read = (table.unsqueeze(-1) * bs + torch::arange(bs, table.options())).view({rows, keys});
     const auto allowed =
