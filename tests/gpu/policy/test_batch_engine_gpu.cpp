@@ -40,9 +40,9 @@ TEST(BatchEngineGpu, EachCallGetsTheTokensItGetsAloneOnCuda) {
 // The engine's paged attention kernel (paged_attention.h) on the head shapes of the models it
 // serves (SmolLM2: 9 query heads over 3 key/value heads of 64; Qwen2-1.5B: 12 over 2 of 128),
 // prompts that span several of its chunks and end inside a block, with few rows and with many
-// (its chunks differ: paged_decode_plan), in float32: each call
-// gets what it gets alone through the per-call path; in bfloat16 the kernel's first steps agree
-// with torch's attention over gathered keys.
+// (its chunk size differs: paged_decode_plan). In float32 each call gets what it gets alone
+// through the per-call path; in bfloat16 the kernel's first steps agree with torch's attention
+// over gathered keys.
 TEST(BatchEngineGpu, PagedAttentionGivesWhatEachCallGetsAlone) {
   CA_REQUIRE_GPU();
   use_built_lm_module();
