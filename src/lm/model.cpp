@@ -63,6 +63,8 @@ torch::Tensor paged_decode(const torch::Tensor& q, const torch::Tensor& k_pool, 
   a.dim = static_cast<int>(dim);
   a.scale = static_cast<float>(scale);
   a.dtype = *paged_dtype(q.scalar_type());
+  a.chunk = plan.chunk;
+  a.splits = plan.splits;
   const char* error = paged_decode_attention(a, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   CA_CHECK(error == nullptr, "paged decode attention ({} rows, {} heads of {}): {}", rows, heads, dim, error);
   return out;
@@ -140,6 +142,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerInputs& 
     q = q_norm(q);
     k = k_norm(k);
   }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   q = apply_rope(q.transpose(1, 2), in.cos, in.sin);
   k = apply_rope(k.transpose(1, 2), in.cos, in.sin);
   v = v.transpose(1, 2);
@@ -151,8 +154,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerInputs& 
     pk.index_copy_(0, in.write_slots, k.transpose(1, 2).reshape({batch * len, kv_heads_, head_dim_}));
     pv.index_copy_(0, in.write_slots, v.transpose(1, 2).reshape({batch * len, kv_heads_, head_dim_}));
     if (in.block_table.defined())
-      return o_proj(paged_decode(q, pk, pv, in, kv_heads_, 1.0 / std::sqrt(static_cast<double>(head_dim_)))
-                        .view({batch, len, heads_ * head_dim_}));
+      return o_proj(paged_decode(q, pk, pv, in, kv_heads_, scale).view({batch, len, heads_ * head_dim_}));
     const int64_t n = in.read_slots.size(1);
     const auto flat = in.read_slots.reshape({-1});
     keys = pk.index_select(0, flat).view({batch, n, kv_heads_, head_dim_}).transpose(1, 2);
@@ -173,7 +175,6 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const LayerInputs& 
     values = cv.narrow(2, 0, in.past + len);
   }
 
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim_));
   const bool gqa = heads_ != kv_heads_;
   torch::Tensor out;
   if (in.mask.defined()) {

@@ -156,13 +156,12 @@ __global__ void decode_combine(PagedDecodeArgs a, int splits) {
 
 template <typename T, int G>
 void launch(const PagedDecodeArgs& a, cudaStream_t stream) {
-  const PagedDecodePlan plan = paged_decode_plan(a.rows, a.kv_heads, a.table_width * a.block_size);
   const int group = a.heads / a.kv_heads;
   const size_t shared = kThreads * sizeof(int64_t) + sizeof(float) * (group * a.dim + group * kThreads + 2 * group);
-  decode_partial<T, G><<<dim3(static_cast<unsigned>(a.rows), a.kv_heads, plan.splits), kThreads, shared, stream>>>(
-      a, plan.splits, plan.chunk);
+  decode_partial<T, G><<<dim3(static_cast<unsigned>(a.rows), a.kv_heads, a.splits), kThreads, shared, stream>>>(
+      a, a.splits, a.chunk);
   const int threads = a.dim <= 32 ? 32 : (a.dim + 31) / 32 * 32;
-  decode_combine<T><<<static_cast<unsigned>(a.rows * a.heads), threads, 0, stream>>>(a, plan.splits);
+  decode_combine<T><<<static_cast<unsigned>(a.rows * a.heads), threads, 0, stream>>>(a, a.splits);
 }
 
 // The current device's multiprocessors (looked up once per device).
@@ -208,6 +207,8 @@ bool paged_decode_runs_on(int device) {
 
 const char* paged_decode_attention(const PagedDecodeArgs& a, void* stream) {
   if (!paged_decode_supported(a.heads, a.kv_heads, a.dim)) return "paged decode attention: unsupported shape";
+  if (a.chunk < 1 || a.chunk > kThreads || static_cast<int64_t>(a.chunk) * a.splits < a.table_width * a.block_size)
+    return "paged decode attention: the plan's chunks do not cover the block table";
   if (a.rows == 0) return nullptr;
   const auto s = static_cast<cudaStream_t>(stream);
   switch (a.dtype) {

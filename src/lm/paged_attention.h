@@ -22,11 +22,12 @@ struct PagedDecodeArgs {
   const int64_t* table = nullptr;    // [rows, table_width]: block ids, in position order
   const int64_t* lengths = nullptr;  // [rows]: positions attended (at least 1)
   void* out = nullptr;            // [rows, heads, dim], contiguous, the pool's dtype
-  float* partial = nullptr;       // [rows, heads, paged_decode_plan().splits, dim + 2] scratch
+  float* partial = nullptr;       // [rows, heads, splits, dim + 2] scratch
   int64_t rows = 0, table_width = 0;
   int block_size = 0, heads = 0, kv_heads = 0, dim = 0;
   float scale = 1.0f;
   PagedDtype dtype = PagedDtype::kFloat32;
+  int chunk = 0, splits = 0;  // the step's paged_decode_plan (the scratch was sized by it)
 };
 
 // How a step of `rows` rows attending over at most `max_keys` positions is split: keys a chunk,
@@ -42,7 +43,8 @@ bool paged_decode_supported(int heads, int kv_heads, int dim);
 // Whether the build has machine code for this device (compute capability 8.0 or later: Ampere,
 // Hopper; later ones through the PTX).
 bool paged_decode_runs_on(int device);
-// Launches both kernels on `stream` (a cudaStream_t). Returns nullptr, or CUDA's error text.
+// Launches both kernels on `stream` (a cudaStream_t). Returns nullptr, or CUDA's error text (or
+// why the arguments cannot run).
 const char* paged_decode_attention(const PagedDecodeArgs& args, void* stream);
 
 }  // namespace cuda_agent::lm
