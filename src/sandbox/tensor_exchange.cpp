@@ -262,6 +262,8 @@ struct Exporter {
   uint64_t address;
   size_t capacity;
   bool device;
+  uint64_t input_address = 0;
+  size_t input_bytes = 0;
   size_t offset = 0;
   size_t nodes = 0;
   std::vector<py::object> compacted;  // dense copies, alive until the copies out of them are done
@@ -289,6 +291,12 @@ struct Exporter {
       fail("invalid_output", path + " has a negative stride");
     __int128 reach = view_elements(shape, strides) * esize;
     const __int128 dense = static_cast<__int128>(m.numel(t).cast<int64_t>()) * esize;
+    if (reach > 0 && input_bytes > 0) {
+      const uint64_t at = m.data_ptr(t).cast<uint64_t>();
+      if (at < input_address + input_bytes && static_cast<__int128>(at) + reach > static_cast<__int128>(input_address))
+        fail("invalid_output", path + " is a view of the forward's inputs (its data lies in them): an output must be "
+                                      "computed into memory of its own, not returned from what was given");
+    }
     py::handle source = t;
     if (static_cast<__int128>(offset) + reach > static_cast<__int128>(capacity) &&
         static_cast<__int128>(offset) + dense <= static_cast<__int128>(capacity)) {
@@ -400,12 +408,12 @@ void capture_tensor_methods() {
 }
 
 nlohmann::json export_tree(py::handle outputs, py::handle block, uint64_t block_address, size_t block_bytes,
-                           bool device) {
+                           bool device, uint64_t input_address, size_t input_bytes) {
   CA_ASSERT(methods().data_ptr, "capture_tensor_methods() must run before export_tree()");
   // A TorchFunctionMode left active would see (and could answer) the calls below.
   if (methods().function_modes().cast<int64_t>() > 0)
     throw OutputError{"tampering", "a TorchFunctionMode is still active after forward returned"};
-  Exporter e{block, block_address, block_bytes, device, 0, 0, {}};
+  Exporter e{block, block_address, block_bytes, device, input_address, input_bytes, 0, 0, {}};
   nlohmann::json spec = e.walk(outputs, "output", 0);
   if (device) CA_CU_CHECK(driver().cuCtxSynchronize());
   e.compacted.clear();

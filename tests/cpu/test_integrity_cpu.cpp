@@ -153,7 +153,7 @@ TEST_F(Integrity, StrictPolicyMeasuresTheFiniteElementsOfAnOutputWithInfinities)
 // the elements differ) is not flagged.
 TEST_F(Integrity, ATaskThatItsOwnInputPassesIsFlagged) {
   const std::string task = task_of_x("residual", "x + 1e-3 * torch.tanh(x)", "torch.randn(32, 64)");
-  const std::string identity = solution_of_x("identity.py", "x");
+  const std::string identity = solution_of_x("identity.py", "x.clone()");
   auto r = verify(task, identity);
   EXPECT_TRUE(r["ok"].get<bool>()) << "the input passes this task at atol 1e-2: " << r.dump(2);
   EXPECT_TRUE(r["task_check"]["returns_input"].get<bool>()) << r["task_check"];
@@ -161,13 +161,13 @@ TEST_F(Integrity, ATaskThatItsOwnInputPassesIsFlagged) {
   EXPECT_FALSE(r["task_check"]["near_constant"].get<bool>()) << "the output varies: only the new flag catches it";
 
   const std::string flat = task_of_x("flat", "(x + 1e-3 * torch.tanh(x)).reshape(-1)", "torch.randn(32, 64)");
-  auto f = verify(flat, solution_of_x("view.py", "x.reshape(-1)"));
+  auto f = verify(flat, solution_of_x("flat.py", "x.reshape(-1).clone()"));
   EXPECT_TRUE(f["ok"].get<bool>()) << f.dump(2);
   EXPECT_TRUE(f["task_check"]["returns_input"].get<bool>()) << f["task_check"];
 
   // One output of two is enough: the solution computes the other and returns its input for it.
   const std::string pair = task_of_x("pair", "(x + 1e-3 * torch.tanh(x), torch.relu(x))", "torch.randn(32, 64)");
-  auto p = verify(pair, solution_of_x("partly.py", "(x, torch.relu(x))"));
+  auto p = verify(pair, solution_of_x("partly.py", "(x.clone(), torch.relu(x))"));
   EXPECT_TRUE(p["ok"].get<bool>()) << p.dump(2);
   EXPECT_TRUE(p["task_check"]["returns_input"].get<bool>()) << p["task_check"];
   EXPECT_TRUE(p["task_check"]["degenerate"].get<bool>());
@@ -177,6 +177,24 @@ TEST_F(Integrity, ATaskThatItsOwnInputPassesIsFlagged) {
   ASSERT_TRUE(n["ok"].get<bool>()) << n.dump(2);
   EXPECT_FALSE(n["task_check"]["returns_input"].get<bool>()) << n["task_check"];
   EXPECT_FALSE(n["task_check"]["degenerate"].get<bool>()) << n["task_check"];
+}
+
+// An output that is a view of an input (the input itself, its transpose, a reshape of it) is no
+// output: on a task whose work is to materialise a layout (a transpose) it would pass with
+// nothing done inside the forward. Copies of the same values pass.
+TEST_F(Integrity, AnOutputThatIsAViewOfAnInputIsInvalid) {
+  const std::string task = task_of_x("transpose", "x.t().contiguous()", "torch.randn(32, 64)");
+  const std::vector<std::string> views = {"x.t()", "x", "x.reshape(-1).reshape(32, 64).t()[:, :]"};
+  for (size_t i = 0; i < views.size(); ++i) {
+    SCOPED_TRACE(views[i]);
+    auto r = verify(task, solution_of_x("view" + std::to_string(i) + ".py", views[i]));
+    EXPECT_FALSE(r["ok"].get<bool>()) << r.dump(2);
+    EXPECT_EQ(r["category"], "invalid_output") << r.dump(2);
+  }
+  auto copy = verify(task, solution_of_x("copy.py", "x.t().contiguous()"));
+  EXPECT_TRUE(copy["ok"].get<bool>()) << copy.dump(2);
+  auto own_view = verify(task, solution_of_x("own_view.py", "x.clone().t()"));
+  EXPECT_TRUE(own_view["ok"].get<bool>()) << "a view of its own buffer is an output: " << own_view.dump(2);
 }
 
 TEST_F(Integrity, OrdinaryTasksAreNotFlagged) {
