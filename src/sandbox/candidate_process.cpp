@@ -343,8 +343,10 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
   // run: the outputs' bytes go to the judge's block through C-level calls only.
   try {
     LaunchScope harness(LaunchOrigin::kHarness);
+    std::string input_view;
     reply["outputs"] = export_tree(run.output, out_tensor_, out_block_->address(), out_block_->bytes(), gpu_,
-                                   in_block_->address(), in_block_->bytes());
+                                   in_block_->address(), in_block_->bytes(), &input_view);
+    reply["output_view_of_input"] = input_view;
   } catch (const OutputError& e) {
     throw Failure{category_from_string(e.category), e.message};
   } catch (const std::exception& e) {

@@ -299,6 +299,13 @@ CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, cons
                                                           "place",
                                                           where, changed)};
   }
+  // After the inputs' check: a forward that wrote into an input and returned it modified it.
+  const std::string view = r.value("output_view_of_input", "");
+  if (!view.empty())
+    throw Failure{Category::kInvalidOutput,
+                  fmt::format("{}: {} is a view of the forward's inputs (its data lies in them): an output must be "
+                              "computed into memory of its own, not returned from what was given",
+                              where, view)};
   try {
     run.outputs = build_tree(r.at("outputs"), out_tensor_);
   } catch (const std::exception& e) {

@@ -264,6 +264,7 @@ struct Exporter {
   bool device;
   uint64_t input_address = 0;
   size_t input_bytes = 0;
+  std::string input_view;  // the first output that is a view of the inputs
   size_t offset = 0;
   size_t nodes = 0;
   std::vector<py::object> compacted;  // dense copies, alive until the copies out of them are done
@@ -291,11 +292,10 @@ struct Exporter {
       fail("invalid_output", path + " has a negative stride");
     __int128 reach = view_elements(shape, strides) * esize;
     const __int128 dense = static_cast<__int128>(m.numel(t).cast<int64_t>()) * esize;
-    if (reach > 0 && input_bytes > 0) {
+    if (reach > 0 && input_bytes > 0 && input_view.empty()) {
       const uint64_t at = m.data_ptr(t).cast<uint64_t>();
       if (at < input_address + input_bytes && static_cast<__int128>(at) + reach > static_cast<__int128>(input_address))
-        fail("invalid_output", path + " is a view of the forward's inputs (its data lies in them): an output must be "
-                                      "computed into memory of its own, not returned from what was given");
+        input_view = path;
     }
     py::handle source = t;
     if (static_cast<__int128>(offset) + reach > static_cast<__int128>(capacity) &&
@@ -408,13 +408,14 @@ void capture_tensor_methods() {
 }
 
 nlohmann::json export_tree(py::handle outputs, py::handle block, uint64_t block_address, size_t block_bytes,
-                           bool device, uint64_t input_address, size_t input_bytes) {
+                           bool device, uint64_t input_address, size_t input_bytes, std::string* input_view) {
   CA_ASSERT(methods().data_ptr, "capture_tensor_methods() must run before export_tree()");
   // A TorchFunctionMode left active would see (and could answer) the calls below.
   if (methods().function_modes().cast<int64_t>() > 0)
     throw OutputError{"tampering", "a TorchFunctionMode is still active after forward returned"};
-  Exporter e{block, block_address, block_bytes, device, input_address, input_bytes, 0, 0, {}};
+  Exporter e{block, block_address, block_bytes, device, input_address, input_bytes, {}, 0, 0, {}};
   nlohmann::json spec = e.walk(outputs, "output", 0);
+  if (input_view) *input_view = e.input_view;
   if (device) CA_CU_CHECK(driver().cuCtxSynchronize());
   e.compacted.clear();
   return spec;

@@ -195,6 +195,10 @@ TEST_F(Integrity, AnOutputThatIsAViewOfAnInputIsInvalid) {
   EXPECT_TRUE(copy["ok"].get<bool>()) << copy.dump(2);
   auto own_view = verify(task, solution_of_x("own_view.py", "x.clone().t()"));
   EXPECT_TRUE(own_view["ok"].get<bool>()) << "a view of its own buffer is an output: " << own_view.dump(2);
+  // Written into its input and returned: the modified input is what it did wrong.
+  const std::string twice = task_of_x("twice", "x * 2", "torch.randn(32, 64)");
+  auto in_place = verify(twice, solution_of_x("in_place.py", "x.mul_(2)"));
+  EXPECT_EQ(in_place["category"], "input_modified") << in_place.dump(2);
 }
 
 TEST_F(Integrity, OrdinaryTasksAreNotFlagged) {

@@ -44,16 +44,18 @@ std::string changed_tensor(pybind11::handle tree, const nlohmann::json& spec, py
 // by capture_tensor_methods() before any solution code ran, so patched Python methods are never
 // called) and copies each tensor's bytes into `block` at 256-byte-aligned offsets. Returns the
 // spec, or throws OutputError naming the first output that is not a plain tensor with storage
-// on the block's device, that does not fit, or whose data lies in [input_address, + input_bytes)
-// (the block the forward's inputs were built on: an output that is a view of an input, a
-// transpose of it say, was not computed, and the forward's time would not include the work its
-// materialised copy takes).
+// on the block's device, or that does not fit. *input_view (when given) gets the path of the
+// first output whose data lies in [input_address, + input_bytes), the block the forward's inputs
+// were built on: a view of an input (a transpose of it, say) was not computed, and the forward's
+// time does not include the work its materialised copy takes. The judge rejects it
+// (invalid_output) after its own check of the inputs.
 struct OutputError {
   std::string category;  // "invalid_output" or "mismatch"
   std::string message;
 };
 void capture_tensor_methods();
 nlohmann::json export_tree(pybind11::handle outputs, pybind11::handle block, uint64_t block_address, size_t block_bytes,
-                           bool device, uint64_t input_address = 0, size_t input_bytes = 0);
+                           bool device, uint64_t input_address = 0, size_t input_bytes = 0,
+                           std::string* input_view = nullptr);
 
 }  // namespace cuda_agent::sandbox
