@@ -249,6 +249,10 @@ nlohmann::json Candidate::load(const nlohmann::json& body) {
   }
   if (gpu_) {
     guarded(Category::kRuntimeError, "after building ModelNew", [] { CA_CU_CHECK(driver().cuCtxSynchronize()); });
+    // The synchronisation reached torch's context only: work in a context of the solution's own
+    // would outlive it, unrecorded (launch_origins.h).
+    if (const ContextCreations contexts = context_creations(); checks_ && contexts.count > 0)
+      throw Failure{Category::kTampering, context_creation_message(contexts.count, contexts.first)};
     // From here on every kernel the process runs is recorded: one outside a forward is work
     // the solution does where it is not timed.
     CuptiKernelRecorder::instance().start();
@@ -305,6 +309,8 @@ std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector
   nlohmann::json first = nlohmann::json::array();
   for (const auto& a : unrecorded.first) first.push_back({{"origin", to_string(a.origin)}, {"library", a.library}});
   reply["unrecorded_launches"] = {{"count", unrecorded.count}, {"first", first}};
+  const ContextCreations contexts = context_creations();
+  reply["contexts_created"] = {{"count", contexts.count}, {"first", contexts.first}};
   const SolutionProcesses::Look watch = processes_.look();  // one walk of /proc per audit
   std::string processes = watch.alive;
   if (!processes.empty()) {

@@ -51,6 +51,10 @@ void Judge::audit_records(const nlohmann::json& reply, const std::string& where,
   if (opt.integrity_checks && !processes.empty())
     throw Failure{Category::kTampering,
                   fmt::format("{}: {}: work outside the candidate process is out of the auditor's sight", where, processes)};
+  const nlohmann::json contexts = reply.value("contexts_created", nlohmann::json::object());
+  if (opt.integrity_checks && contexts.value("count", uint64_t{0}) > 0)
+    throw Failure{Category::kTampering, fmt::format("{}: {}", where, context_creation_message(contexts.value("count", uint64_t{0}),
+                                                                                           contexts.value("first", std::string("?"))))};
   if (!opt.integrity_checks && opt.provenance != "enforce") return;
   if (reply.value("dropped_records", uint64_t{0}) > 0)
     throw Failure{Category::kInfrastructure,

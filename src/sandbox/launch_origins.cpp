@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/log.h"
 #include "cuda_agent/sandbox/cuda_libs.h"  // cupti.h, and through it the driver API's parameter structs
 
 namespace cuda_agent::sandbox {
@@ -27,6 +28,7 @@ struct State {
   std::unordered_map<const void*, LaunchAttribution> by_handle;   // the stack walk, once per kernel
   LaunchLedger ledger;
   std::vector<uintptr_t> streams;  // where work went since take_launch_streams()
+  ContextCreations contexts;
 };
 
 State& state() {
@@ -124,6 +126,13 @@ bool work_stream(CUpti_CallbackId cbid, const void* params, uintptr_t* stream, b
       per_thread = cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz;
       break;
     }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunch:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid:
+      h = nullptr;  // the legacy default stream
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync:
+      h = static_cast<const cuLaunchGridAsync_params*>(params)->hStream;
+      break;
     case CUPTI_DRIVER_TRACE_CBID_cuStreamDestroy_v2:
       h = static_cast<const cuStreamDestroy_v2_params*>(params)->hStream;
       *destroyed = true;
@@ -136,6 +145,31 @@ bool work_stream(CUpti_CallbackId cbid, const void* params, uintptr_t* stream, b
   if (per_thread && h == nullptr) h = CU_STREAM_PER_THREAD;
   *stream = reinterpret_cast<uintptr_t>(h);
   return true;
+}
+
+// The launch entry points left from before cuLaunchKernel (a function's parameters set with
+// cuParamSet*, then cuLaunch or cuLaunchGrid): still exported by the driver, so watched like the
+// others. Their first parameter is the function, as cuLaunchKernel's.
+constexpr CUpti_CallbackId kLegacyLaunches[] = {CUPTI_DRIVER_TRACE_CBID_cuLaunch, CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid,
+                                                CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync};
+
+// One launch on several devices: its first parameter is the list of launches, not a function.
+bool is_multi_device_launch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  return (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice) ||
+         (domain == CUPTI_CB_DOMAIN_RUNTIME_API &&
+          cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernelMultiDevice_v9000);
+}
+
+// The calls that make a CUDA context (context_creations()).
+constexpr CUpti_CallbackId kContextCreations[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuCtxCreate,    CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v3, CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v4,
+    CUPTI_DRIVER_TRACE_CBID_cuGreenCtxCreate,
+};
+
+bool creates_context(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  return domain == CUPTI_CB_DOMAIN_DRIVER_API &&
+         std::find(std::begin(kContextCreations), std::end(kContextCreations), cbid) != std::end(kContextCreations);
 }
 
 // The driver calls whose streams are watched but that launch no kernel.
@@ -182,6 +216,12 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   }
   const auto* d = static_cast<const CUpti_CallbackData*>(data);
   if (d == nullptr) return;
+  if (creates_context(domain, cbid)) {  // the attempt is what counts: nothing legitimate makes one
+    if (d->callbackSite != CUPTI_API_ENTER) return;
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.contexts.count++ == 0) s.contexts.first = d->functionName != nullptr ? d->functionName : "?";
+    return;
+  }
   if (d->callbackSite == CUPTI_API_EXIT) {
     if (t_launch.depth == 0 || stream_only_call(domain, cbid)) return;
     // cudaError_t and CUresult alike: 0 is success.
@@ -214,6 +254,8 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
     a.origin = t_scope;
   } else if (graph) {
     a = {LaunchOrigin::kOther, "a CUDA graph replay"};
+  } else if (is_multi_device_launch(domain, cbid)) {
+    a = {LaunchOrigin::kOther, "a multi-device cooperative launch"};
   } else {
     const void* handle = launch_handle(domain, cbid, d->functionParams);
     bool cached = false;
@@ -283,6 +325,17 @@ void install_launch_origins(const std::vector<std::string>& own_dirs, const std:
                               CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
                               CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz})
     CA_CUPTI_CHECK(api.cuptiEnableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id));
+  // Entry points a CUPTI build could refuse to watch (deprecated ones): a warning, not a failure
+  // of every evaluation.
+  auto watch = [&](CUpti_CallbackDomain domain, CUpti_CallbackId id) {
+    if (const CUptiResult rc = api.cuptiEnableCallback(1, s.subscriber, domain, id); rc != CUPTI_SUCCESS)
+      CA_LOG_WARN("sandbox", "CUPTI would not watch callback {} of domain {} (error {}): calls through it are not audited",
+                  static_cast<int>(id), static_cast<int>(domain), static_cast<int>(rc));
+  };
+  for (CUpti_CallbackId id : kLegacyLaunches) watch(CUPTI_CB_DOMAIN_DRIVER_API, id);
+  watch(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice);
+  watch(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernelMultiDevice_v9000);
+  for (CUpti_CallbackId id : kContextCreations) watch(CUPTI_CB_DOMAIN_DRIVER_API, id);
   for (CUpti_CallbackId id : kStreamOnlyCalls)
     CA_CUPTI_CHECK(api.cuptiEnableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id));
   for (CUpti_CallbackId id :
@@ -323,6 +376,17 @@ uint64_t launch_mark() {
 UnrecordedLaunches take_unrecorded_launches(uint64_t before_mark) {
   std::lock_guard<std::mutex> lock(state().mutex);
   return state().ledger.take_unrecorded(before_mark);
+}
+
+ContextCreations context_creations() {
+  std::lock_guard<std::mutex> lock(state().mutex);
+  return state().contexts;
+}
+
+std::string context_creation_message(uint64_t count, const std::string& first) {
+  return fmt::format("the solution made {} CUDA context{} of its own (first: {}): kernels there are out of reach of the "
+                     "sandbox's synchronisations and audits, which work in torch's context",
+                     count, count == 1 ? "" : "s", first.empty() ? "?" : first);
 }
 
 void forget_launches() {

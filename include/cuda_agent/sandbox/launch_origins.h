@@ -19,6 +19,13 @@
 // record (the kernel activity switched off, or its buffers taken, by the solution) is hidden
 // work, reported by take_unrecorded_launches. A launch made while its stream is being captured
 // into a CUDA graph creates a graph node instead of running and expects no record.
+//
+// The same subscriber watches the calls that make a CUDA context (cuCtxCreate in every version,
+// cuGreenCtxCreate): the harness works in the device's primary context, torch's, and its
+// synchronisations and audits reach that context only. A kernel running in a context of the
+// solution's own, launched before kernel recording began, would keep running through the
+// evaluation (reading the inputs as the judge hands them over, or contending with the judge's
+// baselines) without a record ever being expected; nothing legitimate makes one.
 #pragma once
 
 #include <cstdint>
@@ -122,5 +129,14 @@ std::vector<uintptr_t> take_launch_streams();
 uint64_t launch_mark();
 UnrecordedLaunches take_unrecorded_launches(uint64_t before_mark);
 void forget_launches();
+
+// The calls that made (or tried to make) a CUDA context since the callbacks were installed.
+struct ContextCreations {
+  uint64_t count = 0;
+  std::string first;  // the first call's name (cuCtxCreate_v4, cuGreenCtxCreate, ...)
+};
+ContextCreations context_creations();
+// The failure's text for `count` such calls, the first named `first` (a tampering verdict).
+std::string context_creation_message(uint64_t count, const std::string& first);
 
 }  // namespace cuda_agent::sandbox
