@@ -682,9 +682,6 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
     std::fprintf(stderr, "cuda-agent: cannot confine the command: %s\n", e.what());
     return 126;
   }
-  // Where the kernel cannot scope signals the command runs as before: the namespaces above are
-  // the confinement the tool reports; `cuda-agent doctor` says whether signals are scoped.
-  (void)scope_signals();
   std::vector<char*> args;
   for (const auto& a : command) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -743,6 +740,13 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
     }
     // fork failed (child < 0): the command replaces this process below.
   }
+  // Signals are scoped here, in the process that becomes the command (this one's child, or this
+  // one where it could not fork): the supervisor above stays outside the command's scope, so the
+  // command cannot kill it and leave what it started (a daemon that left its session) without a
+  // subreaper to end it. Where the kernel cannot scope signals the command runs as before: the
+  // namespaces above are the confinement the tool reports; `cuda-agent doctor` says whether
+  // signals are scoped.
+  (void)scope_signals();
   ::execvp(args[0], args.data());
   const int err = errno;
   std::fprintf(stderr, "cuda-agent: cannot run %s: %s\n", command[0].c_str(), errno_text(err).c_str());

@@ -544,6 +544,45 @@ TEST_F(Confine, NothingTheAgentsConfinedCommandStartsOutlivesIt) {
   }
 }
 
+// The same daemon from a command that then kills its wrapper (`kill -9 $PPID`), which would leave
+// the daemon without the subreaper that ends it: the command's signals are scoped apart from the
+// wrapper, so the kill fails (EPERM) and the daemon ends with the command. Where the kernel cannot
+// scope signals there is nothing to test.
+TEST_F(Confine, TheAgentsConfinedCommandCannotKillItsSupervisor) {
+  const std::string unavailable = signal_scope_unavailable();
+  if (!unavailable.empty()) GTEST_SKIP() << "signals cannot be scoped here: " << unavailable;
+  const std::vector<std::vector<std::string>> wrappers = {
+      {CUDA_AGENT_BINARY, "confined-exec", "--writable", dir_.path().string()},
+      {CUDA_AGENT_BINARY, "confined-exec", "--signals-only"}};
+  for (const auto& wrapper : wrappers) {
+    const fs::path pid_file = dir_.path() / unique_name("daemon");
+    SubprocessOptions sp;
+    sp.argv = wrapper;
+    for (const std::string& a :
+         {std::string("bash"), std::string("-c"),
+          "setsid bash -c 'echo $$ > " + pid_file.string() + "; exec sleep 300' < /dev/null > /dev/null 2>&1 & "
+          "for i in $(seq 100); do [ -s " + pid_file.string() + " ] && break; sleep 0.05; done; "
+          "kill -9 $PPID 2>/dev/null; echo \"kill=$?\"; exit 3"})
+      sp.argv.push_back(a);
+    sp.timeout_s = 60;
+    sp.stdout_path = (dir_.path() / unique_name("out")).string();
+    const SubprocessResult run = run_subprocess(sp);
+    const std::string what = wrapper[2];
+    EXPECT_EQ(run.exit_code, 3) << what << ": the command ended its wrapper: " << run.describe();
+    const std::string out = fs::exists(sp.stdout_path) ? read_file(sp.stdout_path) : "";
+    EXPECT_NE(out.find("kill=1"), std::string::npos) << what << ": " << out;
+    ASSERT_TRUE(fs::exists(pid_file)) << what;
+    const pid_t daemon = static_cast<pid_t>(std::stol(read_file(pid_file)));
+    bool alive = ::kill(daemon, 0) == 0;
+    for (int i = 0; i < 100 && alive; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      alive = ::kill(daemon, 0) == 0;
+    }
+    EXPECT_FALSE(alive) << what << " left the command's daemon " << daemon << " running";
+    if (alive) ::kill(daemon, SIGKILL);
+  }
+}
+
 // A machine without user namespaces, made by running the CLI in a namespace whose
 // user.max_user_namespaces is 0: namespaces is a clear error, auto runs unconfined and says why.
 TEST_F(Confine, WithoutUserNamespacesAutoRunsUnconfinedAndNamespacesIsAnError) {
