@@ -90,7 +90,10 @@ struct __attribute__((visibility("hidden"))) Judge {
   double remaining() const;
 
   // The reference's output on a clone of `inputs` and, under strict, the float64 reference's.
-  void reference_outputs(pybind11::handle inputs, pybind11::object* out, pybind11::object* out64);
+  // `view_of_input` (may be null): the path of an output that is a view of the inputs the
+  // reference ran on (task_check.h's view_of_input), "" when none is.
+  void reference_outputs(pybind11::handle inputs, pybind11::object* out, pybind11::object* out64,
+                         std::string* view_of_input = nullptr);
   // Runs the candidate's forward on a staged copy of `inputs`; checks what the judge can check
   // without the reference (the reply, provenance, work outside forward, tampering, inputs left
   // as given). `where` prefixes failure messages. Throws Failure.

@@ -149,8 +149,12 @@ py::object Judge::float64_outputs(py::handle inputs) {
   }
 }
 
-void Judge::reference_outputs(py::handle inputs, py::object* out, py::object* out64) {
-  *out = call_model(reference, clone_tree(inputs));
+void Judge::reference_outputs(py::handle inputs, py::object* out, py::object* out64, std::string* view) {
+  {
+    py::object given = clone_tree(inputs);
+    *out = call_model(reference, given);
+    if (view) *view = view_of_input(*out, given);
+  }
   if (out64) *out64 = opt.precision == "strict" ? float64_outputs(inputs) : py::none();
   synchronize(device);
   release_cached();

@@ -32,8 +32,10 @@ void judge_verify(Judge& j) {
       py::object inputs, ref, ref64;
       guarded(Category::kTaskError, where + ": drawing inputs", [&] { inputs = draw_inputs(j.task, j.device, seed); });
       guarded(Category::kTaskError, where + ": running the reference", [&] {
-        j.reference_outputs(inputs, &ref, &ref64);
+        std::string view;
+        j.reference_outputs(inputs, &ref, &ref64, &view);
         task_check.add(ref, inputs);
+        task_check.note_view_of_input(view);
         j.reserve_outputs(ref);
       });
       const RunFlags flags{/*guard=*/true, /*poison=*/checks, /*full_checks=*/checks};

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "cuda_agent/sandbox/compare.h"
 
 namespace py = pybind11;
@@ -18,6 +20,46 @@ void floating_leaves(py::handle obj, std::vector<py::object>& out) {
   } else if (py::isinstance<py::dict>(obj)) {
     for (auto kv : py::reinterpret_borrow<py::dict>(obj)) floating_leaves(kv.second, out);
   }
+}
+
+namespace {
+
+// Every tensor of a tree (lists, tuples and dicts followed) with its path.
+void tensor_leaves(py::handle obj, const std::string& path, std::vector<std::pair<std::string, py::object>>& out) {
+  static py::object tensor_type = py::module_::import("torch").attr("Tensor");
+  if (py::isinstance(obj, tensor_type)) {
+    out.emplace_back(path, py::reinterpret_borrow<py::object>(obj));
+  } else if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
+    size_t i = 0;
+    for (auto item : obj) tensor_leaves(item, fmt::format("{}[{}]", path, i++), out);
+  } else if (py::isinstance<py::dict>(obj)) {
+    for (auto kv : py::reinterpret_borrow<py::dict>(obj))
+      tensor_leaves(kv.second, fmt::format("{}[{}]", path, py::repr(kv.first).cast<std::string>()), out);
+  }
+}
+
+// The address of a tensor's storage, 0 for one without bytes (two empty tensors share nothing).
+uintptr_t storage_address(py::handle t) {
+  py::object storage = t.attr("untyped_storage")();
+  if (storage.attr("nbytes")().cast<int64_t>() == 0) return 0;
+  return storage.attr("data_ptr")().cast<uintptr_t>();
+}
+
+}  // namespace
+
+std::string view_of_input(py::handle outputs, py::handle inputs) {
+  std::vector<std::pair<std::string, py::object>> outs, ins;
+  tensor_leaves(outputs, "output", outs);
+  if (outs.empty()) return "";
+  tensor_leaves(inputs, "input", ins);
+  std::vector<uintptr_t> given;
+  for (const auto& [path, t] : ins)
+    if (const uintptr_t a = storage_address(t); a != 0) given.push_back(a);
+  for (const auto& [path, t] : outs) {
+    const uintptr_t a = storage_address(t);
+    if (a != 0 && std::find(given.begin(), given.end(), a) != given.end()) return path;
+  }
+  return "";
 }
 
 void TaskCheck::add(py::handle ref_out, py::handle inputs) {
@@ -133,14 +175,18 @@ nlohmann::json TaskCheck::to_json() const {
   };
   // One such output is enough: a solution returns the input there and computes only the rest.
   const bool returns_input = std::any_of(matches_input_.begin(), matches_input_.end(), some_input);
-  return {{"trials_checked", trials_},
+  const bool views_input = !view_of_input_.empty();
+  nlohmann::json out = {{"trials_checked", trials_},
           {"max_abs_output", max_abs_},
           {"near_zero", near_zero},
           {"near_constant", near_constant},
           {"input_independent", input_independent},
           {"nan_output", any_nan_},
           {"returns_input", returns_input},
-          {"degenerate", near_zero || near_constant || input_independent || any_nan_ || returns_input}};
+          {"views_input", views_input},
+          {"degenerate", near_zero || near_constant || input_independent || any_nan_ || returns_input || views_input}};
+  if (views_input) out["view_of_input"] = view_of_input_;
+  return out;
 }
 
 py::object to_float64(py::handle obj) {

@@ -201,6 +201,30 @@ TEST_F(Integrity, AnOutputThatIsAViewOfAnInputIsInvalid) {
   EXPECT_EQ(in_place["category"], "input_modified") << in_place.dump(2);
 }
 
+// A reference that returns a view of its input does no work there, and a solution cannot return
+// one (above): it must copy and can only be slower, so the task is flagged, with the output named.
+// A reference whose output is computed (a transposed copy) is not.
+TEST_F(Integrity, AReferenceThatReturnsAViewOfItsInputIsFlagged) {
+  const std::string view = task_of_x("view_task", "x.t()", "torch.randn(32, 64)");
+  auto r = verify(view, solution_of_x("copy_of_view.py", "x.t().contiguous()"));
+  EXPECT_TRUE(r["ok"].get<bool>()) << "a copy passes: " << r.dump(2);
+  EXPECT_TRUE(r["task_check"]["views_input"].get<bool>()) << r["task_check"];
+  EXPECT_EQ(r["task_check"].value("view_of_input", ""), "output") << r["task_check"];
+  EXPECT_TRUE(r["task_check"]["degenerate"].get<bool>());
+  EXPECT_FALSE(r["task_check"]["returns_input"].get<bool>()) << "only the new flag catches a transposed view";
+
+  const std::string pair = task_of_x("view_pair", "(torch.relu(x), x[1:])", "torch.randn(32, 64)");
+  auto p = verify(pair, solution_of_x("pair_copy.py", "(torch.relu(x), x[1:].clone())"));
+  EXPECT_TRUE(p["ok"].get<bool>()) << p.dump(2);
+  EXPECT_EQ(p["task_check"].value("view_of_input", ""), "output[1]") << p["task_check"];
+
+  const std::string copy = task_of_x("copy_task", "x.t().contiguous()", "torch.randn(32, 64)");
+  auto c = verify(copy, solution_of_x("copy.py", "x.t().contiguous()"));
+  ASSERT_TRUE(c["ok"].get<bool>()) << c.dump(2);
+  EXPECT_FALSE(c["task_check"]["views_input"].get<bool>()) << c["task_check"];
+  EXPECT_FALSE(c["task_check"]["degenerate"].get<bool>()) << c["task_check"];
+}
+
 TEST_F(Integrity, OrdinaryTasksAreNotFlagged) {
   auto r = verify(kSource + "/tests/data/tasks/add/model.py", kSource + "/tests/data/solutions/add_torch_cpu/model_new.py");
   ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);

@@ -2,6 +2,7 @@
 // filters), and float64 copies of inputs for the strict precision policy. Call with the GIL held.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -18,7 +19,10 @@ namespace cuda_agent::sandbox {
 // NaN never matches, so no kernel, the reference itself included, passes it. So is a task with an
 // output that is, within the tolerance, one of its inputs as it was given (a residual whose added
 // term stays under atol, say): returning the input there (or a view of it with the output's
-// shape) passes every trial without computing that output.
+// shape) passes every trial without computing that output. And a task whose reference returns a
+// view of one of its inputs (`x.t()`, `x[1:]`): the reference does no work there, and a solution
+// cannot either (an output that is a view of an input is invalid), so it must copy and can only
+// be slower.
 // Hidden visibility, as pybind11 requires for types holding Python objects.
 class __attribute__((visibility("hidden"))) TaskCheck {
  public:
@@ -26,8 +30,12 @@ class __attribute__((visibility("hidden"))) TaskCheck {
   // One trial's reference output (any tree of tensors) and the inputs it was computed from
   // (unchanged: the reference ran on a copy).
   void add(pybind11::handle ref_out, pybind11::handle inputs = pybind11::none());
+  // The reference returned a view of an input (view_of_input's answer for one trial; "" is none).
+  void note_view_of_input(const std::string& path) {
+    if (view_of_input_.empty()) view_of_input_ = path;
+  }
   // {trials_checked, max_abs_output, near_zero, near_constant, input_independent, nan_output,
-  //  returns_input, degenerate}
+  //  returns_input, views_input (with view_of_input: the output's path), degenerate}
   nlohmann::json to_json() const;
 
  private:
@@ -44,6 +52,7 @@ class __attribute__((visibility("hidden"))) TaskCheck {
   // tolerance of in every trial so far; empty until the first trial with inputs (which has an
   // output leaf: add returns before otherwise).
   std::vector<std::vector<bool>> matches_input_;
+  std::string view_of_input_;
   void match_inputs(const std::vector<pybind11::object>& leaves, pybind11::handle inputs);
 };
 
@@ -53,5 +62,10 @@ pybind11::object to_float64(pybind11::handle obj);
 
 // The floating tensors of an output tree, in order.
 void floating_leaves(pybind11::handle obj, std::vector<pybind11::object>& out);
+
+// The path ("output", "output[1]", ...) of the first tensor of `outputs` whose storage is the
+// storage of a tensor of `inputs` (a view of it, or the input itself); "" when none is. Call it
+// with the very input objects the outputs were computed from.
+std::string view_of_input(pybind11::handle outputs, pybind11::handle inputs);
 
 }  // namespace cuda_agent::sandbox
