@@ -303,6 +303,12 @@ std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector
                                [](const KernelRecord& r) { return r.origin == LaunchOrigin::kHarness; }),
                 outside.end());
   reply["outside"] = uses_json(outside);
+  // Copies and fills the solution issued while no forward ran (from a gc callback, a finalizer or
+  // a native thread between two runs): data moved where it is not timed. The harness's own (the
+  // L2 flush, the warm-up's input copies, the outputs' export) are scoped as its; those no call
+  // was seen for are counted apart.
+  const OutsideCopies copies = outside_copies(transfers, windows);
+  reply["outside_copies"] = {{"count", copies.count}, {"bytes", copies.bytes}, {"unattributed", copies.unattributed}};
   reply["host_copy_bytes"] = host_bytes;
   reply["dropped_records"] = CuptiKernelRecorder::instance().dropped();
   reply["recording_probe"] = probe_seen;
@@ -328,12 +334,17 @@ std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector
 
 nlohmann::json Candidate::run(const nlohmann::json& body) {
   CA_CHECK(in_tensor_ && out_tensor_, "a run before the shared blocks were mapped");
-  py::object inputs = build_tree(body.at("inputs"), in_tensor_);
-  const bool guard = body.value("guard", false);
-  if (body.value("poison", false) && gpu_) {
-    LaunchScope harness(LaunchOrigin::kHarness);
-    guarded(Category::kRuntimeError, "poisoning free memory", [] { IntegrityChecks::poison_free_memory("cuda"); });
+  py::object inputs;
+  {
+    // The judge has written this run's inputs: no solution code between here and the forward.
+    GcPause pause;
+    inputs = build_tree(body.at("inputs"), in_tensor_);
+    if (body.value("poison", false) && gpu_) {
+      LaunchScope harness(LaunchOrigin::kHarness);
+      guarded(Category::kRuntimeError, "poisoning free memory", [] { IntegrityChecks::poison_free_memory("cuda"); });
+    }
   }
+  const bool guard = body.value("guard", false);
   auto forward = [&]() -> py::object { return guard ? guard_->call(model_, inputs) : call_model(model_, inputs); };
   nlohmann::json reply = {{"op", "ran"}, {"ms", 0.0}};
   TimedRun run;
@@ -348,6 +359,7 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
   // Straight after the forward, before any Python-level code of ours could let another thread
   // run: the outputs' bytes go to the judge's block through C-level calls only.
   try {
+    GcPause pause;
     LaunchScope harness(LaunchOrigin::kHarness);
     std::string input_view;
     reply["outputs"] = export_tree(run.output, out_tensor_, out_block_->address(), out_block_->bytes(), gpu_,
@@ -394,7 +406,11 @@ nlohmann::json Candidate::report() {
 
 nlohmann::json Candidate::warmup(const nlohmann::json& body) {
   CA_CHECK(gpu_ && in_tensor_, "a warm-up needs the GPU and the shared blocks");
-  py::object inputs = build_tree(body.at("inputs"), in_tensor_);
+  py::object inputs;
+  {
+    GcPause pause;
+    inputs = build_tree(body.at("inputs"), in_tensor_);
+  }
   TimingOptions options;
   options.warmup_runs = body.value("runs", 3);
   options.warmup_ms = body.value("ms", 100.0);
@@ -407,6 +423,7 @@ nlohmann::json Candidate::warmup(const nlohmann::json& body) {
   if (body.value("keep", false)) {
     // A copy of the warm-up inputs of this process's own, for the pre-runs (the block's contents
     // change with every timed run).
+    GcPause pause;
     LaunchScope harness(LaunchOrigin::kHarness);
     guarded(Category::kRuntimeError, "keeping the warm-up inputs", [&] {
       warm_inputs_ = clone_tree(inputs);

@@ -66,12 +66,12 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     if (record->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
       if (m->copyKind == CUPTI_ACTIVITY_MEMCPY_KIND_DTOH) CuptiKernelRecorder::instance().add_host_copy(m->bytes);
-      transfers.push_back({m->start, m->end, m->streamId});
+      transfers.push_back({m->start, m->end, m->streamId, m->correlationId, m->bytes});
       continue;
     }
     if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-      transfers.push_back({m->start, m->end, m->streamId});
+      transfers.push_back({m->start, m->end, m->streamId, m->correlationId, m->bytes});
       continue;
     }
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL)
@@ -181,18 +181,22 @@ std::vector<KernelRecord> CuptiKernelRecorder::take(uint64_t* host_copy_bytes, s
   size_t dropped = 0;
   if (api.cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped) == CUPTI_SUCCESS) dropped_ += dropped;
   std::vector<KernelRecord> out;
+  std::vector<GpuSpan> spans;
   {
     std::lock_guard<std::mutex> lock(g_records_mutex);
     out.swap(records_);
-    if (transfers) transfers->swap(transfers_);
-    transfers_.clear();
+    spans.swap(transfers_);
   }
-  if (launch_origins_installed())
+  if (launch_origins_installed()) {
     for (auto& r : out) {
       LaunchAttribution a = take_launch_origin(r.correlation_id);
       r.origin = a.origin;
       r.library = std::move(a.library);
     }
+    for (auto& t : spans) t.origin = take_copy_origin(t.correlation_id);  // read or not, forgotten
+    age_copy_origins();
+  }
+  if (transfers) *transfers = std::move(spans);
   if (host_copy_bytes) *host_copy_bytes = host_copy_bytes_.exchange(0);
   return out;
 }

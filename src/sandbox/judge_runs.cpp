@@ -79,6 +79,13 @@ void Judge::audit_records(const nlohmann::json& reply, const std::string& where,
                               "kernels ran unaudited, CUPTI's kernel activity switched off or redirected by the solution",
                               where, hidden, hidden == 1 ? "" : "es", first.empty() ? "?" : first)};
   }
+  const nlohmann::json copies = reply.value("outside_copies", nlohmann::json::object());
+  if (opt.integrity_checks && copies.value("count", uint64_t{0}) > 0)
+    throw Failure{Category::kTampering,
+                  fmt::format("{}: the solution issued {} cop{} or fill{} ({} bytes) in the candidate process {}: data "
+                              "moved where it is not timed (from a gc callback, a finalizer or a thread of its own)",
+                              where, copies.value("count", uint64_t{0}), copies.value("count", uint64_t{0}) == 1 ? "y" : "ies",
+                              copies.value("count", uint64_t{0}) == 1 ? "" : "s", copies.value("bytes", uint64_t{0}), when)};
   const std::vector<KernelUse> outside = parse_uses(reply.value("outside", nlohmann::json::array()), where);
   if (opt.integrity_checks && !outside.empty())
     throw Failure{Category::kTampering,

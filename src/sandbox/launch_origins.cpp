@@ -29,7 +29,18 @@ struct State {
   LaunchLedger ledger;
   std::vector<uintptr_t> streams;  // where work went since take_launch_streams()
   ContextCreations contexts;
+  // Copies and fills: which entry points are watched (by callback id, per domain), and the
+  // origin of each call's correlation id until its record is taken.
+  std::vector<bool> copy_driver, copy_runtime;
+  struct Copy {
+    CopyOrigin origin;
+    uint32_t age;  // takes since the call
+  };
+  std::unordered_map<uint32_t, Copy> copies;
+  bool copies_overflowed = false;  // a call went unrecorded: from then on an unseen id is the solution's
 };
+
+constexpr size_t kMaxCopies = 1 << 20;
 
 State& state() {
   static State s;
@@ -205,6 +216,14 @@ void note_stream(State& s, uintptr_t stream, bool destroyed) {
   }
 }
 
+// Read without the lock: written once, in install_launch_origins, before the callbacks are on.
+bool is_copy_call(const State& s, CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  const std::vector<bool>* watched = domain == CUPTI_CB_DOMAIN_DRIVER_API    ? &s.copy_driver
+                                     : domain == CUPTI_CB_DOMAIN_RUNTIME_API ? &s.copy_runtime
+                                                                             : nullptr;
+  return watched != nullptr && cbid < watched->size() && (*watched)[cbid];
+}
+
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   State& s = state();
   if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
@@ -221,6 +240,17 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
     std::lock_guard<std::mutex> lock(s.mutex);
     if (s.contexts.count++ == 0) s.contexts.first = d->functionName != nullptr ? d->functionName : "?";
     return;
+  }
+  if (is_copy_call(s, domain, cbid)) {
+    if (d->callbackSite != CUPTI_API_ENTER) return;
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      if (s.copies.size() < kMaxCopies)
+        s.copies[d->correlationId] = {t_scope == LaunchOrigin::kHarness ? CopyOrigin::kHarness : CopyOrigin::kSolution, 0};
+      else
+        s.copies_overflowed = true;  // a flood of calls cannot make later copies unattributable
+    }
+    if (!stream_only_call(domain, cbid)) return;  // the asynchronous driver calls note their stream below
   }
   if (d->callbackSite == CUPTI_API_EXIT) {
     if (t_launch.depth == 0 || stream_only_call(domain, cbid)) return;
@@ -318,6 +348,20 @@ void install_launch_origins(const std::vector<std::string>& own_dirs, const std:
   void* warm[1];
   ::backtrace(warm, 1);  // loads the unwinder now, not inside the first callback
   const CuptiApi& api = cupti();
+  // Every copy and fill entry point, found by name (cuMemcpy*, cuMemset*, cudaMemcpy*,
+  // cudaMemset*), before any callback can read the lists.
+  auto copy_calls = [&](CUpti_CallbackDomain domain, uint32_t count, std::initializer_list<const char*> prefixes) {
+    std::vector<bool> watched(count, false);
+    for (uint32_t id = 1; id < count; ++id) {
+      const char* name = nullptr;
+      if (api.cuptiGetCallbackName(domain, id, &name) != CUPTI_SUCCESS || name == nullptr) continue;
+      const std::string n = name;
+      watched[id] = std::any_of(prefixes.begin(), prefixes.end(), [&](const char* p) { return n.rfind(p, 0) == 0; });
+    }
+    return watched;
+  };
+  s.copy_driver = copy_calls(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, {"cuMemcpy", "cuMemset"});
+  s.copy_runtime = copy_calls(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, {"cudaMemcpy", "cudaMemset"});
   CA_CUPTI_CHECK(api.cuptiSubscribe(&s.subscriber, reinterpret_cast<CUpti_CallbackFunc>(on_callback), nullptr));
   for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
                               CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
@@ -336,6 +380,10 @@ void install_launch_origins(const std::vector<std::string>& own_dirs, const std:
   watch(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice);
   watch(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernelMultiDevice_v9000);
   for (CUpti_CallbackId id : kContextCreations) watch(CUPTI_CB_DOMAIN_DRIVER_API, id);
+  for (uint32_t id = 1; id < s.copy_driver.size(); ++id)
+    if (s.copy_driver[id]) watch(CUPTI_CB_DOMAIN_DRIVER_API, id);
+  for (uint32_t id = 1; id < s.copy_runtime.size(); ++id)
+    if (s.copy_runtime[id]) watch(CUPTI_CB_DOMAIN_RUNTIME_API, id);
   for (CUpti_CallbackId id : kStreamOnlyCalls)
     CA_CUPTI_CHECK(api.cuptiEnableCallback(1, s.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id));
   for (CUpti_CallbackId id :
@@ -392,6 +440,25 @@ std::string context_creation_message(uint64_t count, const std::string& first) {
 void forget_launches() {
   std::lock_guard<std::mutex> lock(state().mutex);
   state().ledger.clear();
+  state().copies.clear();
+  state().copies_overflowed = false;
+}
+
+CopyOrigin take_copy_origin(uint32_t correlation_id) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  auto it = s.copies.find(correlation_id);
+  if (it == s.copies.end()) return s.copies_overflowed ? CopyOrigin::kSolution : CopyOrigin::kUnknown;
+  const CopyOrigin origin = it->second.origin;
+  s.copies.erase(it);
+  return origin;
+}
+
+void age_copy_origins() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  for (auto it = s.copies.begin(); it != s.copies.end();)
+    it = ++it->second.age >= 2 ? s.copies.erase(it) : std::next(it);
 }
 
 void LaunchLedger::enter(ThreadState& t, uint32_t correlation_id, bool graph, LaunchAttribution a) {

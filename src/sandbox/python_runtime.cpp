@@ -82,4 +82,9 @@ void set_process_environment(const std::vector<std::pair<std::string, std::strin
   py::module_::import("tempfile").attr("tempdir") = py::none();
 }
 
+GcPause::GcPause() : was_enabled_(PyGC_Disable() != 0) {}
+GcPause::~GcPause() {
+  if (was_enabled_) PyGC_Enable();
+}
+
 }  // namespace cuda_agent::sandbox

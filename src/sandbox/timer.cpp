@@ -8,6 +8,7 @@
 #include "cuda_agent/sandbox/cuda_device.h"
 #include "cuda_agent/sandbox/cuda_libs.h"
 #include "cuda_agent/sandbox/launch_origins.h"
+#include "cuda_agent/sandbox/python_runtime.h"
 #include "cuda_agent/sandbox/task_runner.h"
 
 namespace py = pybind11;
@@ -108,6 +109,7 @@ bool hold_timed_out(const TimerState& s) { return __atomic_load_n(&s.hold_words[
 
 void flush_l2(TimerState& s) {
   const DriverApi& api = driver();
+  LaunchScope harness(LaunchOrigin::kHarness);  // a fill outside the forward, the harness's
   // Lines a persisting-L2 window kept would survive the flush: drop them first.
   api.cuCtxResetPersistingL2Cache();
   CA_CU_CHECK(api.cuMemsetD32Async(s.flush, ++s.fill, s.words, nullptr));
@@ -185,7 +187,12 @@ int warm_up(py::handle model, py::handle inputs, const TimingOptions& options, s
   const auto start = std::chrono::steady_clock::now();
   int runs = 0;
   for (;;) {
-    py::object run_inputs = clone_tree(inputs);
+    py::object run_inputs;
+    {
+      GcPause pause;
+      LaunchScope harness(LaunchOrigin::kHarness);  // copies outside the forward, the harness's
+      run_inputs = clone_tree(inputs);
+    }
     if (options.flush_l2) flush_l2(s);
     CA_CU_CHECK(api.cuCtxSynchronize());
     Window w;
@@ -200,6 +207,17 @@ int warm_up(py::handle model, py::handle inputs, const TimingOptions& options, s
   }
   (void)take_launch_streams();
   return runs;
+}
+
+OutsideCopies outside_copies(const std::vector<GpuSpan>& transfers, const std::vector<Window>& windows) {
+  OutsideCopies out;
+  for (const GpuSpan& t : transfers) {
+    if (std::any_of(windows.begin(), windows.end(), [&](const Window& w) { return w.contains(t.start_ns, t.end_ns); }))
+      continue;
+    if (t.origin == CopyOrigin::kSolution) ++out.count, out.bytes += t.bytes;
+    else if (t.origin == CopyOrigin::kUnknown) ++out.unattributed;
+  }
+  return out;
 }
 
 std::vector<RunGpu> runs_gpu(const std::vector<Window>& windows, const std::vector<double>& ms,

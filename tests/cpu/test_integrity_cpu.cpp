@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include <gtest/gtest.h>
+#include <pybind11/embed.h>
 
 #include "cuda_agent/bench/metrics.h"
 #include "cuda_agent/bench/report.h"
@@ -16,9 +17,11 @@
 #include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/kernel_provenance.h"
 #include "cuda_agent/sandbox/launch_origins.h"
+#include "cuda_agent/sandbox/python_runtime.h"
 
 using namespace cuda_agent;
 using namespace cuda_agent::sandbox;
+namespace py = pybind11;
 
 namespace {
 
@@ -223,6 +226,47 @@ TEST_F(Integrity, AReferenceThatReturnsAViewOfItsInputIsFlagged) {
   ASSERT_TRUE(c["ok"].get<bool>()) << c.dump(2);
   EXPECT_FALSE(c["task_check"]["views_input"].get<bool>()) << c["task_check"];
   EXPECT_FALSE(c["task_check"]["degenerate"].get<bool>()) << c["task_check"];
+}
+
+// Solution code can run inside the harness's own Python-level work through the garbage
+// collector (gc.callbacks, with a collection threshold of 1), without a thread of its own: while
+// the candidate builds a run's inputs, after the judge has written them and before the timer
+// starts, what it launched or copied would be untimed, and inside the harness's launch scope it
+// would count as the harness's. The candidate pauses automatic collection there (GcPause, around
+// the building of the inputs, the poisoning, the export of the outputs and the warm-up's copies);
+// the pause keeps every callback out and leaves collection as the solution had it.
+TEST(GcPause, KeepsTheSolutionsCallbacksOutAndLeavesCollectionAsItWas) {
+  start_python();
+  py::dict scope;
+  py::exec(R"PY(
+import gc
+calls = [0]
+def callback(phase, info):
+    if phase == "start":
+        calls[0] += 1
+gc.callbacks.append(callback)
+gc.set_threshold(1)
+)PY",
+           scope);
+  auto calls = [&] { return scope["calls"].cast<py::list>()[0].cast<int>(); };
+  auto churn = [&] { py::exec("for i in range(2000):\n    x = [[i], {i: (i,)}]\n", scope); };
+  auto enabled = [] { return py::module_::import("gc").attr("isenabled")().cast<bool>(); };
+  {
+    GcPause pause;
+    const int before = calls();
+    churn();
+    EXPECT_EQ(calls(), before) << "a collection ran, and the solution's callback with it, while paused";
+    EXPECT_FALSE(enabled());
+  }
+  EXPECT_TRUE(enabled());
+  const int before = calls();
+  churn();
+  EXPECT_GT(calls(), before) << "collections run again once the pause ends";
+  // A solution that switched collection off finds it off after the harness's pause.
+  py::exec("gc.disable()", scope);
+  { GcPause pause; }
+  EXPECT_FALSE(enabled());
+  py::exec("gc.enable()\ngc.callbacks.remove(callback)\ngc.set_threshold(700)\n", scope);
 }
 
 TEST_F(Integrity, OrdinaryTasksAreNotFlagged) {

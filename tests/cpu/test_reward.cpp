@@ -8,6 +8,7 @@
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/sandbox/eval_result.h"
+#include "cuda_agent/sandbox/timer.h"
 #include "cuda_agent/sandbox/timing_stats.h"
 
 namespace cuda_agent::sandbox {
@@ -183,6 +184,30 @@ TEST(GpuActivity, UnionAndSpanOfTheRecords) {
   const GpuActivity b = gpu_activity({{0, 10'000'000}, {2'000'000, 3'000'000}});
   EXPECT_NEAR(b.busy_ms, 10.0, 1e-12);
   EXPECT_NEAR(b.span_ms, 10.0, 1e-12);
+}
+
+// Copies and fills in no forward's window are the solution's data movement where it is not timed
+// when it issued them; the harness's own (the flush, the export) and unattributed ones are not.
+TEST(GpuActivity, CopiesOutsideEveryWindowAreCountedByWhoIssuedThem) {
+  const std::vector<Window> windows = {{1'000, 2'000}, {5'000, 6'000}};
+  auto copy = [](uint64_t start, uint64_t end, CopyOrigin origin, uint64_t bytes) {
+    GpuSpan t;
+    t.start_ns = start, t.end_ns = end, t.origin = origin, t.bytes = bytes;
+    return t;
+  };
+  const std::vector<GpuSpan> transfers = {
+      copy(1'100, 1'900, CopyOrigin::kSolution, 64),   // inside the first forward: timed
+      copy(5'000, 6'000, CopyOrigin::kSolution, 64),   // exactly the second window
+      copy(3'000, 3'500, CopyOrigin::kSolution, 100),  // between the two
+      copy(900, 1'500, CopyOrigin::kSolution, 28),     // started before the first window opened
+      copy(3'000, 3'100, CopyOrigin::kHarness, 4096),  // the L2 flush
+      copy(7'000, 7'100, CopyOrigin::kUnknown, 8)};
+  const OutsideCopies out = outside_copies(transfers, windows);
+  EXPECT_EQ(out.count, 2u);
+  EXPECT_EQ(out.bytes, 128u);
+  EXPECT_EQ(out.unattributed, 1u);
+  EXPECT_EQ(outside_copies(transfers, {{0, 10'000}}).count, 0u) << "every copy inside one window";
+  EXPECT_EQ(outside_copies({}, windows).count, 0u);
 }
 
 // A baseline carried over by drift: every time scaled, the GPU times too.

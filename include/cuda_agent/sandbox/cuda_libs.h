@@ -49,7 +49,7 @@ namespace cuda_agent::sandbox {
   X(cuptiActivityDisable) X(cuptiActivityRegisterCallbacks) X(cuptiActivityFlushAll)  \
   X(cuptiActivityGetNextRecord) X(cuptiActivityGetNumDroppedRecords) X(cuptiGetTimestamp) \
   X(cuptiActivityPushExternalCorrelationId) X(cuptiActivityPopExternalCorrelationId)   \
-  X(cuptiSubscribe) X(cuptiUnsubscribe) X(cuptiEnableCallback)
+  X(cuptiSubscribe) X(cuptiUnsubscribe) X(cuptiEnableCallback) X(cuptiGetCallbackName)
 
 #define CA_CUBLAS_FUNCTIONS(X)                                                     \
   X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSetMathMode) \

@@ -33,10 +33,14 @@ struct KernelRecord {
   int32_t block[3] = {0, 0, 0};
 };
 
-// A copy or fill the GPU ran (CUPTI's MEMCPY and MEMSET records): when, and on which stream.
+// A copy or fill the GPU ran (CUPTI's MEMCPY and MEMSET records): when, on which stream, how
+// many bytes, and who issued it (launch_origins.h; kUnknown when the callbacks are not installed).
 struct GpuSpan {
   uint64_t start_ns = 0, end_ns = 0;
   uint32_t stream_id = 0;
+  uint32_t correlation_id = 0;
+  uint64_t bytes = 0;
+  CopyOrigin origin = CopyOrigin::kUnknown;
 };
 
 class CuptiKernelRecorder {

@@ -125,10 +125,24 @@ class LaunchLedger {
 std::vector<uintptr_t> take_launch_streams();
 
 // The process-wide ledger's mark and unrecorded launches (LaunchLedger), and a fresh start
-// (when kernel recording starts, launches before it have no records to wait for).
+// (when kernel recording starts, launches before it have no records to wait for; the copies'
+// origins go too).
 uint64_t launch_mark();
 UnrecordedLaunches take_unrecorded_launches(uint64_t before_mark);
 void forget_launches();
+
+// Who issued a copy or fill (CUPTI's MEMCPY and MEMSET records), by the correlation id of the
+// API call behind it: the same callbacks watch every cuMemcpy*/cuMemset* and cudaMemcpy*/
+// cudaMemset* entry point. kHarness: made inside a LaunchScope(kHarness); kSolution: any other
+// call; kUnknown: no call was seen with that id (a copy the driver made on its own account).
+// Once more calls than the bookkeeping keeps (a million) came between two takes, an id without a
+// call is taken as the solution's: a flood of calls cannot hide a copy.
+enum class CopyOrigin : uint8_t { kUnknown, kHarness, kSolution };
+// The origin recorded for `correlation_id`, forgotten once read. Thread-safe.
+CopyOrigin take_copy_origin(uint32_t correlation_id);
+// After a take: forgets the calls that got no record by the take after the one following them
+// (captured into a graph, or failed), so that the bookkeeping does not grow with them.
+void age_copy_origins();
 
 // The calls that made (or tried to make) a CUDA context since the callbacks were installed.
 struct ContextCreations {

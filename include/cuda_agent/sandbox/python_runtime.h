@@ -40,4 +40,19 @@ pid_t fork_with_python(const SubprocessOptions& options, const std::function<int
 // native code see the same values. TMPDIR's folder is created.
 void set_process_environment(const std::vector<std::pair<std::string, std::string>>& env);
 
+// Automatic garbage collection off for a stretch of the harness's own work, and back as it was
+// after: a collection there would run the solution's gc.callbacks (and its garbage's finalizers)
+// inside the harness's launch scope, where what they launch or copy counts as the harness's, or
+// between the judge's staging of a run's inputs and the timer's start. Hold the GIL.
+class GcPause {
+ public:
+  GcPause();
+  ~GcPause();
+  GcPause(const GcPause&) = delete;
+  GcPause& operator=(const GcPause&) = delete;
+
+ private:
+  bool was_enabled_;
+};
+
 }  // namespace cuda_agent::sandbox

@@ -84,6 +84,12 @@ TimedRun timed_call(const std::function<pybind11::object()>& forward, bool flush
 int warm_up(pybind11::handle model, pybind11::handle inputs, const TimingOptions& options,
             std::vector<Window>* windows = nullptr);
 
+// The copies and fills in no window: the solution's (count, bytes) and those of no known origin.
+struct OutsideCopies {
+  uint64_t count = 0, bytes = 0, unattributed = 0;
+};
+OutsideCopies outside_copies(const std::vector<GpuSpan>& transfers, const std::vector<Window>& windows);
+
 // What the records inside one run's window say: its GPU time and the sample the run counts as.
 struct RunGpu {
   GpuActivity gpu;
