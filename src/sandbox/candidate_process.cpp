@@ -135,6 +135,12 @@ class Candidate {
   static constexpr double kWaitSpinS = 0.05;
 };
 
+// A torch mode left active, or a torch.library kernel, runs the solution's Python inside the torch
+// calls the harness makes next (tensor_exchange.h's torch_interception): refused before it makes any.
+void refuse_interception(const std::string& when) {
+  if (const std::string why = torch_interception(); !why.empty()) throw Failure{Category::kTampering, why + " " + when};
+}
+
 double cpu_seconds(clockid_t clock) {
   timespec t{};
   ::clock_gettime(clock, &t);
@@ -334,6 +340,7 @@ std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector
 
 nlohmann::json Candidate::run(const nlohmann::json& body) {
   CA_CHECK(in_tensor_ && out_tensor_, "a run before the shared blocks were mapped");
+  refuse_interception("before a run");
   py::object inputs;
   {
     // The judge has written this run's inputs: no solution code between here and the forward.
@@ -406,6 +413,7 @@ nlohmann::json Candidate::report() {
 
 nlohmann::json Candidate::warmup(const nlohmann::json& body) {
   CA_CHECK(gpu_ && in_tensor_, "a warm-up needs the GPU and the shared blocks");
+  refuse_interception("before the warm-up");
   py::object inputs;
   {
     GcPause pause;
@@ -420,6 +428,7 @@ nlohmann::json Candidate::warmup(const nlohmann::json& body) {
   ended_cpu_mark_ = processes_.ended_cpu_seconds();
   guarded(Category::kRuntimeError, "ModelNew.forward (warm-up)",
           [&] { reply["runs"] = warm_up(model_, inputs, options, &windows); });
+  refuse_interception("after the warm-up");
   if (body.value("keep", false)) {
     // A copy of the warm-up inputs of this process's own, for the pre-runs (the block's contents
     // change with every timed run).

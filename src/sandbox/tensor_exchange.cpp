@@ -249,8 +249,16 @@ void changed_walk(py::handle tree, const nlohmann::json& spec, Builder& builder,
 // replace torch.Tensor's Python attributes, not these.
 struct TensorMethods {
   py::object tensor_type, parameter_type, data_ptr, numel, element_size, size, stride, dtype, device, is_meta,
-      function_modes, contiguous;
+      function_modes, dispatch_modes, contiguous, dispatch_dump;
+  // The dispatcher's registrations of the operators the harness calls on the solution's output
+  // and in its own steps (a dense copy: clone, copy_, the empties; the poisoning's fill), as torch
+  // registered them: a solution's torch.library kernel for one would run inside those calls.
+  std::vector<std::pair<std::string, std::string>> registrations;
 };
+
+constexpr const char* kWatchedOperators[] = {"aten::clone",         "aten::copy_",      "aten::contiguous",
+                                             "aten::empty_like",    "aten::empty_strided", "aten::empty.memory_format",
+                                             "aten::fill_.Scalar"};
 
 TensorMethods& methods() {
   static TensorMethods m;
@@ -404,15 +412,28 @@ void capture_tensor_methods() {
   m.device = props["device"].attr("__get__");
   m.is_meta = props["is_meta"].attr("__get__");
   m.function_modes = torch().attr("_C").attr("_len_torch_function_stack");
+  m.dispatch_modes = torch().attr("_C").attr("_len_torch_dispatch_stack");
+  m.dispatch_dump = torch().attr("_C").attr("_dispatch_dump");
+  for (const char* op : kWatchedOperators) m.registrations.emplace_back(op, m.dispatch_dump(op).cast<std::string>());
   m.contiguous = base.attr("contiguous");
+}
+
+std::string torch_interception() {
+  const TensorMethods& m = methods();
+  CA_ASSERT(m.data_ptr, "capture_tensor_methods() must run before torch_interception()");
+  if (m.function_modes().cast<int64_t>() > 0) return "a TorchFunctionMode of the solution's is still active";
+  if (m.dispatch_modes().cast<int64_t>() > 0) return "a TorchDispatchMode of the solution's is still active";
+  for (const auto& [op, registered] : m.registrations)
+    if (m.dispatch_dump(op).cast<std::string>() != registered)
+      return fmt::format("torch's kernels for {} were replaced or added to (torch.library)", op);
+  return "";
 }
 
 nlohmann::json export_tree(py::handle outputs, py::handle block, uint64_t block_address, size_t block_bytes,
                            bool device, uint64_t input_address, size_t input_bytes, std::string* input_view) {
   CA_ASSERT(methods().data_ptr, "capture_tensor_methods() must run before export_tree()");
-  // A TorchFunctionMode left active would see (and could answer) the calls below.
-  if (methods().function_modes().cast<int64_t>() > 0)
-    throw OutputError{"tampering", "a TorchFunctionMode is still active after forward returned"};
+  if (const std::string why = torch_interception(); !why.empty())
+    throw OutputError{"tampering", why + " after forward returned"};
   Exporter e{block, block_address, block_bytes, device, input_address, input_bytes, {}, 0, 0, {}};
   nlohmann::json spec = e.walk(outputs, "output", 0);
   if (input_view) *input_view = e.input_view;

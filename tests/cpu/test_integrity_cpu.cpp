@@ -468,6 +468,86 @@ TEST_F(Integrity, TensorSubclassOutputsAreRejected) {
   EXPECT_NE(r["message"].get<std::string>().find("Lazy"), std::string::npos) << r["message"];
 }
 
+// A torch mode the solution leaves active sees every torch call the harness makes afterwards. Here
+// a TorchDispatchMode answers the harness's densifying copy (TensorBase.contiguous) of an output
+// that is a view with gaps too large for the output block: the forward returned such a view of an
+// empty buffer, and the mode computes the result when the harness asks for the dense copy, after
+// the forward's time and inside the harness's launch scope. Left active, any mode is tampering;
+// so is a torch.library kernel of the solution's for an operator the harness calls.
+TEST_F(Integrity, TorchCallsTheHarnessMakesCannotBeIntercepted) {
+  const std::string task = task_of_x("twice_mode", "x * 2", "torch.randn(32, 64)");
+  const std::string solution = write("late_mode.py", std::string(kModelNewHeader) + R"PY(from torch.utils._python_dispatch import TorchDispatchMode
+
+
+class _Late(TorchDispatchMode):
+    saved = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.clone.default and _Late.saved is not None:
+            x, _Late.saved = _Late.saved, None
+            return (x * 2).contiguous()
+        return func(*args, **(kwargs or {}))
+
+
+_mode = _Late()
+_entered = []
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        if not _entered:
+            _mode.__enter__()
+            _entered.append(True)
+        _Late.saved = x.detach().clone()
+        buf = torch.empty(x.shape[0], x.shape[1] * 4096)
+        return buf[:, ::4096]  # gaps: 4096x the output's bytes, past the output block
+)PY");
+  auto r = verify(task, solution);
+  EXPECT_EQ(r["category"], "tampering") << r.dump(2);
+  EXPECT_NE(r["message"].get<std::string>().find("TorchDispatchMode"), std::string::npos) << r["message"];
+  const std::string function_mode = write("function_mode.py", std::string(kModelNewHeader) + R"PY(from torch.overrides import TorchFunctionMode
+
+
+class _Watch(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
+_watch = _Watch()
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        _watch.__enter__()  # never left
+        return x * 2
+)PY");
+  auto f = verify(task, function_mode);
+  EXPECT_EQ(f["category"], "tampering") << f.dump(2);
+  EXPECT_NE(f["message"].get<std::string>().find("TorchFunctionMode"), std::string::npos) << f["message"];
+  // The same densifying copy answered without a mode: a kernel of the solution's registered for
+  // aten::clone (torch.library), which the harness's contiguous() reaches through the dispatcher.
+  const std::string library = write("library_clone.py", std::string(kModelNewHeader) + R"PY(_saved = []
+_lib = torch.library.Library("aten", "IMPL")
+
+
+def _clone(x, memory_format=None):
+    return (_saved.pop() * 2).contiguous() if _saved else torch.empty_like(x).copy_(x)
+
+
+_lib.impl("clone", _clone, "CPU")
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        _saved.append(x.detach() * 1)
+        buf = torch.empty(x.shape[0], x.shape[1] * 4096)
+        return buf[:, ::4096]
+)PY");
+  auto l = verify(task, library);
+  EXPECT_EQ(l["category"], "tampering") << l.dump(2);
+  EXPECT_NE(l["message"].get<std::string>().find("aten::clone"), std::string::npos) << l["message"];
+}
+
 TEST_F(Integrity, PatchedTimersAreTampering) {
   const std::string task = kSource + "/tests/data/tasks/add/model.py";
   const std::string prelude = "import time\ntime.perf_counter = lambda: 0.0\n\n";

@@ -54,6 +54,12 @@ struct OutputError {
   std::string message;
 };
 void capture_tensor_methods();
+// Whether the solution intercepts the torch calls the harness makes after a forward (densifying an
+// output, building the next inputs, poisoning memory), which would run its Python there, untimed
+// and inside the harness's launch scope: a TorchFunctionMode or TorchDispatchMode left active, or
+// a kernel of its own registered (torch.library) for one of the operators the harness uses. ""
+// when nothing does; else what. After capture_tensor_methods().
+std::string torch_interception();
 nlohmann::json export_tree(pybind11::handle outputs, pybind11::handle block, uint64_t block_address, size_t block_bytes,
                            bool device, uint64_t input_address = 0, size_t input_bytes = 0,
                            std::string* input_view = nullptr);
