@@ -340,11 +340,11 @@ std::vector<std::vector<KernelRecord>> Candidate::take_records(const std::vector
 
 nlohmann::json Candidate::run(const nlohmann::json& body) {
   CA_CHECK(in_tensor_ && out_tensor_, "a run before the shared blocks were mapped");
-  refuse_interception("before a run");
   py::object inputs;
   {
     // The judge has written this run's inputs: no solution code between here and the forward.
     GcPause pause;
+    refuse_interception("before a run");
     inputs = build_tree(body.at("inputs"), in_tensor_);
     if (body.value("poison", false) && gpu_) {
       LaunchScope harness(LaunchOrigin::kHarness);
@@ -413,10 +413,10 @@ nlohmann::json Candidate::report() {
 
 nlohmann::json Candidate::warmup(const nlohmann::json& body) {
   CA_CHECK(gpu_ && in_tensor_, "a warm-up needs the GPU and the shared blocks");
-  refuse_interception("before the warm-up");
   py::object inputs;
   {
     GcPause pause;
+    refuse_interception("before the warm-up");
     inputs = build_tree(body.at("inputs"), in_tensor_);
   }
   TimingOptions options;

@@ -166,15 +166,16 @@ constexpr CUpti_CallbackId kLegacyLaunches[] = {CUPTI_DRIVER_TRACE_CBID_cuLaunch
 
 // One launch on several devices: its first parameter is the list of launches, not a function.
 bool is_multi_device_launch(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
-  return (domain == CUPTI_CB_DOMAIN_DRIVER_API && cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice) ||
+  return (domain == CUPTI_CB_DOMAIN_DRIVER_API &&
+          cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernelMultiDevice) ||
          (domain == CUPTI_CB_DOMAIN_RUNTIME_API &&
           cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernelMultiDevice_v9000);
 }
 
 // The calls that make a CUDA context (context_creations()).
 constexpr CUpti_CallbackId kContextCreations[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuCtxCreate,    CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v2,
-    CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v3, CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v4,
+    CUPTI_DRIVER_TRACE_CBID_cuCtxCreate,      CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v3,   CUPTI_DRIVER_TRACE_CBID_cuCtxCreate_v4,
     CUPTI_DRIVER_TRACE_CBID_cuGreenCtxCreate,
 };
 
@@ -246,7 +247,8 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
     {
       std::lock_guard<std::mutex> lock(s.mutex);
       if (s.copies.size() < kMaxCopies)
-        s.copies[d->correlationId] = {t_scope == LaunchOrigin::kHarness ? CopyOrigin::kHarness : CopyOrigin::kSolution, 0};
+        s.copies[d->correlationId] = {t_scope == LaunchOrigin::kHarness ? CopyOrigin::kHarness : CopyOrigin::kSolution,
+                                      0};
       else
         s.copies_overflowed = true;  // a flood of calls cannot make later copies unattributable
     }
@@ -373,7 +375,8 @@ void install_launch_origins(const std::vector<std::string>& own_dirs, const std:
   // of every evaluation.
   auto watch = [&](CUpti_CallbackDomain domain, CUpti_CallbackId id) {
     if (const CUptiResult rc = api.cuptiEnableCallback(1, s.subscriber, domain, id); rc != CUPTI_SUCCESS)
-      CA_LOG_WARN("sandbox", "CUPTI would not watch callback {} of domain {} (error {}): calls through it are not audited",
+      CA_LOG_WARN("sandbox",
+                  "CUPTI would not watch callback {} of domain {} (error {}): calls through it are not audited",
                   static_cast<int>(id), static_cast<int>(domain), static_cast<int>(rc));
   };
   for (CUpti_CallbackId id : kLegacyLaunches) watch(CUPTI_CB_DOMAIN_DRIVER_API, id);
@@ -432,9 +435,10 @@ ContextCreations context_creations() {
 }
 
 std::string context_creation_message(uint64_t count, const std::string& first) {
-  return fmt::format("the solution made {} CUDA context{} of its own (first: {}): kernels there are out of reach of the "
-                     "sandbox's synchronisations and audits, which work in torch's context",
-                     count, count == 1 ? "" : "s", first.empty() ? "?" : first);
+  return fmt::format(
+      "the solution made {} CUDA context{} of its own (first: {}): kernels there are out of reach of the "
+      "sandbox's synchronisations and audits, which work in torch's context",
+      count, count == 1 ? "" : "s", first.empty() ? "?" : first);
 }
 
 void forget_launches() {

@@ -176,15 +176,16 @@ nlohmann::json TaskCheck::to_json() const {
   // One such output is enough: a solution returns the input there and computes only the rest.
   const bool returns_input = std::any_of(matches_input_.begin(), matches_input_.end(), some_input);
   const bool views_input = !view_of_input_.empty();
-  nlohmann::json out = {{"trials_checked", trials_},
-          {"max_abs_output", max_abs_},
-          {"near_zero", near_zero},
-          {"near_constant", near_constant},
-          {"input_independent", input_independent},
-          {"nan_output", any_nan_},
-          {"returns_input", returns_input},
-          {"views_input", views_input},
-          {"degenerate", near_zero || near_constant || input_independent || any_nan_ || returns_input || views_input}};
+  nlohmann::json out = {
+      {"trials_checked", trials_},
+      {"max_abs_output", max_abs_},
+      {"near_zero", near_zero},
+      {"near_constant", near_constant},
+      {"input_independent", input_independent},
+      {"nan_output", any_nan_},
+      {"returns_input", returns_input},
+      {"views_input", views_input},
+      {"degenerate", near_zero || near_constant || input_independent || any_nan_ || returns_input || views_input}};
   if (views_input) out["view_of_input"] = view_of_input_;
   return out;
 }

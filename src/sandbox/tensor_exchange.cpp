@@ -256,8 +256,8 @@ struct TensorMethods {
   std::vector<std::pair<std::string, std::string>> registrations;
 };
 
-constexpr const char* kWatchedOperators[] = {"aten::clone",         "aten::copy_",      "aten::contiguous",
-                                             "aten::empty_like",    "aten::empty_strided", "aten::empty.memory_format",
+constexpr const char* kWatchedOperators[] = {"aten::clone",       "aten::copy_",         "aten::contiguous",
+                                             "aten::empty_like",  "aten::empty_strided", "aten::empty.memory_format",
                                              "aten::fill_.Scalar"};
 
 TensorMethods& methods() {

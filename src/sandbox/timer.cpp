@@ -214,8 +214,10 @@ OutsideCopies outside_copies(const std::vector<GpuSpan>& transfers, const std::v
   for (const GpuSpan& t : transfers) {
     if (std::any_of(windows.begin(), windows.end(), [&](const Window& w) { return w.contains(t.start_ns, t.end_ns); }))
       continue;
-    if (t.origin == CopyOrigin::kSolution) ++out.count, out.bytes += t.bytes;
-    else if (t.origin == CopyOrigin::kUnknown) ++out.unattributed;
+    if (t.origin == CopyOrigin::kSolution)
+      ++out.count, out.bytes += t.bytes;
+    else if (t.origin == CopyOrigin::kUnknown)
+      ++out.unattributed;
   }
   return out;
 }

@@ -506,41 +506,65 @@ TEST_F(Confine, TheAgentsConfinedCommandsCannotSignalProcessesOutsideTheirOwn) {
   }
 }
 
-// A command of the agent's Bash that leaves a daemon behind (setsid, its own session and process
-// group, so the tool's group kill misses it): `confined-exec` stays as the command's subreaper and
-// ends it with the command; a plain shell lets it live on (into the episode's scoring and beyond).
+namespace {
+
+// What a command under `wrapper` (none: a plain shell) left behind: it starts a daemon that leaves
+// its session (setsid, so the tool's group kill misses it), waits for its pid file, runs `then`
+// and exits 3. `alive`: whether the daemon still ran after the command (waited for up to a second
+// to end, under a wrapper).
+struct DaemonRun {
+  SubprocessResult run;
+  std::string out;
+  pid_t daemon = 0;
+  bool alive = false;
+};
+
+DaemonRun run_leaving_a_daemon(const std::vector<std::string>& wrapper, const fs::path& dir, const std::string& then) {
+  const fs::path pid_file = dir / unique_name("daemon");
+  SubprocessOptions sp;
+  sp.argv = wrapper;
+  for (const std::string& a : {std::string("bash"), std::string("-c"),
+                               "setsid bash -c 'echo $$ > " + pid_file.string() +
+                                   "; exec sleep 300' < /dev/null > /dev/null 2>&1 & "
+                                   "for i in $(seq 100); do [ -s " +
+                                   pid_file.string() + " ] && break; sleep 0.05; done; " + then + "; exit 3"})
+    sp.argv.push_back(a);
+  sp.timeout_s = 60;
+  sp.stdout_path = (dir / unique_name("out")).string();
+  DaemonRun d;
+  d.run = run_subprocess(sp);
+  d.out = fs::exists(sp.stdout_path) ? read_file(sp.stdout_path) : "";
+  if (!fs::exists(pid_file)) return d;
+  d.daemon = static_cast<pid_t>(std::stol(read_file(pid_file)));
+  d.alive = ::kill(d.daemon, 0) == 0;
+  for (int i = 0; i < 100 && d.alive && !wrapper.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    d.alive = ::kill(d.daemon, 0) == 0;
+  }
+  return d;
+}
+
+}  // namespace
+
+// A command of the agent's Bash that leaves a daemon behind: `confined-exec` stays as the
+// command's subreaper and ends it with the command; a plain shell lets it live on (into the
+// episode's scoring and beyond).
 TEST_F(Confine, NothingTheAgentsConfinedCommandStartsOutlivesIt) {
   const std::vector<std::vector<std::string>> wrappers = {
       {CUDA_AGENT_BINARY, "confined-exec", "--writable", dir_.path().string()},
       {CUDA_AGENT_BINARY, "confined-exec", "--signals-only"},
       {}};
   for (const auto& wrapper : wrappers) {
-    const fs::path pid_file = dir_.path() / unique_name("daemon");
-    SubprocessOptions sp;
-    sp.argv = wrapper;
-    for (const std::string& a :
-         {std::string("bash"), std::string("-c"),
-          "setsid bash -c 'echo $$ > " + pid_file.string() + "; exec sleep 300' < /dev/null > /dev/null 2>&1 & "
-          "for i in $(seq 100); do [ -s " + pid_file.string() + " ] && break; sleep 0.05; done; exit 3"})
-      sp.argv.push_back(a);
-    sp.timeout_s = 60;
-    const SubprocessResult run = run_subprocess(sp);
     const std::string what = wrapper.empty() ? "bash" : wrapper.back();
-    EXPECT_EQ(run.exit_code, 3) << what << ": " << run.describe();
-    ASSERT_TRUE(fs::exists(pid_file)) << what;
-    const pid_t daemon = static_cast<pid_t>(std::stol(read_file(pid_file)));
-    bool alive = ::kill(daemon, 0) == 0;
-    for (int i = 0; i < 100 && alive && !wrapper.empty(); ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      alive = ::kill(daemon, 0) == 0;
-    }
+    const DaemonRun d = run_leaving_a_daemon(wrapper, dir_.path(), "true");
+    EXPECT_EQ(d.run.exit_code, 3) << what << ": " << d.run.describe();
+    ASSERT_NE(d.daemon, 0) << what << ": the daemon wrote no pid";
     if (wrapper.empty()) {
-      EXPECT_TRUE(alive) << "the daemon of a plain shell should have lived on";
-      ::kill(daemon, SIGKILL);
+      EXPECT_TRUE(d.alive) << "the daemon of a plain shell should have lived on";
     } else {
-      EXPECT_FALSE(alive) << what << " left the command's daemon " << daemon << " running";
-      if (alive) ::kill(daemon, SIGKILL);
+      EXPECT_FALSE(d.alive) << what << " left the command's daemon " << d.daemon << " running";
     }
+    if (d.alive) ::kill(d.daemon, SIGKILL);
   }
 }
 
@@ -555,31 +579,13 @@ TEST_F(Confine, TheAgentsConfinedCommandCannotKillItsSupervisor) {
       {CUDA_AGENT_BINARY, "confined-exec", "--writable", dir_.path().string()},
       {CUDA_AGENT_BINARY, "confined-exec", "--signals-only"}};
   for (const auto& wrapper : wrappers) {
-    const fs::path pid_file = dir_.path() / unique_name("daemon");
-    SubprocessOptions sp;
-    sp.argv = wrapper;
-    for (const std::string& a :
-         {std::string("bash"), std::string("-c"),
-          "setsid bash -c 'echo $$ > " + pid_file.string() + "; exec sleep 300' < /dev/null > /dev/null 2>&1 & "
-          "for i in $(seq 100); do [ -s " + pid_file.string() + " ] && break; sleep 0.05; done; "
-          "kill -9 $PPID 2>/dev/null; echo \"kill=$?\"; exit 3"})
-      sp.argv.push_back(a);
-    sp.timeout_s = 60;
-    sp.stdout_path = (dir_.path() / unique_name("out")).string();
-    const SubprocessResult run = run_subprocess(sp);
     const std::string what = wrapper[2];
-    EXPECT_EQ(run.exit_code, 3) << what << ": the command ended its wrapper: " << run.describe();
-    const std::string out = fs::exists(sp.stdout_path) ? read_file(sp.stdout_path) : "";
-    EXPECT_NE(out.find("kill=1"), std::string::npos) << what << ": " << out;
-    ASSERT_TRUE(fs::exists(pid_file)) << what;
-    const pid_t daemon = static_cast<pid_t>(std::stol(read_file(pid_file)));
-    bool alive = ::kill(daemon, 0) == 0;
-    for (int i = 0; i < 100 && alive; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      alive = ::kill(daemon, 0) == 0;
-    }
-    EXPECT_FALSE(alive) << what << " left the command's daemon " << daemon << " running";
-    if (alive) ::kill(daemon, SIGKILL);
+    const DaemonRun d = run_leaving_a_daemon(wrapper, dir_.path(), "kill -9 $PPID 2>/dev/null; echo \"kill=$?\"");
+    EXPECT_EQ(d.run.exit_code, 3) << what << ": the command ended its wrapper: " << d.run.describe();
+    EXPECT_NE(d.out.find("kill=1"), std::string::npos) << what << ": " << d.out;
+    ASSERT_NE(d.daemon, 0) << what << ": the daemon wrote no pid";
+    EXPECT_FALSE(d.alive) << what << " left the command's daemon " << d.daemon << " running";
+    if (d.alive) ::kill(d.daemon, SIGKILL);
   }
 }
 

@@ -476,7 +476,8 @@ TEST_F(Integrity, TensorSubclassOutputsAreRejected) {
 // so is a torch.library kernel of the solution's for an operator the harness calls.
 TEST_F(Integrity, TorchCallsTheHarnessMakesCannotBeIntercepted) {
   const std::string task = task_of_x("twice_mode", "x * 2", "torch.randn(32, 64)");
-  const std::string solution = write("late_mode.py", std::string(kModelNewHeader) + R"PY(from torch.utils._python_dispatch import TorchDispatchMode
+  const std::string solution = write(
+      "late_mode.py", std::string(kModelNewHeader) + R"PY(from torch.utils._python_dispatch import TorchDispatchMode
 
 
 class _Late(TorchDispatchMode):
@@ -505,7 +506,8 @@ class ModelNew(nn.Module):
   auto r = verify(task, solution);
   EXPECT_EQ(r["category"], "tampering") << r.dump(2);
   EXPECT_NE(r["message"].get<std::string>().find("TorchDispatchMode"), std::string::npos) << r["message"];
-  const std::string function_mode = write("function_mode.py", std::string(kModelNewHeader) + R"PY(from torch.overrides import TorchFunctionMode
+  const std::string function_mode =
+      write("function_mode.py", std::string(kModelNewHeader) + R"PY(from torch.overrides import TorchFunctionMode
 
 
 class _Watch(TorchFunctionMode):
