@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -264,8 +265,28 @@ EpisodeResult run_episode(Policy& policy, Workspace& workspace, ToolRegistry& to
   // Nothing the policy started runs beside its own scoring (a GPU hog slowing the baselines,
   // a writer changing model_new.py while it is imported).
   tools.stop_background();
-  const std::string solution = workspace.resolve("model_new.py").string();
-  result.score = scorer(solution);
+  // model_new.py as the policy's commands left it is its answer. One made a symlink out of the
+  // workspace (or into a loop), or something other than a file (a FIFO would block the scorer's
+  // read forever), fails as an answer that cannot be loaded: thrown on or left waiting, the
+  // episode would go unscored, which the trainer leaves out of its batch, a way around a -1.
+  std::string solution, unloadable;
+  try {
+    solution = workspace.resolve("model_new.py").string();
+    std::error_code ec;
+    const std::filesystem::file_status status = std::filesystem::status(solution, ec);
+    if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) unloadable = solution + " is not a regular file";
+  } catch (const Error& e) {
+    unloadable = e.what();
+  }
+  if (unloadable.empty()) {
+    result.score = scorer(solution);
+  } else {
+    result.score = {{"ok", false},
+                    {"category", "load_error"},
+                    {"reward", -1.0},
+                    {"correct", nullptr},
+                    {"message", "model_new.py cannot be loaded from the workspace: " + unloadable}};
+  }
   const nlohmann::json reward = result.score.value("reward", nlohmann::json());
   result.reward = reward.is_number() ? reward.get<double>() : -1.0;
   emit({{"type", "score"}, {"stop_reason", result.stop_reason}, {"turns", result.turns},

@@ -165,6 +165,34 @@ TEST(AgentLoop, ReplayedEpisodeEndToEndThroughTheSandbox) {
   EXPECT_TRUE(std::filesystem::exists(spec.output_dir / "result.json"));
 }
 
+// The policy's commands can make model_new.py a symlink out of the workspace (to a file it cannot
+// read, or into a loop), or a FIFO, which a read blocks on forever. That is its answer: scored as
+// one that cannot be loaded (-1), never an episode left unscored (or hung), which the trainer
+// would leave out of the batch instead of a -1.
+TEST(AgentLoop, AModelNewThatLeavesTheWorkspaceIsAFailureNotAnUnscoredEpisode) {
+  for (const std::string& command : {std::string("ln -sf /etc/hostname model_new.py"),
+                                     std::string("rm -f model_new.py && ln -s model_new.py model_new.py"),
+                                     std::string("rm -f model_new.py && mkfifo model_new.py")}) {
+    SCOPED_TRACE(command);
+    Fixture fx;
+    ListPolicy policy({call("Bash", {{"command", command}})});
+    int scored = 0;
+    const Scorer scorer = [&](const std::string& path) {
+      ++scored;  // and not read: a FIFO would block the test
+      return nlohmann::json{{"ok", false}, {"reward", -1.0}, {"path", path}};
+    };
+    EpisodeResult r;
+    ASSERT_NO_THROW(r = run_episode(policy, fx.workspace, fx.tools, AgentOptions{}, scorer));
+    std::error_code ec;
+    EXPECT_FALSE(std::filesystem::is_regular_file(std::filesystem::symlink_status(fx.workspace.root() / "model_new.py", ec)))
+        << "the command did not run";
+    EXPECT_EQ(scored, 0) << "nothing outside the workspace is scored";
+    EXPECT_EQ(r.reward, -1.0);
+    EXPECT_EQ(r.score.value("category", ""), "load_error") << r.score.dump(2);
+    EXPECT_NE(r.score.value("message", "").find("model_new.py"), std::string::npos) << r.score.dump(2);
+  }
+}
+
 TEST(AgentLoop, RepeatedIdenticalCallsStopAsLooping) {
   Fixture fx;
   RepeatPolicy policy(call("Read", {{"file_path", "model.py"}}));
