@@ -274,7 +274,8 @@ EpisodeResult run_episode(Policy& policy, Workspace& workspace, ToolRegistry& to
     solution = workspace.resolve("model_new.py").string();
     std::error_code ec;
     const std::filesystem::file_status status = std::filesystem::status(solution, ec);
-    if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) unloadable = solution + " is not a regular file";
+    if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status))
+      unloadable = solution + " is not a regular file";
   } catch (const Error& e) {
     unloadable = e.what();
   }

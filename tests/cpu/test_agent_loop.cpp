@@ -184,7 +184,8 @@ TEST(AgentLoop, AModelNewThatLeavesTheWorkspaceIsAFailureNotAnUnscoredEpisode) {
     EpisodeResult r;
     ASSERT_NO_THROW(r = run_episode(policy, fx.workspace, fx.tools, AgentOptions{}, scorer));
     std::error_code ec;
-    EXPECT_FALSE(std::filesystem::is_regular_file(std::filesystem::symlink_status(fx.workspace.root() / "model_new.py", ec)))
+    EXPECT_FALSE(
+        std::filesystem::is_regular_file(std::filesystem::symlink_status(fx.workspace.root() / "model_new.py", ec)))
         << "the command did not run";
     EXPECT_EQ(scored, 0) << "nothing outside the workspace is scored";
     EXPECT_EQ(r.reward, -1.0);
