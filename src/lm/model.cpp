@@ -44,9 +44,10 @@ torch::Tensor paged_decode(const torch::Tensor& q, const torch::Tensor& k_pool, 
   const int64_t rows = q.size(0), heads = q.size(1), dim = q.size(3);
   const auto query = q.contiguous();
   const int64_t width = in.block_table.size(1);
+  CA_ASSERT(in.paged_scratch.sizes() == torch::IntArrayRef({rows, heads, in.paged_splits, dim + 2}),
+            "paged decode attention: a scratch of {} dimensions for {} rows, {} heads of {}, {} splits",
+            in.paged_scratch.dim(), rows, heads, dim, in.paged_splits);
   auto out = torch::empty({rows, 1, heads, dim}, q.options());
-  const PagedDecodePlan plan = paged_decode_plan(rows, static_cast<int>(kv_heads), width * in.block_size);
-  auto partial = torch::empty({rows, heads, plan.splits, dim + 2}, q.options().dtype(torch::kFloat32));
   PagedDecodeArgs a;
   a.q = query.data_ptr();
   a.k_pool = k_pool.data_ptr();
@@ -54,7 +55,7 @@ torch::Tensor paged_decode(const torch::Tensor& q, const torch::Tensor& k_pool, 
   a.table = in.block_table.data_ptr<int64_t>();
   a.lengths = in.key_lengths.data_ptr<int64_t>();
   a.out = out.data_ptr();
-  a.partial = partial.data_ptr<float>();
+  a.partial = in.paged_scratch.data_ptr<float>();
   a.rows = rows;
   a.table_width = width;
   a.block_size = static_cast<int>(in.block_size);
@@ -63,8 +64,8 @@ torch::Tensor paged_decode(const torch::Tensor& q, const torch::Tensor& k_pool, 
   a.dim = static_cast<int>(dim);
   a.scale = static_cast<float>(scale);
   a.dtype = *paged_dtype(q.scalar_type());
-  a.chunk = plan.chunk;
-  a.splits = plan.splits;
+  a.chunk = in.paged_chunk;
+  a.splits = in.paged_splits;
   const char* error = paged_decode_attention(a, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   CA_CHECK(error == nullptr, "paged decode attention ({} rows, {} heads of {}): {}", rows, heads, dim, error);
   return out;
@@ -340,6 +341,16 @@ torch::Tensor CausalLMImpl::decode_paged(const torch::Tensor& input_ids, const t
   in.block_table = block_table;
   in.key_lengths = lengths;
   in.block_size = block_size;
+#if CA_LM_PAGED_KERNEL
+  // The step's split of the keys and its scratch, the same for every layer (one after another on
+  // one stream): made once here.
+  const PagedDecodePlan plan = paged_decode_plan(rows, static_cast<int>(config_.num_key_value_heads),
+                                                 block_table.size(1) * block_size);
+  in.paged_chunk = plan.chunk;
+  in.paged_splits = plan.splits;
+  in.paged_scratch = torch::empty({rows, config_.num_attention_heads, plan.splits, config_.head_dim + 2},
+                                  torch::TensorOptions().dtype(torch::kFloat32).device(device()));
+#endif
   return forward_pool(input_ids, positions, pool, std::move(in));
 }
 

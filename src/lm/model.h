@@ -64,6 +64,10 @@ struct LayerInputs {
   // (paged_attention.h); read_slots and mask are unused.
   torch::Tensor block_table, key_lengths;
   int64_t block_size = 0;
+  // The step's paged_decode_plan and the float32 scratch it sizes ([B, heads, splits, dim + 2]),
+  // made once a step and shared by the layers.
+  torch::Tensor paged_scratch;
+  int paged_chunk = 0, paged_splits = 0;
 };
 
 // y = x W^T + b, with parameters created uninitialised on the target device and dtype (a
