@@ -344,8 +344,8 @@ torch::Tensor CausalLMImpl::decode_paged(const torch::Tensor& input_ids, const t
 #if CA_LM_PAGED_KERNEL
   // The step's split of the keys and its scratch, the same for every layer (one after another on
   // one stream): made once here.
-  const PagedDecodePlan plan = paged_decode_plan(rows, static_cast<int>(config_.num_key_value_heads),
-                                                 block_table.size(1) * block_size);
+  const PagedDecodePlan plan =
+      paged_decode_plan(rows, static_cast<int>(config_.num_key_value_heads), block_table.size(1) * block_size);
   in.paged_chunk = plan.chunk;
   in.paged_splits = plan.splits;
   in.paged_scratch = torch::empty({rows, config_.num_attention_heads, plan.splits, config_.head_dim + 2},
