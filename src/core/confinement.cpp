@@ -33,6 +33,7 @@
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/proc_stat.h"
+#include "cuda_agent/core/syscall_filter.h"
 #include "cuda_agent/core/unique_fd.h"
 
 namespace cuda_agent {
@@ -747,6 +748,13 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
   // namespaces above are the confinement the tool reports; `cuda-agent doctor` says whether
   // signals are scoped.
   (void)scope_signals();
+  // Nor can it end or slow what it cannot signal by other means: another process's limits (an
+  // RLIMIT_CPU ends it), priority or scheduling. Best-effort like the scope: every kernel with
+  // seccomp filters (Linux 3.5) has it.
+  try {
+    install_syscall_filter({.own_process_only = true});
+  } catch (const Error&) {
+  }
   ::execvp(args[0], args.data());
   const int err = errno;
   std::fprintf(stderr, "cuda-agent: cannot run %s: %s\n", command[0].c_str(), errno_text(err).c_str());

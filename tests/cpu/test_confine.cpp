@@ -4,11 +4,13 @@
 // where it must succeed, so that a test cannot pass because the hack itself was broken.
 #include <fcntl.h>
 #include <poll.h>
+#include <pwd.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <pwd.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -29,6 +31,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
+#include "cuda_agent/core/syscall_filter.h"
 #include "cuda_agent/sandbox/baseline_cache.h"
 #include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/solution_processes.h"
@@ -589,6 +592,53 @@ TEST_F(Confine, TheAgentsConfinedCommandCannotKillItsSupervisor) {
   }
 }
 
+// Nor can it end or slow a process it cannot signal by other means: an RLIMIT_CPU of one second
+// set on its supervisor, the trainer or another episode's evaluation would end it with a SIGKILL
+// (`prlimit --pid`), and its own limits and priority still work (`ulimit`, `nice`). In both
+// implementations, with or without the signal scope.
+TEST_F(Confine, TheAgentsConfinedCommandCannotLimitOtherProcesses) {
+  const pid_t outside = ::fork();
+  if (outside == 0) {
+    ::execlp("sleep", "sleep", "60", nullptr);
+    ::_exit(127);
+  }
+  ASSERT_GT(outside, 0);
+  const std::string limits = "/proc/" + std::to_string(outside) + "/limits";
+  const std::string before = read_file(limits);
+  const std::vector<std::vector<std::string>> wrappers = {
+      {CUDA_AGENT_BINARY, "confined-exec", "--writable", dir_.path().string()},
+      {CUDA_AGENT_BINARY, "confined-exec", "--signals-only"},
+      {}};
+  for (const auto& wrapper : wrappers) {
+    const std::string what = wrapper.empty() ? "bash" : wrapper.back();
+    SubprocessOptions sp;
+    sp.argv = wrapper;
+    const std::string pid = std::to_string(outside);
+    // Its wrapper too (unwrapped, that would be this test).
+    const std::string parent = wrapper.empty() ? "" : "prlimit --pid $PPID --cpu=1:1 2>/dev/null; echo \"parent=$?\"; ";
+    for (const std::string& a : {std::string("bash"), std::string("-c"),
+                                 "prlimit --pid " + pid + " --cpu=1:1 2>/dev/null; echo \"other=$?\"; " + parent +
+                                     "prlimit --cpu=1000:1000 nice -n 3 bash -c 'ulimit -t'; echo \"own=$?\""})
+      sp.argv.push_back(a);
+    sp.timeout_s = 60;
+    sp.stdout_path = (dir_.path() / unique_name("out")).string();
+    const SubprocessResult run = run_subprocess(sp);
+    const std::string out = fs::exists(sp.stdout_path) ? read_file(sp.stdout_path) : "";
+    EXPECT_EQ(run.exit_code, 0) << what << ": " << run.describe();
+    EXPECT_NE(out.find("1000\nown=0"), std::string::npos) << what << ": its own limit: " << out;
+    if (wrapper.empty()) {
+      // The control: an unconfined command can (and did: the limit is undone below).
+      EXPECT_NE(out.find("other=0"), std::string::npos) << out;
+      continue;
+    }
+    EXPECT_NE(out.find("other=1"), std::string::npos) << what << ": " << out;
+    EXPECT_NE(out.find("parent=1"), std::string::npos) << what << ": " << out;
+    EXPECT_EQ(read_file(limits), before) << what << " changed the limits of a process outside it";
+  }
+  ::kill(outside, SIGKILL);
+  ::waitpid(outside, nullptr, 0);
+}
+
 // A machine without user namespaces, made by running the CLI in a namespace whose
 // user.max_user_namespaces is 0: namespaces is a clear error, auto runs unconfined and says why.
 TEST_F(Confine, WithoutUserNamespacesAutoRunsUnconfinedAndNamespacesIsAnError) {
@@ -1082,4 +1132,92 @@ TEST(SolutionProcesses, TheFilterKeepsTheSubreaperAndTheParentage) {
               return 0;
             }),
             0);
+}
+
+namespace {
+
+// Changes to `target`'s limits, priority and scheduling that leave them as they are (each set to
+// what it is), which the kernel still checks as any other change. Returns a bit per call that
+// failed, in the order of kOtherProcessCalls (EPERM only: another error is 0x100, a broken test).
+constexpr const char* kOtherProcessCalls[] = {
+    "prlimit",           "prlimit (new limit at an address whose low half is 0)",
+    "setpriority",       "setpriority (its process group)",
+    "sched_setaffinity", "sched_setscheduler",
+    "sched_setparam",    "ioprio_set"};
+int change_without_changing(pid_t target) {
+  int refused = 0;
+  const auto note = [&](int bit, long rc) {
+    if (rc == 0) return;
+    if (errno != EPERM) refused |= 0x100;
+    refused |= 1 << bit;
+  };
+  rlimit core{};
+  if (::prlimit(target, RLIMIT_CORE, nullptr, &core) != 0) return 0x100;  // reading stays allowed
+  note(0, ::prlimit(target, RLIMIT_CORE, &core, nullptr));
+  // A pointer whose low 32 bits are 0: a filter that read only those would take it for NULL.
+  void* high = ::mmap(reinterpret_cast<void*>(0x7e0000000000ULL), 4096, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (high != reinterpret_cast<void*>(0x7e0000000000ULL)) return 0x100;
+  *static_cast<rlimit*>(high) = core;
+  note(1, ::syscall(SYS_prlimit64, target, RLIMIT_CORE, high, nullptr));
+  errno = 0;
+  const int nice = ::getpriority(PRIO_PROCESS, target);
+  if (errno != 0) return 0x100;
+  note(2, ::setpriority(PRIO_PROCESS, target, nice));
+  note(3, ::setpriority(PRIO_PGRP, ::getpgid(target), ::getpriority(PRIO_PGRP, ::getpgid(target))));
+  cpu_set_t mask;
+  if (::sched_getaffinity(target, sizeof mask, &mask) != 0) return 0x100;
+  note(4, ::sched_setaffinity(target, sizeof mask, &mask));
+  sched_param param{};
+  if (::sched_getparam(target, &param) != 0) return 0x100;
+  note(5, ::sched_setscheduler(target, ::sched_getscheduler(target), &param));
+  note(6, ::sched_setparam(target, &param));
+  constexpr int kWhoProcess = 1;
+  const long ioprio = ::syscall(SYS_ioprio_get, kWhoProcess, target);
+  if (ioprio < 0) return 0x100;
+  note(7, ::syscall(SYS_ioprio_set, kWhoProcess, target, ioprio));
+  return refused;
+}
+
+}  // namespace
+
+// The filter of the candidate and of the agent's commands: another process's limits, priority
+// and scheduling cannot be changed (an RLIMIT_CPU of one second would end the judge, or another
+// evaluation, with a SIGKILL no signal scope sees; SCHED_IDLE would starve its baselines), the
+// process's own can, and another's limits can still be read. The control, without the filter,
+// makes the same calls succeed (as root the kernel's own checks refuse a caller without
+// capabilities; this child keeps them).
+TEST(SyscallFilter, AnotherProcesssLimitsAndSchedulingCannotBeChangedButItsOwnCan) {
+  const pid_t target = ::fork();
+  if (target == 0) {
+    ::execlp("sleep", "sleep", "60", nullptr);
+    ::_exit(127);
+  }
+  ASSERT_GT(target, 0);
+  const int allowed = in_child([&] { return change_without_changing(target); });
+  const int filtered = in_child([&] {
+    install_syscall_filter({.own_process_only = true});
+    return change_without_changing(target);
+  });
+  const int own = in_child([] {
+    install_syscall_filter({.own_process_only = true, .keep_descendants = true});
+    // Its process group names other processes too: refused even for its own.
+    const int refused = change_without_changing(0);
+    if (refused != 1 << 3) return refused | 0x800;
+    // Lowering its own priority and limits, as `nice` and `ulimit` do.
+    if (::setpriority(PRIO_PROCESS, 0, 5) != 0 || ::getpriority(PRIO_PROCESS, 0) != 5) return 0x200;
+    const rlimit small{1 << 20, 1 << 20};
+    if (::setrlimit(RLIMIT_CORE, &small) != 0) return 0x400;
+    return 0;
+  });
+  ::kill(target, SIGKILL);
+  ::waitpid(target, nullptr, 0);
+  ASSERT_LT(allowed, 0x100) << "the control's calls failed for another reason than EPERM";
+  ASSERT_EQ(filtered & 0x100, 0) << "a filtered call failed for another reason than EPERM: " << filtered;
+  EXPECT_EQ(own, 0) << "the process's own limits or scheduling could not be changed under the filter: " << own;
+  for (int bit = 0; bit < 8; ++bit) {
+    if (allowed & (1 << bit)) continue;  // refused here without the filter too
+    EXPECT_TRUE(filtered & (1 << bit)) << kOtherProcessCalls[bit] << " of another process passed the filter";
+  }
+  EXPECT_EQ(allowed & 1, 0) << "the control could not change another process's limits: the test shows nothing here";
 }

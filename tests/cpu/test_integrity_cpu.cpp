@@ -597,6 +597,35 @@ TEST_F(Integrity, ANativeThreadRunningWhileTheJudgeWorksIsTampering) {
       << ok["candidate_idle"].dump();
 }
 
+// A solution cannot end its judge (or another evaluation) by a limit instead of a signal: an
+// RLIMIT_CPU of one second set on the judge killed it with SIGKILL, and a failing solution's
+// evaluation ended as the judge's crash; on another evaluation's judge, it fails a sibling. Nor
+// can it lower the judge's priority (SCHED_IDLE would starve its baselines on a busy host; as
+// root the kernel refuses a candidate without capabilities anyway). Each call is refused, and the
+// solution, correct, passes. Red team: pr_limit_other_evaluations.
+TEST_F(Integrity, ASolutionCannotLimitOrDeprioritiseItsJudge) {
+  const std::string task = kSource + "/tests/data/tasks/add/model.py";
+  const std::string prelude =
+      "import os, resource\n"
+      "_judge = os.getppid()\n"
+      "_passed = []\n"
+      "for _name, _call in (('prlimit', lambda: resource.prlimit(_judge, resource.RLIMIT_CPU, (1, 1))),\n"
+      "                     ('sched_setscheduler', lambda: os.sched_setscheduler(_judge, os.SCHED_IDLE, "
+      "os.sched_param(0))),\n"
+      "                     ('setpriority', lambda: os.setpriority(os.PRIO_PROCESS, _judge, 19))):\n"
+      "    try:\n"
+      "        _call()\n"
+      "        _passed.append(_name)\n"
+      "    except PermissionError:\n"
+      "        pass\n\n";
+  auto r =
+      verify(task, write("limits_judge.py",
+                         add_solution("        if _passed:\n            raise RuntimeError('changed its judge: ' + "
+                                      "', '.join(_passed))\n        return a + b\n",
+                                      prelude)));
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+}
+
 // The same work in a signal handler instead of a thread of its own: a native SIGALRM handler,
 // fired every 2 ms by a process-wide interval timer, runs on whichever thread has the signal
 // unblocked while the candidate waits for the judge. Its CPU in those waits counts (only the

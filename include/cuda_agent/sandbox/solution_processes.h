@@ -4,6 +4,8 @@
 // double fork is reparented to it), and a seccomp filter keeps it so: prctl cannot switch the
 // subreaper off, clone cannot make a child of the candidate's parent (CLONE_PARENT), and
 // clone3, whose flags a filter cannot read, answers ENOSYS (the C library then uses clone).
+// The same filter refuses changing another process's limits or scheduling (its judge's, other
+// evaluations'): core/syscall_filter.h.
 #pragma once
 
 #include <sys/types.h>
@@ -40,8 +42,5 @@ class SolutionProcesses {
   bool started_ = false;
   pid_t self_ = 0;
 };
-
-// The filter alone (SolutionProcesses::start), for tests.
-void install_process_filter();
 
 }  // namespace cuda_agent::sandbox
