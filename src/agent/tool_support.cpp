@@ -1,6 +1,7 @@
 #include "tool_support.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -236,12 +237,14 @@ bool runs_here(std::vector<std::string> argv) {
   }
 }
 
-// confined-exec's options for ToolOptions' tmpfs, file-size and disk limits; `watched`: the
+// confined-exec's options for ToolOptions' tmpfs, file-size, memory and disk limits; `watched`: the
 // episode's folders on disk.
 void add_resource_limits(const ToolOptions& options, const std::vector<std::string>& watched,
                          std::vector<std::string>& argv) {
   if (options.tmpfs_bytes > 0) argv.insert(argv.end(), {"--tmpfs-bytes", std::to_string(options.tmpfs_bytes)});
   if (options.max_file_bytes > 0) argv.insert(argv.end(), {"--max-file-bytes", std::to_string(options.max_file_bytes)});
+  if (options.max_memory_bytes > 0)
+    argv.insert(argv.end(), {"--max-memory-bytes", std::to_string(options.max_memory_bytes)});
   if (options.max_disk_bytes == 0) return;
   argv.insert(argv.end(), {"--max-disk-bytes", std::to_string(options.max_disk_bytes)});
   for (const std::string& path : watched) argv.insert(argv.end(), {"--watch", path});
@@ -254,6 +257,12 @@ bool namespaces_usable() {
 }
 
 }  // namespace
+
+uint64_t default_command_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const uint64_t quarter = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4 : 0;
+  return std::clamp<uint64_t>(quarter, 8ULL << 30, 64ULL << 30);
+}
 
 bool bwrap_usable() {
   static const bool usable = runs_here({"bwrap", "--ro-bind", "/", "/", "--unshare-net", "--die-with-parent", "true"});

@@ -820,7 +820,7 @@ struct InternalFlags {
   std::string candidate;
   std::vector<std::string> writable, read_only, hidden, visible;
   bool signals_only = false;
-  uint64_t tmpfs_bytes = 0, max_file_bytes = 0, max_disk_bytes = 0;
+  uint64_t tmpfs_bytes = 0, max_file_bytes = 0, max_disk_bytes = 0, max_memory_bytes = 0;
   std::vector<std::string> watched;
 };
 
@@ -853,6 +853,7 @@ void add_internal(CLI::App& app, Verbs& verbs) {
   confined->add_option("--max-file-bytes", f->max_file_bytes);  // RLIMIT_FSIZE
   confined->add_option("--max-disk-bytes", f->max_disk_bytes);  // what the --watch folders may hold
   confined->add_option("--watch", f->watched)->allow_extra_args(false);
+  confined->add_option("--max-memory-bytes", f->max_memory_bytes);  // what the command's processes may hold
   confined->prefix_command();  // the first word that is not an option starts the command
   verbs.push_back({confined, [f, confined] {
                      ConfinementPlan plan;
@@ -866,6 +867,7 @@ void add_internal(CLI::App& app, Verbs& verbs) {
                      plan.max_file_bytes = f->max_file_bytes;
                      plan.max_watched_bytes = f->max_disk_bytes;
                      plan.watched = f->watched;
+                     plan.max_memory_bytes = f->max_memory_bytes;
                      return exec_confined(plan, confined->remaining(),
                                           f->signals_only ? std::vector<std::pair<std::string, std::string>>{}
                                                           : private_cache_env());

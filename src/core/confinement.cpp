@@ -701,7 +701,7 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
     const pid_t child = ::fork();
     if (child > 0) {
       const pid_t self = ::getpid();
-      if (watch) {
+      if (watch || plan.max_memory_bytes > 0) {
         struct sigaction tick{};
         tick.sa_handler = note_tick;  // no SA_RESTART either
         ::sigaction(SIGALRM, &tick, nullptr);
@@ -725,7 +725,19 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
                          "cuda-agent: the command was stopped: the episode's files (%s) grew past %.1f MiB on disk "
                          "(the tools' max_disk_bytes); remove files to go on\n",
                          plan.watched.front().c_str(), static_cast<double>(bound) / (1 << 20));
-            return kDiskLimitExitCode;
+            return kResourceLimitExitCode;
+          }
+        }
+        if (plan.max_memory_bytes > 0) {
+          const unsigned long long held = descendants_rss_bytes(self);
+          if (held > plan.max_memory_bytes) {
+            clear_descendants(self);
+            std::fprintf(stderr,
+                         "cuda-agent: the command was stopped: it and what it started held %.1f MiB of memory, past "
+                         "%.1f MiB (the tools' max_memory_bytes); use less memory (smaller data, fewer processes) "
+                         "to go on\n",
+                         static_cast<double>(held) / (1 << 20), static_cast<double>(plan.max_memory_bytes) / (1 << 20));
+            return kResourceLimitExitCode;
           }
         }
       }

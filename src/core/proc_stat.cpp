@@ -1,11 +1,13 @@
 #include "cuda_agent/core/proc_stat.h"
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <unordered_map>
 
 namespace cuda_agent {
 
@@ -19,14 +21,17 @@ ProcStat read_proc_stat(const std::string& pid) {
   if (open == std::string::npos || close == std::string::npos || close < open) return s;
   s.comm = line.substr(open + 1, close - open - 1);
   std::istringstream rest(line.substr(close + 1));
-  std::string field[15];
-  for (auto& f : field) rest >> f;  // state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
+  // state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
+  // priority nice num_threads itrealvalue starttime vsize rss
+  std::string field[22];
+  for (auto& f : field) rest >> f;
   if (!rest) return s;
   s.state = field[0].empty() ? '?' : field[0][0];
   s.ppid = static_cast<pid_t>(std::atol(field[1].c_str()));
   const auto n = [&](int i) { return std::strtoull(field[i].c_str(), nullptr, 10); };
   s.child_ticks = n(13) + n(14);
   s.ticks = n(11) + n(12) + s.child_ticks;
+  s.rss_pages = n(21);
   s.ok = true;
   return s;
 }
@@ -44,6 +49,29 @@ std::vector<std::pair<pid_t, ProcStat>> children_of(pid_t parent) {
     if (s.ok && s.ppid == parent) out.emplace_back(pid, std::move(s));
   }
   return out;
+}
+
+unsigned long long descendants_rss_bytes(pid_t ancestor) {
+  std::unordered_map<pid_t, ProcStat> all;
+  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir("/proc"), ::closedir);
+  if (!dir) return 0;
+  while (const dirent* e = ::readdir(dir.get())) {
+    const std::string name = e->d_name;
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    ProcStat s = read_proc_stat(name);
+    if (s.ok) all.emplace(static_cast<pid_t>(std::atol(name.c_str())), std::move(s));
+  }
+  static const unsigned long long page = static_cast<unsigned long long>(::sysconf(_SC_PAGESIZE));
+  unsigned long long total = 0;
+  for (const auto& [pid, s] : all) {
+    pid_t up = s.ppid;
+    for (int depth = 0; depth < 4096 && up > 1 && up != ancestor; ++depth) {
+      const auto it = all.find(up);
+      up = it == all.end() ? 0 : it->second.ppid;
+    }
+    if (pid != ancestor && up == ancestor) total += s.rss_pages * page;
+  }
+  return total;
 }
 
 bool descends_from(pid_t pid, pid_t ancestor) {

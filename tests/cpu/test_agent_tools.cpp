@@ -709,6 +709,29 @@ TEST_P(AgentConfinement, BashCannotFillTheDisk) {
   EXPECT_NE(again.output.find("wrote"), std::string::npos) << again.output;
 }
 
+// Nor the machine's memory: a command whose processes (a daemon that left its session
+// included) hold more than max_memory_bytes together is stopped and told so, before the kernel's
+// OOM killer would pick a process of its own choosing (another episode's evaluation, the
+// trainer); one under the limit runs.
+TEST_P(AgentConfinement, BashCannotExhaustMemory) {
+  const std::string probe = GetParam() == "bwrap" ? "bwrap --ro-bind / / --unshare-net --die-with-parent true"
+                                                  : std::string(CUDA_AGENT_BINARY) + " confined-exec true";
+  if (std::system((probe + " > /dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << GetParam() << " confinement cannot run on this machine (" << probe << " fails)";
+  EXPECT_GE(ToolOptions{}.max_memory_bytes, 8ULL << 30) << "the default";
+  tool_options_.max_memory_bytes = 256 << 20;
+  registry_ = std::make_unique<ToolRegistry>(*workspace_, tool_options_);
+  auto bash = [&](const std::string& command) { return call("Bash", {{"command", command}}); };
+  // `tail` keeps a line with no end in memory: 3 GB of it, from a process of its own session.
+  const ToolResult hog =
+      bash("setsid bash -c 'head -c 3000000000 /dev/zero | tail -n 1 | wc -c' & wait; echo finished");
+  EXPECT_FALSE(hog.ok) << hog.output;
+  EXPECT_EQ(hog.output.find("finished"), std::string::npos) << hog.output;
+  EXPECT_NE(hog.output.find("past 256.0 MiB (the tools' max_memory_bytes)"), std::string::npos) << hog.output;
+  const ToolResult small = bash("head -c 50000000 /dev/zero | tail -n 1 | wc -c");
+  EXPECT_NE(small.output.find("50000000"), std::string::npos) << small.output;
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, AgentConfinement, ::testing::Values("bwrap", "namespaces"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 

@@ -25,6 +25,9 @@ struct ToolResult {
 };
 
 // Limits shared by the tools of one registry.
+// A quarter of this machine's memory, clamped to [8 GiB, 64 GiB] (ToolOptions::max_memory_bytes).
+uint64_t default_command_memory_bytes();
+
 struct ToolOptions {
   // Any observation longer than this keeps its head and tail around a
   // "[... N characters truncated ...]" notice. Must be >= 1000.
@@ -63,6 +66,13 @@ struct ToolOptions {
   // and told so; one that starts over it may only shrink them. Many files of max_file_bytes
   // each would otherwise fill the run's disk, and the trainer's checkpoints with it. 0: none.
   uint64_t max_disk_bytes = 4ULL << 30;
+  // The most resident memory a confined command and everything it starts (a `verify.sh`'s
+  // evaluation included: its judge and candidate count in full) may hold together, watched about
+  // every 250 ms: past it they are stopped and told so. Without it one command could take the
+  // machine's memory, and the kernel's OOM killer then ends whichever process it picks: another
+  // episode's evaluation, or the trainer. Default: a quarter of the machine's memory, at least
+  // 8 GiB and at most 64 GiB. 0: none.
+  uint64_t max_memory_bytes = default_command_memory_bytes();
 };
 
 // One tool. Implementations hold references to the registry's workspace and scratch space;

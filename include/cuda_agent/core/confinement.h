@@ -49,11 +49,17 @@ struct ConfinementPlan {
   uint64_t max_file_bytes = 0;
   // exec_confined only: the most the folders of `watched` may hold together (their files'
   // allocated blocks, about every 250 ms) while the command runs; past it the command and all it
-  // started are stopped (exit code kDiskLimitExitCode, a line on stderr). A command that starts
+  // started are stopped (exit code kResourceLimitExitCode, a line on stderr). A command that starts
   // with them fuller than that may not add to them (removing files is how an agent goes on).
   // 0: no limit.
   uint64_t max_watched_bytes = 0;
   std::vector<std::string> watched;
+  // exec_confined only: the most resident memory the command and everything it started may hold
+  // together (their RSS summed about every 250 ms, shared pages counted in each process): past
+  // it they are all stopped (exit code kResourceLimitExitCode, a line on stderr), before the
+  // machine runs out and the kernel's OOM killer picks a process of its own choosing (the
+  // trainer, whose oom_score_adj any process of the user may raise). 0: no limit.
+  uint64_t max_memory_bytes = 0;
 };
 
 // A read scope: the paths of `visible` resolved (those that do not exist left out), and /dev,
@@ -78,8 +84,9 @@ bool path_under(const std::string& path, const std::string& dir);
 // Whether `path` (resolved) is a path of `scope`, inside one or on the way to one.
 bool read_scope_shows(const std::vector<std::string>& scope, const std::string& path);
 
-// exec_confined's exit code for a command stopped by ConfinementPlan::max_watched_bytes.
-constexpr int kDiskLimitExitCode = 125;
+// exec_confined's exit code for a command stopped by ConfinementPlan::max_watched_bytes or
+// max_memory_bytes.
+constexpr int kResourceLimitExitCode = 125;
 
 // What the files under `paths` occupy on disk (allocated blocks, or a file's size where that is
 // more; links not followed); counting stops once past `stop_after` (0: never), returning what it

@@ -17,6 +17,7 @@ struct ProcStat {
   pid_t ppid = 0;
   unsigned long long ticks = 0;        // utime + stime + cutime + cstime
   unsigned long long child_ticks = 0;  // cutime + cstime
+  unsigned long long rss_pages = 0;    // resident set (0 for a zombie)
 };
 
 // `pid` is a number or "self". Never throws.
@@ -30,5 +31,10 @@ std::vector<std::pair<pid_t, ProcStat>> children_of(pid_t parent);
 // /proc/<pid>/stat's ppid). false for a process that is gone, and for pid == ancestor. Never
 // throws.
 bool descends_from(pid_t pid, pid_t ancestor);
+
+// The resident memory (in bytes) of every live process that descends from `ancestor` (itself
+// left out), from one walk of /proc. Pages two processes share (a fork's, a library's) count in
+// each. Never throws.
+unsigned long long descendants_rss_bytes(pid_t ancestor);
 
 }  // namespace cuda_agent
