@@ -110,14 +110,23 @@ struct Stager {
       CA_CHECK(offset + bytes + kPadBytes <= capacity, "the shared block is too small for {}", path);
       py::object shape = tree.attr("shape");
       py::object dt = torch().attr(dtype.c_str());
+      // In the layout torch gives a copy (`.to(device)`, `clone`: preserve_format), which is the
+      // layout the reference and the baselines run on: a transposed or channels-last input stays
+      // so (dense, its dimensions in the same order), one with gaps is made dense. Worked out on
+      // the meta device, which allocates nothing.
+      const std::vector<int64_t> strides =
+          torch().attr("empty_like")(tree, py::arg("device") = "meta").attr("stride")().cast<std::vector<int64_t>>();
       if (bytes > 0)
-        block.attr("narrow")(0, offset, bytes).attr("view")(dt).attr("view")(shape).attr("copy_")(tree);
+        block.attr("narrow")(0, offset, bytes).attr("view")(dt).attr("as_strided")(shape, strides).attr("copy_")(tree);
       py::object pad = block.attr("narrow")(0, offset + bytes, kPadBytes).attr("view")(dt);
       if (dtype == "bool") pad.attr("fill_")(true);
       else if (tree.attr("is_floating_point")().cast<bool>() || tree.attr("is_complex")().cast<bool>())
         pad.attr("fill_")(std::numeric_limits<double>::quiet_NaN());
       else pad.attr("fill_")(torch().attr("iinfo")(dt).attr("max"));
-      nlohmann::json spec = {{"t", "tensor"}, {"offset", offset}, {"shape", shape.cast<std::vector<int64_t>>()},
+      nlohmann::json spec = {{"t", "tensor"},
+                             {"offset", offset},
+                             {"shape", shape.cast<std::vector<int64_t>>()},
+                             {"strides", strides},
                              {"dtype", dtype}};
       offset = align_up(offset + bytes + kPadBytes);
       return spec;
@@ -226,8 +235,10 @@ void changed_walk(py::handle tree, const nlohmann::json& spec, Builder& builder,
   if (!first.empty()) return;
   if (is_tensor(tree)) {
     py::object staged = builder.tensor(spec);
-    py::object want = tree.attr("reshape")(-1).attr("view")(torch().attr("uint8"));
-    py::object have = staged.attr("reshape")(-1).attr("view")(torch().attr("uint8"));
+    // In logical order (a copy where the layout is not contiguous: a flat view of one with a
+    // stride of two elements cannot be read as bytes).
+    py::object want = tree.attr("contiguous")().attr("reshape")(-1).attr("view")(torch().attr("uint8"));
+    py::object have = staged.attr("contiguous")().attr("reshape")(-1).attr("view")(torch().attr("uint8"));
     if (!torch().attr("equal")(want, have).cast<bool>()) first = path;
     return;
   }

@@ -453,6 +453,28 @@ std::string add_solution(const std::string& body, const std::string& prelude = "
 
 }  // namespace
 
+// The candidate's inputs have the layout the reference and the baselines ran on: a copy's
+// (`.to(device)`, preserve_format), so a transposed or channels-last input keeps its strides and
+// one with gaps is made dense. They were all staged contiguous: a task about a strided input
+// handed the solution an easier problem than its baselines had.
+TEST_F(Integrity, InputsKeepTheLayoutTheReferenceRanOn) {
+  const std::string task = write("strided/model.py",
+                                 "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                                 "    def forward(self, a, b, c):\n        return a * 2, b + 1, c - 1\n\n"
+                                 "def get_inputs():\n    return [torch.randn(48, 64).t(), "
+                                 "torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last), "
+                                 "torch.randn(64, 96)[:, ::2]]\n\ndef get_init_inputs():\n    return []\n");
+  const std::string solution =
+      write("strided.py", std::string(kModelNewHeader) +
+                              "class ModelNew(nn.Module):\n    def forward(self, a, b, c):\n"
+                              "        got = (a.stride(), b.stride(), c.stride())\n"
+                              "        if got != ((1, 64), (60, 1, 15, 3), (48, 1)):\n"
+                              "            raise RuntimeError('inputs staged as %s' % (got,))\n"
+                              "        return a * 2, b + 1, c - 1\n");
+  auto r = verify(task, solution);
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+}
+
 TEST_F(Integrity, InputsModifiedInPlaceAreRejected) {
   const std::string task = kSource + "/tests/data/tasks/add/model.py";
   auto r = verify(task, write("inplace.py", add_solution("        return a.add_(b)\n")));
