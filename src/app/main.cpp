@@ -1,4 +1,6 @@
 // cuda-agent: the command-line verbs. Verbs parse options and call the components; no logic.
+#include <sys/prctl.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -909,8 +911,17 @@ int main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : kExitUsage;
   }
   try {
-    for (const Verb& v : verbs)
-      if (v.cmd->parsed()) return v.run();
+    for (const Verb& v : verbs) {
+      if (!v.cmd->parsed()) continue;
+      // The process that holds rewards, results and their keys (a trainer, an eval or bench run,
+      // a verify) is not dumpable: a process of the user without CAP_SYS_PTRACE (a solution, the
+      // agent's commands, on a kernel without Landlock's signal scope, whose domain also keeps
+      // them from ptrace) cannot read or write its memory (ptrace, process_vm_writev,
+      // /proc/<pid>/mem). What it executes starts dumpable again. The internal verbs stay as they
+      // are: confined-exec writes its own uid map, the judge sees to itself.
+      if (!v.cmd->get_group().empty()) ::prctl(PR_SET_DUMPABLE, 0);
+      return v.run();
+    }
   } catch (const std::exception& e) {
     std::cerr << "cuda-agent: " << e.what() << "\n";
     return kExitUsage;

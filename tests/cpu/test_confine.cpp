@@ -3,6 +3,7 @@
 // confinement or fake a confinement failure. Each hostile solution also runs with confine: off,
 // where it must succeed, so that a test cannot pass because the hack itself was broken.
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <poll.h>
 #include <pwd.h>
 #include <sched.h>
@@ -10,6 +11,7 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +21,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -30,6 +33,7 @@
 #include "cuda_agent/core/confinement.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/core/proc_stat.h"
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/core/syscall_filter.h"
 #include "cuda_agent/sandbox/baseline_cache.h"
@@ -1220,4 +1224,79 @@ TEST(SyscallFilter, AnotherProcesssLimitsAndSchedulingCannotBeChangedButItsOwnCa
     EXPECT_TRUE(filtered & (1 << bit)) << kOtherProcessCalls[bit] << " of another process passed the filter";
   }
   EXPECT_EQ(allowed & 1, 0) << "the control could not change another process's limits: the test shows nothing here";
+}
+
+namespace {
+
+// Whether a process of the same user without capabilities (a solution's, the agent's command's)
+// can read 8 bytes of `pid`'s memory: 0, or the errno.
+int read_as_capless_peer(pid_t pid) {
+  unsigned long start = 0;
+  {
+    std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+    std::string range;
+    if (!(maps >> range)) return -1;
+    start = std::stoul(range.substr(0, range.find('-')), nullptr, 16);
+  }
+  return in_child([&] {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct none[2] = {};
+    if (::syscall(SYS_capset, &header, none) != 0) return 200;
+    char buffer[8];
+    iovec local{buffer, sizeof buffer}, remote{reinterpret_cast<void*>(start), sizeof buffer};
+    return ::process_vm_readv(pid, &local, 1, &remote, 1, 0) == sizeof buffer ? 0 : errno;
+  });
+}
+
+}  // namespace
+
+// The process that holds the results and their keys (here a verify; a trainer, an eval or bench
+// run alike) is not dumpable, so a process of the user's without CAP_SYS_PTRACE cannot read (or
+// write) its memory: where no Landlock domain keeps a solution or the agent's command from
+// ptrace (a kernel before 6.12, confine: off), that would forge its reward. The control, a
+// plain process of the user's, can be read. Both run without capabilities, as a user who is not
+// root runs them.
+TEST_F(Confine, TheProcessHoldingTheResultsCannotBeReadByAnotherOfTheUsers) {
+  const std::string solution =
+      write(unique_name("slow") + "/model_new.py", solution_source("import time\ntime.sleep(6)\n"));
+  SubprocessResult run;
+  std::thread verify([&] {
+    SubprocessOptions sp;
+    // Without capabilities, as a user who is not root runs it (as root the kernel also refuses a
+    // reader whose capabilities are not a superset of the process's, dumpable or not).
+    sp.argv = {"setpriv", "--bounding-set=-all", "--inh-caps=-all", CUDA_AGENT_BINARY, "verify", "--task",
+               task_,     "--solution",          solution,          "--device",        "cpu",    "--json",
+               "--set",   "sandbox.trials=1"};
+    sp.stdout_path = (dir_.path() / unique_name("verify-out")).string();
+    sp.timeout_s = 120;
+    run = run_subprocess(sp);
+  });
+  pid_t caller = 0;
+  for (int i = 0; i < 200 && caller == 0; ++i) {
+    for (const auto& [pid, stat] : children_of(::getpid()))
+      if (stat.comm == "cuda-agent") caller = pid;
+    if (caller == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const int caller_read = caller == 0 ? -1 : read_as_capless_peer(caller);
+  const pid_t plain = ::fork();  // dumpable, without capabilities too
+  if (plain == 0) {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct none[2] = {};
+    ::syscall(SYS_capset, &header, none);
+    for (int i = 0; i < 300; ++i) ::usleep(100000);
+    ::_exit(0);
+  }
+  for (int i = 0;
+       i < 200 &&
+       read_file("/proc/" + std::to_string(plain) + "/status").find("CapPrm:\t0000000000000000") == std::string::npos;
+       ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));  // its capabilities dropped
+  const int plain_read = read_as_capless_peer(plain);
+  ::kill(plain, SIGKILL);
+  ::waitpid(plain, nullptr, 0);
+  verify.join();
+  ASSERT_NE(caller, 0) << "the verify process was not found";
+  EXPECT_EQ(caller_read, EPERM) << "the verify process's memory could be read";
+  EXPECT_EQ(plain_read, 0) << "the control could not be read: the test shows nothing here";
+  EXPECT_TRUE(run.ok()) << run.describe();
 }
