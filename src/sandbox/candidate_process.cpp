@@ -167,6 +167,10 @@ void Candidate::start(std::string& phase) {
   // Still one thread (a fresh process, or the judge's copy): the scope covers every thread and
   // process the solution starts.
   signals_unscoped_reason_ = req_.scope_signals ? scope_signals() : "sandbox.confine is off";
+  // Not dumpable from here on, as the judge: its uid map is written, and no process of the user's
+  // without CAP_SYS_PTRACE (another evaluation's solution, the agent's command, where no Landlock
+  // domain keeps them from ptrace) can read or write its memory: its outputs, its timings.
+  ::prctl(PR_SET_DUMPABLE, 0);
   phase = "python_start";
   try {
     std::vector<std::pair<std::string, std::string>> env = {

@@ -1251,14 +1251,17 @@ int read_as_capless_peer(pid_t pid) {
 }  // namespace
 
 // The process that holds the results and their keys (here a verify; a trainer, an eval or bench
-// run alike) is not dumpable, so a process of the user's without CAP_SYS_PTRACE cannot read (or
-// write) its memory: where no Landlock domain keeps a solution or the agent's command from
-// ptrace (a kernel before 6.12, confine: off), that would forge its reward. The control, a
+// run alike) is not dumpable, nor is the candidate process once it is confined, so a process of
+// the user's without CAP_SYS_PTRACE cannot read (or write) their memory: where no Landlock domain
+// keeps a solution or the agent's command from ptrace (a kernel before 6.12, confine: off), that
+// would forge a reward, or fail another evaluation's solution. The control, a
 // plain process of the user's, can be read. Both run without capabilities, as a user who is not
 // root runs them.
 TEST_F(Confine, TheProcessHoldingTheResultsCannotBeReadByAnotherOfTheUsers) {
+  const fs::path pid_file = dir_.path() / unique_name("candidate-pid");
   const std::string solution =
-      write(unique_name("slow") + "/model_new.py", solution_source("import time\ntime.sleep(6)\n"));
+      write(unique_name("slow") + "/model_new.py", solution_source("import time\nopen(" + py_string(pid_file.string()) +
+                                                                   ", 'w').write(str(os.getpid()))\ntime.sleep(6)\n"));
   SubprocessResult run;
   std::thread verify([&] {
     SubprocessOptions sp;
@@ -1278,6 +1281,14 @@ TEST_F(Confine, TheProcessHoldingTheResultsCannotBeReadByAnotherOfTheUsers) {
     if (caller == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const int caller_read = caller == 0 ? -1 : read_as_capless_peer(caller);
+  pid_t candidate = 0;
+  for (int i = 0; i < 300 && candidate == 0; ++i) {
+    if (fs::exists(pid_file) && !read_file(pid_file).empty())
+      candidate = static_cast<pid_t>(std::stol(read_file(pid_file)));
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const int candidate_read = candidate == 0 ? -1 : read_as_capless_peer(candidate);
   const pid_t plain = ::fork();  // dumpable, without capabilities too
   if (plain == 0) {
     __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
@@ -1297,6 +1308,8 @@ TEST_F(Confine, TheProcessHoldingTheResultsCannotBeReadByAnotherOfTheUsers) {
   verify.join();
   ASSERT_NE(caller, 0) << "the verify process was not found";
   EXPECT_EQ(caller_read, EPERM) << "the verify process's memory could be read";
+  ASSERT_NE(candidate, 0) << "the solution did not write its pid";
+  EXPECT_EQ(candidate_read, EPERM) << "the candidate process's memory could be read";
   EXPECT_EQ(plain_read, 0) << "the control could not be read: the test shows nothing here";
   EXPECT_TRUE(run.ok()) << run.describe();
 }
