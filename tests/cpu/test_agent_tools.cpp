@@ -629,16 +629,15 @@ class AgentConfinement : public AgentTools, public ::testing::WithParamInterface
     tool_options_.max_file_bytes = 2 << 20;
     tool_options_.max_disk_bytes = 16 << 20;
     if (GetParam() == "namespaces") setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);  // confined-exec's binary
+    const std::string probe = GetParam() == "bwrap" ? "bwrap --ro-bind / / --unshare-net --die-with-parent true"
+                                                    : std::string(CUDA_AGENT_BINARY) + " confined-exec true";
+    if (std::system((probe + " > /dev/null 2>&1").c_str()) != 0)
+      GTEST_SKIP() << GetParam() << " confinement cannot run on this machine (" << probe << " fails)";
     AgentTools::SetUp();
   }
 };
 
 TEST_P(AgentConfinement, BashRunsConfined) {
-  const std::string probe = GetParam() == "bwrap"
-                                ? "bwrap --ro-bind / / --unshare-net --die-with-parent true"
-                                : std::string(CUDA_AGENT_BINARY) + " confined-exec true";
-  if (std::system((probe + " > /dev/null 2>&1").c_str()) != 0)
-    GTEST_SKIP() << GetParam() << " confinement cannot run on this machine (" << probe << " fails)";
   // A listener on the host's loopback that the confined shell must not reach.
   const testing::LoopbackListener listener = testing::listen_on_loopback();
   ASSERT_GE(listener.fd.get(), 0);
@@ -687,11 +686,6 @@ TEST_P(AgentConfinement, BashRunsConfined) {
 // workspace holds more than max_disk_bytes (about every 250 ms, so a little more), and says so; a
 // command that removes files runs, and one that writes again under the limit works.
 TEST_P(AgentConfinement, BashCannotFillTheDisk) {
-  const std::string probe = GetParam() == "bwrap"
-                                ? "bwrap --ro-bind / / --unshare-net --die-with-parent true"
-                                : std::string(CUDA_AGENT_BINARY) + " confined-exec true";
-  if (std::system((probe + " > /dev/null 2>&1").c_str()) != 0)
-    GTEST_SKIP() << GetParam() << " confinement cannot run on this machine (" << probe << " fails)";
   auto bash = [&](const std::string& command) { return call("Bash", {{"command", command}}); };
   const ToolResult filled =
       bash("for i in $(seq 200); do head -c 1000000 /dev/zero > fill$i.bin; sleep 0.01; done; echo finished");
@@ -714,10 +708,6 @@ TEST_P(AgentConfinement, BashCannotFillTheDisk) {
 // OOM killer would pick a process of its own choosing (another episode's evaluation, the
 // trainer); one under the limit runs.
 TEST_P(AgentConfinement, BashCannotExhaustMemory) {
-  const std::string probe = GetParam() == "bwrap" ? "bwrap --ro-bind / / --unshare-net --die-with-parent true"
-                                                  : std::string(CUDA_AGENT_BINARY) + " confined-exec true";
-  if (std::system((probe + " > /dev/null 2>&1").c_str()) != 0)
-    GTEST_SKIP() << GetParam() << " confinement cannot run on this machine (" << probe << " fails)";
   EXPECT_GE(ToolOptions{}.max_memory_bytes, 8ULL << 30) << "the default";
   tool_options_.max_memory_bytes = 256 << 20;
   registry_ = std::make_unique<ToolRegistry>(*workspace_, tool_options_);

@@ -83,6 +83,16 @@ std::string solution_source(const std::string& prelude) {
 
 std::string py_string(const std::string& text) { return nlohmann::json(text).dump(); }
 
+// A process of this user's outside the one under test: `sleep 60` (the caller kills it).
+pid_t start_sleeper() {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execlp("sleep", "sleep", "60", nullptr);
+    ::_exit(127);
+  }
+  return pid;
+}
+
 class Confine : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -601,11 +611,7 @@ TEST_F(Confine, TheAgentsConfinedCommandCannotKillItsSupervisor) {
 // (`prlimit --pid`), and its own limits and priority still work (`ulimit`, `nice`). In both
 // implementations, with or without the signal scope.
 TEST_F(Confine, TheAgentsConfinedCommandCannotLimitOtherProcesses) {
-  const pid_t outside = ::fork();
-  if (outside == 0) {
-    ::execlp("sleep", "sleep", "60", nullptr);
-    ::_exit(127);
-  }
+  const pid_t outside = start_sleeper();
   ASSERT_GT(outside, 0);
   const std::string limits = "/proc/" + std::to_string(outside) + "/limits";
   const std::string before = read_file(limits);
@@ -1192,11 +1198,7 @@ int change_without_changing(pid_t target) {
 // makes the same calls succeed (as root the kernel's own checks refuse a caller without
 // capabilities; this child keeps them).
 TEST(SyscallFilter, AnotherProcesssLimitsAndSchedulingCannotBeChangedButItsOwnCan) {
-  const pid_t target = ::fork();
-  if (target == 0) {
-    ::execlp("sleep", "sleep", "60", nullptr);
-    ::_exit(127);
-  }
+  const pid_t target = start_sleeper();
   ASSERT_GT(target, 0);
   const int allowed = in_child([&] { return change_without_changing(target); });
   const int filtered = in_child([&] {
