@@ -47,6 +47,9 @@ constexpr double kWorkerQuietWaitS = 10;
 constexpr double kLockCheckS = 1.0;
 
 // What the candidate process may write and what it must not see.
+// The most each of the candidate's private tmpfs (/tmp, /dev/shm) holds.
+constexpr uint64_t kCandidateTmpfsBytes = 4ULL << 30;
+
 CandidateRequest candidate_request(const EvalRequest& req, const std::string& fingerprint) {
   const fs::path cache = req.options.resolved_cache_dir();
   const std::string scope = fingerprint.empty() ? "unreadable" : fingerprint.substr(0, 16);
@@ -94,7 +97,11 @@ CandidateRequest candidate_request(const EvalRequest& req, const std::string& fi
         c.shown.push_back(resolved.string());
     }
   }
-  c.tmpfs_bytes = static_cast<uint64_t>(req.options.host_memory_gb * (1ULL << 30));
+  // Their pages count in no process's resident memory, so host_memory_gb does not bound them: at
+  // its size each, a solution could hold three times that (the process, /tmp, /dev/shm) and leave
+  // the kernel's OOM killer to end another process (the trainer, another evaluation's judge).
+  // Caches, TMPDIR and a build's temporary files need far less.
+  c.tmpfs_bytes = std::min(static_cast<uint64_t>(req.options.host_memory_gb * (1ULL << 30)), kCandidateTmpfsBytes);
   if (req.options.read_scope == "system") {
     c.visible = read_scope_system_paths();
     for (const fs::path& own : {fs::path(req.solution_path).parent_path(), fs::path(req.task_path).parent_path()})

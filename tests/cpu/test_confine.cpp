@@ -146,6 +146,19 @@ void expect_confined(const nlohmann::json& r) {
 
 }  // namespace
 
+// The candidate's private /tmp and /dev/shm hold at most 4 GiB each (or host_memory_gb, when
+// less): their pages count in no process's resident memory, so the memory limit does not bound
+// them; at host_memory_gb (32 GiB) each a solution could hold three times the limit.
+TEST_F(Confine, TheCandidatesTmpfsAreSmallerThanTheMemoryLimit) {
+  auto r = verify(
+      "for _d in ('/tmp', '/dev/shm'):\n    _s = os.statvfs(_d)\n"
+      "    if _s.f_blocks * _s.f_frsize > 4 << 30:\n"
+      "        raise RuntimeError('%s holds %d bytes' % (_d, _s.f_blocks * _s.f_frsize))\n",
+      "auto");
+  EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  expect_confined(r);
+}
+
 TEST_F(Confine, ACorrectSolutionPassesConfined) {
   auto r = verify("", "auto");
   EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
