@@ -22,6 +22,7 @@
 #include <thread>
 #include <utility>
 
+#include "cuda_agent/core/confinement.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/unique_fd.h"
 
@@ -35,6 +36,7 @@ using Seconds = std::chrono::duration<double>;
 
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
 constexpr auto kRssInterval = std::chrono::milliseconds(100);
+constexpr auto kDiskInterval = std::chrono::milliseconds(500);
 constexpr auto kKillWaitPoll = std::chrono::milliseconds(5);
 // How long to wait for SIGKILLed processes to disappear (one in uninterruptible sleep, e.g.
 // inside a driver, can take a while); past this we stop waiting rather than hang.
@@ -361,6 +363,10 @@ void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_poin
   Clock::time_point term_sent;
   const Seconds grace(options.kill_grace_s);
   auto next_sample = start;
+  // The watched folders' bound: what they held at the start plus what they may gain.
+  const bool watch_disk = options.max_watched_bytes > 0 && !options.watched_paths.empty();
+  const uint64_t disk_bound = watch_disk ? disk_usage(options.watched_paths) + options.max_watched_bytes : 0;
+  auto next_disk = start;
   auto stop_group = [&](bool& reason) {
     reason = true;
     ::kill(-pid, SIGTERM);
@@ -387,6 +393,10 @@ void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_poin
           sample.rss_bytes > options.max_rss_bytes) {
         stop_group(result.memory_exceeded);
       }
+    }
+    if (phase == Phase::kRunning && watch_disk && now >= next_disk) {
+      next_disk = now + kDiskInterval;
+      if (disk_usage(options.watched_paths, disk_bound) > disk_bound) stop_group(result.disk_exceeded);
     }
     if (phase == Phase::kRunning && clock_running && timeout_s > 0 && now - start >= Seconds(timeout_s)) {
       stop_group(result.timed_out);
@@ -423,7 +433,7 @@ void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_poin
 }  // namespace
 
 bool SubprocessResult::ok() const {
-  return term_signal == 0 && exit_code == 0 && !timed_out && !memory_exceeded && !cancelled;
+  return term_signal == 0 && exit_code == 0 && !timed_out && !memory_exceeded && !disk_exceeded && !cancelled;
 }
 
 std::string SubprocessResult::describe() const {
@@ -431,6 +441,8 @@ std::string SubprocessResult::describe() const {
     return fmt::format("exceeded memory limit {} (peak {})", format_bytes(max_rss_bytes),
                        format_bytes(peak_rss_bytes));
   }
+  if (disk_exceeded)
+    return fmt::format("wrote more than {} into its folders", format_bytes(static_cast<int64_t>(max_watched_bytes)));
   if (timed_out) return fmt::format("timed out after {:.1f} s", timeout_s);
   if (cancelled) return "stopped by the caller";
   if (term_signal != 0) {
@@ -482,6 +494,7 @@ SubprocessResult watch_subprocess(pid_t pid, const SubprocessOptions& options) {
   SubprocessResult result;
   result.timeout_s = options.timeout_s;
   result.max_rss_bytes = options.max_rss_bytes;
+  result.max_watched_bytes = options.max_watched_bytes;
   try {
     monitor_child(pid, options, Clock::now(), result);
   } catch (...) {

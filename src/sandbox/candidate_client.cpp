@@ -38,6 +38,8 @@ CandidateClient::CandidateClient(const Launch& launch)
   sp.stderr_path = log_path_.string();
   sp.timeout_s = launch.timeout_s;
   sp.max_rss_bytes = launch.max_rss_bytes;
+  sp.watched_paths = {launch.request.nvrtc_dir, launch.request.build_dir};
+  sp.max_watched_bytes = launch.max_disk_bytes;
   sp.pass_fd = peer.release();  // run_subprocess closes it once the child has it
   sp.close_pass_fd = true;
   sp.cancel = &cancel_;
@@ -95,6 +97,12 @@ void CandidateClient::died(const std::string& what, bool started) {
     category = Category::kOutOfMemory;
     text = fmt::format("the candidate process exceeded the host memory limit in phase '{}' ({}): {}", phase_, what,
                        r.describe());
+  } else if (r.disk_exceeded) {
+    category = Category::kRuntimeError;
+    text = fmt::format(
+        "the candidate process was stopped in phase '{}' ({}): it {} (its NVRTC and build caches); a "
+        "solution's builds need far less",
+        phase_, what, r.describe());
   } else if (r.timed_out) {
     category = Category::kTimeout;
     text = timeout_text(what);

@@ -35,6 +35,9 @@ class CandidateClient {
     int gpu = 0;
     double timeout_s = 600;     // the whole process's wall time
     int64_t max_rss_bytes = 0;
+    // What the solution's own folders on disk (request.nvrtc_dir, request.build_dir) may gain
+    // while it runs; 0: no limit.
+    uint64_t max_disk_bytes = 0;
     // Fork this process instead of starting `cuda-agent worker --candidate` (fork_with_python() in
     // python_runtime.h: the copy keeps the judge's Python and torch, already imported). Only
     // before the judge holds anything the solution must not see (its result key, the cache's

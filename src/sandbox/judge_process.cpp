@@ -49,6 +49,10 @@ constexpr double kLockCheckS = 1.0;
 // What the candidate process may write and what it must not see.
 // The most each of the candidate's private tmpfs (/tmp, /dev/shm) holds.
 constexpr uint64_t kCandidateTmpfsBytes = 4ULL << 30;
+// The most a candidate may add to its own folders on disk (its NVRTC cubins, its builds: a few
+// hundred MB for a load_inline extension), the only ones it may write: more would fill the disk
+// that the cache, other evaluations and the trainer's checkpoints share.
+constexpr uint64_t kCandidateDiskBytes = 8ULL << 30;
 
 CandidateRequest candidate_request(const EvalRequest& req, const std::string& fingerprint) {
   const fs::path cache = req.options.resolved_cache_dir();
@@ -206,6 +210,7 @@ class CandidateStart {
     // waits for the GPU's locks move.
     launch.timeout_s = j_.opt.timeout_s + (j_.req.gpu_lock ? j_.opt.gpu_wait_s : 0.0);
     launch.max_rss_bytes = static_cast<int64_t>(j_.opt.host_memory_gb * (1LL << 30));
+    launch.max_disk_bytes = kCandidateDiskBytes;
     // The first start is a copy of this process, its Python and torch imported, made before the
     // judge reads its key or touches CUDA; a second start (unconfined, after a confined one
     // failed) runs after both, so it is a fresh program.

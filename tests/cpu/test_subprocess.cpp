@@ -151,6 +151,28 @@ TEST(Subprocess, MemoryLimitKillsTheGroup) {
       << result.describe();
 }
 
+// The watched folders may grow by max_watched_bytes from what they held at the start (here 5 MB
+// already): a child that writes past it is stopped, group and all; one that stays under it runs
+// to its end. The candidate process runs so, its own cache folders watched.
+TEST(Subprocess, DiskLimitStopsTheGroup) {
+  TempDir dir("subprocess-disk-");
+  write_file_atomic(dir.path() / "before.bin", std::string(5 << 20, 'x'));
+  SubprocessOptions options;
+  options.watched_paths = {dir.path().string()};
+  options.max_watched_bytes = 20 << 20;
+  options.timeout_s = 20;
+  options.argv = {"sh", "-c", "head -c 15000000 /dev/zero > small.bin && sleep 1 && echo under"};
+  options.cwd = dir.path().string();
+  SubprocessResult under = run_subprocess(options);
+  EXPECT_TRUE(under.ok()) << under.describe();
+  options.argv = {"sh", "-c", "(head -c 60000000 /dev/zero > big.bin; sleep 30) & sleep 30"};
+  SubprocessResult over = run_subprocess(options);
+  EXPECT_TRUE(over.disk_exceeded) << over.describe();
+  EXPECT_FALSE(over.ok());
+  EXPECT_LT(over.wall_s, 10.0);
+  EXPECT_EQ(over.describe(), "wrote more than 20.0 MiB into its folders");
+}
+
 TEST(Subprocess, PeakRssIsReported) {
   SubprocessResult result = run_sh("exit 0");
   EXPECT_GT(result.peak_rss_bytes, 0);

@@ -44,6 +44,11 @@ struct SubprocessOptions {
   // Limit on the summed resident memory of every process in the child's group; 0 = none.
   // Checked about every 100 ms, so a fast allocation may overshoot before it is caught.
   int64_t max_rss_bytes = 0;
+  // Folders whose files (their allocated blocks, disk_usage()) may grow by at most
+  // max_watched_bytes together from what they held when the child started: past it the group
+  // is stopped (result.disk_exceeded). Checked about every 500 ms. 0 or none: no limit.
+  std::vector<std::string> watched_paths;
+  uint64_t max_watched_bytes = 0;
   // After SIGTERM, wait this long for the group to go, then SIGKILL it.
   double kill_grace_s = 2.0;
   // A descriptor of the parent's that the child gets as its descriptor 3 (a pipe's write end
@@ -67,6 +72,7 @@ struct SubprocessResult {
   int term_signal = 0;         // signal that ended the child, 0 if it exited
   bool timed_out = false;      // we stopped it: timeout_s passed
   bool memory_exceeded = false;  // we stopped it: the group went over max_rss_bytes
+  bool disk_exceeded = false;    // we stopped it: the watched folders grew past max_watched_bytes
   bool cancelled = false;        // we stopped it: the caller set *options.cancel
   double wall_s = 0;           // from start to the child's exit
   // Peak observed sum of RSS over the process group (sampled about every 100 ms; pages
@@ -76,11 +82,13 @@ struct SubprocessResult {
   // The limits the child ran under, copied from the options (used by describe()).
   double timeout_s = 0;
   int64_t max_rss_bytes = 0;
+  uint64_t max_watched_bytes = 0;
 
-  // True when the child exited with code 0 and was not stopped (timeout, memory, cancel).
+  // True when the child exited with code 0 and was not stopped (timeout, memory, disk, cancel).
   bool ok() const;
   // Human text: "exited with code 3", "killed by signal 11 (Segmentation fault)",
-  // "timed out after 5.0 s", "exceeded memory limit 1.0 GiB (peak 1.3 GiB)", "stopped by the caller".
+  // "timed out after 5.0 s", "exceeded memory limit 1.0 GiB (peak 1.3 GiB)", "wrote more than 8.0 GiB
+  // into its folders", "stopped by the caller".
   std::string describe() const;
 };
 
