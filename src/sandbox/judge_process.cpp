@@ -46,7 +46,6 @@ constexpr double kWorkerQuietWaitS = 10;
 // How often a judge waiting for a GPU lock looks at who holds it.
 constexpr double kLockCheckS = 1.0;
 
-// What the candidate process may write and what it must not see.
 // The most each of the candidate's private tmpfs (/tmp, /dev/shm) holds.
 constexpr uint64_t kCandidateTmpfsBytes = 4ULL << 30;
 // The most a candidate may add to its own folders on disk (its NVRTC cubins, its builds: a few
@@ -54,6 +53,7 @@ constexpr uint64_t kCandidateTmpfsBytes = 4ULL << 30;
 // that the cache, other evaluations and the trainer's checkpoints share.
 constexpr uint64_t kCandidateDiskBytes = 8ULL << 30;
 
+// What the candidate process may write and what it must not see.
 CandidateRequest candidate_request(const EvalRequest& req, const std::string& fingerprint) {
   const fs::path cache = req.options.resolved_cache_dir();
   const std::string scope = fingerprint.empty() ? "unreadable" : fingerprint.substr(0, 16);

@@ -29,8 +29,9 @@ size_t staged_bytes(pybind11::handle tree, bool padded);
 
 // Copies `tree`'s tensors into `block` (a torch.uint8 tensor of the same device), padded, each
 // in the layout a copy of it has (preserve_format: a transposed or channels-last tensor keeps its
-// strides, one with gaps is made dense), and returns the spec. Throws Error for a leaf that is neither a tensor nor a
-// plain value, or when the block is too small (size it with staged_bytes first).
+// strides, one with gaps is made dense), and returns the spec. Throws Error for a leaf that is
+// neither a tensor nor a plain value, or when the block is too small (size it with staged_bytes
+// first).
 nlohmann::json stage_tree(pybind11::handle tree, pybind11::handle block);
 
 // The tree a spec describes, its tensors as views into `block` (no copy). Throws Error for a
