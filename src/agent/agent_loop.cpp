@@ -8,6 +8,7 @@
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/sandbox/eval_result.h"
 
 namespace cuda_agent::agent {
 namespace {
@@ -282,11 +283,10 @@ EpisodeResult run_episode(Policy& policy, Workspace& workspace, ToolRegistry& to
   if (unloadable.empty()) {
     result.score = scorer(solution);
   } else {
-    result.score = {{"ok", false},
-                    {"category", "load_error"},
-                    {"reward", -1.0},
-                    {"correct", nullptr},
-                    {"message", "model_new.py cannot be loaded from the workspace: " + unloadable}};
+    sandbox::EvalResult failed;
+    failed.solution_path = solution;
+    failed.fail(sandbox::Category::kLoadError, "model_new.py cannot be loaded from the workspace: " + unloadable);
+    result.score = failed.to_json();
   }
   const nlohmann::json reward = result.score.value("reward", nlohmann::json());
   result.reward = reward.is_number() ? reward.get<double>() : -1.0;

@@ -52,11 +52,10 @@ void Judge::audit_records(const nlohmann::json& reply, const std::string& where,
     throw Failure{Category::kTampering,
                   fmt::format("{}: {}: work outside the candidate process is out of the auditor's sight", where, processes)};
   const nlohmann::json contexts = reply.value("contexts_created", nlohmann::json::object());
-  if (opt.integrity_checks && contexts.value("count", uint64_t{0}) > 0)
-    throw Failure{Category::kTampering,
-                  fmt::format("{}: {}", where,
-                              context_creation_message(contexts.value("count", uint64_t{0}),
-                                                       contexts.value("first", std::string("?"))))};
+  if (const uint64_t made = contexts.value("count", uint64_t{0}); opt.integrity_checks && made > 0)
+    throw Failure{
+        Category::kTampering,
+        fmt::format("{}: {}", where, context_creation_message(made, contexts.value("first", std::string("?"))))};
   if (!opt.integrity_checks && opt.provenance != "enforce") return;
   if (reply.value("dropped_records", uint64_t{0}) > 0)
     throw Failure{Category::kInfrastructure,
@@ -82,13 +81,12 @@ void Judge::audit_records(const nlohmann::json& reply, const std::string& where,
                               where, hidden, hidden == 1 ? "" : "es", first.empty() ? "?" : first)};
   }
   const nlohmann::json copies = reply.value("outside_copies", nlohmann::json::object());
-  if (opt.integrity_checks && copies.value("count", uint64_t{0}) > 0)
-    throw Failure{
-        Category::kTampering,
-        fmt::format("{}: the solution issued {} cop{} or fill{} ({} bytes) in the candidate process {}: data "
-                    "moved where it is not timed (from a gc callback, a finalizer or a thread of its own)",
-                    where, copies.value("count", uint64_t{0}), copies.value("count", uint64_t{0}) == 1 ? "y" : "ies",
-                    copies.value("count", uint64_t{0}) == 1 ? "" : "s", copies.value("bytes", uint64_t{0}), when)};
+  if (const uint64_t moved = copies.value("count", uint64_t{0}); opt.integrity_checks && moved > 0)
+    throw Failure{Category::kTampering,
+                  fmt::format("{}: the solution issued {} cop{} or fill{} ({} bytes) in the candidate process {}: data "
+                              "moved where it is not timed (from a gc callback, a finalizer or a thread of its own)",
+                              where, moved, moved == 1 ? "y" : "ies", moved == 1 ? "" : "s",
+                              copies.value("bytes", uint64_t{0}), when)};
   const std::vector<KernelUse> outside = parse_uses(reply.value("outside", nlohmann::json::array()), where);
   if (opt.integrity_checks && !outside.empty())
     throw Failure{Category::kTampering,

@@ -179,9 +179,14 @@ constexpr CUpti_CallbackId kContextCreations[] = {
     CUPTI_DRIVER_TRACE_CBID_cuGreenCtxCreate,
 };
 
+// Whether the call is a driver call of `calls`.
+template <size_t N>
+bool driver_call_in(const CUpti_CallbackId (&calls)[N], CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  return domain == CUPTI_CB_DOMAIN_DRIVER_API && std::find(std::begin(calls), std::end(calls), cbid) != std::end(calls);
+}
+
 bool creates_context(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
-  return domain == CUPTI_CB_DOMAIN_DRIVER_API &&
-         std::find(std::begin(kContextCreations), std::end(kContextCreations), cbid) != std::end(kContextCreations);
+  return driver_call_in(kContextCreations, domain, cbid);
 }
 
 // The driver calls whose streams are watched but that launch no kernel.
@@ -203,8 +208,7 @@ constexpr CUpti_CallbackId kStreamOnlyCalls[] = {
 };
 
 bool stream_only_call(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
-  return domain == CUPTI_CB_DOMAIN_DRIVER_API &&
-         std::find(std::begin(kStreamOnlyCalls), std::end(kStreamOnlyCalls), cbid) != std::end(kStreamOnlyCalls);
+  return driver_call_in(kStreamOnlyCalls, domain, cbid);
 }
 
 // Notes (or forgets) a stream work went to. Called with the state locked.
