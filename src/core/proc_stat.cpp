@@ -1,37 +1,46 @@
 #include "cuda_agent/core/proc_stat.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <memory>
-#include <sstream>
 #include <unordered_map>
 
 namespace cuda_agent {
 
-// /proc/<pid>/stat: "pid (comm) state ppid ..." (comm may hold spaces and parentheses).
+// /proc/<pid>/stat: "pid (comm) state ppid ..." (comm may hold spaces and parentheses). One
+// read() into a buffer on the stack: the watches read every process's, several times a second.
 ProcStat read_proc_stat(const std::string& pid) {
   ProcStat s;
-  std::ifstream in("/proc/" + pid + "/stat");
-  std::string line;
-  if (!in || !std::getline(in, line)) return s;
-  const size_t open = line.find('('), close = line.rfind(')');
-  if (open == std::string::npos || close == std::string::npos || close < open) return s;
-  s.comm = line.substr(open + 1, close - open - 1);
-  std::istringstream rest(line.substr(close + 1));
-  // state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime cutime cstime
-  // priority nice num_threads itrealvalue starttime vsize rss
-  std::string field[22];
-  for (auto& f : field) rest >> f;
-  if (!rest) return s;
-  s.state = field[0].empty() ? '?' : field[0][0];
-  s.ppid = static_cast<pid_t>(std::atol(field[1].c_str()));
-  const auto n = [&](int i) { return std::strtoull(field[i].c_str(), nullptr, 10); };
-  s.child_ticks = n(13) + n(14);
-  s.ticks = n(11) + n(12) + s.child_ticks;
-  s.rss_pages = n(21);
+  char buffer[1024];  // the line is under 400 bytes, the command name at most 64
+  const int fd = ::open(("/proc/" + pid + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return s;
+  const ssize_t n = ::read(fd, buffer, sizeof buffer - 1);
+  ::close(fd);
+  if (n <= 0) return s;
+  buffer[n] = '\0';
+  const char* open = std::strchr(buffer, '(');
+  const char* close = std::strrchr(buffer, ')');
+  if (open == nullptr || close == nullptr || close < open || close[1] != ' ') return s;
+  s.comm.assign(open + 1, close);
+  s.state = close[2];
+  // After the state: ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+  // cutime cstime priority nice num_threads itrealvalue starttime vsize rss (fields 4 to 24).
+  unsigned long long field[25] = {};
+  const char* p = close + 3;
+  for (int i = 4; i <= 24; ++i) {
+    char* end = nullptr;
+    field[i] = std::strtoull(p, &end, 10);  // negative fields (priority, nice) wrap; unused
+    if (end == p) return s;
+    p = end;
+  }
+  s.ppid = static_cast<pid_t>(field[4]);
+  s.child_ticks = field[16] + field[17];
+  s.ticks = field[14] + field[15] + s.child_ticks;
+  s.rss_pages = field[24];
   s.ok = true;
   return s;
 }
