@@ -1295,7 +1295,6 @@ TEST_F(Confine, TheProcessHoldingTheResultsCannotBeReadByAnotherOfTheUsers) {
       if (stat.comm == "cuda-agent") caller = pid;
     if (caller == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  const int caller_read = caller == 0 ? -1 : read_as_capless_peer(caller);
   pid_t candidate = 0;
   for (int i = 0; i < 300 && candidate == 0; ++i) {
     if (fs::exists(pid_file) && !read_file(pid_file).empty())
@@ -1303,6 +1302,9 @@ TEST_F(Confine, TheProcessHoldingTheResultsCannotBeReadByAnotherOfTheUsers) {
     else
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  // Read the caller only once its candidate runs: found by its name right after the exec, it is
+  // dumpable until its main() has run (the kernel makes every exec'd process dumpable again).
+  const int caller_read = caller == 0 ? -1 : read_as_capless_peer(caller);
   const int candidate_read = candidate == 0 ? -1 : read_as_capless_peer(candidate);
   const pid_t plain = ::fork();  // dumpable, without capabilities too
   if (plain == 0) {
