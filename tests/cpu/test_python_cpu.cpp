@@ -290,7 +290,9 @@ TEST_F(PythonCpu, HangIsATimeout) {
   EXPECT_EQ(r["worker"]["timed_out"], true);
   EXPECT_NE(message(r).find("within 10 s"), std::string::npos) << message(r);
   EXPECT_GE(elapsed, 9.5);
-  EXPECT_LT(elapsed, 16.0);
+  // The 10 s count from the judge's start of work; before that it starts Python and torch (3-10 s
+  // on a loaded 2-core machine): the bound says the hang was cut, not how fast the machine is.
+  EXPECT_LT(elapsed, 45.0);
 }
 
 TEST_F(PythonCpu, CudaCompileErrorAtImportIsACompileError) {
