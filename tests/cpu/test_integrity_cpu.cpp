@@ -607,8 +607,10 @@ TEST_F(Integrity, ANativeThreadRunningWhileTheJudgeWorksIsTampering) {
       "_libc = ctypes.CDLL(None)\n"
       "_libc.pthread_create.argtypes = [ctypes.POINTER(ctypes.c_ulong), ctypes.c_void_p, ctypes.c_void_p, "
       "ctypes.c_void_p]\n"
-      "_thread = ctypes.c_ulong()\n"
-      "_libc.pthread_create(ctypes.byref(_thread), None, ctypes.addressof(ctypes.c_char.from_buffer(_text)), None)\n\n";
+      "_threads = [ctypes.c_ulong() for _ in range(3)]\n"  // three: a share above the bound on a loaded machine
+      "for _thread in _threads:\n"
+      "    _libc.pthread_create(ctypes.byref(_thread), None, ctypes.addressof(ctypes.c_char.from_buffer(_text)), "
+      "None)\n\n";
   auto r = verify(task, write("native_thread.py", add_solution("        return a + b\n", prelude)));
   EXPECT_EQ(r["category"], "tampering") << r.dump(2);
   EXPECT_NE(r["message"].get<std::string>().find("while it waited"), std::string::npos) << r["message"];
