@@ -250,7 +250,8 @@ fi
 if [ "$what" = ablate ]; then
   # Issue 18's ablations at toy scale: `cuda-agent ablate` over configs/learning.yaml and each of
   # configs/ablations/*.yaml, detached (above; a second call of the run itself resumes each
-  # variant). ABLATE_SET (say "--set ppo.steps=1") goes to ablate; ABLATE_TIMEOUT bounds it.
+  # variant). ABLATE_SET (say "--set ppo.steps=1") goes to ablate; ABLATE_TIMEOUT bounds it;
+  # ABLATE_PARALLEL (default 5, every variant at once) is its --parallel.
   # In parts, when the variants do not fit one session's device time: ABLATE_VARIANTS (say
   # "base,no_rft,no_value_pretraining") trains those alone; ABLATE_RESUME=DIR (the `ablate` folder
   # of an earlier part's archive, carried in) brings the runs of that part, whose metrics the
@@ -265,7 +266,7 @@ if [ "$what" = ablate ]; then
   variants=(); [ -n "${ABLATE_VARIANTS:-}" ] && variants=(--variants "$ABLATE_VARIANTS")
   copy_files="ablate-comparison.md $out/ablate/comparison.md"
   detached ablate "${ABLATE_TIMEOUT:-7200}" "$build/cuda-agent" ablate --config configs/learning.yaml \
-    --output "$out/ablate" "${variants[@]}" ${ABLATE_SET:-}
+    --output "$out/ablate" --parallel "${ABLATE_PARALLEL:-5}" "${variants[@]}" ${ABLATE_SET:-}
   grep -E "^\[ablate\]|^\[train\] step|^ablate " "$out/ablate.log" | tail -20
 fi
 if [ "$what" = learning-report ]; then

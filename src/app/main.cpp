@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -561,6 +562,8 @@ struct TrainFlags {
   int gpu = 0;
   bool resume = false;
   std::vector<std::string> variants;  // ablate --variants
+  int parallel = 1;                   // ablate --parallel
+  bool train_only = false;            // ablate --train-only: one variant's process of a parallel call
   CommonFlags common;
 };
 
@@ -619,6 +622,11 @@ void add_ablate(CLI::App& app, Verbs& verbs) {
                   "train only these variants (comma-separated: base, ablation file stems); the comparison reads the "
                   "others' earlier runs in --output")
       ->delimiter(',');
+  cmd->add_option("--parallel", f->parallel,
+                  "train up to N variants at once, each in a process of its own, after the stages they share "
+                  "(default 1: one after another)");
+  // A variant's process of a parallel call: it trains, the caller compares.
+  cmd->add_flag("--train-only", f->train_only)->group("");
   cmd->add_option("--device", f->device, "cuda (default) or cpu");
   cmd->add_option("--gpu", f->gpu, "GPU index of the model and the episodes' checks");
   cmd->add_option("--skill", f->skill, "SKILL.md loaded into the agent's system prompt");
@@ -632,6 +640,11 @@ void add_ablate(CLI::App& app, Verbs& verbs) {
          opts.output_dir = f->output;
          opts.set_overrides = f->common.sets;
          opts.only = f->variants;
+         opts.parallel = f->parallel;
+         opts.write_comparison = !f->train_only;
+         // A parallel call's variant: asked to stop (at a safe point) when the call that started
+         // it ends, however it ends.
+         if (f->train_only) ::prctl(PR_SET_PDEATHSIG, SIGTERM);
          opts.train.device = f->device;
          opts.train.gpu = f->gpu;
          opts.train.skill_file = f->skill;
@@ -640,9 +653,14 @@ void add_ablate(CLI::App& app, Verbs& verbs) {
          install_stop_handlers();
          try {
            const std::vector<rl::AblationVariant> variants = rl::run_ablations(opts, std::cerr);
-           std::cout << read_file(fs::path(f->output) / "comparison.md");
-           return std::all_of(variants.begin(), variants.end(), [](const rl::AblationVariant& v) { return v.ok; }) ? 0
-                                                                                                                   : 1;
+           const auto counted = [&](const rl::AblationVariant& v) {
+             return !f->train_only || std::find(f->variants.begin(), f->variants.end(), v.name) != f->variants.end();
+           };
+           if (!f->train_only) std::cout << read_file(fs::path(f->output) / "comparison.md");
+           return std::all_of(variants.begin(), variants.end(),
+                              [&](const rl::AblationVariant& v) { return v.ok || !counted(v); })
+                      ? 0
+                      : 1;
          } catch (const StopRequested& stop) {
            std::cerr << fmt::format(
                "[ablate] {}. Running the same command again continues each variant "

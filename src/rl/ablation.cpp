@@ -1,9 +1,13 @@
 #include "cuda_agent/rl/ablation.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <functional>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,6 +17,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/stop_request.h"
+#include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
 
@@ -82,6 +87,8 @@ void write_plots(const std::vector<AblationVariant>& variants, const fs::path& d
 }  // namespace
 
 std::vector<AblationVariant> ablation_variants(const AblationOptions& options) {
+  CA_CHECK(options.parallel >= 1, "ablate: --parallel {} trains no variant: give 1 (one at a time) or more",
+           options.parallel);
   CA_CHECK(fs::is_regular_file(options.base_config), "ablate: no base config {}: give --config, e.g. "
            "configs/learning.yaml", options.base_config.string());
   CA_CHECK(fs::is_directory(options.ablations_dir), "ablate: no ablations folder {}: give --ablations, e.g. "
@@ -238,6 +245,106 @@ const char* prefix_words(const std::string& level) {
   return level == "sft" ? "supervised warm-up" : "warm-up and RFT";
 }
 
+// How long a variant's process may take to stop at a safe point once asked (SIGTERM), before it
+// is killed: it goes on from its last checkpoint either way.
+constexpr double kVariantStopGraceS = 60.0;
+
+// The command that trains the variant `name` alone, in a process of its own, as this call would.
+std::vector<std::string> variant_command(const AblationOptions& o, const std::string& name) {
+  std::vector<std::string> argv = {self_executable(),
+                                   "ablate",
+                                   "--config",
+                                   o.base_config.string(),
+                                   "--ablations",
+                                   o.ablations_dir.string(),
+                                   "--output",
+                                   o.output_dir.string(),
+                                   "--variants",
+                                   name,
+                                   "--device",
+                                   o.train.device,
+                                   "--gpu",
+                                   std::to_string(o.train.gpu),
+                                   "--skill",  // an empty value (no skill file) as its own argument
+                                   o.train.skill_file.string(),
+                                   "--train-only"};
+  for (const std::string& set : o.set_overrides) argv.insert(argv.end(), {"--set", set});
+  return argv;
+}
+
+// Why the process that trained `name` failed: its own "[ablate] variant NAME failed: ..." line
+// where its log has one, else how the process ended and the log's last lines.
+std::string variant_process_error(const std::string& name, const fs::path& log_path, const SubprocessResult& r) {
+  std::string text;
+  try {
+    text = read_file(log_path);
+  } catch (const std::exception&) {
+  }
+  const std::string marker = "[ablate] variant " + name + " failed: ";
+  const size_t at = text.rfind(marker);
+  if (at != std::string::npos) {
+    const size_t begin = at + marker.size();
+    return text.substr(begin, text.find('\n', begin) - begin);
+  }
+  const std::string tail = text.size() > 1500 ? text.substr(text.size() - 1500) : text;
+  return fmt::format("its process {} (log {}): ...{}", r.describe(), log_path.string(), tail);
+}
+
+// Trains `names` in processes of their own, up to options.parallel at once, each logging to
+// OUTPUT/logs/NAME.log; a stop request (stop_signal) stops them. Returns each variant's error,
+// "" for those whose process succeeded.
+std::map<std::string, std::string> train_in_processes(const AblationOptions& options,
+                                                      const std::vector<std::string>& names, std::ostream& log) {
+  const fs::path logs = options.output_dir / "logs";
+  fs::create_directories(logs);
+  std::mutex mutex;  // guards errors and log
+  std::map<std::string, std::string> errors;
+  std::atomic<size_t> next{0};
+  std::atomic<bool> cancel{false};
+  std::atomic<size_t> finished{0};
+  const auto work = [&] {
+    for (size_t i = next++; i < names.size(); i = next++) {
+      const std::string& name = names[i];
+      const fs::path log_path = logs / (name + ".log");
+      std::string error;
+      if (cancel) {
+        error = "not started: a stop was requested";
+      } else {
+        SubprocessOptions sp;
+        sp.argv = variant_command(options, name);
+        sp.stdout_path = sp.stderr_path = log_path.string();
+        sp.cancel = &cancel;
+        sp.kill_grace_s = kVariantStopGraceS;
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          log << fmt::format("[ablate] {} starts in a process of its own (its log: {})\n", name, log_path.string());
+        }
+        try {
+          const SubprocessResult r = run_subprocess(sp);
+          if (!r.ok()) error = variant_process_error(name, log_path, r);
+          std::lock_guard<std::mutex> lock(mutex);
+          log << fmt::format("[ablate] {} {} after {:.0f} s\n", name, error.empty() ? "finished" : "failed", r.wall_s);
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      errors[name] = error;
+    }
+    ++finished;
+  };
+  const size_t workers = std::min<size_t>(static_cast<size_t>(std::max(1, options.parallel)), names.size());
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < workers; ++k) threads.emplace_back(work);
+  while (finished < workers) {
+    if (stop_signal() != 0) cancel = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  for (std::thread& t : threads) t.join();
+  throw_if_stop_requested("training the variants in processes of their own");
+  return errors;
+}
+
 }  // namespace
 
 bool shares_prefix(const json& base, const json& variant, const std::string& level) {
@@ -275,8 +382,14 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
   for (const std::string& level : kPrefixLevels)
     for (const AblationVariant& v : variants)
       sharing[level] += trained(v) && shares_prefix(base, v.config, level) ? 1 : 0;
+  const auto prefix_dir = [&](const std::string& level) { return options.output_dir / ("." + level + "-prefix"); };
+  // A prefix is used when several variants of this call share it, or an earlier call (or this
+  // call's parent, for a variant trained in a process of its own) left it.
+  const auto prefix_used = [&](const std::string& level) {
+    return sharing[level] >= 2 || latest_checkpoint(prefix_dir(level)).step >= 0;
+  };
   std::function<fs::path(const std::string&)> ready_prefix = [&](const std::string& level) {
-    const fs::path dir = options.output_dir / ("." + level + "-prefix");
+    const fs::path dir = prefix_dir(level);
     if (latest_checkpoint(dir).step >= 0) return dir;
     if (level == "rft" && sharing["sft"] >= 2) {
       const fs::path sft = ready_prefix("sft");
@@ -287,9 +400,29 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
     run_training(prefix_config(base, level, dir), train, log);
     return dir;
   };
+  std::vector<std::string> to_train;
+  for (const AblationVariant& v : variants)
+    if (trained(v)) to_train.push_back(v.name);
+  std::map<std::string, std::string> process_errors;
+  const bool in_processes = options.parallel > 1 && to_train.size() > 1;
+  if (in_processes) {
+    for (const std::string& level : kPrefixLevels)
+      if (sharing[level] >= 2) ready_prefix(level);
+    log << fmt::format("[ablate] {} variants, up to {} at once in processes of their own\n", to_train.size(),
+                       options.parallel);
+    process_errors = train_in_processes(options, to_train, log);
+  }
   for (size_t i = 0; i < variants.size(); ++i) {
     AblationVariant& v = variants[i];
     const fs::path metrics = options.output_dir / v.name / "metrics.jsonl";
+    if (in_processes && trained(v)) {
+      v.error = process_errors[v.name];
+      v.ok = v.error.empty();
+      if (v.ok && !fs::exists(metrics)) v.ok = false, v.error = "its process wrote no " + metrics.string();
+      if (!v.ok) log << fmt::format("[ablate] variant {} failed: {}\n", v.name, v.error);
+      v.summary = summarize_variant(fs::exists(metrics) ? MetricsLog::read(metrics) : std::vector<json>{});
+      continue;
+    }
     if (!trained(v)) {
       v.ok = fs::exists(metrics);
       if (!v.ok)
@@ -304,7 +437,8 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
     try {
       const fs::path run_dir = v.config["run"]["output_dir"].get<std::string>();
       for (const std::string& level : kPrefixLevels) {
-        if (sharing[level] < 2 || !shares_prefix(base, v.config, level) || latest_checkpoint(run_dir).step >= 0) continue;
+        if (!prefix_used(level) || !shares_prefix(base, v.config, level) || latest_checkpoint(run_dir).step >= 0)
+          continue;
         const fs::path shared = ready_prefix(level);
         if (latest_checkpoint(shared).step < 0) break;
         fs::remove_all(run_dir);
@@ -323,6 +457,7 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
     }
     v.summary = summarize_variant(fs::exists(metrics) ? MetricsLog::read(metrics) : std::vector<json>{});
   }
+  if (!options.write_comparison) return variants;
   json out = json::array();
   for (const AblationVariant& v : variants)
     out.push_back({{"name", v.name}, {"config_file", v.config_file.string()}, {"ok", v.ok}, {"error", v.error},

@@ -20,7 +20,13 @@
 // last, and the collapse flags of summarize_variant; the charts draw each of those four per PPO
 // step (x: the step within the stage, so variants whose earlier stages differ line up).
 //
-// Not thread-safe (runs one training at a time, in this process).
+// `parallel` > 1 trains that many variants at once, each in a process of its own (this binary's
+// `ablate --variants NAME`, its log in output/logs/NAME.log), once this process has run the
+// stages they share: on one GPU their generation, learners and tool calls overlap, while the
+// sandbox's GPU lock keeps each evaluation's timing to itself. The variants' numbers are those
+// of one at a time (same seeds, same stages).
+//
+// Not thread-safe (runs one training at a time in this process; parallel variants in others).
 #pragma once
 
 #include <filesystem>
@@ -41,6 +47,8 @@ struct AblationOptions {
   std::vector<std::string> set_overrides; // "a.b=value", applied to every variant
   std::vector<std::string> only;          // train these variants alone (empty: all); the others' runs are read
   TrainRunOptions train;                  // device, gpu, skill file (resume is always on)
+  int parallel = 1;                       // variants trained at once, each in a process of its own
+  bool write_comparison = true;           // false: train only (a variant's process in a parallel call)
 };
 
 struct AblationVariant {
@@ -73,7 +81,10 @@ bool shares_sft_prefix(const nlohmann::json& base, const nlohmann::json& variant
 // the supervised warm-up into OUTPUT/.sft-prefix/ (with configs/learning.yaml: the base, no_rft,
 // no_value_pretraining, raw_speedup_reward), the warm-up and RFT into OUTPUT/.rft-prefix/ (the
 // base, no_value_pretraining), started from a copy of the first; each variant starts from a copy
-// of the deepest prefix it shares with another.
+// of the deepest prefix it shares with another, or with an earlier call (a prefix folder that
+// holds a checkpoint is used by every variant that shares it). With options.parallel > 1 the
+// prefixes run here first, then the variants in processes of their own, up to `parallel` at
+// once; a stop request stops them (they stop as a train run does, at a safe point).
 std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::ostream& log);
 
 // A variant's numbers from its metrics records (metrics.jsonl, in order): the records of stage

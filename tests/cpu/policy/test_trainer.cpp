@@ -5,6 +5,7 @@
 // their order and metrics, what each moves (RFT the actor, value pretraining the critic only),
 // RFT alone, a resume between them that ends where an uninterrupted run does, RFT keeping nothing,
 // and value pretraining sampling its own trajectories when there are no RFT ones.
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -988,6 +989,122 @@ TEST(Trainer, AblateRunsEveryVariantAndComparesThem) {
   EXPECT_TRUE(w[0].ok) << w[0].error;
   EXPECT_EQ(rl::MetricsLog::read(dir.path() / "out" / "base" / "metrics.jsonl").size(), 2u) << again.str();
   EXPECT_NE(again.str().find("stage ppo: all 2 steps done"), std::string::npos) << again.str();
+}
+
+// --parallel: the shared warm-up runs once here, then each variant in a process of its own
+// (the built cuda-agent's `ablate --variants NAME --train-only`), two at a time; every variant's
+// records are those of one at a time (same seeds, same stages), each process logs to
+// OUTPUT/logs/NAME.log, a variant that fails in its process is reported with its reason and the
+// others go on, and the comparison names them all.
+TEST(Trainer, AblateInParallelTrainsLikeOneAtATime) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-ablate-parallel-");
+  json c = sft_config(dir.path(), "unused");
+  c["ppo"]["enabled"] = true;
+  c["ppo"]["steps"] = 1;
+  write_file_atomic(dir.path() / "base.yaml", c.dump(2));
+  write_file_atomic(dir.path() / "ablations" / "no_ppo.yaml", "ppo:\n  enabled: false\n");
+  write_file_atomic(dir.path() / "ablations" / "raw_speedup_reward.yaml", "reward:\n  kind: raw_speedup\n");
+  write_file_atomic(dir.path() / "ablations" / "lost_split.yaml",
+                    "data:\n  split: " + (dir.path() / "no-such-split").string() + "\n");
+  rl::AblationOptions one = ablation_options(dir.path());
+  one.output_dir = dir.path() / "one";
+  std::ostringstream one_log;
+  const std::vector<rl::AblationVariant> want = rl::run_ablations(one, one_log);
+
+  rl::AblationOptions two = ablation_options(dir.path());
+  two.output_dir = dir.path() / "two";
+  two.parallel = 2;
+  std::ostringstream log;
+  const std::vector<rl::AblationVariant> got = rl::run_ablations(two, log);
+  const std::string text = log.str();
+  ASSERT_EQ(got.size(), 4u) << text;
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].ok, want[i].ok) << got[i].name << ": " << got[i].error << "\n" << text;
+    if (!got[i].ok) continue;
+    EXPECT_NE(text.find("[ablate] " + got[i].name + " finished after"), std::string::npos) << text;
+    const std::vector<json> a = rl::MetricsLog::read(dir.path() / "one" / got[i].name / "metrics.jsonl");
+    const std::vector<json> b = rl::MetricsLog::read(dir.path() / "two" / got[i].name / "metrics.jsonl");
+    ASSERT_EQ(a.size(), b.size()) << got[i].name;
+    int numbers = 0;
+    for (size_t k = 0; k < a.size(); ++k)
+      for (const char* key : {"stage", "step", "reward_mean", "loss", "policy_loss", "value_loss", "pass_rate"}) {
+        EXPECT_EQ(a[k].value(key, json()), b[k].value(key, json())) << got[i].name << " record " << k << " " << key;
+        numbers += a[k].value(key, json()).is_number_float() ? 1 : 0;
+      }
+    EXPECT_GE(numbers, 1) << got[i].name << ": the records hold no losses or rewards to compare";
+    EXPECT_TRUE(fs::is_regular_file(dir.path() / "two" / "logs" / (got[i].name + ".log"))) << got[i].name;
+  }
+  ASSERT_EQ(got[1].name, "lost_split");
+  EXPECT_FALSE(got[1].ok);
+  EXPECT_NE(got[1].error.find("data.split"), std::string::npos) << got[1].error;
+  EXPECT_NE(text.find("[ablate] the supervised warm-up, once"), std::string::npos) << text;
+  EXPECT_NE(text.find("up to 2 at once in processes of their own"), std::string::npos) << text;
+  EXPECT_EQ(text.find("(sft 1/1)"), text.rfind("(sft 1/1)")) << "the warm-up once, here\n" << text;
+  EXPECT_NE(read_file(dir.path() / "two" / "logs" / "no_ppo.log").find("starts from the shared supervised warm-up"),
+            std::string::npos);
+  const std::string md = read_file(dir.path() / "two" / "comparison.md");
+  for (const char* name : {"| base |", "| no_ppo |", "| raw_speedup_reward |", "| lost_split |"})
+    EXPECT_NE(md.find(name), std::string::npos) << name << " in\n" << md;
+  rl::AblationOptions none = two;
+  none.parallel = 0;
+  EXPECT_THROW((void)rl::ablation_variants(none), Error);
+}
+
+// A stop (SIGTERM to `ablate --parallel`) reaches the variants' processes: they stop at a safe
+// point, the command ends with the signal's code and says how to go on, and nothing it started
+// is left running.
+TEST(Trainer, AblateInParallelPassesAStopOnToItsVariants) {
+  cuda_agent::testing::use_built_lm_module();
+  TempDir dir("ca-trainer-ablate-stop-");
+  json c = sft_config(dir.path(), "unused");
+  c["ppo"]["enabled"] = true;
+  c["ppo"]["steps"] = 3;
+  write_file_atomic(dir.path() / "base.yaml", c.dump(2));
+  write_file_atomic(dir.path() / "ablations" / "raw_speedup_reward.yaml", "reward:\n  kind: raw_speedup\n");
+  const fs::path out = dir.path() / "out";
+  std::atomic<bool> stop{false};
+  SubprocessOptions sp;
+  sp.argv = {CUDA_AGENT_BINARY, "ablate",
+             "--config",        (dir.path() / "base.yaml").string(),
+             "--ablations",     (dir.path() / "ablations").string(),
+             "--output",        out.string(),
+             "--parallel",      "2",
+             "--device",        "cpu",
+             "--skill",         ""};
+  sp.stdout_path = sp.stderr_path = (dir.path() / "ablate.log").string();
+  sp.timeout_s = 600;
+  sp.kill_grace_s = 120;  // SIGTERM (a stop request) to the command alone: it passes it on
+  sp.cancel = &stop;
+  SubprocessResult r;
+  std::thread call([&] { r = run_subprocess(sp); });
+  // Once both variants' processes have started: their logs exist and have lines.
+  const auto started = [&](const char* name) {
+    std::error_code ec;
+    return fs::file_size(out / "logs" / (std::string(name) + ".log"), ec) > 0 && !ec;
+  };
+  for (int i = 0; i < 3000 && !(started("base") && started("raw_speedup_reward")); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  stop = true;
+  call.join();
+  const std::string log = read_file(sp.stdout_path);
+  EXPECT_EQ(r.exit_code, 128 + SIGTERM) << r.describe() << "\n" << log;
+  EXPECT_NE(log.find("Running the same command again continues each variant"), std::string::npos) << log;
+  for (const char* name : {"base", "raw_speedup_reward"}) {
+    const std::string variant = read_file(out / "logs" / (std::string(name) + ".log"));
+    EXPECT_NE(variant.find("SIGTERM received"), std::string::npos) << name << ":\n" << variant;
+  }
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmdline;
+    try {
+      cmdline = read_file(e.path() / "cmdline");
+    } catch (...) {
+      continue;
+    }
+    EXPECT_EQ(cmdline.find(out.string()), std::string::npos) << "process " << pid << " outlived the command";
+  }
 }
 
 // --variants: a comparison made in two calls into one folder (as on two machines, the first
