@@ -1027,11 +1027,20 @@ TEST(Trainer, AblateInParallelTrainsLikeOneAtATime) {
     const std::vector<json> b = rl::MetricsLog::read(dir.path() / "two" / got[i].name / "metrics.jsonl");
     ASSERT_EQ(a.size(), b.size()) << got[i].name;
     int numbers = 0;
-    for (size_t k = 0; k < a.size(); ++k)
-      for (const char* key : {"stage", "step", "reward_mean", "loss", "policy_loss", "value_loss", "pass_rate"}) {
+    for (size_t k = 0; k < a.size(); ++k) {
+      for (const char* key : {"stage", "step", "reward_mean", "pass_rate"})
         EXPECT_EQ(a[k].value(key, json()), b[k].value(key, json())) << got[i].name << " record " << k << " " << key;
-        numbers += a[k].value(key, json()).is_number_float() ? 1 : 0;
+      // Losses alike, not equal: the demonstrations' tool outputs hold wall times, a few tokens
+      // that differ from run to run.
+      for (const char* key : {"loss", "policy_loss", "value_loss"}) {
+        const json x = a[k].value(key, json()), y = b[k].value(key, json());
+        ASSERT_EQ(x.is_number(), y.is_number()) << got[i].name << " record " << k << " " << key;
+        if (!x.is_number()) continue;
+        ++numbers;
+        EXPECT_NEAR(x.get<double>(), y.get<double>(), 1e-3 + 0.02 * std::abs(x.get<double>()))
+            << got[i].name << " record " << k << " " << key;
       }
+    }
     EXPECT_GE(numbers, 1) << got[i].name << ": the records hold no losses or rewards to compare";
     EXPECT_TRUE(fs::is_regular_file(dir.path() / "two" / "logs" / (got[i].name + ".log"))) << got[i].name;
   }
