@@ -21,6 +21,7 @@
 #include "cuda_agent/core/hash.h"
 #include "cuda_agent/core/proc_stat.h"
 #include "cuda_agent/sandbox/baseline_cache.h"
+#include "cuda_agent/sandbox/compare.h"
 #include "cuda_agent/sandbox/cuda_device.h"
 #include "cuda_agent/sandbox/cuda_libs.h"
 #include "cuda_agent/sandbox/launch_origins.h"
@@ -371,6 +372,8 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     if (j.gpu) enter("cuda_init");
     if (start) start->begin_init();  // both processes initialise CUDA at once
     if (j.gpu) guarded(Category::kInfrastructure, "initialising CUDA", [&] { init_cuda(result, opt); });
+    // The output comparison's kernels compile (NVRTC, CPU) while the task and the solution load.
+    if (j.gpu) prepare_fused_comparison(current_device_info().arch());
     if (start) start->init();
 
     enter("load_task");

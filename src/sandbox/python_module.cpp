@@ -292,6 +292,24 @@ void set_runtime_cache_dir(const std::filesystem::path& dir) { g_cache_dir = dir
 void set_runtime_arch(const std::string& arch) { g_arch = arch; }
 void register_python_module() {}
 
+CompiledProgram compile_private_program(const std::string& source, const std::string& arch) {
+  CompileOptions opts;
+  opts.arch = arch;
+  return NvrtcCompiler(std::filesystem::path()).compile(source, opts);  // no cache folder: memory only
+}
+
+py::object private_module(CompiledProgram program, const std::string& source) {
+  CA_CHECK(program.ok, "compiling the judge's own kernels failed: {}", program.error_report());
+  (void)py::module_::import("cuda_agent");  // Module's Python type
+  auto loaded = std::make_shared<LoadedModule>(std::move(program));
+  loaded->extern_c = parse_extern_c_kernels(source);
+  return py::cast(Module(loaded));
+}
+
+py::object compile_private(const std::string& source) {
+  return private_module(compile_private_program(source, target_arch()), source);
+}
+
 void bind_vendor_calls(py::module_& m);  // python_vendor_calls.cpp
 
 }  // namespace cuda_agent::sandbox

@@ -14,6 +14,7 @@
 #include "cuda_agent/core/hash.h"
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/sandbox/baseline_cache.h"
+#include "cuda_agent/sandbox/compare.h"
 #include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/kernel_provenance.h"
 #include "cuda_agent/sandbox/launch_origins.h"
@@ -235,6 +236,14 @@ TEST_F(Integrity, AReferenceThatReturnsAViewOfItsInputIsFlagged) {
 // would count as the harness's. The candidate pauses automatic collection there (GcPause, around
 // the building of the inputs, the poisoning, the export of the outputs and the warm-up's copies);
 // the pause keeps every callback out and leaves collection as the solution had it.
+// The judge's fused output comparison (compare.cpp) builds with NVRTC here, without a GPU: its
+// kernels' signatures parse and compile for the default architecture. (Its verdicts against the
+// tensor ops: RuntimeGpu.TheFusedComparisonGivesTheTensorOpsVerdicts.)
+TEST(FusedComparison, ItsKernelsCompileWithoutAGpu) {
+  start_python();
+  EXPECT_TRUE(fused_comparison_available());
+}
+
 TEST(GcPause, KeepsTheSolutionsCallbacksOutAndLeavesCollectionAsItWas) {
   start_python();
   py::dict scope;

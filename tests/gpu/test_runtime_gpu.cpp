@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <pybind11/embed.h>
 
+#include "cuda_agent/sandbox/compare.h"
 #include "cuda_agent/sandbox/python_module.h"
 #include "cuda_agent/sandbox/python_runtime.h"
 #include "cuda_agent/sandbox/timer.h"
@@ -358,4 +359,94 @@ launch_us = per_call_us(lambda: k((1,), (256,), (x, y, z, 4)))
   const double torch_us = scope["torch_us"].cast<double>(), launch_us = scope["launch_us"].cast<double>();
   std::cout << "torch.add(out=): " << torch_us << " us per call; cuda_agent launch: " << launch_us << " us\n";
   EXPECT_LE(launch_us, torch_us + 5.0);
+}
+
+// The judge's fused output comparison (compare.cpp: one kernel a tensor) against the tensor ops
+// it replaces, on values chosen to find where they could part: every half and bfloat16 bit
+// pattern, NaN and infinities on either side, -0, float32 subnormals and extremes, elements at
+// and next to the tolerance, tensors larger than the ops' chunk, trees mixing exact dtypes, a
+// candidate that is not contiguous (the ops compare it), and the strict policy's float64 errors.
+TEST(RuntimeGpu, TheFusedComparisonGivesTheTensorOpsVerdicts) {
+  CA_REQUIRE_GPU();
+  run_python("");
+  py::dict scope;
+  py::exec(R"(
+import torch, math
+torch.manual_seed(0)
+dev = 'cuda'
+cases = {}
+x = torch.randn(100003, device=dev)
+cases['close'] = (x, x + 1e-6 * torch.randn_like(x))
+y = x.clone(); y[::997] += 1.0
+cases['some_far'] = (x, y)
+# at and next to the tolerance (atol 1e-2, rtol 1e-2): |y - x| = tol, and one float32 step beyond
+t = torch.tensor([0.5, 1.0, 3.0, -2.0, 1e-3, 0.0], dtype=torch.float64)
+tol = t.abs() * 1e-2 + 1e-2
+edge = (t + tol).float()
+cases['edge'] = (t.float().to(dev), edge.to(dev))
+cases['edge_next'] = (t.float().to(dev), torch.nextafter(edge, torch.full_like(edge, 1e30)).to(dev))
+special = torch.tensor([float('nan'), float('inf'), -float('inf'), -0.0, 0.0, 1e-40, 3.4e38, -3.4e38, 1.0, 2.0])
+other = torch.tensor([float('nan'), float('inf'), float('inf'), 0.0, -0.0, 0.0, -3.4e38, -3.4e38, float('nan'), float('inf')])
+cases['special'] = (special.to(dev), other.to(dev))
+cases['special_swapped'] = (other.to(dev), special.to(dev))
+bits = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16)
+for name, dt in (('f16', torch.float16), ('bf16', torch.bfloat16)):
+    every = bits.view(dt).to(dev)
+    nudged = (every.double() * (1 + 3e-3) + 1e-3).to(dt)
+    cases[name + '_every'] = (every, nudged)
+    cases[name + '_every_rev'] = (nudged, every)
+d = torch.randn(4097, dtype=torch.float64, device=dev)
+cases['f64'] = (d, d + 1e-9 * torch.randn_like(d))
+big = torch.randn(3, 1000, 7, device=dev)
+bad = big.clone(); bad[1, 500, 3] = float('nan')
+cases['chunked'] = (big, bad)
+ref_nan = big.clone(); ref_nan[2, 1, 1] = float('nan')
+cases['ref_nan'] = (ref_nan, big)
+m = torch.randn(300, 200, device=dev)
+cases['transposed'] = (m.t().contiguous(), m.t())
+cases['tree'] = ((x, torch.arange(10, device=dev), {'b': torch.tensor([True, False], device=dev)}),
+                 (y, torch.arange(10, device=dev), {'b': torch.tensor([True, True], device=dev)}))
+r64 = torch.randn(50001, dtype=torch.float64, device=dev)
+r64[7] = float('inf')  # inf - inf: the masked sums
+r32 = r64.float()
+strict = {'fp32_like': (r32, r64, r32 + 1e-7 * torch.randn_like(r32)),
+          'half_like': (r32, r64, r32.half().float()),
+          'half_out': (r64.half(), r64, (r64 * (1 + 1e-3)).half()),
+          'bf16_out': (r64.bfloat16(), r64, r64.bfloat16())}
+)",
+           scope);
+  auto same = [](const sandbox::CompareResult& a, const sandbox::CompareResult& b, const std::string& what) {
+    EXPECT_EQ(a.ok, b.ok) << what;
+    EXPECT_EQ(a.path, b.path) << what;
+    EXPECT_EQ(a.reason, b.reason) << what;
+    EXPECT_EQ(a.mismatched, b.mismatched) << what;
+    EXPECT_EQ(a.compared, b.compared) << what;
+    EXPECT_EQ(a.max_abs_diff, b.max_abs_diff) << what;
+    EXPECT_EQ(a.precision_failure, b.precision_failure) << what;
+    EXPECT_NEAR(a.candidate_rel_error, b.candidate_rel_error, 1e-9 * (1 + b.candidate_rel_error)) << what;
+    EXPECT_NEAR(a.reference_rel_error, b.reference_rel_error, 1e-9 * (1 + b.reference_rel_error)) << what;
+  };
+  int failing = 0;
+  for (auto item : py::dict(scope["cases"])) {
+    const std::string name = py::str(item.first).cast<std::string>();
+    py::tuple pair = py::reinterpret_borrow<py::tuple>(item.second);
+    for (const double tol : {1e-2, 1e-5}) {
+      const auto fused = sandbox::compare_outputs(pair[0], pair[1], tol, tol, 1000, true);
+      const auto ops = sandbox::compare_outputs(pair[0], pair[1], tol, tol, 1000, false);
+      same(fused, ops, name + " tol " + std::to_string(tol));
+      if (name != "ref_nan") {
+        EXPECT_EQ(fused.max_rel_diff, ops.max_rel_diff) << name;
+      }
+      failing += ops.ok ? 0 : 1;
+    }
+  }
+  EXPECT_GE(failing, 10) << "the cases must fail somewhere, or they show nothing";
+  for (auto item : py::dict(scope["strict"])) {
+    const std::string name = py::str(item.first).cast<std::string>();
+    py::tuple t = py::reinterpret_borrow<py::tuple>(item.second);
+    const auto fused = sandbox::compare_outputs_strict(t[0], t[1], t[2], 1e-2, 1e-2, 4.0, 1e-6, 1000, true);
+    const auto ops = sandbox::compare_outputs_strict(t[0], t[1], t[2], 1e-2, 1e-2, 4.0, 1e-6, 1000, false);
+    same(fused, ops, "strict " + name);
+    EXPECT_GT(ops.candidate_rel_error, 0) << name;
+  }
 }

@@ -39,15 +39,31 @@ void for_each_chunk(pybind11::handle a, pybind11::handle b, int64_t chunk,
 
 // Tensors are compared a chunk of at most chunk_elements at a time (memory_plan.h), so the
 // float64 temporaries stay small whatever the output's size; the verdict does not depend on it.
-CompareResult compare_outputs(pybind11::handle reference, pybind11::handle candidate, double atol,
-                              double rtol, int64_t chunk_elements = kCompareChunkElements);
+// `fused`: contiguous CUDA tensors of float32, float64, float16 or bfloat16 are compared by one
+// kernel each (NVRTC, compiled once per process) that does the same float64 arithmetic in
+// registers in one pass and needs no temporaries; the verdict and the counts are those of the
+// tensor ops (max_rel_diff may differ where the reference holds NaN, which fails either way).
+// false: the tensor ops always (the reference implementation the GPU tests hold the kernels to).
+CompareResult compare_outputs(pybind11::handle reference, pybind11::handle candidate, double atol, double rtol,
+                              int64_t chunk_elements = kCompareChunkElements, bool fused = true);
 
 // The strict policy (fp32 semantics): compare_outputs first, then, for every floating tensor,
 // ||candidate - ref64|| / ||ref64|| must stay within max(factor * the float32 reference's own
 // relative error, floor). ref64 is the reference computed in float64 on float64 inputs. A
 // TF32 or half-precision shortcut passes atol = rtol = 1e-2 and fails here.
 CompareResult compare_outputs_strict(pybind11::handle reference, pybind11::handle reference64,
-                                     pybind11::handle candidate, double atol, double rtol, double factor,
-                                     double floor, int64_t chunk_elements = kCompareChunkElements);
+                                     pybind11::handle candidate, double atol, double rtol, double factor, double floor,
+                                     int64_t chunk_elements = kCompareChunkElements, bool fused = true);
+
+// Whether the fused comparison's kernels build in this process (NVRTC; no GPU needed): compiles
+// them the first time. Where they do not, compare_outputs compares with the tensor ops (and says
+// why in a warning). Call with the GIL held.
+bool fused_comparison_available();
+
+// Starts compiling the fused comparison's kernels for `arch` ("sm_90") on a thread of its own
+// (NVRTC is CPU work), so that the first comparison does not wait for it: the judge calls it once
+// CUDA is initialised, and the compile overlaps the loading of the task and the solution.
+// Idempotent; a compile already made (or under way) is kept.
+void prepare_fused_comparison(const std::string& arch);
 
 }  // namespace cuda_agent::sandbox

@@ -20,6 +20,10 @@
 #include <set>
 #include <string>
 
+#include <pybind11/pybind11.h>
+
+#include "cuda_agent/sandbox/nvrtc_compiler.h"
+
 namespace cuda_agent::sandbox {
 
 struct RuntimeStats {
@@ -44,5 +48,16 @@ void set_runtime_arch(const std::string& arch);
 // Makes `import cuda_agent` work in the embedded interpreter. Called by start_python users;
 // safe to call more than once.
 void register_python_module();
+
+// The judge's own kernels, compiled as cuda_agent.compile does but in this process's memory only:
+// never read from or written to the disk cache (a cached CUBIN is a file another process could
+// have written, and these kernels decide verdicts), and outside runtime_stats (they describe the
+// solution). compile_private_program is NVRTC alone: no GIL, safe on another thread.
+// private_module makes a program of it a cuda_agent.Module (GIL held, Python started) and
+// throws Error with NVRTC's log when the program failed; compile_private does both, for the
+// current target_arch().
+CompiledProgram compile_private_program(const std::string& source, const std::string& arch);
+pybind11::object private_module(CompiledProgram program, const std::string& source);
+pybind11::object compile_private(const std::string& source);
 
 }  // namespace cuda_agent::sandbox
