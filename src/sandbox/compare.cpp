@@ -105,7 +105,7 @@ __device__ void compare_all(L a, L b, long long n, double atol, double rtol, lon
     nan += isnan(x) ? 1 : 0;
     if (!isfinite(d)) d = 0;
     max_abs = fmax(max_abs, d);
-    max_rel = fmax(max_rel, __ddiv_rn(d, __dadd_rn(fabs(x), 1e-12)));  // fmax passes NaN over
+    max_rel = fmax(max_rel, __ddiv_rn(d, __dadd_rn(fabs(x), 1e-12)));  // fmax passes over NaN (x NaN)
   }
   bad = block_sum(bad);
   nan = block_sum(nan);
@@ -263,6 +263,7 @@ void compare_tensors(CompareResult& r, py::handle ref, py::handle cand, const st
     max_abs = std::max(max_abs, diff.attr("max")().attr("item")().cast<double>());
     // Out of place on a: .to() returns a float64 reference itself, not a copy.
     py::object rel = diff.attr("div_")(a.attr("abs")().attr("add_")(py::float_(1e-12)));
+    rel = rel.attr("masked_fill_")(rel.attr("isnan")(), 0.0);  // where the reference is NaN: no ratio
     max_rel = std::max(max_rel, rel.attr("max")().attr("item")().cast<double>());
   };
   if (!counted) for_each_chunk(ref, cand, chunk, count_chunk);

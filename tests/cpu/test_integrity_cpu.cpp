@@ -244,6 +244,20 @@ TEST(FusedComparison, ItsKernelsCompileWithoutAGpu) {
   EXPECT_TRUE(fused_comparison_available());
 }
 
+// The tensor ops' comparison (the CPU's, and the GPU's reference for the fused kernels) reports
+// the largest relative difference of the elements beside a NaN of the reference's, as the fused
+// kernel does (a chunk's NaN ratio once hid every other ratio of its chunk: 0 was reported).
+TEST(FusedComparison, TheTensorOpsReportTheRelativeDifferenceBesideANan) {
+  start_python();
+  py::dict scope;
+  py::exec("import torch\nref = torch.tensor([float('nan'), 1.0, 2.0])\ncand = torch.tensor([0.0, 1.5, 2.0])\n", scope);
+  const CompareResult r = compare_outputs(scope["ref"], scope["cand"], 1e-2, 1e-2);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.mismatched, 2);
+  EXPECT_NEAR(r.max_rel_diff, 0.5, 1e-9);
+  EXPECT_NEAR(r.max_abs_diff, 0.5, 1e-9);
+}
+
 TEST(GcPause, KeepsTheSolutionsCallbacksOutAndLeavesCollectionAsItWas) {
   start_python();
   py::dict scope;

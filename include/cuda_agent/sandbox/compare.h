@@ -41,8 +41,8 @@ void for_each_chunk(pybind11::handle a, pybind11::handle b, int64_t chunk,
 // float64 temporaries stay small whatever the output's size; the verdict does not depend on it.
 // `fused`: contiguous CUDA tensors of float32, float64, float16 or bfloat16 are compared by one
 // kernel each (NVRTC, compiled once per process) that does the same float64 arithmetic in
-// registers in one pass and needs no temporaries; the verdict and the counts are those of the
-// tensor ops (max_rel_diff may differ where the reference holds NaN, which fails either way).
+// registers in one pass and needs no temporaries; the verdict, the counts and the maxima are those
+// of the tensor ops.
 // false: the tensor ops always (the reference implementation the GPU tests hold the kernels to).
 CompareResult compare_outputs(pybind11::handle reference, pybind11::handle candidate, double atol, double rtol,
                               int64_t chunk_elements = kCompareChunkElements, bool fused = true);

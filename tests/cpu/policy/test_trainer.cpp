@@ -993,8 +993,8 @@ TEST(Trainer, AblateRunsEveryVariantAndComparesThem) {
 
 // --parallel: the shared warm-up runs once here, then each variant in a process of its own
 // (the built cuda-agent's `ablate --variants NAME --train-only`), two at a time; every variant's
-// records are those of one at a time (same seeds, same stages), each process logs to
-// OUTPUT/logs/NAME.log, a variant that fails in its process is reported with its reason and the
+// records are those of one at a time (stages, steps, rewards, pass rates, warm-up losses), each
+// process logs to OUTPUT/logs/NAME.log, a variant that fails in its process is reported with its reason and the
 // others go on, and the comparison names them all.
 TEST(Trainer, AblateInParallelTrainsLikeOneAtATime) {
   cuda_agent::testing::use_built_lm_module();
@@ -1030,18 +1030,17 @@ TEST(Trainer, AblateInParallelTrainsLikeOneAtATime) {
     for (size_t k = 0; k < a.size(); ++k) {
       for (const char* key : {"stage", "step", "reward_mean", "pass_rate"})
         EXPECT_EQ(a[k].value(key, json()), b[k].value(key, json())) << got[i].name << " record " << k << " " << key;
-      // Losses alike, not equal: the demonstrations' tool outputs hold wall times, a few tokens
-      // that differ from run to run.
-      for (const char* key : {"loss", "policy_loss", "value_loss"}) {
-        const json x = a[k].value(key, json()), y = b[k].value(key, json());
-        ASSERT_EQ(x.is_number(), y.is_number()) << got[i].name << " record " << k << " " << key;
-        if (!x.is_number()) continue;
-        ++numbers;
-        EXPECT_NEAR(x.get<double>(), y.get<double>(), 1e-3 + 0.02 * std::abs(x.get<double>()))
-            << got[i].name << " record " << k << " " << key;
-      }
+      // The warm-up's loss alike, not equal: the demonstrations' tool outputs hold wall times, a
+      // few tokens that differ from run to run. (The PPO step's losses are not compared: the
+      // random model's episodes end where the machine's load lets its tools end them.)
+      if (a[k].value("stage", "") != "sft") continue;
+      const json x = a[k].value("loss", json()), y = b[k].value("loss", json());
+      ASSERT_TRUE(x.is_number() && y.is_number()) << got[i].name << " record " << k;
+      ++numbers;
+      EXPECT_NEAR(x.get<double>(), y.get<double>(), 1e-3 + 0.02 * std::abs(x.get<double>()))
+          << got[i].name << " record " << k << " loss";
     }
-    EXPECT_GE(numbers, 1) << got[i].name << ": the records hold no losses or rewards to compare";
+    EXPECT_GE(numbers, 1) << got[i].name << ": no warm-up loss to compare";
     EXPECT_TRUE(fs::is_regular_file(dir.path() / "two" / "logs" / (got[i].name + ".log"))) << got[i].name;
   }
   ASSERT_EQ(got[1].name, "lost_split");
