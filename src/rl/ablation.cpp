@@ -310,16 +310,16 @@ std::map<std::string, std::string> train_in_processes(const AblationOptions& opt
       if (cancel) {
         error = "not started: a stop was requested";
       } else {
-        SubprocessOptions sp;
-        sp.argv = variant_command(options, name);
-        sp.stdout_path = sp.stderr_path = log_path.string();
-        sp.cancel = &cancel;
-        sp.kill_grace_s = kVariantStopGraceS;
-        {
-          std::lock_guard<std::mutex> lock(mutex);
-          log << fmt::format("[ablate] {} starts in a process of its own (its log: {})\n", name, log_path.string());
-        }
-        try {
+        try {  // (nothing may leave the thread)
+          SubprocessOptions sp;
+          sp.argv = variant_command(options, name);
+          sp.stdout_path = sp.stderr_path = log_path.string();
+          sp.cancel = &cancel;
+          sp.kill_grace_s = kVariantStopGraceS;
+          {
+            std::lock_guard<std::mutex> lock(mutex);
+            log << fmt::format("[ablate] {} starts in a process of its own (its log: {})\n", name, log_path.string());
+          }
           const SubprocessResult r = run_subprocess(sp);
           if (!r.ok()) error = variant_process_error(name, log_path, r);
           std::lock_guard<std::mutex> lock(mutex);
