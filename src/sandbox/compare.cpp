@@ -449,8 +449,12 @@ bool fused_comparison_available() {
 
 void prepare_fused_comparison(const std::string& arch) {
   std::lock_guard<std::mutex> lock(g_prepared_mutex);
-  if (!g_prepared.valid())
+  if (g_prepared.valid()) return;
+  try {
     g_prepared = std::async(std::launch::async, [arch] { return compile_private_program(kFusedCompareSource, arch); });
+  } catch (const std::exception& e) {  // no thread: the first comparison compiles them
+    CA_LOG_WARN("sandbox", "cannot compile the fused comparison ahead: {}", e.what());
+  }
 }
 
 nlohmann::json CompareResult::to_json() const {

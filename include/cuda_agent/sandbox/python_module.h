@@ -51,8 +51,9 @@ void register_python_module();
 
 // The judge's own kernels, compiled as cuda_agent.compile does but in this process's memory only:
 // never read from or written to the disk cache (a cached CUBIN is a file another process could
-// have written, and these kernels decide verdicts), and outside runtime_stats (they describe the
-// solution). compile_private_program is NVRTC alone: no GIL, safe on another thread.
+// have written, and these kernels decide verdicts), and not counted in runtime_stats' compiles
+// (they describe the solution). compile_private_program is NVRTC alone: no GIL, safe on another
+// thread.
 // private_module makes a program of it a cuda_agent.Module (GIL held, Python started) and
 // throws Error with NVRTC's log when the program failed; compile_private does both, for the
 // current target_arch().
