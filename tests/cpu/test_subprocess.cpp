@@ -84,7 +84,7 @@ TEST(Subprocess, SignalDeath) {
 TEST(Subprocess, TimeoutKillsChildAndBackgroundGrandchild) {
   TempDir dir;
   SubprocessOptions options;
-  options.timeout_s = 0.3;
+  options.timeout_s = 1.0;  // time for the shell to start and print its child's pid, loaded
   options.stdout_path = (dir.path() / "pid").string();
   const auto start = std::chrono::steady_clock::now();
   SubprocessResult result = run_sh("sleep 100 & echo $!; sleep 100", options);
@@ -93,9 +93,9 @@ TEST(Subprocess, TimeoutKillsChildAndBackgroundGrandchild) {
   EXPECT_TRUE(result.timed_out);
   EXPECT_FALSE(result.ok());
   EXPECT_EQ(result.term_signal, SIGTERM);
-  EXPECT_EQ(result.describe(), "timed out after 0.3 s");
-  EXPECT_GE(result.wall_s, 0.3);
-  EXPECT_LT(elapsed, 2.0);
+  EXPECT_EQ(result.describe(), "timed out after 1.0 s");
+  EXPECT_GE(result.wall_s, 1.0);
+  EXPECT_LT(elapsed, 6.0);  // well before the children's own end
   const pid_t grandchild = read_pid(dir.path() / "pid");
   ASSERT_GT(grandchild, 0);
   EXPECT_TRUE(process_gone(grandchild)) << "grandchild " << grandchild << " survived";
@@ -107,18 +107,18 @@ TEST(Subprocess, TimeoutOnPlainSleep) {
   options.timeout_s = 0.2;
   SubprocessResult result = run_subprocess(options);
   EXPECT_TRUE(result.timed_out);
-  EXPECT_LT(result.wall_s, 1.0);
+  EXPECT_LT(result.wall_s, 5.0);
 }
 
 TEST(Subprocess, SigkillAfterGraceWhenSigtermIgnored) {
   SubprocessOptions options;
-  options.timeout_s = 0.2;
+  options.timeout_s = 1.0;  // time for the shell to ignore SIGTERM first, loaded
   options.kill_grace_s = 0.2;
   // The ignored disposition is inherited by sleep too, so only SIGKILL stops the group.
   SubprocessResult result = run_sh("trap '' TERM; sleep 100", options);
   EXPECT_TRUE(result.timed_out);
   EXPECT_EQ(result.term_signal, SIGKILL);
-  EXPECT_LT(result.wall_s, 1.5);
+  EXPECT_LT(result.wall_s, 6.0);
 }
 
 TEST(Subprocess, LeftoverGrandchildKilledAfterNormalExit) {
@@ -140,13 +140,13 @@ TEST(Subprocess, MemoryLimitKillsTheGroup) {
   options.argv = {"python3", "-c",
                   "x = bytearray(600*1024*1024); import time; time.sleep(10)"};
   options.max_rss_bytes = 200LL * 1024 * 1024;
-  options.timeout_s = 8;
+  options.timeout_s = 30;
   SubprocessResult result = run_subprocess(options);
   EXPECT_TRUE(result.memory_exceeded) << result.describe();
   EXPECT_FALSE(result.timed_out);
   EXPECT_FALSE(result.ok());
   EXPECT_GT(result.peak_rss_bytes, options.max_rss_bytes);
-  EXPECT_LT(result.wall_s, 5.0);
+  EXPECT_LT(result.wall_s, 9.0);  // stopped well before the child's own 10 s
   EXPECT_EQ(result.describe().rfind("exceeded memory limit 200.0 MiB (peak ", 0), 0u)
       << result.describe();
 }
