@@ -38,6 +38,7 @@ ProcStat read_proc_stat(const std::string& pid) {
     p = end;
   }
   s.ppid = static_cast<pid_t>(field[4]);
+  s.pgrp = static_cast<pid_t>(field[5]);
   s.child_ticks = field[16] + field[17];
   s.ticks = field[14] + field[15] + s.child_ticks;
   s.rss_pages = field[24];
@@ -45,31 +46,29 @@ ProcStat read_proc_stat(const std::string& pid) {
   return s;
 }
 
-std::vector<std::pair<pid_t, ProcStat>> children_of(pid_t parent) {
+std::vector<std::pair<pid_t, ProcStat>> all_processes() {
   std::vector<std::pair<pid_t, ProcStat>> out;
   std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir("/proc"), ::closedir);
   if (!dir) return out;
   while (const dirent* e = ::readdir(dir.get())) {
     const std::string name = e->d_name;
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str()));
-    if (pid == parent) continue;
     ProcStat s = read_proc_stat(name);
-    if (s.ok && s.ppid == parent) out.emplace_back(pid, std::move(s));
+    if (s.ok) out.emplace_back(static_cast<pid_t>(std::atol(name.c_str())), std::move(s));
   }
+  return out;
+}
+
+std::vector<std::pair<pid_t, ProcStat>> children_of(pid_t parent) {
+  std::vector<std::pair<pid_t, ProcStat>> out;
+  for (auto& [pid, s] : all_processes())
+    if (pid != parent && s.ppid == parent) out.emplace_back(pid, std::move(s));
   return out;
 }
 
 unsigned long long descendants_rss_bytes(pid_t ancestor) {
   std::unordered_map<pid_t, ProcStat> all;
-  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir("/proc"), ::closedir);
-  if (!dir) return 0;
-  while (const dirent* e = ::readdir(dir.get())) {
-    const std::string name = e->d_name;
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    ProcStat s = read_proc_stat(name);
-    if (s.ok) all.emplace(static_cast<pid_t>(std::atol(name.c_str())), std::move(s));
-  }
+  for (auto& [pid, s] : all_processes()) all.emplace(pid, std::move(s));
   static const unsigned long long page = static_cast<unsigned long long>(::sysconf(_SC_PAGESIZE));
   unsigned long long total = 0;
   for (const auto& [pid, s] : all) {

@@ -1,6 +1,5 @@
 #include "cuda_agent/core/subprocess.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -24,6 +23,7 @@
 
 #include "cuda_agent/core/confinement.h"
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/proc_stat.h"
 #include "cuda_agent/core/unique_fd.h"
 
 extern char** environ;
@@ -148,35 +148,14 @@ struct GroupSample {
   int live = 0;  // processes in the group that are not zombies
 };
 
-// Sums the RSS of the live processes whose process group is `pgid`, read from
-// /proc/<pid>/stat (fields numbered as in proc(5): 3 state, 5 pgrp, 24 rss in pages).
+// Sums the RSS of the live processes (not zombies) whose process group is `pgid`.
 GroupSample sample_group(pid_t pgid) {
   GroupSample sample;
-  std::unique_ptr<DIR, int (*)(DIR*)> dir(::opendir("/proc"), &::closedir);
-  if (!dir) return sample;
-  const int64_t page = ::sysconf(_SC_PAGESIZE);
-  char path[300];  // "/proc/" + a name of up to 255 bytes + "/stat"
-  char buffer[4096];
-  while (dirent* entry = ::readdir(dir.get())) {
-    if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
-    std::snprintf(path, sizeof(path), "/proc/%s/stat", entry->d_name);
-    UniqueFd fd(::open(path, O_RDONLY | O_CLOEXEC));
-    const ssize_t n = fd.get() < 0 ? -1 : ::read(fd.get(), buffer, sizeof(buffer) - 1);
-    if (n <= 0) continue;  // the process is gone
-    buffer[n] = '\0';
-    // The command name (field 2) is in parentheses and may itself contain ')' or spaces.
-    char* p = std::strrchr(buffer, ')');
-    if (p == nullptr || p[1] != ' ' || p[2] == 'Z' || p[2] == 'X') continue;
-    p += 3;
-    long long fields[25] = {};  // fields[i] is field i, for 4 <= i <= 24
-    int index = 4;
-    for (char* end = p; index <= 24; ++index, p = end) {
-      fields[index] = std::strtoll(p, &end, 10);
-      if (end == p) break;
-    }
-    if (index <= 24 || fields[5] != pgid) continue;
+  static const int64_t page = ::sysconf(_SC_PAGESIZE);
+  for (const auto& [pid, s] : all_processes()) {
+    if (s.pgrp != pgid || s.state == 'Z' || s.state == 'X') continue;
     ++sample.live;
-    sample.rss_bytes += fields[24] * page;
+    sample.rss_bytes += static_cast<int64_t>(s.rss_pages) * page;
   }
   return sample;
 }

@@ -15,6 +15,7 @@ struct ProcStat {
   std::string comm;
   char state = '?';
   pid_t ppid = 0;
+  pid_t pgrp = 0;                      // process group
   unsigned long long ticks = 0;        // utime + stime + cutime + cstime
   unsigned long long child_ticks = 0;  // cutime + cstime
   unsigned long long rss_pages = 0;    // resident set (0 for a zombie)
@@ -22,6 +23,10 @@ struct ProcStat {
 
 // `pid` is a number or "self". Never throws.
 ProcStat read_proc_stat(const std::string& pid);
+
+// Every process, each with its stat, from one walk of /proc in its order (those gone before
+// their stat was read left out), zombies included. Never throws.
+std::vector<std::pair<pid_t, ProcStat>> all_processes();
 
 // The processes whose parent is `parent` (for a subreaper, the orphans it adopted too), zombies
 // included, each with its stat, in /proc's order. Never throws.
