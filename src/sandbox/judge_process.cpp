@@ -319,13 +319,15 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       const double left = lock_wait_left - std::chrono::duration<double>(Clock::now() - before).count();
       lock = GpuLock(req.gpu, which, exclusive, std::clamp(left, 0.0, kLockCheckS));
       if (!lock.timed_out()) break;
-      const std::string path = gpu_lock_path(req.gpu, which);
-      for (const pid_t holder : lock_holders(path))
-        if (descends_from(holder, ::getpid()))
-          throw Failure{Category::kTampering,
-                        fmt::format("the solution's process (pid {}) holds the GPU's {} lock {}, which its own judge "
-                                    "waits for: a solution may not keep its evaluation from being timed",
-                                    holder, which, path)};
+      for (const char* file : {which, std::string_view(which) == "quiet" ? kQuietTurn : which}) {
+        const std::string path = gpu_lock_path(req.gpu, file);
+        for (const pid_t holder : lock_holders(path))
+          if (descends_from(holder, ::getpid()))
+            throw Failure{Category::kTampering,
+                          fmt::format("the solution's process (pid {}) holds the GPU's {} lock {}, which its own judge "
+                                      "waits for: a solution may not keep its evaluation from being timed",
+                                      holder, file, path)};
+      }
       if (left <= kLockCheckS) break;  // that slice was the rest of gpu_wait_s
     }
     const auto waited = Clock::now() - before;

@@ -5,11 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <utility>
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
@@ -34,7 +37,7 @@ std::string gpu_lock_path(int gpu, const char* which) {
 
 std::vector<std::string> gpu_lock_files(int gpu) {
   std::vector<std::string> files;
-  for (const char* which : {"gpu", "quiet"}) {
+  for (const char* which : {"gpu", "quiet", kQuietTurn}) {
     const std::string path = gpu_lock_path(gpu, which);
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) continue;  // another user's file, say: its holders run without that lock, as unconfined
@@ -45,12 +48,34 @@ std::vector<std::string> gpu_lock_files(int gpu) {
 }
 
 GpuLock::GpuLock(int gpu, const char* which, bool exclusive, double max_wait_s) {
+  const auto start = std::chrono::steady_clock::now();
+  // The quiet lock's turnstile: every taker passes it (exclusive, briefly), and an exclusive taker
+  // holds it while it waits for the shared holders to go. A shared taker that comes meanwhile
+  // waits behind it, where it would otherwise join the holders: the file lock is taken by whoever
+  // tries when it is free, so overlapping shared holders (generation, learner updates, several
+  // runs' of them) could keep an evaluation's timing waiting without end (66 s seen on the H200
+  // with five ablation variants). Without its file (another user's, say) the lock goes alone.
+  int turn = -1;
+  if (std::string_view(which) == "quiet") {
+    try {
+      turn = lock_file(gpu_lock_path(gpu, kQuietTurn), /*exclusive=*/true, max_wait_s);
+      if (turn < 0) {
+        timed_out_ = true;
+        return;
+      }
+    } catch (const Error&) {
+      turn = -1;
+    }
+    if (!exclusive && turn >= 0) ::close(std::exchange(turn, -1));
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   try {
-    fd_ = lock_file(gpu_lock_path(gpu, which), exclusive, max_wait_s);
+    fd_ = lock_file(gpu_lock_path(gpu, which), exclusive, max_wait_s < 0 ? -1.0 : std::max(0.0, max_wait_s - waited));
     timed_out_ = fd_ < 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "cuda-agent: %s; running without it\n", e.what());
   }
+  if (turn >= 0) ::close(turn);
 }
 
 void GpuLock::release() {

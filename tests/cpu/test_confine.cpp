@@ -744,9 +744,9 @@ TEST_F(Confine, TheSolutionCannotReachTheGpuLockFiles) {
   setenv("CUDA_AGENT_HOST_TMPDIR", "/tmp", 1);
   const size_t in_tmp = gpu_lock_files(0).size();
   unsetenv("CUDA_AGENT_HOST_TMPDIR");
-  ASSERT_EQ(in_tmp, 2u) << "in /tmp/cuda-agent-locks";
+  ASSERT_EQ(in_tmp, 3u) << "in /tmp/cuda-agent-locks";
   ScopedTmpdir tmpdir(dir_.path() / "tmp");
-  ASSERT_EQ(gpu_lock_files(0).size(), 2u);
+  ASSERT_EQ(gpu_lock_files(0).size(), 3u);
   const std::string prelude =
       "import fcntl, glob, tempfile\n"
       "folders = {tempfile.gettempdir(), '/tmp', os.environ.get('TMPDIR', ''),\n"
@@ -1057,12 +1057,46 @@ TEST(GpuLocks, SharedHoldersCoexistAndKeepAnExclusiveOneWaiting) {
   EXPECT_TRUE(timed);
   EXPECT_TRUE(fs::exists(dir.path() / "tmp" / "cuda-agent-locks" / "cuda-agent-gpu3.quiet.lock"));
   const std::vector<std::string> files = gpu_lock_files(4);
-  ASSERT_EQ(files.size(), 2u);
+  ASSERT_EQ(files.size(), 3u);
   for (const auto& f : files) EXPECT_TRUE(fs::exists(f)) << f;
   // In a confined process TMPDIR is private: the lock files stay in the host's.
   setenv("CUDA_AGENT_HOST_TMPDIR", (dir.path() / "host").c_str(), 1);
   EXPECT_EQ(gpu_lock_path(4, "gpu"), (dir.path() / "host" / "cuda-agent-locks" / "cuda-agent-gpu4.gpu.lock").string());
   unsetenv("CUDA_AGENT_HOST_TMPDIR");
+}
+
+// Shared holders that overlap (a run's generations, its learner, other runs' on the same GPU)
+// never leave the quiet lock free at once: the turnstile lets an evaluation's exclusive taker in
+// once those holding it when it came are done, and shared takers that come after it wait until it
+// is done. Without the turnstile the exclusive taker here waits for ever.
+TEST(GpuLocks, OverlappingSharedHoldersDoNotStarveAnExclusiveOne) {
+  TempDir dir("gpu-locks-");
+  ScopedTmpdir tmpdir(dir.path() / "tmp");
+  std::atomic<bool> stop{false};
+  std::atomic<int> holding{0};
+  const auto reader = [&](int offset_ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(offset_ms));
+    while (!stop) {
+      GpuLock shared(3, "quiet", /*exclusive=*/false);
+      ++holding;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      --holding;
+    }
+  };
+  std::thread a(reader, 0), b(reader, 50);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto start = std::chrono::steady_clock::now();
+  GpuLock exclusive(3, "quiet", /*exclusive=*/true, /*max_wait_s=*/20);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_FALSE(exclusive.timed_out()) << "the shared holders kept the exclusive taker out for 20 s";
+  EXPECT_EQ(holding.load(), 0) << "a shared holder beside the exclusive one";
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  EXPECT_EQ(holding.load(), 0) << "a shared taker came in while the exclusive one held the lock";
+  exclusive.release();
+  stop = true;
+  a.join();
+  b.join();
+  EXPECT_LT(waited, 5.0);
 }
 
 TEST(ConfineOptions, ConfineIsValidatedAndRoundTrips) {

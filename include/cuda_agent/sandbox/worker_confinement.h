@@ -32,17 +32,23 @@ namespace cuda_agent::sandbox {
 // candidate process sees it empty.
 std::filesystem::path gpu_lock_directory();
 
-// The lock file `which` ("gpu" or "quiet") of GPU `gpu`, in gpu_lock_directory().
+// The quiet lock's turnstile (GpuLock): a lock file of its own.
+inline constexpr const char* kQuietTurn = "quiet-turn";
+
+// The lock file `which` ("gpu", "quiet" or kQuietTurn) of GPU `gpu`, in gpu_lock_directory().
 std::string gpu_lock_path(int gpu, const char* which);
 
-// Both lock files of GPU `gpu`, created when missing (a confinement must find them to bind them
-// writable); those that cannot be created (another user's file, say) are left out.
+// The lock files of GPU `gpu` (gpu, quiet and its turnstile), created when missing (a
+// confinement must find them to bind them); those that cannot be created (another user's file,
+// say) are left out.
 std::vector<std::string> gpu_lock_files(int gpu);
 
 // One of GPU `gpu`'s locks (EvalRequest::gpu_lock says what each orders), held from construction
 // until release() or destruction: exclusive, or shared with other shared holders. Blocks until it
 // is taken, or with max_wait_s >= 0 at most that long (then timed_out() is true and nothing is
-// held). A lock that cannot be taken (another user's file, say) is skipped with a note on
+// held). The quiet lock goes through a turnstile (kQuietTurn): once an exclusive taker waits,
+// shared takers that come after it wait for it, so shared holders that overlap cannot keep it
+// waiting for ever. A lock that cannot be taken (another user's file, say) is skipped with a note on
 // stderr: the locks order this user's GPU work, they are not a security boundary.
 class GpuLock {
  public:
