@@ -17,6 +17,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/progress.h"
+#include "cuda_agent/sandbox/baseline_cache.h"
 
 namespace fs = std::filesystem;
 
@@ -49,7 +50,19 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
   const bool beside_others = spec.episodes_per_gpu > 1;  // (on the CPU the locks order nothing, and cost nothing)
   fs::create_directories(spec.output_dir / "results");
   std::vector<nlohmann::json> results(split.tasks.size());
-  if (spec.episode.device == "cuda") {
+  // The tasks whose baselines the scoring cache holds already (BaselineCache::holds): a judge that
+  // finds them still takes the GPU's lock, so none is started when every task has them.
+  const auto cached = [&] {
+    return std::all_of(split.tasks.begin(), split.tasks.end(), [&](const bench::TaskEntry& task) {
+      sandbox::SandboxOptions o = spec.episode.sandbox;
+      bench::apply_task_options(o, task);
+      return sandbox::baselines_cached(task.path, o);
+    });
+  };
+  if (spec.episode.device == "cuda" && cached()) {
+    progress << fmt::format("[eval] baselines of the split's {} tasks found in the scoring cache\n",
+                            split.tasks.size());
+  } else if (spec.episode.device == "cuda") {
     // Every task's baselines (eager, torch.compile) timed first into the scoring cache, as bench
     // `baselines` does, so that an episode's profile.sh finds them (its tools' cache is seeded
     // from the scoring cache) and its final score does not time them again, under the GPU's lock

@@ -557,6 +557,10 @@ void add_synth(CLI::App& app, Verbs& verbs) {
 }
 
 // train and ablate: the trainer.
+constexpr const char* kSharedGpuHelp =
+    "other processes use this GPU (another run): episodes take its locks even one at a time, and the learner's GPU "
+    "work holds its quiet lock, so that no evaluation times beside another process's work";
+
 struct TrainFlags {
   std::string device = "cuda", skill = kDefaultSkill, ablations = "configs/ablations", output = "runs/ablate";
   int gpu = 0;
@@ -564,6 +568,7 @@ struct TrainFlags {
   std::vector<std::string> variants;  // ablate --variants
   int parallel = 1;                   // ablate --parallel
   bool train_only = false;            // ablate --train-only: one variant's process of a parallel call
+  bool shared_gpu = false;            // --shared-gpu: other processes use the GPU
   CommonFlags common;
 };
 
@@ -578,6 +583,7 @@ void add_train(CLI::App& app, Verbs& verbs) {
   cmd->add_flag("--resume", f->resume, "continue the run in run.output_dir from its latest checkpoint");
   cmd->add_option("--device", f->device, "cuda (default) or cpu (model on the CPU, verify-only scoring)");
   cmd->add_option("--gpu", f->gpu, "GPU index of the model and the episodes' checks");
+  cmd->add_flag("--shared-gpu", f->shared_gpu, kSharedGpuHelp);
   cmd->add_option("--skill", f->skill, "SKILL.md loaded into the agent's system prompt");
   cmd->add_option("--log-level", f->common.log_level, "trace, debug, info, warn, error or off");
   verbs.push_back({cmd, [f] {
@@ -587,6 +593,7 @@ void add_train(CLI::App& app, Verbs& verbs) {
                      opts.resume = f->resume;
                      opts.device = f->device;
                      opts.gpu = f->gpu;
+                     opts.shared_gpu = f->shared_gpu;
                      opts.skill_file = f->skill;
                      if (f->device == "cuda") require_gpu("train");
                      install_stop_handlers();
@@ -629,6 +636,7 @@ void add_ablate(CLI::App& app, Verbs& verbs) {
   cmd->add_flag("--train-only", f->train_only)->group("");
   cmd->add_option("--device", f->device, "cuda (default) or cpu");
   cmd->add_option("--gpu", f->gpu, "GPU index of the model and the episodes' checks");
+  cmd->add_flag("--shared-gpu", f->shared_gpu, kSharedGpuHelp);
   cmd->add_option("--skill", f->skill, "SKILL.md loaded into the agent's system prompt");
   cmd->add_option("--log-level", f->common.log_level, "trace, debug, info, warn, error or off");
   verbs.push_back(
@@ -647,6 +655,7 @@ void add_ablate(CLI::App& app, Verbs& verbs) {
          if (f->train_only) ::prctl(PR_SET_PDEATHSIG, SIGTERM);
          opts.train.device = f->device;
          opts.train.gpu = f->gpu;
+         opts.train.shared_gpu = f->shared_gpu;
          opts.train.skill_file = f->skill;
          (void)rl::ablation_variants(opts);  // every variant's config checked before the GPU is
          if (f->device == "cuda") require_gpu("ablate");

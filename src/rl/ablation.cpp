@@ -249,8 +249,25 @@ const char* prefix_words(const std::string& level) {
 // is killed: it goes on from its last checkpoint either way.
 constexpr double kVariantStopGraceS = 60.0;
 
-// The command that trains the variant `name` alone, in a process of its own, as this call would.
-std::vector<std::string> variant_command(const AblationOptions& o, const std::string& name) {
+// The episodes a variant's process runs at once when `at_once` processes train beside each other
+// on one GPU: its config's rollout.concurrent_episodes shared out among them (rounded up). The
+// GPU's lock orders every evaluation, so more episodes in flight than one run's only queue
+// longer for it: the agent's verify.sh and profile.sh then spend their Bash timeout waiting
+// (seen on the H200 with five variants of four episodes each). Each episode's seed does not
+// depend on it, so a variant samples the same episodes.
+int episodes_at_once(int concurrent, size_t at_once) {
+  const int n = static_cast<int>(std::max<size_t>(at_once, 1));
+  return std::max(1, (concurrent + n - 1) / n);
+}
+
+bool sets_key(const std::vector<std::string>& sets, const std::string& key) {
+  return std::any_of(sets.begin(), sets.end(), [&](const std::string& s) { return s.rfind(key + "=", 0) == 0; });
+}
+
+// The command that trains the variant `name` alone, in a process of its own, as this call would,
+// beside other processes on its GPU; `concurrent`: its rollout.concurrent_episodes there (0: the
+// config's).
+std::vector<std::string> variant_command(const AblationOptions& o, const std::string& name, int concurrent) {
   std::vector<std::string> argv = {self_executable(),
                                    "ablate",
                                    "--config",
@@ -267,8 +284,11 @@ std::vector<std::string> variant_command(const AblationOptions& o, const std::st
                                    std::to_string(o.train.gpu),
                                    "--skill",  // an empty value (no skill file) as its own argument
                                    o.train.skill_file.string(),
-                                   "--train-only"};
+                                   "--train-only",
+                                   "--shared-gpu"};
   for (const std::string& set : o.set_overrides) argv.insert(argv.end(), {"--set", set});
+  if (concurrent > 0 && !sets_key(o.set_overrides, "rollout.concurrent_episodes"))
+    argv.insert(argv.end(), {"--set", fmt::format("rollout.concurrent_episodes={}", concurrent)});
   return argv;
 }
 
@@ -291,10 +311,13 @@ std::string variant_process_error(const std::string& name, const fs::path& log_p
 }
 
 // Trains `names` in processes of their own, up to options.parallel at once, each logging to
-// OUTPUT/logs/NAME.log; a stop request (stop_signal) stops them. Returns each variant's error,
-// "" for those whose process succeeded.
+// OUTPUT/logs/NAME.log, each running `concurrent` (name: its config's
+// rollout.concurrent_episodes) shared out by episodes_at_once; a stop request (stop_signal) stops
+// them. Returns each variant's error, "" for those whose process succeeded.
 std::map<std::string, std::string> train_in_processes(const AblationOptions& options,
-                                                      const std::vector<std::string>& names, std::ostream& log) {
+                                                      const std::vector<std::string>& names,
+                                                      const std::map<std::string, int>& concurrent, std::ostream& log) {
+  const size_t workers = std::min<size_t>(static_cast<size_t>(std::max(1, options.parallel)), names.size());
   const fs::path logs = options.output_dir / "logs";
   fs::create_directories(logs);
   std::mutex mutex;  // guards errors and log
@@ -312,13 +335,18 @@ std::map<std::string, std::string> train_in_processes(const AblationOptions& opt
       } else {
         try {  // (nothing may leave the thread)
           SubprocessOptions sp;
-          sp.argv = variant_command(options, name);
+          const auto c = concurrent.find(name);
+          const int episodes = c == concurrent.end() ? 0 : episodes_at_once(c->second, workers);
+          sp.argv = variant_command(options, name, episodes);
           sp.stdout_path = sp.stderr_path = log_path.string();
           sp.cancel = &cancel;
           sp.kill_grace_s = kVariantStopGraceS;
           {
             std::lock_guard<std::mutex> lock(mutex);
-            log << fmt::format("[ablate] {} starts in a process of its own (its log: {})\n", name, log_path.string());
+            log << fmt::format("[ablate] {} starts in a process of its own (its log: {}){}\n", name, log_path.string(),
+                               episodes > 0 && !sets_key(options.set_overrides, "rollout.concurrent_episodes")
+                                   ? fmt::format(", {} episode(s) at once", episodes)
+                                   : "");
           }
           const SubprocessResult r = run_subprocess(sp);
           if (!r.ok()) error = variant_process_error(name, log_path, r);
@@ -333,7 +361,6 @@ std::map<std::string, std::string> train_in_processes(const AblationOptions& opt
     }
     ++finished;
   };
-  const size_t workers = std::min<size_t>(static_cast<size_t>(std::max(1, options.parallel)), names.size());
   std::vector<std::thread> threads;
   for (size_t k = 0; k < workers; ++k) threads.emplace_back(work);
   while (finished < workers) {
@@ -410,7 +437,9 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
       if (sharing[level] >= 2) ready_prefix(level);
     log << fmt::format("[ablate] {} variants, up to {} at once in processes of their own\n", to_train.size(),
                        options.parallel);
-    process_errors = train_in_processes(options, to_train, log);
+    std::map<std::string, int> concurrent;
+    for (const AblationVariant& v : variants) concurrent[v.name] = v.config["rollout"].value("concurrent_episodes", 1);
+    process_errors = train_in_processes(options, to_train, concurrent, log);
   }
   for (size_t i = 0; i < variants.size(); ++i) {
     AblationVariant& v = variants[i];

@@ -326,10 +326,16 @@ std::string checkpoint_policy_spec(const fs::path& path, const std::string& devi
   return spec;
 }
 
-const std::vector<std::string> kResumeMayChange = {
-    "run.output_dir",        "ppo.steps",         "stages.warmup.steps",           "stages.value_pretrain.steps",
-    "stages.warmup.enabled", "stages.rft.enabled", "stages.value_pretrain.enabled", "ppo.enabled",
-    "stages.sft.enabled"};
+const std::vector<std::string> kResumeMayChange = {"run.output_dir",
+                                                   "ppo.steps",
+                                                   "stages.warmup.steps",
+                                                   "stages.value_pretrain.steps",
+                                                   "stages.warmup.enabled",
+                                                   "stages.rft.enabled",
+                                                   "stages.value_pretrain.enabled",
+                                                   "ppo.enabled",
+                                                   "stages.sft.enabled",
+                                                   "rollout.concurrent_episodes"};
 
 std::vector<std::string> resume_may_change(const nlohmann::json& saved_config, const std::string& stage) {
   std::vector<std::string> keys = kResumeMayChange;

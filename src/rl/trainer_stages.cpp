@@ -27,6 +27,7 @@
 #include "cuda_agent/rl/rollout.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
+#include "cuda_agent/sandbox/baseline_cache.h"
 #include "cuda_agent/sandbox/eval_result.h"
 #include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/worker_confinement.h"
@@ -45,9 +46,18 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 std::string rollout_dir_name(int64_t step) { return fmt::format("step-{:06d}", step); }
 
+// The GPU's quiet lock, shared, around the learner's GPU work when evaluations may be timing
+// beside it: this run's own (`beside_episodes`: a step's episodes sampled meanwhile) or another
+// process's (TrainRunOptions::shared_gpu). An evaluation's timing takes that lock exclusive.
+sandbox::GpuLock learner_quiet_lock(const RunContext& ctx, bool beside_episodes = false) {
+  if (ctx.options.device != "cuda" || !(beside_episodes || ctx.options.shared_gpu)) return sandbox::GpuLock();
+  return sandbox::GpuLock(ctx.gpu, "quiet", /*exclusive=*/false);
+}
+
 // The critic's values of every sequence of `episodes`, in sequence_tokens() order: the value head
 // on the actor's trunk (shared) or the separate critic model, through PpoLearner::forward.
 std::vector<std::vector<float>> critic_values(RunContext& ctx, const std::vector<EpisodeSequence>& episodes) {
+  const sandbox::GpuLock quiet = learner_quiet_lock(ctx);
   const std::vector<lm::TrainForward> forward = ctx.learner->forward(sequence_tokens(episodes), {});
   std::vector<std::vector<float>> values;
   values.reserve(forward.size());
@@ -150,7 +160,7 @@ void run_episodes(const RunContext& ctx, const Stage& stage, int64_t step, int c
   parallel_for(
       runs.size(), threads,
       [&](size_t k) {
-        run_one_episode(ctx, stage, step, threads > 1 || beside_learner, runs[k]);
+        run_one_episode(ctx, stage, step, threads > 1 || beside_learner || ctx.options.shared_gpu, runs[k]);
         const EpisodeRun& r = runs[k];
         progress.step(r.ok ? fmt::format("step {}, {}: reward {:g}, {} tokens", step, r.dir.filename().string(),
                                          r.result.reward, generated_tokens(r.result.trajectory))
@@ -172,8 +182,18 @@ double time_new_baselines(RunContext& ctx, const std::vector<EpisodeRun>& runs) 
   if (ctx.options.device != "cuda") return 0;
   const auto t0 = Clock::now();
   std::vector<size_t> tasks;
-  for (const EpisodeRun& run : runs)
-    if (ctx.baselines_timed.insert(run.task_index).second) tasks.push_back(run.task_index);
+  size_t cached = 0;
+  for (const EpisodeRun& run : runs) {
+    if (!ctx.baselines_timed.insert(run.task_index).second) continue;
+    // Timed earlier into the scoring cache (this run before a resume, the run an ablation variant
+    // starts from, another run): not again. A judge that finds them still takes the GPU's lock,
+    // and with other processes on the GPU that wait is minutes.
+    if (sandbox::baselines_cached(ctx.split.tasks[run.task_index].path, scoring_options(ctx, run.task_index)))
+      ++cached;
+    else
+      tasks.push_back(run.task_index);
+  }
+  if (cached > 0) ctx.log << fmt::format("[train] baselines of {} new task(s) found in the scoring cache\n", cached);
   std::vector<std::string> notes(tasks.size());
   const size_t threads = std::min(tasks.size(), static_cast<size_t>(std::max(1, ctx.config.rollout.concurrent_episodes)));
   parallel_for(
@@ -518,10 +538,8 @@ json run_ppo_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in
     std::future<Sampling> next = prefetch_next_step(ctx, stage, step, step_in_stage);
     lm::PpoStats s;
     {
-      // The next step's evaluations time nothing while the update runs on this GPU.
-      sandbox::GpuLock quiet = next.valid() && ctx.options.device == "cuda"
-                                   ? sandbox::GpuLock(ctx.gpu, "quiet", /*exclusive=*/false)
-                                   : sandbox::GpuLock();
+      // The next step's evaluations (and other processes') time nothing while the update runs.
+      const sandbox::GpuLock quiet = learner_quiet_lock(ctx, next.valid());
       s = ctx.learner->update(samples);
     }
     const double update_seconds = seconds_since(t_update);
@@ -620,7 +638,10 @@ void fine_tune(RunContext& ctx, const std::vector<EpisodeSequence>& kept, int64_
   plan.lr = section.lr;
   plan.epochs = section.epochs;
   plan.mini_batches = static_cast<int>(std::min<int64_t>(fewest, (job_kept + batch_size - 1) / batch_size));
-  const lm::PpoStats s = ctx.learner->sft_update(samples, plan);
+  const lm::PpoStats s = [&] {
+    const sandbox::GpuLock quiet = learner_quiet_lock(ctx);
+    return ctx.learner->sft_update(samples, plan);
+  }();
   record["update_skipped"] = false;
   record["loss"] = s.loss;  // the mean NLL of the kept assistant tokens, before each step
   record["loss_first_step"] = s.first_loss;
@@ -784,7 +805,10 @@ json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
     for (size_t k = 0; k < parts; ++k) {
       std::vector<lm::PpoSample> part;
       for (size_t j = n * k / parts; j < n * (k + 1) / parts; ++j) part.push_back(samples[order[j]]);
-      const lm::PpoStats s = ctx.learner->value_update(part, one_step);
+      const lm::PpoStats s = [&] {
+        const sandbox::GpuLock quiet = learner_quiet_lock(ctx);
+        return ctx.learner->value_update(part, one_step);
+      }();
       loss_sum += s.value_loss;
       clip_sum += s.value_clip_fraction;
       grad_sum += s.grad_norm_critic;

@@ -6,6 +6,7 @@
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
 #include "cuda_agent/core/log.h"
+#include "cuda_agent/sandbox/evaluation.h"
 
 namespace fs = std::filesystem;
 
@@ -56,7 +57,38 @@ namespace {
 // a task's entries are found without reading the others.
 std::string task_prefix(const std::string& task_sha256) { return task_sha256.substr(0, 16) + "-"; }
 
+// Calls `visit` on each entry file of the task `task_sha256` in `dir` until it returns true;
+// returns whether one did.
+template <typename Visit>
+bool any_task_entry(const fs::path& dir, const std::string& task_sha256, Visit visit) {
+  const std::string prefix = task_prefix(task_sha256);
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path& path = it->path();
+    if (path.extension() == ".json" && path.filename().string().rfind(prefix, 0) == 0 && visit(path)) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+BaselineKey baseline_key_of(const std::string& task_sha256, const SandboxOptions& opt) {
+  BaselineKey key;
+  key.task_sha256 = task_sha256;
+  // loose and strict time the same float32 baselines (they differ only in how the candidate is
+  // checked), so they share one key, spelled "loose"; tf32 baselines are other runs.
+  key.precision = opt.precision == "tf32" ? "tf32" : "loose";
+  key.timing = {{"warmup_runs", opt.warmup_runs},
+                {"warmup_ms", opt.warmup_ms},
+                {"timed_runs", opt.timed_runs},
+                {"flush_l2", opt.flush_l2},
+                {"compile_mode", opt.compile_mode},
+                {"profile_compile", opt.profile_compile},
+                {"seed", opt.seed},
+                {"record_kernels", opt.record_kernels},
+                {"protocol", "interleaved-rounds-v3"}};
+  return key;
+}
 
 fs::path BaselineCache::path_for(const BaselineKey& key) const {
   return dir_ / (task_prefix(key.task_sha256) + key.digest() + ".json");
@@ -105,15 +137,11 @@ void BaselineCache::put(const BaselineKey& key, const nlohmann::json& entry) con
 }
 
 int BaselineCache::copy_verified_to(const BaselineCache& to, const std::string& task_sha256) const {
-  const std::string prefix = task_prefix(task_sha256);
   int copied = 0;
-  std::error_code ec;
-  for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
-    const fs::path& path = it->path();
-    if (path.extension() != ".json" || path.filename().string().rfind(prefix, 0) != 0) continue;
+  any_task_entry(dir_, task_sha256, [&](const fs::path& path) {
     try {
       nlohmann::json entry = nlohmann::json::parse(read_file(path));
-      if (!verifies(entry)) continue;
+      if (!verifies(entry)) return false;
       entry["mac"] = to.mac(entry);
       std::error_code dir_ec;
       fs::create_directories(to.dir_, dir_ec);
@@ -122,8 +150,35 @@ int BaselineCache::copy_verified_to(const BaselineCache& to, const std::string& 
     } catch (const std::exception& e) {
       CA_LOG_WARN("sandbox", "cannot copy baseline cache entry {} to {}: {}", path.string(), to.dir_.string(), e.what());
     }
-  }
+    return false;
+  });
   return copied;
+}
+
+bool BaselineCache::holds(const BaselineKey& partial) const {
+  return any_task_entry(dir_, partial.task_sha256, [&](const fs::path& path) {
+    try {
+      const nlohmann::json entry = nlohmann::json::parse(read_file(path));
+      const nlohmann::json& key = entry.at("key");
+      if (key.at("task_sha256") != partial.task_sha256 || key.at("precision") != partial.precision) return false;
+      const nlohmann::json& timing = key.at("timing");
+      if (!timing.is_object() || !partial.timing.is_object()) return false;
+      for (auto it = partial.timing.begin(); it != partial.timing.end(); ++it)
+        if (!timing.contains(it.key()) || timing.at(it.key()) != it.value()) return false;
+      return verifies(entry);
+    } catch (const std::exception&) {
+      return false;  // unreadable: not held
+    }
+  });
+}
+
+bool baselines_cached(const fs::path& task, const SandboxOptions& opt) {
+  try {
+    const std::string sha = file_sha256(task);
+    return !sha.empty() && BaselineCache::of(opt.resolved_cache_dir()).holds(baseline_key_of(sha, opt));
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace cuda_agent::sandbox

@@ -74,24 +74,10 @@ nlohmann::json roofline_check(int64_t bytes, double candidate_ms) {
 }
 
 BaselineKey baseline_key(const Judge& j) {
-  const SandboxOptions& opt = j.opt;
-  BaselineKey key;
-  key.task_sha256 = j.result.task_sha256;
+  BaselineKey key = baseline_key_of(j.result.task_sha256, j.opt);
   key.gpu_name = j.result.reports["device"]["name"];
   key.torch_version = j.result.reports["versions"]["torch"];
-  // loose and strict time the same float32 baselines (they differ only in how the candidate is
-  // checked), so they share one key, spelled "loose"; tf32 baselines are other runs.
-  key.precision = opt.precision == "tf32" ? "tf32" : "loose";
-  key.timing = {{"warmup_runs", opt.warmup_runs},
-                {"warmup_ms", opt.warmup_ms},
-                {"timed_runs", opt.timed_runs},
-                {"flush_l2", opt.flush_l2},
-                {"compile_mode", opt.compile_mode},
-                {"profile_compile", opt.profile_compile},
-                {"seed", opt.seed},
-                {"record_kernels", opt.record_kernels},
-                {"protocol", "interleaved-rounds-v3"},
-                {"driver_version", j.result.reports["device"]["driver_version"]}};
+  key.timing["driver_version"] = j.result.reports["device"]["driver_version"];
   return key;
 }
 

@@ -12,6 +12,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/sandbox/baseline_cache.h"
+#include "cuda_agent/sandbox/evaluation.h"
 
 using namespace cuda_agent;
 using namespace cuda_agent::agent;
@@ -494,6 +495,41 @@ TEST(AgentLoop, ThePolicysCommandsCannotReachTheScoringCache) {
   // not the forged one; it is removed with the episode.
   EXPECT_NE(outputs[0].find("seeded=" + seeded + ",\n"), std::string::npos) << outputs[0];
   EXPECT_FALSE(std::filesystem::exists(spec.output_dir / "tools-cache"));
+}
+
+// What the trainer and eval ask before they start judges to time baselines (a judge that finds
+// them cached still waits for the GPU's lock): an entry of the task that verifies under the
+// cache's key and has the evaluation's precision and timing settings, whatever GPU timed it.
+TEST(BaselineCacheHolds, AnEntryOfTheTaskWithItsSettingsFromAnyGpu) {
+  TempDir dir("baseline-holds-");
+  const std::filesystem::path cache = dir.path() / "cache";
+  const sandbox::BaselineCache scoring = sandbox::BaselineCache::of(cache);
+  const sandbox::SandboxOptions options;
+  const std::string task(64, 'a');
+  EXPECT_FALSE(scoring.holds(sandbox::baseline_key_of(task, options))) << "an empty cache";
+  // As the judge writes it: the options' part, then the GPU, torch and driver.
+  sandbox::BaselineKey timed = sandbox::baseline_key_of(task, options);
+  timed.gpu_name = "NVIDIA H200";
+  timed.torch_version = "2.11.0";
+  timed.timing["driver_version"] = "580.95";
+  scoring.put(timed, {{"eager", {{"median_ms", 1.5}}}});
+  EXPECT_TRUE(scoring.holds(sandbox::baseline_key_of(task, options)));
+  sandbox::SandboxOptions loose = options;
+  loose.precision = "loose";  // the same float32 baselines as strict
+  EXPECT_TRUE(scoring.holds(sandbox::baseline_key_of(task, loose)));
+  sandbox::SandboxOptions tf32 = options;
+  tf32.precision = "tf32";
+  EXPECT_FALSE(scoring.holds(sandbox::baseline_key_of(task, tf32)));
+  sandbox::SandboxOptions longer = options;
+  longer.timed_runs += 5;
+  EXPECT_FALSE(scoring.holds(sandbox::baseline_key_of(task, longer)));
+  EXPECT_FALSE(scoring.holds(sandbox::baseline_key_of(std::string(64, 'b'), options))) << "another task";
+  // The same entry written by something without the cache's key (a solution, say): not held.
+  const std::filesystem::path path = scoring.path_for(timed);
+  nlohmann::json forged = nlohmann::json::parse(read_file(path));
+  forged["mac"] = std::string(64, '0');
+  write_file_atomic(path, forged.dump());
+  EXPECT_FALSE(scoring.holds(sandbox::baseline_key_of(task, options)));
 }
 
 // The answers on disk: the task's reference solution (its split's solutions/ folder, and the

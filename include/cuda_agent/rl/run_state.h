@@ -105,8 +105,9 @@ void write_actor_tokenizer_files(const std::filesystem::path& actor, const std::
 std::string checkpoint_policy_spec(const std::filesystem::path& path, const std::string& device,
                                    const std::string& overrides);
 
-// The keys a resumed run may change: where it writes, how long each stage runs, and which stages
-// run (a stage before the checkpoint's is not run again).
+// The keys a resumed run may change: where it writes, how long each stage runs, which stages
+// run (a stage before the checkpoint's is not run again), and how many episodes run at once
+// (each episode's seed does not depend on it).
 extern const std::vector<std::string> kResumeMayChange;
 
 // What a run resumed from a checkpoint of `stage` (saved with `saved_config`) may change:

@@ -103,6 +103,10 @@ struct TrainRunOptions {
                                      // (cpu: verify-only scoring, docs/results.md)
   int gpu = 0;                       // the GPU of the model and the sandbox when device is cuda
   std::filesystem::path skill_file;  // SKILL.md for the agent's system prompt; empty: none
+  // Other processes use this GPU (another run, the variants of `ablate --parallel`): the episodes
+  // take the GPU's locks even one at a time, and the learner's GPU work holds its quiet lock
+  // (shared), so that no other process's evaluation times beside it.
+  bool shared_gpu = false;
 };
 
 struct TrainRunSummary {

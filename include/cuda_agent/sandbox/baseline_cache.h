@@ -27,6 +27,19 @@ struct BaselineKey {
   nlohmann::json to_json() const;
 };
 
+struct SandboxOptions;
+
+// The part of a baseline's key that an evaluation's options decide, for the task whose file
+// hashes to `task_sha256`: its precision and timing settings. The judge fills in the rest (the
+// GPU's name, torch's version, the driver's: timing.driver_version).
+BaselineKey baseline_key_of(const std::string& task_sha256, const SandboxOptions& opt);
+
+// Whether the scoring cache of `opt` holds baselines of the task file `task` under `opt`'s
+// settings (BaselineCache::holds: timed on any GPU). What a runner asks before it starts judges
+// to time them: a judge that finds them cached still waits for the GPU's lock. Never throws:
+// false when it cannot tell.
+bool baselines_cached(const std::filesystem::path& task, const SandboxOptions& opt);
+
 // The folder of a cache that holds its secret key (hidden from confined candidate processes).
 std::filesystem::path cache_secret_dir(const std::filesystem::path& cache_dir);
 // That folder, created (0700) when missing, without reading or making the key: what a process
@@ -53,6 +66,11 @@ class BaselineCache {
   // agent's tools), never the other way. Reads no other task's entries. Returns how many it
   // copied. Never throws.
   int copy_verified_to(const BaselineCache& to, const std::string& task_sha256) const;
+  // Whether an entry of `partial`'s task verifies under this cache's key and has its precision
+  // and every timing setting it names; the GPU, torch and driver are not compared (what a process
+  // that never initialises CUDA can ask, before it starts judges to time baselines: an entry of
+  // another GPU counts, and the evaluations then time what they miss). Never throws.
+  bool holds(const BaselineKey& partial) const;
 
  private:
   std::string mac(const nlohmann::json& stored) const;

@@ -1048,6 +1048,13 @@ TEST(Trainer, AblateInParallelTrainsLikeOneAtATime) {
   EXPECT_NE(got[1].error.find("data.split"), std::string::npos) << got[1].error;
   EXPECT_NE(text.find("[ablate] the supervised warm-up, once"), std::string::npos) << text;
   EXPECT_NE(text.find("up to 2 at once in processes of their own"), std::string::npos) << text;
+  // Two processes share the config's two episodes at once (rollout.concurrent_episodes), and a
+  // variant resumed from the shared warm-up runs so: the records above are those of two at once.
+  EXPECT_NE(text.find("(its log: " + (dir.path() / "two" / "logs" / "no_ppo.log").string() + "), 1 episode(s) at once"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(read_file(dir.path() / "two" / "no_ppo" / "config.resolved.yaml").find("concurrent_episodes: 1"),
+            std::string::npos);
   EXPECT_EQ(text.find("(sft 1/1)"), text.rfind("(sft 1/1)")) << "the warm-up once, here\n" << text;
   EXPECT_NE(read_file(dir.path() / "two" / "logs" / "no_ppo.log").find("starts from the shared supervised warm-up"),
             std::string::npos);
