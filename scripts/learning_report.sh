@@ -10,7 +10,11 @@
 # Writes RUN_DIR/report/{base,final}-{train,heldout}/ (eval runs) and RUN_DIR/report/report.md
 # (the run step by step with its plots, scripts/learning_steps.py; then base against final).
 # Environment: CUDA_AGENT_BUILD (default build), SOLUTIONS (default data/core/solutions),
-# EPISODES_AT_ONCE (default 4: eval --episodes-per-gpu, the quickstart's concurrent episodes).
+# EPISODES_AT_ONCE (eval --episodes-per-gpu of each evaluation; default 3), REPORT_AT_ONCE (default
+# 1: the four evaluations overlap, base and final on the training tasks beside the base model on
+# the held-out ones, which times their baselines, then the final checkpoint on those; 0: one after
+# another, 4 episodes at once each). The GPU's lock orders every evaluation either way; overlapping
+# them keeps it busy while models load and episodes generate.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -28,13 +32,29 @@ actor=$(key actor); temperature=$(key temperature); max_new=$(key max_new_tokens
 sampling="temperature=$temperature&max_new_tokens=$max_new"
 out=$run/report
 mkdir -p "$out"
-for split in train heldout; do
-  folder=$train; [ $split = heldout ] && folder=$heldout
-  "$bin" eval --split "$folder" --policy "local:$actor?$sampling&device=cuda" --max-turns "$max_turns" \
-    --episodes-per-gpu "${EPISODES_AT_ONCE:-4}" --output "$out/base-$split" > "$out/base-$split.log" 2>&1 || true
-  "$bin" eval --split "$folder" --checkpoint "$run?$sampling" --max-turns "$max_turns" \
-    --episodes-per-gpu "${EPISODES_AT_ONCE:-4}" --output "$out/final-$split" > "$out/final-$split.log" 2>&1 || true
-done
+# evaluate MODEL SPLIT: the base model or the final checkpoint on the training or held-out tasks.
+evaluate() {
+  local folder=$train model
+  [ "$2" = heldout ] && folder=$heldout
+  if [ "$1" = base ]; then model=(--policy "local:$actor?$sampling&device=cuda"); else model=(--checkpoint "$run?$sampling"); fi
+  "$bin" eval --split "$folder" "${model[@]}" --max-turns "$max_turns" --episodes-per-gpu "$at_once" \
+    --output "$out/$1-$2" > "$out/$1-$2.log" 2>&1 || true
+}
+start=$SECONDS
+if [ "${REPORT_AT_ONCE:-1}" = 1 ]; then
+  at_once=${EPISODES_AT_ONCE:-3}
+  # The training tasks' baselines are in the scoring cache from the run; the held-out ones' are
+  # timed by the first evaluation of them, which the second then finds cached.
+  evaluate base train & a=$!
+  evaluate final train & b=$!
+  evaluate base heldout
+  evaluate final heldout
+  wait $a $b
+else
+  at_once=${EPISODES_AT_ONCE:-4}
+  for split in train heldout; do evaluate base $split; evaluate final $split; done
+fi
+echo "learning_report: the four evaluations took $((SECONDS - start)) s" >&2
 {
   echo "# Learning report: $run"
   echo
