@@ -266,7 +266,7 @@ bool sets_key(const std::vector<std::string>& sets, const std::string& key) {
 
 // The command that trains the variant `name` alone, in a process of its own, as this call would,
 // beside other processes on its GPU; `concurrent`: its rollout.concurrent_episodes there (0: the
-// config's).
+// config's, or the caller's --set).
 std::vector<std::string> variant_command(const AblationOptions& o, const std::string& name, int concurrent) {
   std::vector<std::string> argv = {self_executable(),
                                    "ablate",
@@ -287,8 +287,7 @@ std::vector<std::string> variant_command(const AblationOptions& o, const std::st
                                    "--train-only",
                                    "--shared-gpu"};
   for (const std::string& set : o.set_overrides) argv.insert(argv.end(), {"--set", set});
-  if (concurrent > 0 && !sets_key(o.set_overrides, "rollout.concurrent_episodes"))
-    argv.insert(argv.end(), {"--set", fmt::format("rollout.concurrent_episodes={}", concurrent)});
+  if (concurrent > 0) argv.insert(argv.end(), {"--set", fmt::format("rollout.concurrent_episodes={}", concurrent)});
   return argv;
 }
 
@@ -336,7 +335,10 @@ std::map<std::string, std::string> train_in_processes(const AblationOptions& opt
         try {  // (nothing may leave the thread)
           SubprocessOptions sp;
           const auto c = concurrent.find(name);
-          const int episodes = c == concurrent.end() ? 0 : episodes_at_once(c->second, workers);
+          // (a --set of the caller's wins)
+          const int episodes = c == concurrent.end() || sets_key(options.set_overrides, "rollout.concurrent_episodes")
+                                   ? 0
+                                   : episodes_at_once(c->second, workers);
           sp.argv = variant_command(options, name, episodes);
           sp.stdout_path = sp.stderr_path = log_path.string();
           sp.cancel = &cancel;
@@ -344,9 +346,7 @@ std::map<std::string, std::string> train_in_processes(const AblationOptions& opt
           {
             std::lock_guard<std::mutex> lock(mutex);
             log << fmt::format("[ablate] {} starts in a process of its own (its log: {}){}\n", name, log_path.string(),
-                               episodes > 0 && !sets_key(options.set_overrides, "rollout.concurrent_episodes")
-                                   ? fmt::format(", {} episode(s) at once", episodes)
-                                   : "");
+                               episodes > 0 ? fmt::format(", {} episode(s) at once", episodes) : "");
           }
           const SubprocessResult r = run_subprocess(sp);
           if (!r.ok()) error = variant_process_error(name, log_path, r);
