@@ -248,6 +248,8 @@ EpisodeResult run_episode(Policy& policy, Workspace& workspace, ToolRegistry& to
       nlohmann::json event = {{"type", "observation"}, {"turn", turn}, {"call_id", call.id}, {"tool", call.name},
                               {"arguments", call.arguments}, {"ok", r.ok}, {"output", r.output}, {"tool_s", tool_s}};
       if (const std::string kind = check_kind(call); !kind.empty()) event["sandbox_check"] = kind;
+      if (const double waited = r.data.is_object() ? r.data.value("gpu_wait_s", 0.0) : 0.0; waited > 0)
+        event["gpu_wait_s"] = waited;
       emit(event);
       request.messages.push_back({"tool", r.output, {}, call.id, call.name});
     }

@@ -9,6 +9,7 @@
 #include "builtin_tools.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/subprocess.h"
+#include "cuda_agent/sandbox/worker_confinement.h"
 
 extern char** environ;
 
@@ -118,6 +119,10 @@ class BashTool final : public BuiltinTool {
     run.stderr_path = run.stdout_path;
     run.timeout_s = timeout_s;
     run.kill_grace_s = 1.0;
+    if (options.gpu_wait_s > 0) {
+      run.clock_paused = [](pid_t child) { return sandbox::waits_for_gpu_lock(child); };
+      run.max_paused_s = options.gpu_wait_s;
+    }
     const SubprocessResult finished = run_subprocess(run);
 
     std::string output = read_range(run.stdout_path, 0, 0, options.max_output_chars);
@@ -125,8 +130,14 @@ class BashTool final : public BuiltinTool {
     fs::remove(run.stdout_path, ec);
     std::string status;
     if (finished.timed_out) {
-      status = fmt::format("timed out after {:g} s; the command and everything it started "
-                           "were stopped (use run_in_background for long jobs)", timeout_s);
+      status = fmt::format(
+          "timed out after {:g} s{}; the command and everything it started were stopped (use "
+          "run_in_background for long jobs)",
+          timeout_s,
+          finished.paused_s > 0 ? fmt::format(" (not counting {:.0f} s of waiting for the GPU, which other "
+                                              "evaluations held)",
+                                              finished.paused_s)
+                                : "");
     } else if (finished.term_signal != 0) {
       status = finished.describe();
     } else if (finished.exit_code != 0) {
@@ -140,11 +151,12 @@ class BashTool final : public BuiltinTool {
     raw_output_ = true;
     result.ok = finished.ok();
     result.output = output.empty() ? "(no output)" : output;
-    result.data = {{"exit_code", finished.term_signal == 0 && !finished.timed_out
-                                     ? json(finished.exit_code) : json(nullptr)},
-                   {"timed_out", finished.timed_out},
-                   {"signal", finished.term_signal},
-                   {"wall_s", finished.wall_s}};
+    result.data = {
+        {"exit_code", finished.term_signal == 0 && !finished.timed_out ? json(finished.exit_code) : json(nullptr)},
+        {"timed_out", finished.timed_out},
+        {"signal", finished.term_signal},
+        {"wall_s", finished.wall_s},
+        {"gpu_wait_s", finished.paused_s}};
     return result;
   }
 };

@@ -111,6 +111,7 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   std::map<std::string, std::string> env = {{"CUDA_AGENT_CACHE_DIR", tools_cache.string()}};
   if (spec.device == "cuda") env["CUDA_VISIBLE_DEVICES"] = std::to_string(spec.gpu);
   ToolOptions tool_options = spec.tools;
+  tool_options.gpu_wait_s = gpu_lock ? spec.sandbox.gpu_wait_s : 0.0;
   // The scoring cache, which verify.sh does not use (it has the tools' cache): its key, and the
   // solutions' cubins and builds (a reference solution's, other episodes') are answers.
   if (sandbox::may_hide(scoring_cache) && fs::is_directory(scoring_cache))

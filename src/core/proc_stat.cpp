@@ -66,20 +66,45 @@ std::vector<std::pair<pid_t, ProcStat>> children_of(pid_t parent) {
   return out;
 }
 
-unsigned long long descendants_rss_bytes(pid_t ancestor) {
+namespace {
+
+// Every process by pid, from one walk of /proc.
+std::unordered_map<pid_t, ProcStat> process_table() {
   std::unordered_map<pid_t, ProcStat> all;
   for (auto& [pid, s] : all_processes()) all.emplace(pid, std::move(s));
+  return all;
+}
+
+// Whether `ancestor` is an ancestor of the process whose stat is `s` (by ppid, in `all`).
+bool descends_in(const std::unordered_map<pid_t, ProcStat>& all, const ProcStat& s, pid_t ancestor) {
+  pid_t up = s.ppid;
+  for (int depth = 0; depth < 4096 && up > 1 && up != ancestor; ++depth) {
+    const auto it = all.find(up);
+    up = it == all.end() ? 0 : it->second.ppid;
+  }
+  return up == ancestor;
+}
+
+bool live(const ProcStat& s) {
+  return s.state != 'Z' && s.state != 'X';
+}
+
+}  // namespace
+
+unsigned long long descendants_rss_bytes(pid_t ancestor) {
+  const std::unordered_map<pid_t, ProcStat> all = process_table();
   static const unsigned long long page = static_cast<unsigned long long>(::sysconf(_SC_PAGESIZE));
   unsigned long long total = 0;
-  for (const auto& [pid, s] : all) {
-    pid_t up = s.ppid;
-    for (int depth = 0; depth < 4096 && up > 1 && up != ancestor; ++depth) {
-      const auto it = all.find(up);
-      up = it == all.end() ? 0 : it->second.ppid;
-    }
-    if (pid != ancestor && up == ancestor) total += s.rss_pages * page;
-  }
+  for (const auto& [pid, s] : all)
+    if (pid != ancestor && descends_in(all, s, ancestor)) total += s.rss_pages * page;
   return total;
+}
+
+bool descendant_named(pid_t ancestor, std::string_view comm) {
+  const std::unordered_map<pid_t, ProcStat> all = process_table();
+  for (const auto& [pid, s] : all)
+    if (pid != ancestor && s.comm == comm && live(s) && descends_in(all, s, ancestor)) return true;
+  return false;
 }
 
 bool descends_from(pid_t pid, pid_t ancestor) {

@@ -37,6 +37,7 @@ using Seconds = std::chrono::duration<double>;
 constexpr auto kPollInterval = std::chrono::milliseconds(20);
 constexpr auto kRssInterval = std::chrono::milliseconds(100);
 constexpr auto kDiskInterval = std::chrono::milliseconds(500);
+constexpr auto kPauseInterval = std::chrono::milliseconds(1000);  // clock_paused's questions
 constexpr auto kKillWaitPoll = std::chrono::milliseconds(5);
 // How long to wait for SIGKILLed processes to disappear (one in uninterruptible sleep, e.g.
 // inside a driver, can take a while); past this we stop waiting rather than hang.
@@ -346,6 +347,10 @@ void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_poin
   const bool watch_disk = options.max_watched_bytes > 0 && !options.watched_paths.empty();
   const uint64_t disk_bound = watch_disk ? disk_usage(options.watched_paths) + options.max_watched_bytes : 0;
   auto next_disk = start;
+  // What did not count against the timeout (clock_paused), and when it was last asked.
+  const Seconds max_paused(options.clock_paused ? std::max(0.0, options.max_paused_s) : 0.0);
+  Seconds paused{0};
+  auto last_asked = start;
   auto stop_group = [&](bool& reason) {
     reason = true;
     ::kill(-pid, SIGTERM);
@@ -359,7 +364,7 @@ void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_poin
       const double deferred = options.deferred_timeout_s->load();
       if (deferred >= 0) {
         clock_running = true;
-        start = now;
+        start = last_asked = now;
         timeout_s = deferred;
         result.timeout_s = deferred;
       }
@@ -377,7 +382,11 @@ void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_poin
       next_disk = now + kDiskInterval;
       if (disk_usage(options.watched_paths, disk_bound) > disk_bound) stop_group(result.disk_exceeded);
     }
-    if (phase == Phase::kRunning && clock_running && timeout_s > 0 && now - start >= Seconds(timeout_s)) {
+    if (phase == Phase::kRunning && clock_running && paused < max_paused && now - last_asked >= kPauseInterval) {
+      if (options.clock_paused(pid)) paused = std::min<Seconds>(max_paused, paused + (now - last_asked));
+      last_asked = now;
+    }
+    if (phase == Phase::kRunning && clock_running && timeout_s > 0 && now - start >= Seconds(timeout_s) + paused) {
       stop_group(result.timed_out);
     }
     if (phase == Phase::kRunning && options.cancel != nullptr && options.cancel->load()) {
@@ -390,6 +399,7 @@ void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_poin
     std::this_thread::sleep_for(kPollInterval);
   }
   result.wall_s = Seconds(Clock::now() - start).count();
+  result.paused_s = paused.count();
 
   // The child is gone but its group may not be: give the rest of the group what is left of
   // the grace period if we were stopping it, then kill whatever remains and wait for it.
@@ -422,6 +432,8 @@ std::string SubprocessResult::describe() const {
   }
   if (disk_exceeded)
     return fmt::format("wrote more than {} into its folders", format_bytes(static_cast<int64_t>(max_watched_bytes)));
+  if (timed_out && paused_s > 0)
+    return fmt::format("timed out after {:.1f} s (not counting {:.1f} s of waiting)", timeout_s, paused_s);
   if (timed_out) return fmt::format("timed out after {:.1f} s", timeout_s);
   if (cancelled) return "stopped by the caller";
   if (term_signal != 0) {

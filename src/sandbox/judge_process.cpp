@@ -314,6 +314,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
   auto take_lock = [&](const char* which, bool exclusive) {
     if (!j.gpu || !req.gpu_lock) return GpuLock();
     const auto before = Clock::now();
+    const GpuWaitName waiting;  // the agent's Bash does not count this wait against its command's timeout
     GpuLock lock;
     for (;;) {
       const double left = lock_wait_left - std::chrono::duration<double>(Clock::now() - before).count();

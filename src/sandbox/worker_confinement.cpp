@@ -1,6 +1,7 @@
 #include "cuda_agent/sandbox/worker_confinement.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/core/proc_stat.h"
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/sandbox/python_runtime.h"
 
@@ -76,6 +78,19 @@ GpuLock::GpuLock(int gpu, const char* which, bool exclusive, double max_wait_s) 
     std::fprintf(stderr, "cuda-agent: %s; running without it\n", e.what());
   }
   if (turn >= 0) ::close(turn);
+}
+
+GpuWaitName::GpuWaitName() {
+  ::prctl(PR_GET_NAME, previous_);
+  ::prctl(PR_SET_NAME, kGpuWaitName);
+}
+
+GpuWaitName::~GpuWaitName() {
+  ::prctl(PR_SET_NAME, previous_);
+}
+
+bool waits_for_gpu_lock(pid_t ancestor) {
+  return descendant_named(ancestor, kGpuWaitName);
 }
 
 void GpuLock::release() {

@@ -329,6 +329,36 @@ TEST_F(AgentTools, BashTimeoutStopsTheCommand) {
   EXPECT_EQ(r.data["timed_out"], true);
 }
 
+// Bash with `gpu_wait_s`: a command whose process is named as a judge waiting for the GPU's lock
+// (sandbox::kGpuWaitName) runs past its timeout by that wait, up to gpu_wait_s; the call's data
+// says how long it waited, and a timeout past the bound says what was not counted.
+void expect_gpu_waits_do_not_count(std::unique_ptr<ToolRegistry>& registry, Workspace& workspace, ToolOptions options) {
+  const json command = {{"command", std::string("cp \"$(command -v sleep)\" ./") + cuda_agent::sandbox::kGpuWaitName +
+                                        " && ./" + cuda_agent::sandbox::kGpuWaitName + " 4 && echo slept"},
+                        {"timeout", 1500}};
+  options.gpu_wait_s = 30;
+  registry = std::make_unique<ToolRegistry>(workspace, options, std::map<std::string, std::string>{});
+  const ToolResult waited = registry->call("Bash", command);
+  EXPECT_TRUE(waited.ok) << waited.output;
+  EXPECT_NE(waited.output.find("slept"), std::string::npos) << waited.output;
+  EXPECT_GE(waited.data["gpu_wait_s"].get<double>(), 2.0) << waited.data.dump();
+  options.gpu_wait_s = 1;
+  registry = std::make_unique<ToolRegistry>(workspace, options, std::map<std::string, std::string>{});
+  const ToolResult bounded = registry->call("Bash", command);
+  EXPECT_FALSE(bounded.ok) << bounded.output;
+  EXPECT_NE(bounded.output.find("timed out after 1.5 s (not counting 1 s of waiting for the GPU"), std::string::npos)
+      << bounded.output;
+  options.gpu_wait_s = 0;  // outside episodes that take the GPU's lock, every second counts
+  registry = std::make_unique<ToolRegistry>(workspace, options, std::map<std::string, std::string>{});
+  const ToolResult counted = registry->call("Bash", command);
+  EXPECT_NE(counted.output.find("timed out after 1.5 s;"), std::string::npos) << counted.output;
+  EXPECT_EQ(counted.data["gpu_wait_s"].get<double>(), 0.0);
+}
+
+TEST_F(AgentTools, WaitsForTheGpuLockDoNotCountAgainstTheTimeout) {
+  expect_gpu_waits_do_not_count(registry_, *workspace_, tool_options_);
+}
+
 TEST_F(AgentTools, LongOutputIsTruncatedWithANotice) {
   tool_options_.max_output_chars = 1000;
   registry_ = std::make_unique<ToolRegistry>(*workspace_, tool_options_);
@@ -680,6 +710,11 @@ TEST_P(AgentConfinement, BashRunsConfined) {
   EXPECT_LE(fs::file_size(root() / "big.bin"), 2u << 20);
   EXPECT_FALSE(fs::exists("/dev/shm/big")) << "the host's /dev/shm";
   fs::remove(root() / "big.bin");
+}
+
+// Seen from outside the confinement's namespaces, as the episode's trainer sees a verify.sh's judge.
+TEST_P(AgentConfinement, WaitsForTheGpuLockDoNotCountAgainstTheTimeout) {
+  expect_gpu_waits_do_not_count(registry_, *workspace_, tool_options_);
 }
 
 // Many files, each under max_file_bytes, would still fill the disk: a command is stopped once the

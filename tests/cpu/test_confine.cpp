@@ -23,8 +23,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -1097,6 +1099,70 @@ TEST(GpuLocks, OverlappingSharedHoldersDoNotStarveAnExclusiveOne) {
   a.join();
   b.join();
   EXPECT_LT(waited, 5.0);
+}
+
+// A process that waits for a GPU's lock is named so (GpuWaitName) while it waits, where its
+// ancestors (the agent's Bash, over a verify.sh's judge) can see it; the name it had comes back.
+TEST(GpuLocks, AProcessWaitingForALockIsNamedForItsAncestors) {
+  const std::string before = read_proc_stat("self").comm;
+  {
+    const GpuWaitName waiting;
+    EXPECT_EQ(read_proc_stat("self").comm, kGpuWaitName);
+  }
+  EXPECT_EQ(read_proc_stat("self").comm, before);
+  EXPECT_FALSE(waits_for_gpu_lock(::getpid()));
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::setpgid(0, 0);      // killed as one group below
+    if (::fork() == 0) {  // a grandchild waits
+      const GpuWaitName waiting;
+      (void)!::write(ready[1], "r", 1);
+      ::pause();
+    }
+    ::pause();
+  }
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  EXPECT_TRUE(waits_for_gpu_lock(::getpid()));
+  EXPECT_TRUE(waits_for_gpu_lock(child));
+  EXPECT_FALSE(waits_for_gpu_lock(1 << 22)) << "no such process";
+  ::kill(-child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+// The judge names itself so while it waits: an evaluation (baselines, which start no candidate)
+// whose GPU quiet lock this test holds shows a waiting descendant until the lock is let go.
+TEST(GpuLocks, AJudgeWaitingForTheGpusLockIsNamedSo) {
+  TempDir dir("gpu-locks-");
+  ScopedTmpdir tmpdir(dir.path() / "tmp");
+  setenv("CUDA_AGENT_BIN", CUDA_AGENT_BINARY, 1);
+  write_file_atomic(dir.path() / "task" / "model.py",
+                    "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x\n\n"
+                    "def get_inputs():\n    return [torch.ones(2)]\n\ndef get_init_inputs():\n    return []\n");
+  EvalRequest req;
+  req.task_path = (dir.path() / "task" / "model.py").string();
+  req.mode = EvalMode::kBaselines;
+  req.device = "cuda";
+  req.gpu = 6;
+  req.gpu_lock = true;
+  req.options.quiet_start = true;
+  req.options.cache_dir = (dir.path() / "cache").string();
+  std::optional<GpuLock> held(std::in_place, 6, "quiet", /*exclusive=*/true);
+  auto evaluation = std::async(std::launch::async, [&] { return evaluate(req); });
+  bool named = false;
+  for (int i = 0; i < 600 && !named; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    named = waits_for_gpu_lock(::getpid());
+  }
+  EXPECT_TRUE(named) << "no judge named " << kGpuWaitName << " within 30 s";
+  held.reset();
+  const EvalResult result = evaluation.get();  // without a GPU it ends there, as an infrastructure error
+  EXPECT_FALSE(waits_for_gpu_lock(::getpid()));
+  EXPECT_GT(result.phase_seconds.count("python_start"), 0u) << result.to_json().dump(2);
 }
 
 TEST(ConfineOptions, ConfineIsValidatedAndRoundTrips) {

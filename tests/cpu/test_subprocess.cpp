@@ -377,6 +377,42 @@ TEST(Subprocess, DeferredTimeoutCountsFromTheHandOver) {
   EXPECT_LT(handed.wall_s, 2.0) << "the wall time counts from the hand-over";
 }
 
+// What the caller says the child spends waiting on others (clock_paused: a GPU's lock that other
+// processes hold) does not count against the timeout, up to max_paused_s: always waiting, a 3 s
+// child under a 1.5 s timeout finishes; with at most 1 s granted it is stopped at about 2.5 s and
+// says so; never waiting, at 1.5 s. The question names the child.
+TEST(Subprocess, TheClockPausesWhileTheChildWaitsOnOthersUpToTheBound) {
+  TempDir dir("subprocess-pause-");
+  SubprocessOptions options;
+  options.timeout_s = 1.5;
+  options.max_paused_s = 30;
+  std::atomic<pid_t> asked{0};
+  options.clock_paused = [&](pid_t child) {
+    asked = child;
+    return true;
+  };
+  const fs::path pid_file = dir.path() / "pid";
+  const SubprocessResult waited = run_sh("echo $$ > " + pid_file.string() + "; sleep 3", options);
+  EXPECT_TRUE(waited.ok()) << waited.describe();
+  EXPECT_GE(waited.paused_s, 1.5);
+  EXPECT_LE(waited.paused_s, waited.wall_s);
+  EXPECT_EQ(asked.load(), read_pid(pid_file));
+
+  options.max_paused_s = 1;
+  const SubprocessResult bounded = run_sh("sleep 10", options);
+  EXPECT_TRUE(bounded.timed_out) << bounded.describe();
+  EXPECT_DOUBLE_EQ(bounded.paused_s, 1.0);
+  EXPECT_GE(bounded.wall_s, 2.4);
+  EXPECT_LT(bounded.wall_s, 5.0);
+  EXPECT_EQ(bounded.describe(), "timed out after 1.5 s (not counting 1.0 s of waiting)");
+
+  options.clock_paused = [](pid_t) { return false; };
+  const SubprocessResult never = run_sh("sleep 10", options);
+  EXPECT_TRUE(never.timed_out) << never.describe();
+  EXPECT_EQ(never.paused_s, 0.0);
+  EXPECT_LT(never.wall_s, 2.4);
+}
+
 TEST(Subprocess, DescribeFormats) {
   SubprocessResult result;
   result.memory_exceeded = true;

@@ -36,6 +36,12 @@ struct ToolOptions {
   // with default_timeout_s <= max_timeout_s.
   double default_timeout_s = 120;
   double max_timeout_s = 600;
+  // What a Bash command's processes may wait for a GPU's lock, in all, without it counting against
+  // the command's timeout (a `verify.sh` queued behind other episodes' evaluations: the judge
+  // moves its own deadline by the same wait, bounded by sandbox.gpu_wait_s, which episodes give
+  // here). A process that waits so is named sandbox::kGpuWaitName; any command could name one so,
+  // which gains it at most this much time. 0: every second counts.
+  double gpu_wait_s = 0;
   // Bash's confinement (the file system read-only except the workspace, the evaluation cache and
   // a private /tmp; locked task files read-only even for root; no network): "bwrap" under
   // bubblewrap, "namespaces" through `cuda-agent confined-exec` (the binary's own namespaces),

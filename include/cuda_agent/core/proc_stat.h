@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -41,5 +42,10 @@ bool descends_from(pid_t pid, pid_t ancestor);
 // left out), from one walk of /proc. Pages two processes share (a fork's, a library's) count in
 // each. Never throws.
 unsigned long long descendants_rss_bytes(pid_t ancestor);
+
+// Whether a live process that descends from `ancestor` (itself left out) has the command name
+// `comm` (/proc/<pid>/stat's, as prctl(PR_SET_NAME) sets it for a process's main thread), from one
+// walk of /proc. Never throws.
+bool descendant_named(pid_t ancestor, std::string_view comm);
 
 }  // namespace cuda_agent

@@ -65,6 +65,12 @@ struct SubprocessOptions {
   // child its work) the wall clock starts, with that value as timeout_s (0: none). The memory
   // limit applies from the start. nullptr: timeout_s from the start.
   const std::atomic<double>* deferred_timeout_s = nullptr;
+  // When set, asked about every second with the child's pid while its clock runs: while it says
+  // true, the child waits on something that is not its own doing (a GPU's lock that other
+  // processes hold, say), and that time does not count against timeout_s, up to max_paused_s in
+  // all (past it the clock runs again). Each true answer counts the time since the last question.
+  std::function<bool(pid_t child)> clock_paused;
+  double max_paused_s = 0;
 };
 
 struct SubprocessResult {
@@ -75,6 +81,7 @@ struct SubprocessResult {
   bool disk_exceeded = false;    // we stopped it: the watched folders grew past max_watched_bytes
   bool cancelled = false;        // we stopped it: the caller set *options.cancel
   double wall_s = 0;           // from start to the child's exit
+  double paused_s = 0;         // of wall_s, what did not count against timeout_s (clock_paused)
   // Peak observed sum of RSS over the process group (sampled about every 100 ms; pages
   // shared between processes count once per process), raised to the child's own peak as the
   // kernel reports it at exit when that is larger.
@@ -87,8 +94,8 @@ struct SubprocessResult {
   // True when the child exited with code 0 and was not stopped (timeout, memory, disk, cancel).
   bool ok() const;
   // Human text: "exited with code 3", "killed by signal 11 (Segmentation fault)",
-  // "timed out after 5.0 s", "exceeded memory limit 1.0 GiB (peak 1.3 GiB)", "wrote more than 8.0 GiB
-  // into its folders", "stopped by the caller".
+  // "timed out after 5.0 s" (with " (not counting 3.0 s of waiting)" when the clock paused), "exceeded memory limit 1.0
+  // GiB (peak 1.3 GiB)", "wrote more than 8.0 GiB into its folders", "stopped by the caller".
   std::string describe() const;
 };
 

@@ -17,6 +17,8 @@
 // shared memory, its reports over the channel.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -75,6 +77,26 @@ class GpuLock {
   int fd_ = -1;
   bool timed_out_ = false;
 };
+
+// While one lives, this process is named kGpuWaitName (its main thread's name, prctl PR_SET_NAME;
+// call it on the main thread): it waits for a GPU's lock that other processes hold. The agent's
+// Bash does not count such waits of a command's processes against the command's timeout
+// (waits_for_gpu_lock). Restores the name it found.
+class GpuWaitName {
+ public:
+  GpuWaitName();
+  ~GpuWaitName();
+  GpuWaitName(const GpuWaitName&) = delete;
+  GpuWaitName& operator=(const GpuWaitName&) = delete;
+
+ private:
+  char previous_[16] = {};
+};
+inline constexpr const char* kGpuWaitName = "ca-gpu-wait";
+
+// Whether a process that descends from `ancestor` waits for a GPU's lock now (it is named
+// kGpuWaitName). Any process can take that name: what believes it must bound what it grants.
+bool waits_for_gpu_lock(pid_t ancestor);
 
 // The confinement of a candidate process that may write `writable` (its own cache folders) and
 // must not see `hidden`, but for `shown` inside them (read-only: its solution's folder inside a

@@ -147,8 +147,9 @@ std::vector<std::string> stages_of(const std::vector<json>& records) {
 
 // A metrics record without its wall times (they differ between any two runs).
 json without_timings(json r) {
-  for (const char* key : {"episode_seconds", "update_seconds", "step_seconds", "tokens_per_second", "generation_seconds",
-                          "tool_seconds", "scoring_seconds", "generation_tokens_per_s", "training_tokens_per_s"})
+  for (const char* key :
+       {"episode_seconds", "update_seconds", "step_seconds", "tokens_per_second", "generation_seconds", "tool_seconds",
+        "tool_gpu_wait_seconds", "scoring_seconds", "generation_tokens_per_s", "training_tokens_per_s"})
     r.erase(key);
   return r;
 }
