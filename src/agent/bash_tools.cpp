@@ -119,6 +119,7 @@ class BashTool final : public BuiltinTool {
     run.stderr_path = run.stdout_path;
     run.timeout_s = timeout_s;
     run.kill_grace_s = 1.0;
+    run.sample_rss = false;  // confined-exec bounds the command's memory (ToolOptions::max_memory_bytes)
     if (options.gpu_wait_s > 0) {
       run.clock_paused = [](pid_t child) { return sandbox::waits_for_gpu_lock(child); };
       run.max_paused_s = options.gpu_wait_s;

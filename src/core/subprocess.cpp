@@ -343,6 +343,7 @@ void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_poin
   Clock::time_point term_sent;
   const Seconds grace(options.kill_grace_s);
   auto next_sample = start;
+  const bool sample_rss = options.sample_rss || options.max_rss_bytes > 0;
   // The watched folders' bound: what they held at the start plus what they may gain.
   const bool watch_disk = options.max_watched_bytes > 0 && !options.watched_paths.empty();
   const uint64_t disk_bound = watch_disk ? disk_usage(options.watched_paths) + options.max_watched_bytes : 0;
@@ -369,7 +370,7 @@ void monitor_child(pid_t pid, const SubprocessOptions& options, Clock::time_poin
         result.timeout_s = deferred;
       }
     }
-    if (now >= next_sample) {
+    if (sample_rss && now >= next_sample) {
       const GroupSample sample = sample_group(pid);
       result.peak_rss_bytes = std::max(result.peak_rss_bytes, sample.rss_bytes);
       next_sample = now + kRssInterval;

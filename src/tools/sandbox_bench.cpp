@@ -9,15 +9,31 @@
 //                             CUDA-event measurement of the same eager models in this process: a
 //                             1 GiB copy (against the copy engine's bandwidth), an empty forward,
 //                             small adds
+//   ca-sandbox-bench watch [N] [P]
+//                             the CPU a process spends watching N commands at once (the agent's
+//                             Bash with N episodes in tools), each `sleep 4`, beside P idle
+//                             processes (a busy host's /proc): group memory sampled as before,
+//                             not sampled (sample_rss off), and not sampled with the GPU-lock-wait
+//                             check (clock_paused). Defaults 32 and 400. Needs no GPU.
 //
-// Prints one JSON object. Needs a GPU.
+// Prints one JSON object. launch and timer need a GPU.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <pybind11/embed.h>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/sandbox/cuda_device.h"
 #include "cuda_agent/sandbox/cuda_libs.h"
 #include "cuda_agent/sandbox/cupti_kernel_recorder.h"
@@ -25,6 +41,7 @@
 #include "cuda_agent/sandbox/python_module.h"
 #include "cuda_agent/sandbox/python_runtime.h"
 #include "cuda_agent/sandbox/timer.h"
+#include "cuda_agent/sandbox/worker_confinement.h"
 
 namespace py = pybind11;
 using namespace cuda_agent;
@@ -179,12 +196,69 @@ nlohmann::json timer_benchmark() {
   return out;
 }
 
+double process_cpu_seconds() {
+  struct rusage u {};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+}
+
+// `commands` children (`sleep 4`) watched at once by run_subprocess, each from a thread of its own
+// as the agent's Bash calls are, set up by `set`: this process's CPU seconds per wall second.
+template <typename Set>
+nlohmann::json watch_case(int commands, Set&& set) {
+  const double cpu0 = process_cpu_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int i = 0; i < commands; ++i)
+    threads.emplace_back([&] {
+      SubprocessOptions o;
+      o.argv = {"sleep", "4"};
+      o.timeout_s = 60;
+      set(o);
+      (void)run_subprocess(o);
+    });
+  for (std::thread& t : threads) t.join();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = process_cpu_seconds() - cpu0;
+  return {{"wall_s", wall}, {"cpu_s", cpu}, {"cores_busy", cpu / wall}};
+}
+
+nlohmann::json watch_benchmark(int commands, int idle) {
+  std::vector<pid_t> sleepers;  // a busy host's processes, which every walk of /proc reads
+  for (int i = 0; i < idle; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::execlp("sleep", "sleep", "600", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    if (pid > 0) sleepers.push_back(pid);
+  }
+  nlohmann::json out = {{"commands", commands}, {"idle_processes", sleepers.size()}};
+  out["rss_sampled"] = watch_case(commands, [](SubprocessOptions&) {});
+  out["rss_not_sampled"] = watch_case(commands, [](SubprocessOptions& o) { o.sample_rss = false; });
+  out["not_sampled_with_gpu_wait_check"] = watch_case(commands, [](SubprocessOptions& o) {
+    o.sample_rss = false;
+    o.clock_paused = [](pid_t child) { return sandbox::waits_for_gpu_lock(child); };
+    o.max_paused_s = 1800;
+  });
+  for (const pid_t pid : sleepers) ::kill(pid, SIGKILL);
+  for (const pid_t pid : sleepers) ::waitpid(pid, nullptr, 0);
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const std::string what = argc == 2 ? argv[1] : "";
-  if (what != "launch" && what != "timer") {
-    std::cerr << "usage: ca-sandbox-bench launch|timer (src/tools/sandbox_bench.cpp says what each measures)\n";
+  const std::string what = argc >= 2 ? argv[1] : "";
+  if (what == "watch") {
+    const int commands = argc >= 3 ? std::atoi(argv[2]) : 32, idle = argc >= 4 ? std::atoi(argv[3]) : 400;
+    std::cout << watch_benchmark(std::max(1, commands), std::max(0, idle)).dump(2) << "\n";
+    return 0;
+  }
+  if (argc != 2 || (what != "launch" && what != "timer")) {
+    std::cerr << "usage: ca-sandbox-bench launch|timer|watch [N] [P] (src/tools/sandbox_bench.cpp says what each "
+                 "measures)\n";
     return 2;
   }
   try {

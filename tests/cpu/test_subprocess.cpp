@@ -141,6 +141,7 @@ TEST(Subprocess, MemoryLimitKillsTheGroup) {
                   "x = bytearray(600*1024*1024); import time; time.sleep(10)"};
   options.max_rss_bytes = 200LL * 1024 * 1024;
   options.timeout_s = 30;
+  options.sample_rss = false;  // a limit is watched whatever the caller asks
   SubprocessResult result = run_subprocess(options);
   EXPECT_TRUE(result.memory_exceeded) << result.describe();
   EXPECT_FALSE(result.timed_out);
@@ -176,6 +177,10 @@ TEST(Subprocess, DiskLimitStopsTheGroup) {
 TEST(Subprocess, PeakRssIsReported) {
   SubprocessResult result = run_sh("exit 0");
   EXPECT_GT(result.peak_rss_bytes, 0);
+  // Unsampled, the group's sum is not known: the child's own peak (the kernel's, at its exit).
+  SubprocessOptions unsampled;
+  unsampled.sample_rss = false;
+  EXPECT_GT(run_sh("exit 0", unsampled).peak_rss_bytes, 0);
 }
 
 TEST(Subprocess, CapturesStdoutAndStderrSeparately) {

@@ -44,6 +44,11 @@ struct SubprocessOptions {
   // Limit on the summed resident memory of every process in the child's group; 0 = none.
   // Checked about every 100 ms, so a fast allocation may overshoot before it is caught.
   int64_t max_rss_bytes = 0;
+  // Whether the group's memory is sampled (every 100 ms, a walk of /proc) for result.peak_rss_bytes
+  // when there is no max_rss_bytes to enforce. A caller that reads neither (the agent's Bash, whose
+  // confinement watches the command's memory itself) saves the walks: dozens of commands at once
+  // each made ten a second. Without sampling, peak_rss_bytes is the child's own peak.
+  bool sample_rss = true;
   // Folders whose files (their allocated blocks, disk_usage()) may grow by at most
   // max_watched_bytes together from what they held when the child started: past it the group
   // is stopped (result.disk_exceeded). Checked about every 500 ms. 0 or none: no limit.
