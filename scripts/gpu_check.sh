@@ -236,16 +236,18 @@ detached() {
   else echo "$name: still running; call 'scripts/gpu_check.sh $name' again at once to go on watching it"; fi
 }
 if [ "$what" = learning ]; then
-  # Issue 18's learning quickstart: configs/learning.yaml (models/ must hold the SmolLM2 GGUF, as
-  # for train), detached (above). Its weights stay on the machine (the archive leaves
-  # *.safetensors out), so that `learning-report` in a next call can evaluate the checkpoint.
-  # LEARNING_SET (say --resume) is passed to train when a run starts; TRAIN_TIMEOUT bounds the
-  # run's own wall time.
+  # Issue 18's learning quickstart as scripts/run.sh runs it: configs/learning.yaml (models/ must
+  # hold the SmolLM2 GGUF, as for train) with its report's evaluations of the base model beside the
+  # training, then the final checkpoint's and the report (scripts/learning_run.sh), detached
+  # (above). Its weights stay on the machine (the archive leaves *.safetensors out), so that
+  # `learning-report` in a next call can evaluate the checkpoint again. LEARNING_SET (say
+  # --resume) is passed to train when a run starts; REPORT_BESIDE=0 evaluates the base model after
+  # the run; TRAIN_TIMEOUT bounds the whole (run and report).
   [ -n "${LEARNING_SET:-}" ] && RESTART=1
-  copy_files="learning-metrics.jsonl $out/learning/metrics.jsonl"
-  detached learning "${TRAIN_TIMEOUT:-7200}" "$build/cuda-agent" train --config configs/learning.yaml \
-    --set run.output_dir="$out/learning" ${LEARNING_SET:-}
-  grep -E "^\[train\] (step|baselines)|^learning " "$out/learning.log" | tail -14
+  copy_files="learning-metrics.jsonl $out/learning/metrics.jsonl learning-report.md $out/learning/report/report.md"
+  detached learning "${TRAIN_TIMEOUT:-7200}" env CUDA_AGENT_BUILD="$build" scripts/learning_run.sh "$out/learning" \
+    ${LEARNING_SET:-}
+  grep -E "^\[train\] (step|baselines)|^\[learning\]|^learning " "$out/learning.log" | tail -16
 fi
 if [ "$what" = ablate ]; then
   # Issue 18's ablations at toy scale: `cuda-agent ablate` over configs/learning.yaml and each of

@@ -14,11 +14,17 @@
 # 1: the four evaluations overlap, base and final on the training tasks beside the base model on
 # the held-out ones, which times their baselines, then the final checkpoint on those; 0: one after
 # another, 4 episodes at once each). The GPU's lock orders every evaluation either way; overlapping
-# them keeps it busy while models load and episodes generate.
+# them keeps it busy while models load and episodes generate. REPORT_MODELS (default all): base
+# runs the base model's two evaluations alone and writes no report (scripts/learning_run.sh starts
+# it beside the training; with TRAIN_PID, the training's process, the training tasks' evaluation
+# waits for the run's first step, which times their baselines, or for that process's end); final
+# runs the final checkpoint's two (and a base one that did not finish), then the report.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 [ $# -ge 1 ] || { sed -n '2,12p' "$0" >&2; exit 2; }
+models=${REPORT_MODELS:-all}
+case "$models" in all | base | final) ;; *) echo "learning_report: REPORT_MODELS is '$models': give all, base or final" >&2; exit 2 ;; esac
 run=$1
 train=${2:-data/learning/train}
 heldout=${3:-data/learning/heldout}
@@ -32,16 +38,36 @@ actor=$(key actor); temperature=$(key temperature); max_new=$(key max_new_tokens
 sampling="temperature=$temperature&max_new_tokens=$max_new"
 out=$run/report
 mkdir -p "$out"
-# evaluate MODEL SPLIT: the base model or the final checkpoint on the training or held-out tasks.
+# evaluate MODEL SPLIT: the base model or the final checkpoint on the training or held-out tasks;
+# MODEL-SPLIT.done marks one that ran to its end.
 evaluate() {
   local folder=$train model
   [ "$2" = heldout ] && folder=$heldout
   if [ "$1" = base ]; then model=(--policy "local:$actor?$sampling&device=cuda"); else model=(--checkpoint "$run?$sampling"); fi
+  rm -f "$out/$1-$2.done"
   "$bin" eval --split "$folder" "${model[@]}" --max-turns "$max_turns" --episodes-per-gpu "$at_once" \
     --output "$out/$1-$2" > "$out/$1-$2.log" 2>&1 || true
+  touch "$out/$1-$2.done"
 }
 start=$SECONDS
-if [ "${REPORT_AT_ONCE:-1}" = 1 ]; then
+if [ "$models" = base ]; then
+  at_once=${EPISODES_AT_ONCE:-3}
+  evaluate base heldout &
+  h=$!
+  while [ -n "${TRAIN_PID:-}" ] && kill -0 "$TRAIN_PID" 2>/dev/null && [ ! -s "$run/metrics.jsonl" ]; do sleep 2; done
+  evaluate base train
+  wait $h
+  echo "learning_report: the base model's evaluations took $((SECONDS - start)) s" >&2
+  exit 0
+elif [ "$models" = final ]; then
+  at_once=${EPISODES_AT_ONCE:-3}
+  # The held-out tasks' baselines are cached by the base model's evaluation of them.
+  evaluate final train &
+  a=$!
+  evaluate final heldout
+  wait $a
+  for split in train heldout; do [ -f "$out/base-$split.done" ] || evaluate base $split; done
+elif [ "${REPORT_AT_ONCE:-1}" = 1 ]; then
   at_once=${EPISODES_AT_ONCE:-3}
   # The training tasks' baselines are in the scoring cache from the run; the held-out ones' are
   # timed by the first evaluation of them, which the second then finds cached.
@@ -54,7 +80,7 @@ else
   at_once=${EPISODES_AT_ONCE:-4}
   for split in train heldout; do evaluate base $split; evaluate final $split; done
 fi
-echo "learning_report: the four evaluations took $((SECONDS - start)) s" >&2
+echo "learning_report: the evaluations ($models) took $((SECONDS - start)) s" >&2
 {
   echo "# Learning report: $run"
   echo

@@ -2,8 +2,9 @@
 # The main job: install what is missing, build, and run the learning quickstart
 # (configs/learning.yaml): SmolLM2-135M-Instruct (fetched by setup.sh) warms up on the reference
 # solutions of ten data/core tasks played as agent episodes, then RFT on its own samples, value
-# pretraining and agentic PPO, on this machine's GPU; then the report (scripts/learning_report.sh):
-# the base model against the final checkpoint on the ten training tasks and four held-out ones.
+# pretraining and agentic PPO, on this machine's GPU; and the report (scripts/learning_run.sh,
+# scripts/learning_report.sh): the base model against the final checkpoint on the ten training
+# tasks and four held-out ones, the base model's evaluations beside the training.
 # It writes runs/learning-<time>/: metrics.jsonl, plots/, rollouts/, checkpoints/, report/report.md.
 #
 #   scripts/run.sh                 # extra arguments go to `cuda-agent train` (they come last and win,
@@ -60,13 +61,14 @@ if [ -z "$run_dir" ]; then
   run_dir="runs/$(basename "$config" .yaml)-$(date +%Y%m%d-%H%M%S)"
   args=(--set "run.output_dir=$run_dir" "${args[@]}")
 fi
-"$build_dir/cuda-agent" train --config "$config" "${args[@]}"
 if [ "$on_cpu" = 1 ] || [ "$config" != configs/learning.yaml ]; then
+  "$build_dir/cuda-agent" train --config "$config" "${args[@]}"
   say "done: $run_dir (no report: it scores on the GPU, for configs/learning.yaml)"
   exit 0
 fi
-say "the report: the base model against $run_dir's final checkpoint (scripts/learning_report.sh)"
-CUDA_AGENT_BUILD=$build_dir scripts/learning_report.sh "$run_dir" >/dev/null
+# The run, with the report's evaluations of the base model beside it, then the final checkpoint's
+# and the report (scripts/learning_run.sh, scripts/learning_report.sh).
+CUDA_AGENT_BUILD=$build_dir scripts/learning_run.sh "$run_dir" "${args[@]}"
 python3 scripts/learning_summary.py "$run_dir/report" >&2 || true
 say "done: $run_dir/report/report.md (the run step by step, each task, and how close the final solutions are to"
 say "the demonstrations)"

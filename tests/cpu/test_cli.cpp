@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -303,6 +304,70 @@ TEST_F(Cli, LearningStepsTableMarksTheTeacherAndACollapse) {
   EXPECT_NE(output.find("metrics.jsonl:2 is not JSON"), std::string::npos) << output;
   EXPECT_NE(output.find("1.50 at its first step, 0.50 at its last (below the first: collapse)"), std::string::npos)
       << output;
+}
+
+// The learning run and its report overlapped (scripts/learning_run.sh, issue 18), with a stand-in
+// binary that logs what it is asked to do: training with --shared-gpu; the base model's held-out
+// evaluation while it trains, its training-task evaluation once the run's first step is in
+// metrics.jsonl; the final checkpoint's two after the run; then the report. A failed training
+// stops the base model's evaluations and gives no report.
+TEST_F(Cli, TheLearningRunEvaluatesTheBaseModelBesideTheTraining) {
+  const fs::path bin = work_.path() / "stub";
+  const fs::path events = work_.path() / "events.log";
+  write_file_atomic(bin / "cuda-agent", R"SH(#!/usr/bin/env bash
+log() { echo "$(date +%s.%N) $*" >> "$STUB_EVENTS"; }
+verb=$1; shift
+out=""; prev=""; shared=0
+for a in "$@"; do
+  case "$prev" in --set) case "$a" in run.output_dir=*) out=${a#run.output_dir=} ;; esac ;; --output) out=$a ;; esac
+  [ "$a" = --shared-gpu ] && shared=1
+  prev=$a
+done
+case "$verb" in
+  train)
+    mkdir -p "$out"
+    printf 'model:\n  actor: "m.gguf"\nrollout:\n  temperature: 0.5\n  max_new_tokens: 64\n  max_turns: 3\n' > "$out/config.resolved.yaml"
+    log "train start shared=$shared"
+    sleep 1.5; echo '{"step": 1}' > "$out/metrics.jsonl"; log "train step1"
+    sleep 5; log "train end"
+    [ -n "${STUB_TRAIN_FAILS:-}" ] && exit 3
+    exit 0 ;;
+  eval)
+    log "eval start $(basename "$out")"; sleep 1; mkdir -p "$out"; log "eval end $(basename "$out")" ;;
+  bench) echo "compared" ;;
+esac
+)SH");
+  fs::permissions(bin / "cuda-agent", fs::perms::owner_all);
+  const fs::path run = work_.path() / "run";
+  const std::string env = "cd " + quote(kSourceDir.string()) + " && STUB_EVENTS=" + quote(events.string()) +
+                          " CUDA_AGENT_BUILD=" + quote(bin.string()) + " ";
+  const auto [rc, output] = shell(env + "scripts/learning_run.sh " + quote(run.string()) + " --set x=1 2>&1");
+  ASSERT_EQ(rc, 0) << output;
+  std::map<std::string, double> at;
+  std::istringstream lines(read_file(events));
+  for (std::string line; std::getline(lines, line);) {
+    const size_t space = line.find(' ');
+    at[line.substr(space + 1)] = std::stod(line.substr(0, space));
+  }
+  ASSERT_TRUE(at.count("train start shared=1")) << read_file(events);
+  for (const char* e :
+       {"eval start base-heldout", "eval start base-train", "eval start final-train", "eval start final-heldout"})
+    ASSERT_TRUE(at.count(e)) << e << "\n" << read_file(events);
+  EXPECT_LT(at["eval start base-heldout"], at["train step1"]) << "the held-out evaluation waits for nothing";
+  EXPECT_GE(at["eval start base-train"], at["train step1"]) << "before the run's first step timed the baselines";
+  EXPECT_LT(at["eval start base-train"], at["train end"]);
+  EXPECT_GE(at["eval start final-train"], at["train end"]);
+  EXPECT_LT(at["eval start final-heldout"], at["eval end final-train"]) << "the final evaluations overlap";
+  EXPECT_TRUE(fs::exists(run / "report" / "report.md")) << output;
+  EXPECT_NE(read_file(run / "report" / "report.md").find("compared"), std::string::npos);
+
+  fs::remove(events);
+  const fs::path failed = work_.path() / "failed";
+  const auto [failed_rc, failed_output] =
+      shell(env + "STUB_TRAIN_FAILS=1 scripts/learning_run.sh " + quote(failed.string()) + " 2>&1");
+  EXPECT_EQ(failed_rc, 3) << failed_output;
+  EXPECT_FALSE(fs::exists(failed / "report" / "report.md"));
+  EXPECT_EQ(read_file(events).find("eval start final"), std::string::npos) << read_file(events);
 }
 
 // The report's headline (scripts/learning_summary.py): each model on each split from its eval
