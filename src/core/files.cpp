@@ -11,9 +11,12 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <system_error>
@@ -213,30 +216,102 @@ std::string file_sha256(const std::filesystem::path& path) noexcept {
   }
 }
 
-int lock_file(const std::filesystem::path& path, bool exclusive, double max_wait_s) {
+namespace {
+
+// A blocked flock in a thread of its own (lock_file), and who owns the descriptor: the waiting
+// call while it waits, the thread once the call has given up (it closes the descriptor, which
+// lets the lock go, as soon as the flock returns).
+struct LockWait {
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  int fd = -1;
+  bool done = false, abandoned = false;
+  int error = 0;
+};
+
+}  // namespace
+
+int lock_file(const std::filesystem::path& path, bool exclusive, double max_wait_s,
+              const std::function<void()>& check) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   // An existing file seen read-only (the agent's confined shell sees the GPU's lock files so, so
   // that it cannot write in them): flock needs no more than a read-only descriptor.
   if (fd < 0 && (errno == EROFS || errno == EACCES || errno == EPERM)) fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   CA_CHECK(fd >= 0, "cannot open the lock file {}: {}", path.string(), std::generic_category().message(errno));
   const int how = exclusive ? LOCK_EX : LOCK_SH;
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                              std::chrono::duration<double>(std::max(max_wait_s, 0.0)));
-  while (::flock(fd, max_wait_s < 0 ? how : how | LOCK_NB) != 0) {
-    const int err = errno;
-    if (err == EINTR) continue;
-    if (err == EWOULDBLOCK && max_wait_s >= 0) {
-      if (std::chrono::steady_clock::now() >= give_up) {
-        ::close(fd);
-        return -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      continue;
-    }
+  auto fail = [&](int err) {
     ::close(fd);
     CA_FAIL("cannot lock {}: {}", path.string(), std::generic_category().message(err));
+  };
+  int rc;
+  while ((rc = ::flock(fd, how | LOCK_NB)) != 0 && errno == EINTR) continue;
+  if (rc == 0) return fd;
+  if (errno != EWOULDBLOCK) fail(errno);
+  if (max_wait_s == 0) {
+    ::close(fd);
+    return -1;
   }
-  return fd;
+  if (max_wait_s < 0 && !check) {
+    while ((rc = ::flock(fd, how)) != 0 && errno == EINTR) continue;
+    if (rc != 0) fail(errno);
+    return fd;
+  }
+  // Blocked in the kernel's queue, from a thread that this call can leave behind: a flock cannot
+  // be interrupted from another thread without a signal handler of the process's.
+  auto wait = std::make_shared<LockWait>();
+  wait->fd = fd;
+  std::thread([wait, how] {
+    int r;
+    while ((r = ::flock(wait->fd, how)) != 0 && errno == EINTR) continue;
+    const int err = r == 0 ? 0 : errno;
+    std::lock_guard<std::mutex> lock(wait->mutex);
+    if (wait->abandoned) {
+      ::close(wait->fd);
+      return;
+    }
+    wait->done = true;
+    wait->error = err;
+    wait->done_cv.notify_all();
+  }).detach();
+  using Clock = std::chrono::steady_clock;
+  const auto give_up = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(std::max(max_wait_s, 0.0)));
+  const auto give_up_or_abandon = [&](std::unique_lock<std::mutex>& lock) {
+    if (wait->done) {
+      ::close(fd);  // the lock came meanwhile: let it go here
+    } else {
+      wait->abandoned = true;
+    }
+    lock.unlock();
+  };
+  std::unique_lock<std::mutex> lock(wait->mutex);
+  for (;;) {
+    auto until = Clock::now() + std::chrono::seconds(1);
+    if (max_wait_s >= 0) until = std::min(until, give_up);
+    wait->done_cv.wait_until(lock, until, [&] { return wait->done; });
+    if (wait->done) {
+      if (wait->error != 0) {
+        lock.unlock();
+        fail(wait->error);
+      }
+      return fd;
+    }
+    if (max_wait_s >= 0 && Clock::now() >= give_up) {
+      give_up_or_abandon(lock);
+      return -1;
+    }
+    if (check) {
+      lock.unlock();
+      try {
+        check();
+      } catch (...) {
+        lock.lock();
+        give_up_or_abandon(lock);
+        throw;
+      }
+      lock.lock();
+    }
+  }
 }
 
 std::vector<pid_t> lock_holders(const std::filesystem::path& path) {

@@ -44,8 +44,6 @@ using Clock = std::chrono::steady_clock;
 
 // How long a judge started ahead of its job waits for the quiet lock before it starts Python.
 constexpr double kWorkerQuietWaitS = 10;
-// How often a judge waiting for a GPU lock looks at who holds it.
-constexpr double kLockCheckS = 1.0;
 
 // The most each of the candidate's private tmpfs (/tmp, /dev/shm) holds.
 constexpr uint64_t kCandidateTmpfsBytes = 4ULL << 30;
@@ -306,20 +304,18 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
   // wait. All waits together are bounded by sandbox.gpu_wait_s; past it the evaluation ends as
   // gpu_busy, which is nobody's score (the trainer masks it): holding a lock cannot fail another
   // episode's scoring.
-  // The wait goes in slices: between them the judge asks who holds the lock, and a holder among
-  // this process's descendants (the candidate and whatever it started) is the solution keeping
-  // its own judge waiting, to end as gpu_busy instead of being timed: tampering, at once. (A
-  // confined candidate cannot reach the lock files; this covers one that runs unconfined.)
+  // While it waits (about every second, lock_file's check), the judge asks who holds the lock: a
+  // holder among this process's descendants (the candidate and whatever it started) is the
+  // solution keeping its own judge waiting, to end as gpu_busy instead of being timed: tampering,
+  // at once. (A confined candidate cannot reach the lock files; this covers one that runs
+  // unconfined.) Waiters are served in the order they came (lock_file), so no evaluation waits
+  // behind later ones.
   double lock_wait_left = opt.gpu_wait_s;
   auto take_lock = [&](const char* which, bool exclusive) {
     if (!j.gpu || !req.gpu_lock) return GpuLock();
     const auto before = Clock::now();
     const GpuWaitName waiting;  // the agent's Bash does not count this wait against its command's timeout
-    GpuLock lock;
-    for (;;) {
-      const double left = lock_wait_left - std::chrono::duration<double>(Clock::now() - before).count();
-      lock = GpuLock(req.gpu, which, exclusive, std::clamp(left, 0.0, kLockCheckS));
-      if (!lock.timed_out()) break;
+    const auto check_holders = [&] {
       for (const char* file : {which, std::string_view(which) == "quiet" ? kQuietTurn : which}) {
         const std::string path = gpu_lock_path(req.gpu, file);
         for (const pid_t holder : lock_holders(path))
@@ -329,8 +325,8 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
                                       "waits for: a solution may not keep its evaluation from being timed",
                                       holder, file, path)};
       }
-      if (left <= kLockCheckS) break;  // that slice was the rest of gpu_wait_s
-    }
+    };
+    GpuLock lock(req.gpu, which, exclusive, lock_wait_left, check_holders);
     const auto waited = Clock::now() - before;
     j.deadline += waited;
     lock_wait_left = std::max(0.0, lock_wait_left - std::chrono::duration<double>(waited).count());

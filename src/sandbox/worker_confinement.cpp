@@ -49,7 +49,7 @@ std::vector<std::string> gpu_lock_files(int gpu) {
   return files;
 }
 
-GpuLock::GpuLock(int gpu, const char* which, bool exclusive, double max_wait_s) {
+GpuLock::GpuLock(int gpu, const char* which, bool exclusive, double max_wait_s, const std::function<void()>& check) {
   const auto start = std::chrono::steady_clock::now();
   // The quiet lock's turnstile: every taker passes it (exclusive, briefly), and an exclusive taker
   // holds it while it waits for the shared holders to go. A shared taker that comes meanwhile
@@ -60,7 +60,7 @@ GpuLock::GpuLock(int gpu, const char* which, bool exclusive, double max_wait_s) 
   int turn = -1;
   if (std::string_view(which) == "quiet") {
     try {
-      turn = lock_file(gpu_lock_path(gpu, kQuietTurn), /*exclusive=*/true, max_wait_s);
+      turn = lock_file(gpu_lock_path(gpu, kQuietTurn), /*exclusive=*/true, max_wait_s, check);
       if (turn < 0) {
         timed_out_ = true;
         return;
@@ -72,10 +72,14 @@ GpuLock::GpuLock(int gpu, const char* which, bool exclusive, double max_wait_s) 
   }
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   try {
-    fd_ = lock_file(gpu_lock_path(gpu, which), exclusive, max_wait_s < 0 ? -1.0 : std::max(0.0, max_wait_s - waited));
+    fd_ = lock_file(gpu_lock_path(gpu, which), exclusive, max_wait_s < 0 ? -1.0 : std::max(0.0, max_wait_s - waited),
+                    check);
     timed_out_ = fd_ < 0;
   } catch (const Error& e) {
     std::fprintf(stderr, "cuda-agent: %s; running without it\n", e.what());
+  } catch (...) {  // what `check` threw: the turnstile is let go with the wait
+    if (turn >= 0) ::close(turn);
+    throw;
   }
   if (turn >= 0) ::close(turn);
 }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -248,6 +249,67 @@ TEST(FileLock, ABoundedWaitGivesUpWhileAnotherHoldsIt) {
   release.join();
   EXPECT_GE(taken, 0);
   ::close(taken);
+}
+
+// Waiters are served in the order they came, bounded waits (a thread of their own) and unbounded
+// ones alike: the GPU's lock is an evaluation queue. Polled with LOCK_NB, as it was, the last to
+// come was served first nearly every time (0 of 20 rounds in order on this machine).
+TEST(FileLock, WaitersAreServedInTheOrderTheyCame) {
+  TempDir dir("ca-lock-");
+  const fs::path path = dir.path() / "gpu0.gpu.lock";
+  for (int round = 0; round < 3; ++round) {
+    const int held = lock_file(path, /*exclusive=*/true);
+    std::mutex mutex;
+    std::vector<int> order;
+    std::vector<std::thread> waiters;
+    for (int i = 0; i < 6; ++i) {
+      waiters.emplace_back([&, i] {
+        const int fd = lock_file(path, /*exclusive=*/true, i % 2 == 0 ? 20.0 : -1.0);
+        {
+          std::lock_guard<std::mutex> lock(mutex);
+          order.push_back(i);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        ::close(fd);
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    }
+    ::close(held);
+    for (std::thread& t : waiters) t.join();
+    EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4, 5})) << "round " << round;
+  }
+}
+
+// A wait's check runs about every second; what it throws ends the wait and comes out of
+// lock_file. The place it left in the queue lets the lock go at once when its turn comes: the
+// next waiter gets it, and then nobody holds it.
+TEST(FileLock, ACheckThatThrowsEndsTheWaitAndItsPlaceLetsTheLockGo) {
+  struct Stop {};
+  TempDir dir("ca-lock-");
+  const fs::path path = dir.path() / "gpu0.gpu.lock";
+  const int held = lock_file(path, /*exclusive=*/true);
+  int checks = 0;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(lock_file(path, /*exclusive=*/true, /*max_wait_s=*/30,
+                         [&] {
+                           if (++checks == 2) throw Stop{};
+                         }),
+               Stop);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(checks, 2);
+  EXPECT_GE(waited, 1.5);
+  EXPECT_LT(waited, 10.0);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ::close(held);
+  });
+  const int next = lock_file(path, /*exclusive=*/true, /*max_wait_s=*/10);
+  release.join();
+  ASSERT_GE(next, 0) << "the abandoned place kept the lock";
+  ::close(next);
+  const int other = ::open(path.c_str(), O_RDONLY);
+  EXPECT_EQ(::flock(other, LOCK_EX | LOCK_NB), 0) << "somebody still holds it";
+  ::close(other);
 }
 
 // Who holds a lock file, as a judge that gave up waiting asks: the holder by its pid, which

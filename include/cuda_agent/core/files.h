@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,11 +64,17 @@ class TempDir {
 std::filesystem::path default_cache_dir();
 
 // Blocks until this process holds a flock(2) on `path` (created 0666 if missing; opened read-only
-// where it exists but cannot be written): exclusive, or shared with other shared holders. Returns the descriptor that holds it: the lock lasts until
-// that descriptor is closed, which the kernel does at exit, so a crashed holder never leaves it
-// locked. With max_wait_s >= 0 it gives up after that long and returns -1 (polling every few
-// milliseconds). Throws Error naming the file when it cannot be opened or locked.
-int lock_file(const std::filesystem::path& path, bool exclusive, double max_wait_s = -1);
+// where it exists but cannot be written): exclusive, or shared with other shared holders. Returns
+// the descriptor that holds it: the lock lasts until that descriptor is closed, which the kernel
+// does at exit, so a crashed holder never leaves it locked. Waiters are served in the order they
+// came (the kernel queues a blocked flock behind the earlier waiter it conflicts with, Linux 5.0
+// and later); a wait that polled instead went nearly last-come-first-served. With max_wait_s >= 0
+// it gives up after that long and returns -1; `check`, when set, is called about every second of
+// the wait, and what it throws ends the wait and is thrown on. A bounded or checked wait blocks in
+// a thread of its own; one given up on keeps its place until the lock comes, then lets it go at
+// once. Throws Error naming the file when it cannot be opened or locked.
+int lock_file(const std::filesystem::path& path, bool exclusive, double max_wait_s = -1,
+              const std::function<void()>& check = {});
 
 // The processes that hold a lock (flock, POSIX or OFD) on `path`, as /proc/locks names them (in
 // this process's PID namespace; waiters left out): for saying who keeps a lock file that a wait

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,15 +48,16 @@ std::vector<std::string> gpu_lock_files(int gpu);
 
 // One of GPU `gpu`'s locks (EvalRequest::gpu_lock says what each orders), held from construction
 // until release() or destruction: exclusive, or shared with other shared holders. Blocks until it
-// is taken, or with max_wait_s >= 0 at most that long (then timed_out() is true and nothing is
-// held). The quiet lock goes through a turnstile (kQuietTurn): once an exclusive taker waits,
-// shared takers that come after it wait for it, so shared holders that overlap cannot keep it
-// waiting for ever. A lock that cannot be taken (another user's file, say) is skipped with a note on
-// stderr: the locks order this user's GPU work, they are not a security boundary.
+// is taken, first come first served, or with max_wait_s >= 0 at most that long (then timed_out()
+// is true and nothing is held); `check` is called about every second of a wait, and what it
+// throws ends the wait (lock_file). The quiet lock goes through a turnstile (kQuietTurn): once an exclusive taker
+// waits, shared takers that come after it wait for it, so shared holders that overlap cannot keep it waiting for ever.
+// A lock that cannot be taken (another user's file, say) is skipped with a note on stderr: the locks order this user's
+// GPU work, they are not a security boundary.
 class GpuLock {
  public:
   GpuLock() = default;
-  GpuLock(int gpu, const char* which, bool exclusive, double max_wait_s = -1);
+  GpuLock(int gpu, const char* which, bool exclusive, double max_wait_s = -1, const std::function<void()>& check = {});
   ~GpuLock() { release(); }
   GpuLock(GpuLock&& other) noexcept
       : fd_(std::exchange(other.fd_, -1)), timed_out_(std::exchange(other.timed_out_, false)) {}
