@@ -198,7 +198,7 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
 }
 
 PolicyReply QuietGpuPolicy::complete(const PolicyRequest& request) {
-  sandbox::GpuLock quiet(gpu_, "quiet", /*exclusive=*/false);
+  const sandbox::GpuLock quiet = sandbox::quiet_for_untimed_work(gpu_, max_wait_s_, "the policy's reply");
   return inner_.complete(request);
 }
 

@@ -99,7 +99,7 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
         if (beside_others) {
           episode.gpu_lock = true;
           own = make_policy(episode.policy);
-          quiet.emplace(*own, gpu);
+          quiet.emplace(*own, gpu, episode.sandbox.gpu_wait_s);
           episode.policy_instance = &*quiet;
         }
         EpisodeResult r = run_task_episode(episode);

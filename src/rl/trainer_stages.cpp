@@ -51,7 +51,8 @@ std::string rollout_dir_name(int64_t step) { return fmt::format("step-{:06d}", s
 // process's (TrainRunOptions::shared_gpu). An evaluation's timing takes that lock exclusive.
 sandbox::GpuLock learner_quiet_lock(const RunContext& ctx, bool beside_episodes = false) {
   if (ctx.options.device != "cuda" || !(beside_episodes || ctx.options.shared_gpu)) return sandbox::GpuLock();
-  return sandbox::GpuLock(ctx.gpu, "quiet", /*exclusive=*/false);
+  // Bounded as the episodes' evaluations wait (sandbox.gpu_wait_s).
+  return sandbox::quiet_for_untimed_work(ctx.gpu, sandbox::SandboxOptions{}.gpu_wait_s, "the learner's update");
 }
 
 // The critic's values of every sequence of `episodes`, in sequence_tokens() order: the value head
@@ -108,7 +109,7 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
             : std::make_unique<serve::LocalPolicy>(std::move(session), lp, agent::make_policy(run.teacher));
     serve::LocalPolicy& policy = *own;
     const bool on_gpu = ctx.options.device == "cuda";
-    agent::QuietGpuPolicy quiet_policy(policy, ctx.gpu);
+    agent::QuietGpuPolicy quiet_policy(policy, ctx.gpu, scoring_options(ctx, run.task_index).gpu_wait_s);
 
     agent::EpisodeSpec spec;
     spec.task = ctx.split.tasks[run.task_index].path;

@@ -15,8 +15,11 @@
 #include <string_view>
 #include <utility>
 
+#include <fmt/ranges.h>
+
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/core/log.h"
 #include "cuda_agent/core/proc_stat.h"
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/sandbox/python_runtime.h"
@@ -82,6 +85,19 @@ GpuLock::GpuLock(int gpu, const char* which, bool exclusive, double max_wait_s, 
     throw;
   }
   if (turn >= 0) ::close(turn);
+}
+
+GpuLock quiet_for_untimed_work(int gpu, double max_wait_s, const char* what) {
+  GpuLock lock(gpu, "quiet", /*exclusive=*/false, max_wait_s);
+  if (!lock.timed_out()) return lock;
+  std::vector<pid_t> holders;
+  for (const char* file : {"quiet", kQuietTurn})
+    for (const pid_t pid : lock_holders(gpu_lock_path(gpu, file))) holders.push_back(pid);
+  CA_LOG_WARN("sandbox",
+              "the GPU's quiet lock ({}) stayed held for {:g} s (by pid {}): {} goes on without it, beside whatever "
+              "times on the GPU; look for a command that holds the lock file",
+              gpu_lock_path(gpu, "quiet"), max_wait_s, fmt::join(holders, ", "), what);
+  return GpuLock();
 }
 
 GpuWaitName::GpuWaitName() {

@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pwd.h>
 #include <sched.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -32,6 +33,7 @@
 
 #include <gtest/gtest.h>
 
+#include "cuda_agent/agent/episode.h"
 #include "cuda_agent/core/confinement.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
@@ -1163,6 +1165,56 @@ TEST(GpuLocks, AJudgeWaitingForTheGpusLockIsNamedSo) {
   const EvalResult result = evaluation.get();  // without a GPU it ends there, as an infrastructure error
   EXPECT_FALSE(waits_for_gpu_lock(::getpid()));
   EXPECT_GT(result.phase_seconds.count("python_start"), 0u) << result.to_json().dump(2);
+}
+
+// A command of an agent's can hold the quiet lock exclusive (`flock -x` on a read-only descriptor,
+// in the background): the policy's replies and the learner's updates wait for it at most their
+// bound, then go on without it (before, every episode's generation, the holder's own included,
+// waited for good).
+TEST(GpuLocks, UntimedWorkWaitsBoundedlyForAQuietLockSomebodyKeeps) {
+  TempDir dir("gpu-locks-");
+  ScopedTmpdir tmpdir(dir.path() / "tmp");
+  const std::string quiet = gpu_lock_path(5, "quiet");
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    const int fd = ::open(quiet.c_str(), O_RDONLY | O_CREAT, 0644);
+    (void)!::flock(fd, LOCK_EX);
+    (void)!::write(ready[1], "h", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  struct Reply final : agent::Policy {
+    std::string name() const override { return "reply"; }
+    agent::PolicyReply complete(const agent::PolicyRequest&) override {
+      ++calls;
+      return agent::PolicyReply{};
+    }
+    int calls = 0;
+  } inner;
+  agent::QuietGpuPolicy policy(inner, 5, /*max_wait_s=*/1.0);
+  const auto start = std::chrono::steady_clock::now();
+  (void)policy.complete(agent::PolicyRequest{});
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(inner.calls, 1);
+  EXPECT_GE(waited, 0.9);
+  EXPECT_LT(waited, 10.0);
+  {
+    const GpuLock none = quiet_for_untimed_work(5, 0.2, "the test's work");
+    EXPECT_FALSE(none.timed_out());
+    EXPECT_EQ(lock_holders(quiet), std::vector<pid_t>{holder}) << "taken beside the holder";
+  }
+  ::kill(holder, SIGKILL);
+  ::waitpid(holder, nullptr, 0);
+  {
+    const GpuLock held = quiet_for_untimed_work(5, 0.2, "the test's work");
+    EXPECT_EQ(lock_holders(quiet), std::vector<pid_t>{::getpid()}) << "free again: taken";
+  }
+  ::close(ready[0]);
+  ::close(ready[1]);
 }
 
 TEST(ConfineOptions, ConfineIsValidatedAndRoundTrips) {

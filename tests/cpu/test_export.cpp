@@ -280,7 +280,7 @@ TEST(Export, TheRuntimeLaunchesThroughTheDriverWithTheKernelsArgumentBytes) {
                                  "    print('refused:', e)\n");
   const std::string cubin_bytes = std::to_string(
       json::parse(read_file(s.package / "manifest.json"))["programs"].begin().value()["cubin_bytes"].get<int>());
-  for (const std::string expected :
+  for (const std::string& expected :
        {"load " + cubin_bytes + "\nget add_vec4 from 42\n",
         std::string("launch 7 grid (3, 1, 1) block (256, 1, 1) shared 0 stream None args [4096, 8192, 12288, 12345]"),
         std::string("launch 7 grid (5, 2, 1) block (128, 2, 1) shared 64 stream None args [16, 32, 48, 1099511627776]"),

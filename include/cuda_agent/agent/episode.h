@@ -48,10 +48,12 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
 
 // Holds GPU `gpu`'s quiet lock shared around each reply of `inner`. Episodes that run beside each
 // other on one GPU (EpisodeSpec::gpu_lock) time their solutions under that lock held exclusive,
-// so no timed run shares the GPU with the policy's generation.
+// so no timed run shares the GPU with the policy's generation. A reply waits for the lock at most
+// max_wait_s (sandbox.gpu_wait_s, as an evaluation; < 0: without end), then generates without it
+// (sandbox::quiet_for_untimed_work).
 class QuietGpuPolicy final : public Policy {
  public:
-  QuietGpuPolicy(Policy& inner, int gpu) : inner_(inner), gpu_(gpu) {}
+  QuietGpuPolicy(Policy& inner, int gpu, double max_wait_s = -1) : inner_(inner), gpu_(gpu), max_wait_s_(max_wait_s) {}
   std::string name() const override { return inner_.name(); }
   PolicyReply complete(const PolicyRequest& request) override;
   int64_t context_tokens() const override { return inner_.context_tokens(); }
@@ -60,6 +62,7 @@ class QuietGpuPolicy final : public Policy {
  private:
   Policy& inner_;
   int gpu_;
+  double max_wait_s_;
 };
 
 // A readable rendering of one event for the streamed transcript.

@@ -80,6 +80,13 @@ class GpuLock {
   bool timed_out_ = false;
 };
 
+// GPU `gpu`'s quiet lock, shared, around GPU work that is not timed (the policy's generation, a
+// learner's update), waited for at most max_wait_s (< 0: without end). Past it the work goes on
+// without the lock and a warning names `what` and the lock's holders: a command of an agent's can
+// hold the lock file (a read-only descriptor is enough for flock), and every episode's generation,
+// its own included, would otherwise wait for good.
+GpuLock quiet_for_untimed_work(int gpu, double max_wait_s, const char* what);
+
 // While one lives, this process is named kGpuWaitName (its main thread's name, prctl PR_SET_NAME;
 // call it on the main thread): it waits for a GPU's lock that other processes hold. The agent's
 // Bash does not count such waits of a command's processes against the command's timeout
