@@ -334,24 +334,24 @@ TEST_F(AgentTools, BashTimeoutStopsTheCommand) {
 // says how long it waited, and a timeout past the bound says what was not counted.
 void expect_gpu_waits_do_not_count(std::unique_ptr<ToolRegistry>& registry, Workspace& workspace, ToolOptions options) {
   const json command = {{"command", std::string("cp \"$(command -v sleep)\" ./") + cuda_agent::sandbox::kGpuWaitName +
-                                        " && ./" + cuda_agent::sandbox::kGpuWaitName + " 4 && echo slept"},
-                        {"timeout", 1500}};
+                                        " && ./" + cuda_agent::sandbox::kGpuWaitName + " 6 && echo slept"},
+                        {"timeout", 3000}};  // room for the confinement's start, which counts
   options.gpu_wait_s = 30;
   registry = std::make_unique<ToolRegistry>(workspace, options, std::map<std::string, std::string>{});
   const ToolResult waited = registry->call("Bash", command);
   EXPECT_TRUE(waited.ok) << waited.output;
   EXPECT_NE(waited.output.find("slept"), std::string::npos) << waited.output;
-  EXPECT_GE(waited.data["gpu_wait_s"].get<double>(), 2.0) << waited.data.dump();
+  EXPECT_GE(waited.data["gpu_wait_s"].get<double>(), 3.0) << waited.data.dump();
   options.gpu_wait_s = 1;
   registry = std::make_unique<ToolRegistry>(workspace, options, std::map<std::string, std::string>{});
   const ToolResult bounded = registry->call("Bash", command);
   EXPECT_FALSE(bounded.ok) << bounded.output;
-  EXPECT_NE(bounded.output.find("timed out after 1.5 s (not counting 1 s of waiting for the GPU"), std::string::npos)
+  EXPECT_NE(bounded.output.find("timed out after 3 s (not counting 1 s of waiting for the GPU"), std::string::npos)
       << bounded.output;
   options.gpu_wait_s = 0;  // outside episodes that take the GPU's lock, every second counts
   registry = std::make_unique<ToolRegistry>(workspace, options, std::map<std::string, std::string>{});
   const ToolResult counted = registry->call("Bash", command);
-  EXPECT_NE(counted.output.find("timed out after 1.5 s;"), std::string::npos) << counted.output;
+  EXPECT_NE(counted.output.find("timed out after 3 s;"), std::string::npos) << counted.output;
   EXPECT_EQ(counted.data["gpu_wait_s"].get<double>(), 0.0);
 }
 

@@ -329,7 +329,7 @@ case "$verb" in
     printf 'model:\n  actor: "m.gguf"\nrollout:\n  temperature: 0.5\n  max_new_tokens: 64\n  max_turns: 3\n' > "$out/config.resolved.yaml"
     log "train start shared=$shared"
     sleep 1.5; echo '{"step": 1}' > "$out/metrics.jsonl"; log "train step1"
-    sleep 5; log "train end"
+    sleep 8; log "train end"
     [ -n "${STUB_TRAIN_FAILS:-}" ] && exit 3
     exit 0 ;;
   eval)

@@ -3,12 +3,16 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -254,6 +258,20 @@ TEST(FileLock, ABoundedWaitGivesUpWhileAnotherHoldsIt) {
 // Waiters are served in the order they came, bounded waits (a thread of their own) and unbounded
 // ones alike: the GPU's lock is an evaluation queue. Polled with LOCK_NB, as it was, the last to
 // come was served first nearly every time (0 of 20 rounds in order on this machine).
+// How many waiters /proc/locks shows blocked on `path` ("->" lines of its device and inode).
+int lock_waiters(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  char id[64];
+  std::snprintf(id, sizeof id, "%02x:%02x:%llu ", ::major(st.st_dev), ::minor(st.st_dev),
+                static_cast<unsigned long long>(st.st_ino));
+  std::ifstream locks("/proc/locks");
+  int n = 0;
+  for (std::string line; std::getline(locks, line);)
+    if (line.find("->") != std::string::npos && line.find(id) != std::string::npos) ++n;
+  return n;
+}
+
 TEST(FileLock, WaitersAreServedInTheOrderTheyCame) {
   TempDir dir("ca-lock-");
   const fs::path path = dir.path() / "gpu0.gpu.lock";
@@ -272,7 +290,10 @@ TEST(FileLock, WaitersAreServedInTheOrderTheyCame) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
         ::close(fd);
       });
-      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+      // The next one comes once this one waits in the queue, however loaded the machine.
+      for (int k = 0; k < 2000 && lock_waiters(path) < i + 1; ++k)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      ASSERT_EQ(lock_waiters(path), i + 1) << "waiter " << i << " never queued";
     }
     ::close(held);
     for (std::thread& t : waiters) t.join();
