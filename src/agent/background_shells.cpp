@@ -14,6 +14,8 @@
 #include <fmt/format.h>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/core/proc_stat.h"
 
 namespace cuda_agent::agent {
 namespace {
@@ -226,6 +228,35 @@ ShellStatus BackgroundShells::kill(const std::string& id, bool* was_running) {
     CA_FAIL("background shell {} (pid {}) did not die after SIGKILL; try again", id, shell.pid);
   }
   return shell.final_status;
+}
+
+std::vector<std::string> BackgroundShells::stop_lock_holders(
+    const std::vector<std::pair<std::string, double>>& limits) {
+  std::vector<std::string> stopped;
+  const auto now = Clock::now();
+  std::map<std::pair<pid_t, std::string>, Clock::time_point> still;
+  for (const auto& [path, limit] : limits) {
+    for (const pid_t holder : lock_holders(path)) {
+      const auto key = std::make_pair(holder, path);
+      const auto seen = holding_since_.find(key);
+      const Clock::time_point since = seen == holding_since_.end() ? now : seen->second;
+      still[key] = since;
+      const double held = std::chrono::duration<double>(now - since).count();
+      if (held <= limit) continue;
+      for (Shell& shell : shells_) {
+        if (shell.reaped || poll(shell).state != ShellStatus::State::kRunning || !descends_from(holder, shell.pid))
+          continue;
+        bool was_running = false;
+        (void)end(shell, &was_running);
+        stopped.push_back(
+            fmt::format("{}: its process {} held the lock file {} for {:.0f} s, longer than any "
+                        "evaluation holds it ({:g} s)",
+                        shell.id, holder, path, held, limit));
+      }
+    }
+  }
+  holding_since_ = std::move(still);
+  return stopped;
 }
 
 }  // namespace cuda_agent::agent

@@ -9,10 +9,12 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cuda_agent::agent {
@@ -56,6 +58,10 @@ class BackgroundShells {
   // already ended, kills what is left of its group. Returns the final status; `was_running`
   // tells whether it was still running.
   ShellStatus kill(const std::string& id, bool* was_running);
+  // Stops every running shell one of whose processes has held a lock file of `limits` (path, most
+  // seconds) for longer than its limit, counted from the first call that saw that process hold
+  // it; returns what it stopped, one line each ("bash_2: held ... for 700 s").
+  std::vector<std::string> stop_lock_holders(const std::vector<std::pair<std::string, double>>& limits);
 
  private:
   struct Shell {
@@ -75,6 +81,8 @@ class BackgroundShells {
 
   std::filesystem::path scratch_;
   std::vector<Shell> shells_;
+  // When a process was first seen holding a lock file (stop_lock_holders), by (pid, path).
+  std::map<std::pair<pid_t, std::string>, std::chrono::steady_clock::time_point> holding_since_;
 };
 
 }  // namespace cuda_agent::agent

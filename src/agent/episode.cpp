@@ -112,6 +112,15 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   if (spec.device == "cuda") env["CUDA_VISIBLE_DEVICES"] = std::to_string(spec.gpu);
   ToolOptions tool_options = spec.tools;
   tool_options.gpu_wait_s = gpu_lock ? spec.sandbox.gpu_wait_s : 0.0;
+  if (gpu_lock) {
+    // The longest an evaluation holds each of the GPU's lock files: the quiet lock while it times
+    // (within its timeout_s), the turnstile while it waits for the quiet lock (within gpu_wait_s),
+    // the gpu lock from before CUDA starts to its end (both); with a margin for its finish.
+    const double timeout = sandbox_options.timeout_s, wait = spec.sandbox.gpu_wait_s, margin = 120;
+    tool_options.lock_hold_limits = {{sandbox::gpu_lock_path(spec.gpu, "quiet"), timeout + margin},
+                                     {sandbox::gpu_lock_path(spec.gpu, sandbox::kQuietTurn), wait + margin},
+                                     {sandbox::gpu_lock_path(spec.gpu, "gpu"), timeout + wait + margin}};
+  }
   // The scoring cache, which verify.sh does not use (it has the tools' cache): its key, and the
   // solutions' cubins and builds (a reference solution's, other episodes') are answers.
   if (sandbox::may_hide(scoring_cache) && fs::is_directory(scoring_cache))

@@ -106,6 +106,18 @@ std::vector<std::string> ToolRegistry::names() const {
 
 ToolResult ToolRegistry::call(const std::string& name, const nlohmann::json& arguments) {
   ToolResult result;
+  // Background shells that keep the GPU's lock files (ToolOptions::lock_hold_limits) go first.
+  std::string stopped_note;
+  if (!impl_->context.options.lock_hold_limits.empty()) {
+    try {
+      for (const std::string& line : impl_->shells->stop_lock_holders(impl_->context.options.lock_hold_limits))
+        stopped_note += fmt::format(
+            "[background shell {}; it was stopped: a command may hold the GPU's lock files "
+            "only while it evaluates]\n",
+            line);
+    } catch (const std::exception&) {
+    }
+  }
   try {
     Tool* tool = nullptr;
     for (const auto& candidate : impl_->tools) {
@@ -131,8 +143,7 @@ ToolResult ToolRegistry::call(const std::string& name, const nlohmann::json& arg
   } catch (...) {
     result = tool_error(fmt::format("{}: unexpected error", name));
   }
-  result.output = truncate_output(sanitize_utf8(result.output),
-                                  impl_->context.options.max_output_chars);
+  result.output = truncate_output(sanitize_utf8(stopped_note + result.output), impl_->context.options.max_output_chars);
   sanitize_json(result.data);
   return result;
 }

@@ -359,6 +359,37 @@ TEST_F(AgentTools, WaitsForTheGpuLockDoNotCountAgainstTheTimeout) {
   expect_gpu_waits_do_not_count(registry_, *workspace_, tool_options_);
 }
 
+// A background shell that keeps a lock file of ToolOptions::lock_hold_limits past its limit (the
+// GPU's quiet lock, which every episode's generation waits for) is stopped at the next tool call,
+// which says so; one within its limit runs on.
+TEST_F(AgentTools, ABackgroundShellThatKeepsTheGpusLockIsStopped) {
+  const fs::path quiet = outside() / "gpu0.quiet.lock", gpu = outside() / "gpu0.gpu.lock";
+  write_file_atomic(quiet, "");
+  write_file_atomic(gpu, "");
+  ToolOptions options = tool_options_;
+  options.lock_hold_limits = {{quiet.string(), 1.0}, {gpu.string(), 600.0}};
+  registry_ = std::make_unique<ToolRegistry>(*workspace_, options, std::map<std::string, std::string>{});
+  const ToolResult keeper =
+      call("Bash", {{"command", "flock -x " + quiet.string() + " sleep 60"}, {"run_in_background", true}});
+  const ToolResult within =
+      call("Bash", {{"command", "flock -s " + gpu.string() + " sleep 60"}, {"run_in_background", true}});
+  ASSERT_TRUE(keeper.ok && within.ok) << keeper.output << within.output;
+  const std::string keeper_id = keeper.data["shell_id"], within_id = within.data["shell_id"];
+  for (int i = 0; i < 100 && (lock_holders(quiet).empty() || lock_holders(gpu).empty()); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_FALSE(lock_holders(quiet).empty()) << "the background flock never took the lock";
+  EXPECT_EQ(call("Bash", {{"command", "true"}}).output, "(no output)") << "first seen: not yet past its limit";
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const ToolResult next = call("Bash", {{"command", "echo next"}});
+  EXPECT_NE(next.output.find("[background shell " + keeper_id + ": its process"), std::string::npos) << next.output;
+  EXPECT_NE(next.output.find("it was stopped"), std::string::npos) << next.output;
+  EXPECT_NE(next.output.find("next"), std::string::npos) << next.output;
+  EXPECT_EQ(next.output.find(within_id), std::string::npos) << next.output;
+  EXPECT_TRUE(lock_holders(quiet).empty()) << "the lock is free again";
+  EXPECT_NE(call("BashOutput", {{"bash_id", keeper_id}}).output.find("status: killed"), std::string::npos);
+  EXPECT_NE(call("BashOutput", {{"bash_id", within_id}}).output.find("status: running"), std::string::npos);
+}
+
 TEST_F(AgentTools, LongOutputIsTruncatedWithANotice) {
   tool_options_.max_output_chars = 1000;
   registry_ = std::make_unique<ToolRegistry>(*workspace_, tool_options_);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +43,12 @@ struct ToolOptions {
   // here). A process that waits so is named sandbox::kGpuWaitName; any command could name one so,
   // which gains it at most this much time. 0: every second counts.
   double gpu_wait_s = 0;
+  // Lock files (the GPU's) with the longest any evaluation holds each: a background shell whose
+  // process has held one longer than that is stopped at the next tool call, which says so. Held,
+  // the GPU's quiet lock keeps every episode's generation waiting (bounded by sandbox.gpu_wait_s),
+  // the holder's own included, and its background shells run until the episode is scored. Episodes
+  // that take the GPU's lock give the gpu, quiet and turnstile files. Empty: never.
+  std::vector<std::pair<std::string, double>> lock_hold_limits;
   // Bash's confinement (the file system read-only except the workspace, the evaluation cache and
   // a private /tmp; locked task files read-only even for root; no network): "bwrap" under
   // bubblewrap, "namespaces" through `cuda-agent confined-exec` (the binary's own namespaces),

@@ -847,7 +847,9 @@ TEST(Trainer, SftLearnsFromReferenceDemonstrationsPlayedThroughTheRealTools) {
     }
     if (e["type"] == "observation") {
       tools.push_back(e["tool"].get<std::string>() + (e.contains("sandbox_check") ? ":" + e["sandbox_check"].get<std::string>() : ""));
-      if (e["tool"] != "Bash" || e.value("sandbox_check", "") == "verify") EXPECT_EQ(e["ok"], true) << e.dump();
+      if (e["tool"] != "Bash" || e.value("sandbox_check", "") == "verify") {
+        EXPECT_EQ(e["ok"], true) << e.dump();
+      }
     }
     if (e["type"] == "score") {
       EXPECT_EQ(e["stop_reason"], "answered") << e.dump();
