@@ -1,5 +1,6 @@
 #include "cuda_agent/agent/episode.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -115,8 +116,12 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   if (gpu_lock) {
     // The longest an evaluation holds each of the GPU's lock files: the quiet lock while it times
     // (within its timeout_s), the turnstile while it waits for the quiet lock (within gpu_wait_s),
-    // the gpu lock from before CUDA starts to its end (both); with a margin for its finish.
-    const double timeout = sandbox_options.timeout_s, wait = spec.sandbox.gpu_wait_s, margin = 120;
+    // the gpu lock from before CUDA starts to its end (both); with a margin for its finish. The
+    // scripts' evaluations run with the defaults but for the pinned options (pinned_task_option_flags),
+    // the scoring with the episode's: the longer of each.
+    const sandbox::SandboxOptions scripts;
+    const double timeout = std::max(sandbox_options.timeout_s, scripts.timeout_s),
+                 wait = std::max(spec.sandbox.gpu_wait_s, scripts.gpu_wait_s), margin = 120;
     tool_options.lock_hold_limits = {{sandbox::gpu_lock_path(spec.gpu, "quiet"), timeout + margin},
                                      {sandbox::gpu_lock_path(spec.gpu, sandbox::kQuietTurn), wait + margin},
                                      {sandbox::gpu_lock_path(spec.gpu, "gpu"), timeout + wait + margin}};
