@@ -244,7 +244,7 @@ std::vector<std::string> BackgroundShells::stop_lock_holders(
       const double held = std::chrono::duration<double>(now - since).count();
       if (held <= limit) continue;
       for (Shell& shell : shells_) {
-        if (shell.reaped || poll(shell).state != ShellStatus::State::kRunning || !descends_from(holder, shell.pid))
+        if (poll(shell).state != ShellStatus::State::kRunning || !descends_from(holder, shell.pid))
           continue;
         bool was_running = false;
         (void)end(shell, &was_running);
