@@ -212,8 +212,14 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
 }
 
 PolicyReply QuietGpuPolicy::complete(const PolicyRequest& request) {
-  const sandbox::GpuLock quiet = sandbox::quiet_for_untimed_work(gpu_, max_wait_s_, "the policy's reply");
-  return inner_.complete(request);
+  if (inner_.holds_quiet_lock_itself()) return inner_.complete(request);
+  sandbox::QuietSteps quiet(gpu_, max_wait_s_, "the policy's reply");
+  PolicyRequest paused = request;
+  paused.between_steps = [&quiet, outer = request.between_steps] {
+    if (outer) outer();
+    quiet.pause_point();
+  };
+  return inner_.complete(paused);
 }
 
 }  // namespace cuda_agent::agent

@@ -280,10 +280,27 @@ void BatchEngine::Impl::loop() {
     use_graphs = options.cuda_graphs;
   }
   paged_kernel = options.paged_attention && model.can_decode_paged();
+  // The gate (EngineOptions::gate), outside the mutex: it may block while callers submit.
+  bool working = false;
+  const auto gate = [&](bool work) {
+    if (!options.gate || (!work && !working)) return;
+    working = work;
+    try {
+      options.gate(work);
+    } catch (const std::exception& e) {
+      log_text(LogLevel::kWarn, "lm", std::string("the batch engine's gate failed: ") + e.what());
+    }
+  };
+  const auto has_work = [&] { return stopping || !submitted.empty() || !waiting.empty() || !running.empty(); };
   while (true) {
+    bool idle = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      idle = !has_work();
+    }
+    if (idle) gate(false);
     {
       std::unique_lock<std::mutex> lock(mutex);
-      const auto has_work = [&] { return stopping || !submitted.empty() || !waiting.empty() || !running.empty(); };
       if (!has_work() && blocks) {
         // Idle: keep the pool (and its cached prefixes) a while, then give its memory back.
         if (!wake.wait_for(lock, std::chrono::duration<double>(options.idle_release_s), has_work)) {
@@ -300,6 +317,7 @@ void BatchEngine::Impl::loop() {
       for (auto& c : submitted) waiting.push_back(c);
       submitted.clear();
     }
+    gate(true);
     if (!blocks) {
       try {
         const int64_t count = options.kv_tokens / options.block_size;
@@ -326,6 +344,7 @@ void BatchEngine::Impl::loop() {
       drop_pool();
     }
   }
+  gate(false);
   const auto error = std::make_exception_ptr(Error("the language model's batch engine stopped before this call ran"));
   for (auto& c : running) finish(c, error);
   for (auto& c : waiting) finish(c, error);

@@ -51,6 +51,8 @@ struct EngineOptions {
   // On a GPU, decode steps attend straight from the pool's blocks (paged_attention.h) instead of
   // gathering each row's keys and values into a padded tensor for torch's attention.
   bool paged_attention = true;
+  // LmOptions::engine_gate: true before each round of work, false once there is none; may block.
+  std::function<void(bool working)> gate;
 };
 
 class BatchEngine {

@@ -89,7 +89,12 @@ TorchLanguageModel::TorchLanguageModel(CausalLM model, lm::LmOptions options)
     e.kv_tokens = options_.kv_tokens;
     e.block_size = options_.kv_block;
     e.paged_attention = options_.paged_attention;
+    e.gate = options_.engine_gate;
     engine_ = std::make_unique<BatchEngine>(*model_, e);
+  } else {
+    // Calls decode on their own threads here: options() says so (a gate would never be called).
+    options_.batch_engine = false;
+    options_.engine_gate = nullptr;
   }
 }
 

@@ -14,6 +14,8 @@
 #include "cuda_agent/lm/ppo_learner.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
+#include "cuda_agent/sandbox/evaluation.h"
+#include "cuda_agent/sandbox/worker_confinement.h"
 #include "trainer_internal.h"
 
 namespace fs = std::filesystem;
@@ -210,6 +212,11 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   lm.seed = cfg.run.seed;
   lm.batch_engine = cfg.rollout.batch_engine;
   lm.kv_tokens = cfg.rollout.kv_tokens;
+  // The engine's thread decodes every episode's turns: it holds the GPU's quiet lock while it works
+  // and steps aside between two steps for a timed run that waits (the episodes' replies, which
+  // QuietGpuPolicy holds the lock around without the engine, then hold nothing).
+  if (!on_cpu && lm.batch_engine)
+    lm.engine_gate = sandbox::quiet_gate(gpu, sandbox::SandboxOptions{}.gpu_wait_s, "the batch engine's decoding");
   ppo.seed = lm.seed;
   ppo.distributed = dist;
   CA_CHECK(fs::exists(actor_weights), "--resume: the checkpoint's actor folder {} is missing", actor_weights.string());

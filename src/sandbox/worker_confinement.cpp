@@ -1,18 +1,24 @@
 #include "cuda_agent/sandbox/worker_confinement.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include <fmt/ranges.h>
@@ -98,6 +104,64 @@ GpuLock quiet_for_untimed_work(int gpu, double max_wait_s, const char* what) {
               "times on the GPU; look for a command that holds the lock file",
               gpu_lock_path(gpu, "quiet"), max_wait_s, fmt::join(holders, ", "), what);
   return GpuLock();
+}
+
+QuietSteps::QuietSteps(int gpu, double max_wait_s, const char* what)
+    : gpu_(gpu), max_wait_s_(max_wait_s), what_(what), lock_(quiet_for_untimed_work(gpu, max_wait_s, what)) {
+  if (lock_.held()) turn_fd_ = ::open(gpu_lock_path(gpu, kQuietTurn).c_str(), O_RDONLY | O_CLOEXEC);
+}
+
+QuietSteps::~QuietSteps() {
+  if (turn_fd_ >= 0) ::close(turn_fd_);
+}
+
+void QuietSteps::pause_point() {
+  if (!lock_.held() || turn_fd_ < 0) return;
+  // Only an exclusive taker holds the turnstile for longer than a moment (a shared taker passes
+  // it, and a pause for one that does costs a take of a free lock).
+  if (::flock(turn_fd_, LOCK_SH | LOCK_NB) == 0) {
+    ::flock(turn_fd_, LOCK_UN);
+    return;
+  }
+  if (errno != EWOULDBLOCK) return;
+  const auto start = std::chrono::steady_clock::now();
+  lock_.release();
+  lock_ = quiet_for_untimed_work(gpu_, max_wait_s_, what_);
+  ++pauses_;
+  paused_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::function<void(bool working)> quiet_gate(int gpu, double max_wait_s, const char* what) {
+  struct Holds {
+    std::mutex mutex;
+    std::map<std::thread::id, std::unique_ptr<QuietSteps>> by_thread;  // only its thread uses an entry
+  };
+  auto holds = std::make_shared<Holds>();
+  return [holds, gpu, max_wait_s, what](bool working) {
+    const std::thread::id me = std::this_thread::get_id();
+    QuietSteps* held = nullptr;
+    std::unique_ptr<QuietSteps> ending;
+    {
+      std::lock_guard<std::mutex> lock(holds->mutex);
+      const auto it = holds->by_thread.find(me);
+      if (it != holds->by_thread.end()) {
+        if (working)
+          held = it->second.get();
+        else {
+          ending = std::move(it->second);
+          holds->by_thread.erase(it);
+        }
+      }
+    }
+    if (!working) return;  // `ending` lets the lock go
+    if (held) {
+      held->pause_point();
+      return;
+    }
+    auto taken = std::make_unique<QuietSteps>(gpu, max_wait_s, what);  // may wait: outside the mutex
+    std::lock_guard<std::mutex> lock(holds->mutex);
+    holds->by_thread[me] = std::move(taken);
+  };
 }
 
 GpuWaitName::GpuWaitName() {

@@ -289,7 +289,10 @@ ChatReply ChatSession::generate(std::vector<int64_t> prompt, const ChatRequestOp
   auto emit = [&](const std::string& delta) {
     if (!delta.empty() && on_text_delta && !caller_stopped && !on_text_delta(delta)) caller_stopped = true;
   };
+  // The engine's thread runs on_token for every caller's rows: a pause there would stop them all.
+  const bool pauses = options.between_steps && !model_->options().batch_engine;
   auto on_token = [&](size_t, int64_t token) {
+    if (pauses) options.between_steps();
     const bool is_stop = std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), token) != s.stop_token_ids.end();
     if (is_stop || tokenizer_->is_special(static_cast<int32_t>(token))) return true;
     emit(decoder.push(tokenizer_->token_to_piece(static_cast<int32_t>(token))));

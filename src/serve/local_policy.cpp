@@ -246,10 +246,15 @@ agent::PolicyReply LocalPolicy::teacher_reply(const agent::PolicyRequest& reques
   return reply;
 }
 
+bool LocalPolicy::holds_quiet_lock_itself() const {
+  return session_->model().options().engine_gate != nullptr;
+}
+
 int64_t LocalPolicy::context_tokens() const { return session_->model().config().max_position_embeddings; }
 
 agent::PolicyReply LocalPolicy::complete(const agent::PolicyRequest& request) {
-  const ChatRequestOptions opts = request_options(calls_++);
+  ChatRequestOptions opts = request_options(calls_++);
+  opts.between_steps = request.between_steps;
   ChatReply chat;
   std::string text;
   bool extends = false;

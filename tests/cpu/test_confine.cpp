@@ -1103,6 +1103,120 @@ TEST(GpuLocks, OverlappingSharedHoldersDoNotStarveAnExclusiveOne) {
   EXPECT_LT(waited, 5.0);
 }
 
+// Untimed work in steps (a policy's decoding) holds the quiet lock shared, and lets an evaluation's
+// timed run in at its next pause point instead of after its last step; it waits for the run's end
+// there, and does not let go while nobody waits. Without the pause the exclusive taker here waits
+// the whole 20 s.
+TEST(GpuLocks, StepwiseUntimedWorkLetsATimedRunInBetweenTwoSteps) {
+  TempDir dir("gpu-locks-");
+  ScopedTmpdir tmpdir(dir.path() / "tmp");
+  std::atomic<bool> stop{false}, timing{false};
+  std::atomic<int> steps{0}, steps_while_timing{0}, pauses{0};
+  std::atomic<double> paused_s{0};
+  std::thread work([&] {
+    QuietSteps quiet(3, /*max_wait_s=*/30, "the test's work");
+    while (!stop) {
+      if (timing) ++steps_while_timing;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a step's GPU work
+      ++steps;
+      quiet.pause_point();
+    }
+    pauses = quiet.pauses();
+    paused_s = quiet.paused_s();
+  });
+  while (steps < 20) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(lock_holders(gpu_lock_path(3, "quiet")), std::vector<pid_t>{::getpid()}) << "the work holds the lock";
+  const auto start = std::chrono::steady_clock::now();
+  GpuLock exclusive(3, "quiet", /*exclusive=*/true, /*max_wait_s=*/20);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(exclusive.timed_out()) << "the work kept the timed run out until its end";
+  timing = true;
+  const int steps_before = steps;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(steps.load(), steps_before) << "the work stepped on while the timed run held the lock";
+  timing = false;
+  exclusive.release();
+  while (steps < steps_before + 5) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  stop = true;
+  work.join();
+  EXPECT_LT(waited, 5.0);
+  EXPECT_EQ(steps_while_timing.load(), 0);
+  EXPECT_EQ(pauses.load(), 1);
+  EXPECT_GE(paused_s.load(), 0.25);
+}
+
+// quiet_gate, the batch engine's hold: taken before its first round, its pause point on the next
+// ones (a waiting timed run gets in between two), let go when the engine idles; each thread that
+// calls it holds its own.
+TEST(GpuLocks, TheEnginesGateHoldsTheQuietLockWhileItWorksAndStepsAside) {
+  TempDir dir("gpu-locks-");
+  ScopedTmpdir tmpdir(dir.path() / "tmp");
+  const std::string quiet = gpu_lock_path(3, "quiet");
+  const std::function<void(bool)> gate = quiet_gate(3, /*max_wait_s=*/30, "the test's engine");
+  std::atomic<bool> stop{false};
+  std::atomic<int> rounds{0};
+  std::thread engine([&] {
+    while (!stop) {
+      gate(true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // a round's GPU work
+      ++rounds;
+    }
+    gate(false);
+  });
+  while (rounds < 5) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(lock_holders(quiet), std::vector<pid_t>{::getpid()});
+  const auto start = std::chrono::steady_clock::now();
+  GpuLock exclusive(3, "quiet", /*exclusive=*/true, /*max_wait_s=*/20);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_FALSE(exclusive.timed_out());
+  EXPECT_LT(waited, 5.0);
+  const int before = rounds;
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_LE(rounds.load(), before + 1) << "the engine went on working beside the timed run";
+  exclusive.release();
+  while (rounds < before + 5) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // A second thread's hold beside the first one's, then both idle: nothing held.
+  std::thread other([&] {
+    gate(true);
+    gate(false);
+  });
+  other.join();
+  stop = true;
+  engine.join();
+  EXPECT_TRUE(lock_holders(quiet).empty()) << "an idle engine still holds the quiet lock";
+  gate(false);  // idle without a hold: nothing to do
+}
+
+// QuietGpuPolicy around a policy: each reply holds the quiet lock and gets a pause point; around a
+// policy whose GPU work holds the lock itself (a gated batch engine) it holds nothing, since its
+// hold would keep a timed run out while the engine steps aside for it.
+TEST(GpuLocks, AReplyHoldsTheQuietLockUnlessItsPolicyHoldsItItself) {
+  TempDir dir("gpu-locks-");
+  ScopedTmpdir tmpdir(dir.path() / "tmp");
+  struct Inner final : agent::Policy {
+    std::string name() const override { return "inner"; }
+    agent::PolicyReply complete(const agent::PolicyRequest& request) override {
+      holders = lock_holders(gpu_lock_path(3, "quiet"));
+      paused = static_cast<bool>(request.between_steps);
+      if (request.between_steps) request.between_steps();
+      return {};
+    }
+    bool holds_quiet_lock_itself() const override { return itself; }
+    bool itself = false, paused = false;
+    std::vector<pid_t> holders;
+  } inner;
+  agent::QuietGpuPolicy policy(inner, 3, /*max_wait_s=*/5);
+  EXPECT_TRUE(policy.holds_quiet_lock_itself());
+  (void)policy.complete(agent::PolicyRequest{});
+  EXPECT_EQ(inner.holders, std::vector<pid_t>{::getpid()});
+  EXPECT_TRUE(inner.paused);
+  inner.itself = true;
+  (void)policy.complete(agent::PolicyRequest{});
+  EXPECT_TRUE(inner.holders.empty());
+  EXPECT_FALSE(inner.paused);
+  EXPECT_TRUE(lock_holders(gpu_lock_path(3, "quiet")).empty());
+}
+
 // A process that waits for a GPU's lock is named so (GpuWaitName) while it waits, where its
 // ancestors (the agent's Bash, over a verify.sh's judge) can see it; the name it had comes back.
 TEST(GpuLocks, AProcessWaitingForALockIsNamedForItsAncestors) {

@@ -50,7 +50,10 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
 // other on one GPU (EpisodeSpec::gpu_lock) time their solutions under that lock held exclusive,
 // so no timed run shares the GPU with the policy's generation. A reply waits for the lock at most
 // max_wait_s (sandbox.gpu_wait_s, as an evaluation; < 0: without end), then generates without it
-// (sandbox::quiet_for_untimed_work).
+// (sandbox::quiet_for_untimed_work). Between two decode steps (PolicyRequest::between_steps) it
+// lets a timed run that waits for the lock in (sandbox::QuietSteps), so that the run waits for a
+// step, not for the whole reply. A policy that holds the lock itself (Policy::holds_quiet_lock_itself)
+// answers without this hold.
 class QuietGpuPolicy final : public Policy {
  public:
   QuietGpuPolicy(Policy& inner, int gpu, double max_wait_s = -1) : inner_(inner), gpu_(gpu), max_wait_s_(max_wait_s) {}
@@ -58,6 +61,7 @@ class QuietGpuPolicy final : public Policy {
   PolicyReply complete(const PolicyRequest& request) override;
   int64_t context_tokens() const override { return inner_.context_tokens(); }
   int64_t max_reply_tokens() const override { return inner_.max_reply_tokens(); }
+  bool holds_quiet_lock_itself() const override { return true; }
 
  private:
   Policy& inner_;

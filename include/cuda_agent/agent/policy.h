@@ -30,6 +30,10 @@ struct ChatMessage {
 struct PolicyRequest {
   std::vector<ChatMessage> messages;
   nlohmann::json tools = nlohmann::json::array();  // OpenAI function-tool schemas; empty: no tools
+  // Called by a policy that decodes in this process (LocalPolicy without the batch engine) between
+  // two decode steps, on the thread that called complete(), with none of the decoding's GPU work in
+  // flight; it may block (QuietGpuPolicy lets an evaluation's timed run in there). Empty: none.
+  std::function<void()> between_steps;
 };
 
 struct PolicyReply {
@@ -71,6 +75,10 @@ class Policy {
   // conversation too long for it throws ContextFullError (the episode ends "context_full").
   virtual int64_t context_tokens() const { return 0; }
   virtual int64_t max_reply_tokens() const { return 0; }
+  // Its GPU work holds the GPU's quiet lock by itself (LocalPolicy decoding through a batch engine
+  // with a gate, lm::LmOptions::engine_gate): QuietGpuPolicy holds nothing around its replies then,
+  // whose holds would keep a timed run out while the engine steps aside for it.
+  virtual bool holds_quiet_lock_itself() const { return false; }
 };
 
 // Plays scripted replies, one JSONL line per turn:

@@ -44,6 +44,14 @@ struct LmOptions {
   // The engine's decode steps on a GPU attend straight from the pool's blocks (a kernel of this
   // project's, src/lm/paged_attention.h) instead of through torch's attention over gathered keys.
   bool paged_attention = true;
+  // With the batch engine: called on the engine's thread with true before each round of its work
+  // (admitting calls, one decode step), none of its GPU work in flight then, and with false when it
+  // runs out of work; it may block, holding back every call's decoding. The trainer passes
+  // sandbox::quiet_gate (the GPU's quiet lock, held while the engine works and let go between two
+  // steps for a timed run that waits), since the engine's thread decodes the calls of every
+  // episode: a hold per call could not step aside. Dropped, with batch_engine, where the model
+  // decodes without the engine (dynamic RoPE).
+  std::function<void(bool working)> engine_gate;
 };
 
 // What the batched engine has done since the model was created (all zero without it).
@@ -162,8 +170,8 @@ std::filesystem::path language_model_module_path();
 // of crashing. 3: PpoOptions::critic, PpoLearner::forward / save_state / load_state. 7:
 // ca_lm_set_log. 8: PpoStats::first_loss / last_loss. 9: LmOptions' batch engine, engine_stats().
 // 10: PpoLearner::snapshot_policy, PpoOptions::activation_checkpointing. 11:
-// PpoOptions::micro_batch_tokens, PpoStats::forwards.
-inline constexpr int kLmModuleAbi = 11;
+// PpoOptions::micro_batch_tokens, PpoStats::forwards. 12: LmOptions::engine_gate.
+inline constexpr int kLmModuleAbi = 12;
 
 struct LmCreateRequest {
   int abi = kLmModuleAbi;

@@ -70,6 +70,7 @@ class GpuLock {
     return *this;
   }
   bool timed_out() const { return timed_out_; }
+  bool held() const { return fd_ >= 0; }
 
   void release();
   // Keeps the lock until this process exits (the kernel drops it then).
@@ -86,6 +87,39 @@ class GpuLock {
 // hold the lock file (a read-only descriptor is enough for flock), and every episode's generation,
 // its own included, would otherwise wait for good.
 GpuLock quiet_for_untimed_work(int gpu, double max_wait_s, const char* what);
+
+// GPU `gpu`'s quiet lock, shared, around untimed GPU work that goes in steps (a policy's decoding,
+// a token a step), taken as quiet_for_untimed_work takes it. At pause_point(), called between two
+// steps with none of the work's GPU work in flight, the hold lets a timed run in: when an exclusive
+// taker waits for the quiet lock (it holds the lock's turnstile), the hold lets the lock go and takes
+// it again, which waits (bounded as the first take) until that run is done. So an evaluation's
+// timing waits for one step of the work, not for the whole of it (a reply of thousands of tokens).
+class QuietSteps {
+ public:
+  QuietSteps(int gpu, double max_wait_s, const char* what);
+  ~QuietSteps();
+  QuietSteps(const QuietSteps&) = delete;
+  QuietSteps& operator=(const QuietSteps&) = delete;
+
+  void pause_point();
+  int pauses() const { return pauses_; }         // times it let a timed run in
+  double paused_s() const { return paused_s_; }  // seconds it waited for those runs
+
+ private:
+  int gpu_;
+  double max_wait_s_;
+  const char* what_;
+  GpuLock lock_;
+  int turn_fd_ = -1;  // the turnstile, opened once: pause_point() tries it shared, without waiting
+  int pauses_ = 0;
+  double paused_s_ = 0;
+};
+
+// A gate for work that goes in rounds on a thread of its own and idles between bursts (the batch
+// engine's, lm::LmOptions::engine_gate): called with true before each round, it takes GPU `gpu`'s
+// quiet lock shared as QuietSteps does on the first round after idling and is its pause point on
+// the next ones; called with false, it lets the lock go. Each calling thread holds its own.
+std::function<void(bool working)> quiet_gate(int gpu, double max_wait_s, const char* what);
 
 // While one lives, this process is named kGpuWaitName (its main thread's name, prctl PR_SET_NAME;
 // call it on the main thread): it waits for a GPU's lock that other processes hold. The agent's

@@ -39,6 +39,9 @@ struct ChatRequestOptions {
   // the server sets "<tool_call>" when tools are offered, so calls arrive as tool_calls only.
   std::vector<std::string> hold_back;
   policy::ChatOptions chat;  // add_generation_prompt, enable_thinking
+  // Called between two decode steps when the model decodes on the calling thread (not through
+  // the batch engine, whose thread serves every caller): agent::PolicyRequest::between_steps.
+  std::function<void()> between_steps;
 };
 
 struct ChatReply {

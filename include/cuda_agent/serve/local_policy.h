@@ -118,6 +118,8 @@ class LocalPolicy : public agent::Policy {
   agent::PolicyReply complete(const agent::PolicyRequest& request) override;
   int64_t context_tokens() const override;
   int64_t max_reply_tokens() const override { return options_.max_new_tokens; }
+  // Through a batch engine with a gate (lm::LmOptions::engine_gate), which holds the quiet lock.
+  bool holds_quiet_lock_itself() const override;
 
   // The sampling and template options of call number `call`.
   ChatRequestOptions request_options(uint64_t call) const;

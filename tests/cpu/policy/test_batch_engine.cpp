@@ -5,6 +5,12 @@
 // with a message, and the engine goes on.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
+
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/subprocess.h"
 #include "engine_test_util.h"
@@ -44,6 +50,78 @@ TEST_P(EngineFamilies, EachCallGetsTheTokensItGetsAloneWhileOthersJoinAndLeave) 
 
 INSTANTIATE_TEST_SUITE_P(Tiny, EngineFamilies, ::testing::ValuesIn(tiny_models()),
                          [](const auto& info) { return info.param.name; });
+
+// The gate (LmOptions::engine_gate, the trainer's hold of the GPU's quiet lock) runs on the
+// engine's thread: true before each round of work, false once the engine has none, never two
+// falses in a row; it changes no token. A gate that blocks holds every call back (a timed run
+// between two steps), and the calls go on after it.
+TEST(BatchEngine, TheGateRunsOnTheEnginesThreadAroundItsWork) {
+  use_built_lm_module();
+  const auto config = tiny_config(policy::Family::kLlama);
+  const auto jobs = mixed_jobs(config.vocab_size);
+  auto plain = model(config, false);
+  const auto want = alone(*plain, jobs);
+
+  struct Seen {
+    std::mutex mutex;
+    std::vector<bool> calls;
+    std::set<std::thread::id> threads;
+  };
+  auto seen = std::make_shared<Seen>();
+  std::atomic<bool> hold{false};
+  auto o = test_options("cpu", 3);
+  o.batch_engine = true;
+  o.kv_tokens = 4096;
+  o.kv_block = 4;
+  o.engine_gate = [seen, &hold](bool working) {
+    while (working && hold) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::lock_guard<std::mutex> lock(seen->mutex);
+    seen->calls.push_back(working);
+    seen->threads.insert(std::this_thread::get_id());
+  };
+  auto engine = lm::random_language_model(config, o);
+  ASSERT_TRUE(engine->options().engine_gate != nullptr);
+  const auto got = together(*engine, jobs, 1);
+  for (size_t i = 0; i < jobs.size(); ++i) expect_same(got[i], want[i], "job " + std::to_string(i));
+  // The engine has gone idle once the calls are back (false comes right after its last round).
+  for (int i = 0; i < 500; ++i) {
+    {
+      std::lock_guard<std::mutex> lock(seen->mutex);
+      if (!seen->calls.empty() && !seen->calls.back()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  {
+    std::lock_guard<std::mutex> lock(seen->mutex);
+    ASSERT_FALSE(seen->calls.empty());
+    EXPECT_TRUE(seen->calls.front());
+    EXPECT_FALSE(seen->calls.back());
+    const int64_t rounds = std::count(seen->calls.begin(), seen->calls.end(), true);
+    EXPECT_GE(rounds, engine->engine_stats().steps);
+    for (size_t i = 1; i < seen->calls.size(); ++i)
+      EXPECT_FALSE(!seen->calls[i] && !seen->calls[i - 1]) << "two falses in a row at " << i;
+    ASSERT_EQ(seen->threads.size(), 1u);
+    EXPECT_NE(*seen->threads.begin(), std::this_thread::get_id());
+  }
+
+  // A gate that holds the engine back: a call waits for it and then gets its tokens.
+  hold = true;
+  std::vector<Generation> late;
+  std::thread caller([&] { late = engine->generate(jobs[0].prompts, jobs[0].options, stopper(jobs[0])); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(late.empty()) << "the engine decoded while its gate held it";
+  hold = false;
+  caller.join();
+  expect_same(late, want[0], "the call held at the gate");
+
+  // Without the engine (dynamic RoPE decodes each call alone) the options say so: no gate.
+  auto dynamic = config;
+  dynamic.rope_scaling.type = "dynamic";
+  dynamic.rope_scaling.factor = 2.0;
+  auto alone_model = lm::random_language_model(dynamic, o);
+  EXPECT_FALSE(alone_model->options().batch_engine);
+  EXPECT_TRUE(alone_model->options().engine_gate == nullptr);
+}
 
 // An episode's next turn starts with its previous prompt and reply: those blocks are reused.
 TEST(BatchEngine, ANextTurnReusesThePreviousTurnsBlocks) {

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -127,6 +128,38 @@ TEST_F(LocalPolicyTiny, GreedyRepliesAreDeterministicAndSeedsDiffer) {
   EXPECT_EQ(s2.complete(request()).completion_token_ids, first.completion_token_ids);
   EXPECT_EQ(s2.complete(request()).completion_token_ids, second.completion_token_ids);
   EXPECT_NE(first.completion_token_ids, second.completion_token_ids);
+}
+
+// PolicyRequest::between_steps (QuietGpuPolicy's pause point) runs once a sampled token, on the
+// calling thread, and changes nothing the reply samples; through the batch engine, whose thread
+// decodes every caller's rows, it is not called.
+TEST_F(LocalPolicyTiny, ThePausePointRunsBetweenDecodeStepsOnTheCallersThread) {
+  serve::LocalPolicy plain(serve::parse_local_policy_spec(spec("temperature=1&seed=7&max_new_tokens=20")));
+  const agent::PolicyReply alone = plain.complete(request());
+  serve::LocalPolicy local(serve::parse_local_policy_spec(spec("temperature=1&seed=7&max_new_tokens=20")));
+  agent::PolicyRequest req = request();
+  int calls = 0;
+  bool other_thread = false;
+  const std::thread::id caller = std::this_thread::get_id();
+  req.between_steps = [&] {
+    ++calls;
+    other_thread = other_thread || std::this_thread::get_id() != caller;
+  };
+  const agent::PolicyReply paused = local.complete(req);
+  EXPECT_EQ(calls, paused.completion_tokens);
+  EXPECT_FALSE(other_thread);
+  EXPECT_EQ(paused.completion_token_ids, alone.completion_token_ids);
+  EXPECT_EQ(paused.completion_logprobs, alone.completion_logprobs);
+
+  lm::LmOptions engine;
+  engine.device = "cpu";
+  engine.batch_engine = true;
+  serve::LocalPolicy batched(serve::ChatSession::open(model_dir(), engine),
+                             serve::parse_local_policy_spec(spec("temperature=1&seed=7&max_new_tokens=20")));
+  calls = 0;
+  const agent::PolicyReply through_engine = batched.complete(req);
+  EXPECT_GT(through_engine.completion_tokens, 0);
+  EXPECT_EQ(calls, 0) << "a pause on the engine's thread would stop every caller's decoding";
 }
 
 // Three turns of one conversation: turns 2 and 3 encode only the new text and append it to the
