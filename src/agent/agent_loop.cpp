@@ -204,6 +204,7 @@ EpisodeResult run_episode(Policy& policy, Workspace& workspace, ToolRegistry& to
                                       {"generation_s", gen_s}, {"finish_reason", reply.finish_reason},
                                       {"prompt_tokens", reply.prompt_tokens}, {"completion_tokens", reply.completion_tokens},
                                       {"parse_errors", parsed.errors}, {"unterminated_call", parsed.unterminated_call}};
+    if (reply.quiet_wait_s > 0) assistant_event["quiet_wait_s"] = reply.quiet_wait_s;
     // An in-process model's token records, so the trainer can rebuild the episode's sequence.
     if (!reply.prompt_token_ids.empty() || !reply.completion_token_ids.empty()) {
       assistant_event["prompt_token_ids"] = reply.prompt_token_ids;

@@ -1,6 +1,7 @@
 #include "cuda_agent/agent/episode.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 
 #include <fmt/format.h>
@@ -213,13 +214,17 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
 
 PolicyReply QuietGpuPolicy::complete(const PolicyRequest& request) {
   if (inner_.holds_quiet_lock_itself()) return inner_.complete(request);
+  const auto start = std::chrono::steady_clock::now();
   sandbox::QuietSteps quiet(gpu_, max_wait_s_, "the policy's reply");
+  const double taken_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   PolicyRequest paused = request;
   paused.between_steps = [&quiet, outer = request.between_steps] {
     if (outer) outer();
     quiet.pause_point();
   };
-  return inner_.complete(paused);
+  PolicyReply reply = inner_.complete(paused);
+  reply.quiet_wait_s += taken_s + quiet.paused_s();
+  return reply;
 }
 
 }  // namespace cuda_agent::agent

@@ -239,6 +239,7 @@ struct Sampling {
   // verify.sh, profile.sh: sandbox evaluations among them); the rest is setup and the final score.
   double generation_seconds = 0, tool_seconds = 0;
   double tool_gpu_wait_seconds = 0;  // of tool_seconds, Bash commands' waits for the GPU's lock
+  double generation_quiet_wait_seconds = 0;  // of generation_seconds, replies' waits for timed runs
   int64_t generated_tokens = 0;
   int64_t without_demonstration = 0;  // teacher episodes not run: the teacher has nothing for the task
   double wall_seconds = 0;            // the whole sampling's wall time (set for prefetched steps)
@@ -258,8 +259,10 @@ namespace {
 void add_episode_times(const json& events, Sampling& s) {
   for (const json& e : events) {
     const std::string type = e.value("type", "");
-    if (type == "assistant") s.generation_seconds += e.value("generation_s", 0.0);
-    else if (type == "observation") {
+    if (type == "assistant") {
+      s.generation_seconds += e.value("generation_s", 0.0);
+      s.generation_quiet_wait_seconds += e.value("quiet_wait_s", 0.0);
+    } else if (type == "observation") {
       s.tool_seconds += e.value("tool_s", 0.0);
       s.tool_gpu_wait_seconds += e.value("gpu_wait_s", 0.0);
     }
@@ -352,11 +355,12 @@ Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, cons
 // The job's episode counts and rates (summed over the processes; episode_seconds is the sum of
 // every episode's wall time), each key with `prefix` ("teacher_" for a teacher's episodes).
 void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record, const std::string& prefix = "") {
-  const std::vector<double> g = ctx.sum(
-      {static_cast<double>(s.results.size()), static_cast<double>(s.failed), static_cast<double>(s.passed),
-       static_cast<double>(s.faster), s.reward_sum, s.seconds, s.generation_seconds, s.tool_seconds,
-       static_cast<double>(s.generated_tokens), static_cast<double>(s.degenerate), static_cast<double>(s.task_faults),
-       static_cast<double>(s.without_demonstration), s.baselines_seconds, s.tool_gpu_wait_seconds});
+  const std::vector<double> g =
+      ctx.sum({static_cast<double>(s.results.size()), static_cast<double>(s.failed), static_cast<double>(s.passed),
+               static_cast<double>(s.faster), s.reward_sum, s.seconds, s.generation_seconds, s.tool_seconds,
+               static_cast<double>(s.generated_tokens), static_cast<double>(s.degenerate),
+               static_cast<double>(s.task_faults), static_cast<double>(s.without_demonstration), s.baselines_seconds,
+               s.tool_gpu_wait_seconds, s.generation_quiet_wait_seconds});
   const auto completed = static_cast<int64_t>(g[0]);
   const std::string& p = prefix;
   record[p + "tasks"] = s.task_ids;
@@ -370,6 +374,7 @@ void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record
   record[p + "generation_seconds"] = g[6];
   record[p + "tool_seconds"] = g[7];
   record[p + "tool_gpu_wait_seconds"] = g[13];
+  record[p + "generation_quiet_wait_seconds"] = g[14];
   record[p + "scoring_seconds"] = std::max(0.0, g[5] - g[6] - g[7]);
   record[p + "generated_tokens"] = static_cast<int64_t>(g[8]);  // a teacher's: its replies in the actor's tokens
   if (g[6] > 0 && p.empty()) record[p + "generation_tokens_per_s"] = g[8] / g[6];  // nothing is sampled for a teacher

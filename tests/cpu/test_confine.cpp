@@ -1311,10 +1311,12 @@ TEST(GpuLocks, UntimedWorkWaitsBoundedlyForAQuietLockSomebodyKeeps) {
   } inner;
   agent::QuietGpuPolicy policy(inner, 5, /*max_wait_s=*/1.0);
   const auto start = std::chrono::steady_clock::now();
-  (void)policy.complete(agent::PolicyRequest{});
+  const agent::PolicyReply reply = policy.complete(agent::PolicyRequest{});
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(inner.calls, 1);
   EXPECT_GE(waited, 0.9);
+  EXPECT_GE(reply.quiet_wait_s, 0.9) << "the reply's record of its wait";
+  EXPECT_LE(reply.quiet_wait_s, waited);
   EXPECT_LT(waited, 10.0);
   {
     const GpuLock none = quiet_for_untimed_work(5, 0.2, "the test's work");

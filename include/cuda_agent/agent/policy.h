@@ -60,6 +60,10 @@ struct PolicyReply {
   // forcing), not samples of the model: completion_logprobs are zeros, fit for supervised
   // updates only.
   bool teacher_forced = false;
+  // Seconds of the reply spent waiting for the GPU's quiet lock while evaluations timed beside it
+  // (QuietGpuPolicy: before it started and at its pauses between decode steps); part of the
+  // reply's wall time.
+  double quiet_wait_s = 0;
 };
 
 class Policy {

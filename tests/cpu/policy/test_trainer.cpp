@@ -149,7 +149,8 @@ std::vector<std::string> stages_of(const std::vector<json>& records) {
 json without_timings(json r) {
   for (const char* key :
        {"episode_seconds", "update_seconds", "step_seconds", "tokens_per_second", "generation_seconds", "tool_seconds",
-        "tool_gpu_wait_seconds", "scoring_seconds", "generation_tokens_per_s", "training_tokens_per_s"})
+        "tool_gpu_wait_seconds", "generation_quiet_wait_seconds", "scoring_seconds", "generation_tokens_per_s",
+        "training_tokens_per_s"})
     r.erase(key);
   return r;
 }
