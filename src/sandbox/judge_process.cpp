@@ -364,6 +364,17 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
                                   {"python", py::str(py::module_::import("sys").attr("version")).cast<std::string>()}};
     if (start) start->hello();
     starting.release();
+    // torch.compile's compiler, imported before the GPU's lock: a baselines judge compiles the
+    // reference (its first torch.compile) inside the lock, and these imports are CPU work there.
+    // What fails here fails again at the compile, which reports it.
+    if (j.gpu && req.mode == EvalMode::kBaselines && opt.profile_compile) {
+      enter("compile_import");
+      try {
+        (void)py::module_::import("torch._dynamo");
+        (void)py::module_::import("torch._inductor.compile_fx");
+      } catch (const std::exception&) {
+      }
+    }
     if (j.gpu && req.gpu_lock) {
       enter("gpu_wait");
       take_lock("gpu", true).hold_until_exit();
