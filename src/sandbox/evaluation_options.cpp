@@ -53,6 +53,7 @@ nlohmann::json SandboxOptions::to_json() const {
           {"compile_baseline", compile_baseline},
           {"baseline_drift", baseline_drift},
           {"quiet_start", quiet_start},
+          {"compile_before_lock", compile_before_lock},
           {"warm_workers", warm_workers},
           {"reward", reward},
           {"speedup_margin", speedup_margin},
@@ -95,6 +96,7 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.compile_baseline = merged["compile_baseline"];
   o.baseline_drift = merged["baseline_drift"];
   o.quiet_start = merged["quiet_start"];
+  o.compile_before_lock = merged["compile_before_lock"];
   o.warm_workers = merged["warm_workers"];
   o.reward = merged["reward"];
   o.speedup_margin = merged["speedup_margin"];

@@ -64,6 +64,9 @@ struct __attribute__((visibility("hidden"))) Judge {
 
   pybind11::module_ task;
   pybind11::object init_inputs, reference;
+  // torch.compile's model of the reference, compiled before the GPU's exclusive lock
+  // (judge_precompile_baseline); null when it was not.
+  pybind11::object precompiled;
   pybind11::object reference64;  // strict: float64 copy of the reference, built on first use
   // Why no float64 reference could run (strict then compares as loose; recorded); "" if it ran.
   std::string reference64_unavailable;
@@ -158,6 +161,11 @@ void judge_plan_memory(Judge& judge);
 void record_memory_peaks(Judge& judge, const nlohmann::json& finished);
 void judge_verify(Judge& judge);
 void judge_profile(Judge& judge);
+// sandbox.compile_before_lock: torch.compile's compilation of the reference (its first call, on
+// the warm-up inputs, with at most an eighth of the GPU's memory) into judge.precompiled, unless
+// the baseline cache has the task's baselines. A failure leaves the compilation to judge_profile,
+// where it happens without the option.
+void judge_precompile_baseline(Judge& judge);
 
 // The candidate's share of the kernel table, warm-up excluded.
 nlohmann::json candidate_kernel_table(const Judge& judge);

@@ -375,26 +375,40 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       } catch (const std::exception&) {
       }
     }
+    // CUDA, the task and the reference: in the GPU's exclusive lock, or, for a baselines judge
+    // that compiles first (sandbox.compile_before_lock), with the lock held shared.
+    auto prepare = [&] {
+      if (j.gpu) enter("cuda_init");
+      if (start) start->begin_init();  // both processes initialise CUDA at once
+      if (j.gpu) guarded(Category::kInfrastructure, "initialising CUDA", [&] { init_cuda(result, opt); });
+      // The output comparison's kernels compile (NVRTC, CPU) while the task and the solution load.
+      if (j.gpu) prepare_fused_comparison(current_device_info().arch());
+      if (start) start->init();
+
+      enter("load_task");
+      j.task = load_task(req.task_path);
+      // Secret seeds: a solution cannot know (and precompute for) the inputs it will be given.
+      j.base_seed = opt.secret_seeds ? static_cast<int64_t>(std::random_device{}() & 0x3fffffff) : opt.seed;
+      result.input_seed = j.base_seed;
+      capture_generators();
+      enter("build_models");
+      guarded(Category::kTaskError, "building the reference Model",
+              [&] { j.reference = build_reference(j.task, j.device, opt.seed, &j.init_inputs); });
+    };
+    const bool compile_first =
+        j.gpu && req.gpu_lock && req.mode == EvalMode::kBaselines && opt.profile_compile && opt.compile_before_lock;
+    if (compile_first) {
+      enter("compile_wait");
+      const GpuLock sharing = take_lock("gpu", false);
+      prepare();
+      enter("precompile");
+      judge_precompile_baseline(j);
+    }
     if (j.gpu && req.gpu_lock) {
       enter("gpu_wait");
       take_lock("gpu", true).hold_until_exit();
     }
-    if (j.gpu) enter("cuda_init");
-    if (start) start->begin_init();  // both processes initialise CUDA at once
-    if (j.gpu) guarded(Category::kInfrastructure, "initialising CUDA", [&] { init_cuda(result, opt); });
-    // The output comparison's kernels compile (NVRTC, CPU) while the task and the solution load.
-    if (j.gpu) prepare_fused_comparison(current_device_info().arch());
-    if (start) start->init();
-
-    enter("load_task");
-    j.task = load_task(req.task_path);
-    // Secret seeds: a solution cannot know (and precompute for) the inputs it will be given.
-    j.base_seed = opt.secret_seeds ? static_cast<int64_t>(std::random_device{}() & 0x3fffffff) : opt.seed;
-    result.input_seed = j.base_seed;
-    capture_generators();
-    enter("build_models");
-    guarded(Category::kTaskError, "building the reference Model",
-            [&] { j.reference = build_reference(j.task, j.device, opt.seed, &j.init_inputs); });
+    if (!compile_first) prepare();
     // Before the solution loads: what the candidate's code holds cannot make a task look too large.
     if (j.gpu) {
       enter("memory_plan");

@@ -29,6 +29,9 @@ namespace cuda_agent::sandbox {
 namespace {
 
 constexpr int kEager = 0, kCompile = 1;
+// The most of the GPU's memory a judge takes while it compiles before the exclusive lock
+// (judge_precompile_baseline), beside others doing the same.
+constexpr double kPrecompileMemoryFraction = 0.125;
 
 // Where the profile phase's wall time goes, part by part (the result's profile_seconds): each lap adds
 // the time since the last one to its part. What an evaluation's locked span, and so evaluations
@@ -126,7 +129,11 @@ struct BaselineRounds {
 BaselineRounds time_baselines(Judge& j, py::handle warm_inputs) {
   const SandboxOptions& opt = j.opt;
   BaselineRounds out;
-  py::object compiled = opt.profile_compile ? compile_reference(j, &out.compile_error) : py::none();
+  // Compiled already, before the exclusive lock (judge_precompile_baseline): its first call done.
+  const bool precompiled = j.precompiled && !j.precompiled.is_none();
+  py::object compiled = !opt.profile_compile ? py::none()
+                        : precompiled        ? j.precompiled
+                                             : compile_reference(j, &out.compile_error);
   const bool pre_runs = room_for_pre_runs(j);
   TimedSeries series(2, opt.record_kernels);
   guarded(Category::kTaskError, "warming up the eager reference",
@@ -178,6 +185,30 @@ std::optional<TimingStats> stats_of(const nlohmann::json& entry, const char* whi
 }
 
 }  // namespace
+
+void judge_precompile_baseline(Judge& j) {
+  const SandboxOptions& opt = j.opt;
+  if (!j.gpu || !opt.profile_compile) return;
+  if (opt.use_baseline_cache && BaselineCache::of(opt.resolved_cache_dir()).get(baseline_key(j))) return;
+  py::object cuda = py::module_::import("torch").attr("cuda");
+  try {
+    cuda.attr("set_per_process_memory_fraction")(kPrecompileMemoryFraction);
+    py::object warm = draw_inputs(j.task, j.device, j.base_seed + opt.trials);  // as judge_profile's warm-up
+    std::optional<std::string> error;
+    py::object compiled = compile_reference(j, &error);
+    if (!compiled.is_none()) {
+      (void)call_model(compiled, warm);
+      synchronize(j.device);
+      j.precompiled = compiled;
+    }
+  } catch (const std::exception& e) {
+    j.precompiled = py::object();
+    CA_LOG_INFO("sandbox", "torch.compile of {} before the GPU's lock failed; it compiles in the lock: {}",
+                j.req.task_path, std::string(e.what()).substr(0, 300));
+  }
+  cuda.attr("empty_cache")();
+  cuda.attr("set_per_process_memory_fraction")(opt.gpu_memory_fraction);
+}
 
 void judge_profile(Judge& j) {
   const SandboxOptions& opt = j.opt;

@@ -372,6 +372,25 @@ TEST(SandboxGpu, BaselinesModeFillsTheCacheWithoutASolution) {
   EXPECT_EQ(scored["timing"]["baseline_check"]["cached_eager_median_ms"], first["timings"]["eager"]["median_ms"]);
 }
 
+// sandbox.compile_before_lock: a baselines judge under the GPU's locks compiles torch.compile's
+// model with the lock held shared, then times both baselines in the exclusive lock as before.
+TEST(SandboxGpu, ABaselineCompiledBeforeTheExclusiveLockIsTimedAsBefore) {
+  CA_REQUIRE_GPU();
+  auto o = fast_options();
+  o.profile_compile = true;
+  o.compile_before_lock = true;
+  o.use_baseline_cache = false;  // measured every time
+  auto r = run_eval("tests/data/tasks/linear_small/model.py", "", EvalMode::kBaselines, o, /*gpu_lock=*/true);
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_TRUE(r["timings"]["compile"].is_object()) << r["timings"].dump(2);
+  EXPECT_GT(r["timings"]["eager"]["median_ms"].get<double>(), 0.0);
+  const nlohmann::json& phases = r["phase_seconds"];
+  ASSERT_TRUE(phases.contains("precompile") && phases.contains("compile_wait") && phases.contains("gpu_wait"))
+      << phases.dump();
+  // The compilation happened before the exclusive lock: the profile in it is the short part.
+  EXPECT_LT(phases["profile"].get<double>(), phases["precompile"].get<double>()) << phases.dump();
+}
+
 // strict on a model whose float64 copy needs its tensor attributes converted (KernelBench L3 35's
 // LSTM shape of the problem): verified against a float64 reference, not a task_error.
 TEST(SandboxGpu, StrictReferenceForAnLstmWithItsStateAsAttributes) {

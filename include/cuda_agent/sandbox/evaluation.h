@@ -79,6 +79,15 @@ struct SandboxOptions {
   // host's CPUs with it. Off by default: on a host with cores to spare the timed runs do not
   // notice (docs/benchmarks.md), and the lock costs the bench a fifth of its rate.
   bool quiet_start = false;
+  // Under a runner's GPU locks, a baselines judge (EvalMode::kBaselines, with profile_compile):
+  // torch.compile compiles the reference (its first call, on the warm-up inputs, with at most an
+  // eighth of the GPU's memory) while the judge holds the GPU's lock shared, beside other judges
+  // compiling, and only the timing holds it exclusive. Compilation is CPU work, and most of a
+  // baseline's 13-16 s in the exclusive lock (its `profile` phase on an H100, 2026-12-05; the
+  // compilation was not timed apart). Off by default until it has been
+  // measured on a GPU; a judge waiting for the exclusive lock then holds a CUDA context and its
+  // reference's weights, which other evaluations' memory plans see as used.
+  bool compile_before_lock = false;
   // Judge processes a process keeps started ahead of its evaluations, per GPU (judge_pool.h):
   // Python and torch imported, CUDA untouched, each taking one evaluation and exiting. From a
   // process's second evaluation on; 0: each evaluation starts its own judge.
