@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|warm|lm|engine|multi|train|train-2gpu|learning|learning-report|ablate|kernelbench|timing|synth|ppo64]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|warm|lm|engine|multi|train|train-2gpu|learning|learning-report|ablate|kernelbench|timing|synth|ppo64|precompile]
 # agreement: issue 17's repeatability: the baselines of data/core's solved tasks cached, then
 # AGREE_RUNS (default 5) benches of their reference solutions, each a fresh evaluation per task;
 # scripts/reward_agreement.py compares their rewards pair by pair and the speedups' CV.
@@ -12,6 +12,7 @@
 # (detached: call it again at once while a run goes on; SYNTH_RESUME when the machine was given
 # back in between).
 # ppo64: issue 19's PPO step at 64 episodes through the batch engine (detached, as learning).
+# precompile: sandbox.compile_before_lock against without, the baselines of ten tasks (below).
 # kernelbench: every task of a KernelBench checkout (KB_DIR, default kb: its level1/ level2/
 # level3/ folders and solutions/<id>.py, each the task with `ModelNew = Model` appended), one
 # bench per level (KB_LEVELS, default "1 2 3"), provenance warn and no torch.compile baseline, so
@@ -356,6 +357,22 @@ if [ "$what" = ppo64 ]; then
     --set data.tasks_per_step=8 --set rollout.episodes_per_task=8 --set ppo.batch_size=64 --set ppo.steps=1 \
     --set ppo.mini_batches=4 --set rollout.concurrent_episodes=64 --set rollout.batch_engine=true ${PPO64_SET:-}
   grep -E "^\[train\] (step|baselines)|^ppo64 " "$out/ppo64.log" | tail -8
+fi
+if [ "$what" = precompile ]; then
+  # sandbox.compile_before_lock against without, side by side on one machine: the baselines of
+  # data/learning/train's ten tasks, four workers in flight, each run with caches of its own (fresh
+  # baselines, and torch.compile's own caches cold in both: TORCHINDUCTOR_CACHE_DIR). Wall times
+  # and the phases (scripts/eval_wall.py). PRECOMPILE_TASKS picks another split.
+  split=${PRECOMPILE_TASKS:-data/learning/train}
+  for on in false true; do
+    rm -rf "$out/precompile-$on" "/tmp/precompile-cache-$on" "/tmp/precompile-inductor-$on"
+    start=$SECONDS
+    CUDA_AGENT_CACHE_DIR=/tmp/precompile-cache-$on TORCHINDUCTOR_CACHE_DIR=/tmp/precompile-inductor-$on \
+      timeout "${PRECOMPILE_TIMEOUT:-280}" $build/cuda-agent baselines --split "$split" --workers-per-gpu 4 \
+      --output "$out/precompile-$on" --set sandbox.compile_before_lock=$on > "$out/precompile-$on.log" 2>&1
+    echo "compile_before_lock=$on: exit $?, wall $((SECONDS - start)) s"
+    python3 scripts/eval_wall.py "$out/precompile-$on" 2>&1 | tail -12
+  done
 fi
 if [ "$what" = kernelbench ]; then
   kb=${KB_DIR:-kb}
