@@ -1187,6 +1187,66 @@ TEST(GpuLocks, TheEnginesGateHoldsTheQuietLockWhileItWorksAndStepsAside) {
   gate(false);  // idle without a hold: nothing to do
 }
 
+// Replies in steps on four threads, one after another, beside a batch engine's gate on a fifth,
+// while timed runs take the quiet lock exclusive again and again: no step runs while a timed run
+// holds the lock, every timed run gets in within a few steps, and nothing deadlocks.
+TEST(GpuLocks, StepwiseHoldersAndTimedRunsNeverOverlapOrDeadlock) {
+  TempDir dir("gpu-locks-");
+  ScopedTmpdir tmpdir(dir.path() / "tmp");
+  std::atomic<bool> stop{false};
+  std::atomic<int> in_step{0}, steps{0};
+  const auto step = [&] {
+    ++in_step;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a decode step's GPU work
+    --in_step;
+    ++steps;
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      while (!stop) {
+        QuietSteps reply(3, /*max_wait_s=*/30, "the test's reply");
+        for (int k = 0; k < 25 && !stop; ++k) {
+          step();
+          reply.pause_point();
+        }
+      }
+    });
+  const std::function<void(bool)> gate = quiet_gate(3, /*max_wait_s=*/30, "the test's engine");
+  threads.emplace_back([&] {
+    while (!stop) {
+      for (int k = 0; k < 40 && !stop; ++k) {
+        gate(true);
+        step();
+      }
+      gate(false);  // idle a moment
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  while (steps < 50) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  double longest = 0;
+  int overlaps = 0;
+  for (int run = 0; run < 15; ++run) {
+    const auto start = std::chrono::steady_clock::now();
+    GpuLock timed(3, "quiet", /*exclusive=*/true, /*max_wait_s=*/20);
+    ASSERT_FALSE(timed.timed_out()) << "run " << run;
+    longest = std::max(longest, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    const int before = steps;
+    for (int k = 0; k < 10; ++k) {
+      overlaps += in_step.load() != 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    EXPECT_EQ(steps.load(), before) << "a step ran while timed run " << run << " held the lock";
+    timed.release();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(overlaps, 0);
+  EXPECT_LT(longest, 5.0) << "a timed run waited for whole replies";
+  EXPECT_TRUE(lock_holders(gpu_lock_path(3, "quiet")).empty());
+}
+
 // QuietGpuPolicy around a policy: each reply holds the quiet lock and gets a pause point; around a
 // policy whose GPU work holds the lock itself (a gated batch engine) it holds nothing, since its
 // hold would keep a timed run out while the engine steps aside for it.
