@@ -14,11 +14,12 @@
 # 1: the four evaluations overlap, base and final on the training tasks beside the base model on
 # the held-out ones, which times their baselines, then the final checkpoint on those; 0: one after
 # another, 4 episodes at once each). The GPU's lock orders every evaluation either way; overlapping
-# them keeps it busy while models load and episodes generate. REPORT_MODELS (default all): base
-# runs the base model's two evaluations alone and writes no report (scripts/learning_run.sh starts
-# it beside the training; with TRAIN_PID, the training's process, the training tasks' evaluation
-# waits for the run's first step, which times their baselines, or for that process's end); final
-# runs the final checkpoint's two (and a base one that did not finish), then the report.
+# them keeps it busy while models load and episodes generate. The base model's evaluations and the
+# held-out ones time baselines only where a solution needs them (eval --baselines lazy): the base
+# model writes none, and the training tasks' are cached by the run. REPORT_MODELS (default all):
+# base runs the base model's two evaluations alone and writes no report (scripts/learning_run.sh
+# starts it beside the training); final runs the final checkpoint's two (and a base one that did
+# not finish), then the report.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -41,12 +42,13 @@ mkdir -p "$out"
 # evaluate MODEL SPLIT: the base model or the final checkpoint on the training or held-out tasks;
 # MODEL-SPLIT.done marks one that ran to its end.
 evaluate() {
-  local folder=$train model
+  local folder=$train model baselines=first
   [ "$2" = heldout ] && folder=$heldout
+  { [ "$1" = base ] || [ "$2" = heldout ]; } && baselines=lazy
   if [ "$1" = base ]; then model=(--policy "local:$actor?$sampling&device=cuda"); else model=(--checkpoint "$run?$sampling"); fi
   rm -f "$out/$1-$2.done"
   "$bin" eval --split "$folder" "${model[@]}" --max-turns "$max_turns" --episodes-per-gpu "$at_once" \
-    --output "$out/$1-$2" > "$out/$1-$2.log" 2>&1 || true
+    --baselines "$baselines" --output "$out/$1-$2" > "$out/$1-$2.log" 2>&1 || true
   touch "$out/$1-$2.done"
 }
 start=$SECONDS
@@ -54,14 +56,12 @@ if [ "$models" = base ]; then
   at_once=${EPISODES_AT_ONCE:-3}
   evaluate base heldout &
   h=$!
-  while [ -n "${TRAIN_PID:-}" ] && kill -0 "$TRAIN_PID" 2>/dev/null && [ ! -s "$run/metrics.jsonl" ]; do sleep 2; done
   evaluate base train
   wait $h
   echo "learning_report: the base model's evaluations took $((SECONDS - start)) s" >&2
   exit 0
 elif [ "$models" = final ]; then
   at_once=${EPISODES_AT_ONCE:-3}
-  # The held-out tasks' baselines are cached by the base model's evaluation of them.
   evaluate final train &
   a=$!
   evaluate final heldout
@@ -70,7 +70,7 @@ elif [ "$models" = final ]; then
 elif [ "${REPORT_AT_ONCE:-1}" = 1 ]; then
   at_once=${EPISODES_AT_ONCE:-3}
   # The training tasks' baselines are in the scoring cache from the run; the held-out ones' are
-  # timed by the first evaluation of them, which the second then finds cached.
+  # timed where a solution needs them.
   evaluate base train & a=$!
   evaluate final train & b=$!
   evaluate base heldout

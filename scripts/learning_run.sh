@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The learning quickstart's run and its report, overlapped on one GPU (issue 18): `cuda-agent
 # train` on configs/learning.yaml, and beside it the report's evaluations of the base model
-# (scripts/learning_report.sh with REPORT_MODELS=base), which need no trained weights: on the
-# held-out tasks at once, on the training tasks once the run's first step has timed their
-# baselines into the scoring cache. The training runs with --shared-gpu, so that its learner's GPU
+# (scripts/learning_report.sh with REPORT_MODELS=base), which need no trained weights and time no
+# baselines (eval --baselines lazy: the base model writes no solution that needs them), both at
+# once. The training runs with --shared-gpu, so that its learner's GPU
 # work keeps out of those evaluations' timed runs. Once the run ends, the final checkpoint's two
 # evaluations (REPORT_MODELS=final) and the report.
 #

@@ -59,7 +59,9 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
       return sandbox::baselines_cached(task.path, o);
     });
   };
-  if (spec.episode.device == "cuda" && cached()) {
+  if (spec.episode.device == "cuda" && !spec.baselines_first) {
+    progress << "[eval] baselines timed where a solution needs them (--baselines lazy)\n";
+  } else if (spec.episode.device == "cuda" && cached()) {
     progress << fmt::format("[eval] baselines of the split's {} tasks found in the scoring cache\n",
                             split.tasks.size());
   } else if (spec.episode.device == "cuda") {

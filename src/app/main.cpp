@@ -374,6 +374,7 @@ void add_baselines(CLI::App& app, Verbs& verbs) {
 struct AgentFlags {
   std::string task, split, policy, checkpoint, output, gpus = "0", device = "cuda", skill = kDefaultSkill;
   int gpu = 0, max_turns = 150, episodes_per_gpu = 1;
+  std::string baselines = "first";
   bool single_turn = false;
   CommonFlags common;
 };
@@ -434,6 +435,10 @@ void add_eval(CLI::App& app, Verbs& verbs) {
                   "episodes at once on each GPU (default 1); above 1 their timed runs take the GPU's locks, one at "
                   "a time, and each episode loads its own policy")
       ->check(CLI::Range(1, 64));
+  cmd->add_option("--baselines", f->baselines,
+                  "first (default): every task's baselines timed into the scoring cache before the episodes; lazy: "
+                  "only where a solution needs them (for a policy that solves few tasks)")
+      ->check(CLI::IsMember({"first", "lazy"}));
   cmd->add_option("--output", f->output, "run folder (default runs/eval-<split>-<time>)");
   cmd->add_option("--skill", f->skill, "SKILL.md loaded into the system prompt");
   cmd->add_option("--max-turns", f->max_turns, "most policy replies per episode (the paper evaluates with 200)");
@@ -445,6 +450,7 @@ void add_eval(CLI::App& app, Verbs& verbs) {
                      spec.split = f->split;
                      spec.gpus = parse_gpus(f->gpus);
                      spec.episodes_per_gpu = f->episodes_per_gpu;
+                     spec.baselines_first = f->baselines == "first";
                      spec.output_dir = f->output.empty()
                                            ? fs::path("runs") / fmt::format("eval-{}-{}", bench::split_name(f->split),
                                                                             std::time(nullptr))

@@ -333,7 +333,9 @@ case "$verb" in
     [ -n "${STUB_TRAIN_FAILS:-}" ] && exit 3
     exit 0 ;;
   eval)
-    log "eval start $(basename "$out")"; sleep 1; mkdir -p "$out"; log "eval end $(basename "$out")" ;;
+    baselines=first; case " $* " in *" --baselines lazy "*) baselines=lazy ;; esac
+    log "eval start $(basename "$out")"; log "eval baselines $(basename "$out") $baselines"
+    sleep 1; mkdir -p "$out"; log "eval end $(basename "$out")" ;;
   bench) echo "compared" ;;
 esac
 )SH");
@@ -353,9 +355,13 @@ esac
   for (const char* e :
        {"eval start base-heldout", "eval start base-train", "eval start final-train", "eval start final-heldout"})
     ASSERT_TRUE(at.count(e)) << e << "\n" << read_file(events);
-  EXPECT_LT(at["eval start base-heldout"], at["train step1"]) << "the held-out evaluation waits for nothing";
-  EXPECT_GE(at["eval start base-train"], at["train step1"]) << "before the run's first step timed the baselines";
-  EXPECT_LT(at["eval start base-train"], at["train end"]);
+  EXPECT_LT(at["eval start base-heldout"], at["train step1"]) << "the base model's evaluations wait for nothing";
+  EXPECT_LT(at["eval start base-train"], at["train step1"]);
+  // The base model writes no solution that needs baselines, nor (at this scale) the final checkpoint
+  // on the held-out tasks: none are timed for them; the training tasks' are cached by the run.
+  for (const char* e : {"eval baselines base-heldout lazy", "eval baselines base-train lazy",
+                        "eval baselines final-heldout lazy", "eval baselines final-train first"})
+    EXPECT_TRUE(at.count(e)) << e << "\n" << read_file(events);
   EXPECT_GE(at["eval start final-train"], at["train end"]);
   EXPECT_LT(at["eval start final-heldout"], at["eval end final-train"]) << "the final evaluations overlap";
   EXPECT_TRUE(fs::exists(run / "report" / "report.md")) << output;

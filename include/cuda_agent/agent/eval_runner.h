@@ -23,6 +23,11 @@ struct EvalSpec {
   // no solution is timed beside another's generation or GPU work; each episode loads its own
   // policy (a local model once per episode, as with one).
   int episodes_per_gpu = 1;
+  // On a GPU: every task's baselines timed into the scoring cache before the episodes (true), or
+  // only where a solution needs them, by the evaluations that time it (false: `--baselines lazy`;
+  // for a policy that solves few tasks; a solved task then has them timed twice, by its
+  // profile.sh and by its final score, instead of once).
+  bool baselines_first = true;
   bool interactive_progress = false;
   EpisodeSpec episode;                  // policy, skill, device, limits, sandbox options; task and output_dir are per task
 };
