@@ -12,7 +12,7 @@
 # Environment: CUDA_AGENT_BUILD (default build), SOLUTIONS (default data/core/solutions),
 # EPISODES_AT_ONCE (eval --episodes-per-gpu of each evaluation; default 3), REPORT_AT_ONCE (default
 # 1: the four evaluations overlap, base and final on the training tasks beside the base model on
-# the held-out ones, which times their baselines, then the final checkpoint on those; 0: one after
+# the held-out ones, then the final checkpoint on those; 0: one after
 # another, 4 episodes at once each). The GPU's lock orders every evaluation either way; overlapping
 # them keeps it busy while models load and episodes generate. The base model's evaluations and the
 # held-out ones time baselines only where a solution needs them (eval --baselines lazy): the base

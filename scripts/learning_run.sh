@@ -44,7 +44,7 @@ if [ "$beside" = 1 ]; then
   if [ -f "$run/config.resolved.yaml" ]; then
     say "the base model's evaluations start beside the training (scripts/learning_report.sh, REPORT_MODELS=base)"
     # In a process group of its own, so that a stop reaches its evaluations.
-    setsid env REPORT_MODELS=base TRAIN_PID="$train_pid" CUDA_AGENT_BUILD="$build" \
+    setsid env REPORT_MODELS=base CUDA_AGENT_BUILD="$build" \
       scripts/learning_report.sh "$run" > /dev/null 2>&1 &
     base_pid=$!
   fi
