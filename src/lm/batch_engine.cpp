@@ -293,14 +293,13 @@ void BatchEngine::Impl::loop() {
   };
   const auto has_work = [&] { return stopping || !submitted.empty() || !waiting.empty() || !running.empty(); };
   while (true) {
-    bool idle = false;
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      idle = !has_work();
-    }
-    if (idle) gate(false);
     {
       std::unique_lock<std::mutex> lock(mutex);
+      if (!has_work() && working) {  // out of work: the gate lets go, outside the mutex
+        lock.unlock();
+        gate(false);
+        lock.lock();
+      }
       if (!has_work() && blocks) {
         // Idle: keep the pool (and its cached prefixes) a while, then give its memory back.
         if (!wake.wait_for(lock, std::chrono::duration<double>(options.idle_release_s), has_work)) {

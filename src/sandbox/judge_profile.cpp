@@ -130,9 +130,8 @@ BaselineRounds time_baselines(Judge& j, py::handle warm_inputs) {
   const SandboxOptions& opt = j.opt;
   BaselineRounds out;
   // Compiled already, before the exclusive lock (judge_precompile_baseline): its first call done.
-  const bool precompiled = j.precompiled && !j.precompiled.is_none();
   py::object compiled = !opt.profile_compile ? py::none()
-                        : precompiled        ? j.precompiled
+                        : j.precompiled      ? j.precompiled
                                              : compile_reference(j, &out.compile_error);
   const bool pre_runs = room_for_pre_runs(j);
   TimedSeries series(2, opt.record_kernels);
