@@ -1398,9 +1398,9 @@ TEST(ConfineOptions, ConfineIsValidatedAndRoundTrips) {
   EXPECT_EQ(o.confine, "auto");
   o.confine = "namespaces";
   EXPECT_EQ(SandboxOptions::from_json(o.to_json()).confine, "namespaces");
-  EXPECT_FALSE(o.compile_before_lock);
-  o.compile_before_lock = true;
-  EXPECT_TRUE(SandboxOptions::from_json(o.to_json()).compile_before_lock);
+  EXPECT_TRUE(o.compile_before_lock);
+  o.compile_before_lock = false;
+  EXPECT_FALSE(SandboxOptions::from_json(o.to_json()).compile_before_lock);
   const nlohmann::json unknown = {{"confine", "bwrap"}};
   EXPECT_THROW(SandboxOptions::from_json(unknown), cuda_agent::Error);
   EvalRequest req;
