@@ -37,6 +37,8 @@ cfg=$run/config.resolved.yaml
 key() { sed -n "s/^ *$1: *\"\{0,1\}\([^\"]*\)\"\{0,1\}$/\1/p" "$cfg" | head -1; }
 actor=$(key actor); temperature=$(key temperature); max_new=$(key max_new_tokens); max_turns=$(key max_turns)
 sampling="temperature=$temperature&max_new_tokens=$max_new"
+# The base model decodes as the run's rollouts did (the checkpoint's spec carries it already).
+[ "$(key batch_engine)" = true ] && base_engine="&batch_engine=1" || base_engine=""
 out=$run/report
 mkdir -p "$out"
 # evaluate MODEL SPLIT: the base model or the final checkpoint on the training or held-out tasks;
@@ -45,7 +47,7 @@ evaluate() {
   local folder=$train model baselines=first
   [ "$2" = heldout ] && folder=$heldout
   { [ "$1" = base ] || [ "$2" = heldout ]; } && baselines=lazy
-  if [ "$1" = base ]; then model=(--policy "local:$actor?$sampling&device=cuda"); else model=(--checkpoint "$run?$sampling"); fi
+  if [ "$1" = base ]; then model=(--policy "local:$actor?$sampling&device=cuda$base_engine"); else model=(--checkpoint "$run?$sampling"); fi
   rm -f "$out/$1-$2.done"
   "$bin" eval --split "$folder" "${model[@]}" --max-turns "$max_turns" --episodes-per-gpu "$at_once" \
     --baselines "$baselines" --output "$out/$1-$2" > "$out/$1-$2.log" 2>&1 || true

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -80,6 +81,12 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
     progress << "[eval] baselines of the split's tasks first\n";
     bench::run_bench(b, progress);
   }
+  // One source of policies per GPU, made before any episode starts (a local model is loaded here,
+  // once per GPU, and its episodes share it; a model that cannot load fails the run before its
+  // first episode).
+  std::map<int, PolicySource> sources;
+  for (int gpu : spec.gpus)
+    if (!sources.count(gpu)) sources[gpu] = make_policy_source(place_policy_on_gpu(spec.episode.policy, gpu));
   std::atomic<size_t> next{0};
   ProgressReporter reporter(progress, split.tasks.size(), "episode", spec.interactive_progress);
 
@@ -96,11 +103,11 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
       nlohmann::json result;
       try {
         fs::remove_all(episode.output_dir);  // an eval run re-runs its episodes
-        std::unique_ptr<Policy> own;
+        std::unique_ptr<Policy> own = sources.at(gpu)();
         std::optional<QuietGpuPolicy> quiet;
+        episode.policy_instance = own.get();
         if (beside_others) {
           episode.gpu_lock = true;
-          own = make_policy(episode.policy);
           quiet.emplace(*own, gpu, episode.sandbox.gpu_wait_s);
           episode.policy_instance = &*quiet;
         }

@@ -74,6 +74,7 @@ struct RegisteredPolicy {
   std::string prefix, usage;
   PolicyFactory factory;
   PolicySpecCheck check;
+  PolicySourceFactory source;
 };
 
 struct PolicyRegistry {
@@ -89,12 +90,12 @@ PolicyRegistry& registry() {
 }  // namespace
 
 void register_policy_factory(const std::string& prefix, PolicyFactory factory, const std::string& usage,
-                             PolicySpecCheck check) {
+                             PolicySpecCheck check, PolicySourceFactory source) {
   CA_CHECK(!prefix.empty() && factory, "register_policy_factory needs a prefix and a factory");
   PolicyRegistry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);
   std::erase_if(r.entries, [&](const RegisteredPolicy& e) { return e.prefix == prefix; });
-  r.entries.push_back({prefix, usage, std::move(factory), std::move(check)});
+  r.entries.push_back({prefix, usage, std::move(factory), std::move(check), std::move(source)});
 }
 
 namespace {
@@ -127,6 +128,15 @@ std::unique_ptr<Policy> make_policy(const std::string& spec) {
   const RegisteredPolicy e = find_registered(spec, &rest);
   // Outside the lock: loading a model takes a while and other threads may want other policies.
   return e.factory(rest);
+}
+
+PolicySource make_policy_source(const std::string& spec) {
+  for (const char* builtin : {"replay:", "openai:", "reference:"})
+    if (spec.rfind(builtin, 0) == 0) return [spec] { return make_policy(spec); };
+  std::string rest;
+  const RegisteredPolicy e = find_registered(spec, &rest);
+  if (e.source) return e.source(rest);
+  return [factory = e.factory, rest] { return factory(rest); };
 }
 
 void validate_policy_spec(const std::string& spec) {

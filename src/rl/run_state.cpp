@@ -322,6 +322,9 @@ std::string checkpoint_policy_spec(const fs::path& path, const std::string& devi
                                  actor.string(), get("rollout", "temperature", 1.0).dump(),
                                  get("rollout", "top_p", 1.0).dump(), get("rollout", "max_new_tokens", 2048).dump(),
                                  dtype, device);
+  // Decoded as the rollouts were: through one batch engine for the episodes side by side (the
+  // same samples, lm::LmOptions::batch_engine; overrides may say batch_engine=0).
+  if (get("rollout", "batch_engine", false) == true) spec += "&batch_engine=1";
   if (!overrides.empty()) spec += "&" + overrides;
   return spec;
 }

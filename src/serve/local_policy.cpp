@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/sandbox/evaluation.h"
+#include "cuda_agent/sandbox/worker_confinement.h"
 
 namespace cuda_agent::serve {
 
@@ -18,7 +20,7 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-constexpr const char* kKeys = "temperature, top_p, top_k, max_new_tokens, seed, device, dtype, thinking";
+constexpr const char* kKeys = "temperature, top_p, top_k, max_new_tokens, seed, device, dtype, thinking, batch_engine";
 
 double parse_double(const std::string& spec, const std::string& key, const std::string& value) {
   double x = 0;
@@ -37,12 +39,47 @@ Int parse_int(const std::string& spec, const std::string& key, const std::string
   return x;
 }
 
+// The model's options for `o`. With the batch engine on a GPU, the engine's thread holds the
+// GPU's quiet lock while it decodes and steps aside between two steps for a timed run (as the
+// trainer sets it up): its episodes' evaluations time on a quiet GPU.
+LmOptions lm_options(const LocalPolicyOptions& o) {
+  LmOptions lm;
+  lm.device = o.device;
+  lm.dtype = o.dtype;
+  lm.batch_engine = o.batch_engine;
+  if (o.batch_engine && o.device.rfind("cuda", 0) == 0) {
+    int gpu = 0;
+    if (o.device != "cuda") {
+      const char* first = o.device.data() + 5;
+      const char* last = o.device.data() + o.device.size();
+      const auto [end, ec] = std::from_chars(first, last, gpu);
+      CA_CHECK(o.device[4] == ':' && ec == std::errc() && end == last && gpu >= 0,
+               "policy device '{}': use cpu, cuda or cuda:N", o.device);
+    }
+    lm.engine_gate = sandbox::quiet_gate(gpu, sandbox::SandboxOptions{}.gpu_wait_s, "the batch engine's decoding");
+  }
+  return lm;
+}
+
+// A policy over a session that shares a model with its source's other policies; the model's
+// owner (`base`) is a base class so that it outlives the LocalPolicy part, which borrows it.
+struct SharedModel {
+  std::shared_ptr<ChatSession> base;
+};
+class SharedModelPolicy : private SharedModel, public LocalPolicy {
+ public:
+  SharedModelPolicy(std::shared_ptr<ChatSession> base, const LocalPolicyOptions& options)
+      : SharedModel{std::move(base)},
+        LocalPolicy(ChatSession::share_with_model(*SharedModel::base, SharedModel::base->model()), options) {}
+};
+
 }  // namespace
 
 std::string LocalPolicyOptions::to_spec() const {
   std::string s = fmt::format("local:{}?temperature={}&top_p={}&top_k={}&max_new_tokens={}&seed={}&device={}&dtype={}",
                               model.string(), temperature, top_p, top_k, max_new_tokens, seed, device, dtype);
   if (enable_thinking) s += *enable_thinking ? "&thinking=1" : "&thinking=0";
+  if (batch_engine) s += "&batch_engine=1";
   return s;
 }
 
@@ -90,6 +127,10 @@ LocalPolicyOptions parse_local_policy_spec(const std::string& spec) {
       CA_CHECK(value == "1" || value == "0" || value == "true" || value == "false",
                "policy '{}': thinking={}; use 1, 0, true or false", spec, value);
       o.enable_thinking = value == "1" || value == "true";
+    } else if (key == "batch_engine") {
+      CA_CHECK(value == "1" || value == "0" || value == "true" || value == "false",
+               "policy '{}': batch_engine={}; use 1, 0, true or false", spec, value);
+      o.batch_engine = value == "1" || value == "true";
     } else {
       CA_FAIL("policy '{}': unknown key '{}' (keys: {})", spec, key, kKeys);
     }
@@ -125,10 +166,8 @@ ojson template_tools(const nlohmann::json& tools) {
 }
 
 LocalPolicy::LocalPolicy(LocalPolicyOptions options) : options_(std::move(options)) {
-  LmOptions lm;
-  lm.device = options_.device;
-  lm.dtype = options_.dtype;
-  session_ = ChatSession::open(options_.model, lm);
+  session_ = ChatSession::open(options_.model, lm_options(options_));
+  options_.batch_engine = session_->model().options().batch_engine;  // off where the model cannot have it
 }
 
 LocalPolicy::LocalPolicy(std::unique_ptr<ChatSession> session, LocalPolicyOptions options)
@@ -137,6 +176,7 @@ LocalPolicy::LocalPolicy(std::unique_ptr<ChatSession> session, LocalPolicyOption
   options_.model = session_->path();
   options_.device = session_->model().options().device;
   options_.dtype = session_->model().options().dtype;
+  options_.batch_engine = session_->model().options().batch_engine;
 }
 
 LocalPolicy::LocalPolicy(std::unique_ptr<ChatSession> session, LocalPolicyOptions options,
@@ -290,12 +330,18 @@ void register_local_policy() {
       [](const std::string& rest) -> std::unique_ptr<agent::Policy> {
         return std::make_unique<LocalPolicy>(parse_local_policy_spec("local:" + rest));
       },
-      "local:MODEL[?temperature=T&top_p=P&top_k=K&max_new_tokens=N&seed=S&device=D&dtype=DT&thinking=0|1] "
-      "(the in-process libtorch model: a Hugging Face folder or a .gguf file)",
+      "local:MODEL[?temperature=T&top_p=P&top_k=K&max_new_tokens=N&seed=S&device=D&dtype=DT&thinking=0|1"
+      "&batch_engine=0|1] (the in-process libtorch model: a Hugging Face folder or a .gguf file)",
       [](const std::string& rest) {
         const LocalPolicyOptions o = parse_local_policy_spec("local:" + rest);
         CA_CHECK(std::filesystem::exists(o.model), "policy 'local:{}': no model at {}: give a Hugging Face folder or a "
                  ".gguf file (scripts/setup.sh fetches models/SmolLM2-135M-Instruct.Q4_1.gguf)", rest, o.model.string());
+      },
+      // Side by side (eval's episodes on one GPU): the model loaded once, a session over it per policy.
+      [](const std::string& rest) -> agent::PolicySource {
+        LocalPolicyOptions o = parse_local_policy_spec("local:" + rest);
+        std::shared_ptr<ChatSession> base = ChatSession::open(o.model, lm_options(o));
+        return [base, o] { return std::make_unique<SharedModelPolicy>(base, o); };
       });
 }
 

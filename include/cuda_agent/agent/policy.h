@@ -115,12 +115,25 @@ using PolicyFactory = std::function<std::unique_ptr<Policy>(const std::string& r
 // after the prefix without building the policy (no model load): validate_policy_spec calls it.
 // Thread-safe.
 using PolicySpecCheck = std::function<void(const std::string& rest)>;
+// Policies for episodes that run side by side (eval's episodes on one GPU): a source is made once
+// and called once per episode, from several threads at once. `source` (optional) lets a form's
+// policies share what make_policy would make for each (local: one model loaded once, each policy
+// a session over it, and with batch_engine=1 one engine decoding every episode's turns); without
+// it the source calls make_policy each time. What a source shares lives as long as the source and
+// the policies it made.
+using PolicySource = std::function<std::unique_ptr<Policy>()>;
+using PolicySourceFactory = std::function<PolicySource(const std::string& rest)>;
 void register_policy_factory(const std::string& prefix, PolicyFactory factory, const std::string& usage,
-                             PolicySpecCheck check = {});
+                             PolicySpecCheck check = {}, PolicySourceFactory source = {});
 
 // "replay:PATH.jsonl" -> ReplayPolicy, "openai:MODEL@BASE_URL" -> OpenAiPolicy,
 // "reference:FILE.py" -> ReferencePolicy (reference_policy.h), then the registered prefixes. Throws Error for an unknown spec, listing every form. Thread-safe.
 std::unique_ptr<Policy> make_policy(const std::string& spec);
+
+// A source of `spec`'s policies (register_policy_factory): the registered form's own where it has
+// one (which may load a model here, once), else one that calls make_policy per policy. Throws
+// Error as make_policy does.
+PolicySource make_policy_source(const std::string& spec);
 
 // Checks a spec as make_policy would take it, without loading a model or reaching a server: the
 // form, the replay file (read and parsed), the OpenAI model@URL, a registered form's own check

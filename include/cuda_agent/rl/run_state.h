@@ -99,7 +99,7 @@ void write_actor_tokenizer_files(const std::filesystem::path& actor, const std::
 
 // `cuda-agent eval --checkpoint`: the local policy spec (serve/local_policy.h) over the actor of
 // the checkpoint find_checkpoint(path) names, sampling as the run's rollouts did (rollout.temperature,
-// rollout.top_p, rollout.max_new_tokens and model.dtype of its saved config; float16 loads as
+// rollout.top_p, rollout.max_new_tokens, rollout.batch_engine and model.dtype of its saved config; float16 loads as
 // bfloat16) on `device` (cpu, cuda, cuda:N). `overrides` ("key=value&...", the local policy's
 // keys, e.g. "temperature=0") come last and win. Throws Error when the checkpoint has no actor/.
 std::string checkpoint_policy_spec(const std::filesystem::path& path, const std::string& device,

@@ -7,7 +7,9 @@
 //   keys: temperature (default 1; 0 is greedy), top_p (1), top_k (0: off), max_new_tokens (2048,
 //         cut to what the context leaves), seed (0), device (cpu | cuda | cuda:N), dtype (float32 |
 //         bfloat16), thinking (1/0, true/false: Qwen3's enable_thinking; unset leaves the template's
-//         default)
+//         default), batch_engine (1/0, true/false; default 0: each call decodes its own batch; 1:
+//         the calls of every policy over the model decode together, lm::LmOptions::batch_engine,
+//         with the GPU's quiet lock held by the engine between steps)
 //   e.g.  local:models/SmolLM2-135M-Instruct.Q4_1.gguf?temperature=0&max_new_tokens=512
 //
 // The defaults sample from the model's own distribution (temperature 1, no top-p/top-k), the
@@ -37,8 +39,9 @@
 // This lives in ca_serve (it needs ca_policy and ca_agent); register_local_policy() makes
 // agent::make_policy accept "local:" specs.
 //
-// Thread safety: a LocalPolicy is not thread-safe (neither is its model); eval gives each
-// episode its own.
+// Thread safety: a LocalPolicy is not thread-safe; eval gives each episode its own, all over one
+// model per GPU (agent::make_policy_source: the model loaded once, a session over it per policy;
+// sessions over one model may generate in several threads at once).
 #pragma once
 
 #include <cstdint>
@@ -65,6 +68,7 @@ struct LocalPolicyOptions {
   int64_t max_new_tokens = 2048;
   uint64_t seed = 0;  // call k samples with seed + k
   std::optional<bool> enable_thinking;
+  bool batch_engine = false;  // lm::LmOptions::batch_engine
 
   // The spec that gives these options back ("local:PATH?temperature=...&..."; every key written).
   std::string to_spec() const;

@@ -69,6 +69,19 @@ TEST_F(EvalCheckpoint, RunFolderAndCheckpointFolderGiveTheActorWithTheRunsSampli
   EXPECT_DOUBLE_EQ(greedy.temperature, 0.0);
   EXPECT_EQ(greedy.max_new_tokens, 9);
   EXPECT_EQ(greedy.device, "cpu");
+  EXPECT_FALSE(greedy.batch_engine);
+}
+
+// A run whose rollouts decoded through the batch engine: its checkpoint's episodes do too, unless
+// the overrides say batch_engine=0.
+TEST_F(EvalCheckpoint, ARunWithTheBatchEngineEvaluatesThroughIt) {
+  TempDir dir("ca-eval-ckpt-engine-");
+  const fs::path run = write_run(dir.path());
+  json state = json::parse(read_file(run / "checkpoints" / "step-000003" / "state.json"));
+  state["config"]["rollout"]["batch_engine"] = true;
+  write_file_atomic(run / "checkpoints" / "step-000003" / "state.json", state.dump());
+  EXPECT_TRUE(serve::parse_local_policy_spec(rl::checkpoint_policy_spec(run, "cuda", "")).batch_engine);
+  EXPECT_FALSE(serve::parse_local_policy_spec(rl::checkpoint_policy_spec(run, "cuda", "batch_engine=0")).batch_engine);
 }
 
 TEST_F(EvalCheckpoint, FoldersWithoutACheckpointOrActorAreErrorsNamingThePath) {

@@ -302,6 +302,56 @@ TEST(LocalPolicySpec, ParsesRoundTripsAndRefusesBadValues) {
   EXPECT_NE(err("local:m?max_new_tokens=1.5").find("not a whole number"), std::string::npos);
   EXPECT_NE(err("local:m?dtype=float16").find("use float32 or bfloat16"), std::string::npos);
   EXPECT_NE(err("local:m?seed").find("not key=value"), std::string::npos);
+  EXPECT_NE(err("local:m?batch_engine=yes").find("batch_engine=yes; use 1, 0, true or false"), std::string::npos);
+
+  EXPECT_FALSE(d.batch_engine);
+  const serve::LocalPolicyOptions engine = serve::parse_local_policy_spec("local:m?batch_engine=1&device=cuda:2");
+  EXPECT_TRUE(engine.batch_engine);
+  EXPECT_NE(engine.to_spec().find("&batch_engine=1"), std::string::npos) << engine.to_spec();
+  EXPECT_TRUE(serve::parse_local_policy_spec(engine.to_spec()).batch_engine);
+  EXPECT_FALSE(serve::parse_local_policy_spec("local:m?batch_engine=1&batch_engine=false").batch_engine);  // last wins
+  EXPECT_EQ(serve::parse_local_policy_spec("local:m").to_spec().find("batch_engine"), std::string::npos);
+}
+
+// eval's episodes side by side on one GPU: one source per GPU (agent::make_policy_source) loads
+// the model once and each of its policies is a session over it; they sample what policies that
+// load the model each would (the same seeds, the same tokens), from several threads at once, and
+// through one batch engine with batch_engine=1.
+TEST_F(LocalPolicyTiny, ASourceSharesOneModelAndSamplesAsPoliciesOfTheirOwn) {
+  serve::register_local_policy();
+  const std::string plain = spec("temperature=1&seed=5&max_new_tokens=16");
+  const agent::PolicyReply alone = agent::make_policy(plain)->complete(request());
+  for (const std::string& s : {plain, plain + "&batch_engine=1"}) {
+    const agent::PolicySource source = agent::make_policy_source(s);
+    std::vector<std::unique_ptr<agent::Policy>> policies;
+    for (int k = 0; k < 3; ++k) policies.push_back(source());
+    auto* first = dynamic_cast<serve::LocalPolicy*>(policies[0].get());
+    ASSERT_NE(first, nullptr) << s;
+    EXPECT_EQ(first->options().batch_engine, s != plain);
+    EXPECT_EQ(first->name(), serve::parse_local_policy_spec(s).to_spec());
+    for (const auto& p : policies)  // one model under every session
+      EXPECT_EQ(&dynamic_cast<serve::LocalPolicy&>(*p).session().model(), &first->session().model()) << s;
+    std::vector<agent::PolicyReply> replies(policies.size());
+    std::vector<std::thread> threads;
+    for (size_t k = 0; k < policies.size(); ++k)
+      threads.emplace_back([&, k] { replies[k] = policies[k]->complete(request()); });
+    for (auto& t : threads) t.join();
+    for (const agent::PolicyReply& r : replies) {
+      EXPECT_EQ(r.completion_token_ids, alone.completion_token_ids) << s;
+      ASSERT_EQ(r.completion_logprobs.size(), alone.completion_logprobs.size()) << s;
+      for (size_t i = 0; i < r.completion_logprobs.size(); ++i)
+        EXPECT_NEAR(r.completion_logprobs[i], alone.completion_logprobs[i], 1e-4) << s << " token " << i;
+    }
+  }
+  // The shared model outlives the source while a policy it made is alive.
+  std::unique_ptr<agent::Policy> kept = agent::make_policy_source(plain)();
+  EXPECT_EQ(kept->complete(request()).completion_token_ids, alone.completion_token_ids);
+  // Other forms: a policy per call, as make_policy makes it.
+  TempDir dir("ca-source-replay-");
+  write_file_atomic(dir.path() / "r.jsonl", "{\"content\": \"Done.\"}\n");
+  const agent::PolicySource replay = agent::make_policy_source("replay:" + (dir.path() / "r.jsonl").string());
+  EXPECT_NE(replay().get(), nullptr);
+  EXPECT_THROW(agent::make_policy_source("gemini:pro"), Error);
 }
 
 TEST(LocalPolicyMessages, AgentMessagesBecomeTemplateMessages) {
