@@ -4,8 +4,14 @@
 // that runs out makes calls wait and corrupts nothing. Skips, saying why, without a GPU.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <iostream>
+#include <thread>
 #include <tuple>
+
+#include "cuda_agent/sandbox/worker_confinement.h"
 
 #include "../../cpu/policy/engine_test_util.h"
 #include "../gpu_test_util.h"
@@ -113,6 +119,56 @@ TEST(BatchEngineGpu, APoolThatRunsOutMakesCallsWaitAndCorruptsNothing) {
   EXPECT_EQ(s.blocks, 16);
   EXPECT_LE(s.peak_blocks, 16);
   EXPECT_GT(s.waits + s.preemptions, 0);
+}
+
+// The trainer's and eval's arrangement on a real GPU: the engine decodes under the GPU's quiet lock
+// (its gate, sandbox::quiet_gate), calls arriving all the while, and an evaluation under the GPU's
+// locks beside it gets its timed runs in between two engine steps: it passes without waiting long
+// for the quiet lock, the engine goes on decoding while the evaluation runs, and after it.
+TEST(BatchEngineGpu, ATimedEvaluationGetsInBetweenTheGatedEnginesSteps) {
+  CA_REQUIRE_GPU();
+  use_built_lm_module();
+  const auto config = tiny_config(policy::Family::kQwen2);
+  auto o = test_options("cuda", 3);
+  o.batch_engine = true;
+  o.kv_tokens = 8192;
+  o.kv_block = 16;
+  o.engine_gate = sandbox::quiet_gate(0, 600, "the test's engine");
+  auto engine = lm::random_language_model(config, o);
+  ASSERT_TRUE(engine->options().engine_gate != nullptr);
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> calls{0};
+  std::vector<std::thread> callers;
+  for (uint64_t t = 0; t < 4; ++t)
+    callers.emplace_back([&, t] {
+      for (uint64_t k = 0; !stop; ++k) {
+        const Job job{{test_tokens(24 + t, config.vocab_size, 90 + t + 8 * k)}, sampled(200 + t + 8 * k, 256)};
+        engine->generate(job.prompts, job.options, {});
+        ++calls;
+      }
+    });
+  // Decoding before the evaluation starts.
+  for (int i = 0; i < 500 && engine->engine_stats().steps < 50; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const int64_t steps_before = engine->engine_stats().steps;
+  ASSERT_GE(steps_before, 50) << "the engine did not decode";
+  sandbox::SandboxOptions eval_options = fast_options();
+  const nlohmann::json r = run_eval("tests/data/tasks/add/model.py", "tests/data/solutions/add_ok/model_new.py",
+                                    sandbox::EvalMode::kEvaluate, eval_options, /*gpu_lock=*/true);
+  const int64_t steps_during = engine->engine_stats().steps - steps_before;
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int64_t calls_after_eval = calls;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const int64_t steps_after = engine->engine_stats().steps;
+  stop = true;
+  for (auto& t : callers) t.join();
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  const nlohmann::json phases = r.value("phase_seconds", nlohmann::json::object());
+  ASSERT_TRUE(phases.contains("quiet_wait")) << phases.dump();
+  EXPECT_LT(phases["quiet_wait"].get<double>(), 5.0) << phases.dump();
+  EXPECT_GT(steps_during, 0) << "the engine stood still for the whole evaluation";
+  EXPECT_GT(steps_after, steps_before + steps_during) << "the engine stopped after the evaluation";
+  EXPECT_GT(calls.load(), calls_after_eval);
+  std::cout << "engine steps during the evaluation: " << steps_during << "; phases: " << phases.dump() << "\n";
 }
 
 }  // namespace
