@@ -432,7 +432,9 @@ int64_t scaled_to_gpu(int64_t h200_elements) {
   if (api.cuDeviceGet(&dev, 0) != CUDA_SUCCESS || api.cuDeviceTotalMem(&total, dev) != CUDA_SUCCESS)
     return h200_elements;
   const double scale = std::min(1.0, static_cast<double>(total) / 150109880320.0);
-  return static_cast<int64_t>(static_cast<double>(h200_elements) * scale);
+  // Whole mebi-elements: copy_ok copies 4-wide vectors (2^32 scaled to an H100, 2432533777
+  // elements, was refused as not a whole number of them).
+  return (static_cast<int64_t>(static_cast<double>(h200_elements) * scale) >> 20) << 20;
 }
 
 sandbox::SandboxOptions large_task_options() {
