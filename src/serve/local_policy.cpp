@@ -39,6 +39,12 @@ Int parse_int(const std::string& spec, const std::string& key, const std::string
   return x;
 }
 
+bool parse_flag(const std::string& spec, const std::string& key, const std::string& value) {
+  CA_CHECK(value == "1" || value == "0" || value == "true" || value == "false",
+           "policy '{}': {}={}; use 1, 0, true or false", spec, key, value);
+  return value == "1" || value == "true";
+}
+
 // The model's options for `o`. With the batch engine on a GPU, the engine's thread holds the
 // GPU's quiet lock while it decodes and steps aside between two steps for a timed run (as the
 // trainer sets it up): its episodes' evaluations time on a quiet GPU.
@@ -124,13 +130,9 @@ LocalPolicyOptions parse_local_policy_spec(const std::string& spec) {
       CA_CHECK(value == "float32" || value == "bfloat16", "policy '{}': dtype={}; use float32 or bfloat16", spec, value);
       o.dtype = value;
     } else if (key == "thinking") {
-      CA_CHECK(value == "1" || value == "0" || value == "true" || value == "false",
-               "policy '{}': thinking={}; use 1, 0, true or false", spec, value);
-      o.enable_thinking = value == "1" || value == "true";
+      o.enable_thinking = parse_flag(spec, key, value);
     } else if (key == "batch_engine") {
-      CA_CHECK(value == "1" || value == "0" || value == "true" || value == "false",
-               "policy '{}': batch_engine={}; use 1, 0, true or false", spec, value);
-      o.batch_engine = value == "1" || value == "true";
+      o.batch_engine = parse_flag(spec, key, value);
     } else {
       CA_FAIL("policy '{}': unknown key '{}' (keys: {})", spec, key, kKeys);
     }
