@@ -148,7 +148,8 @@ TEST(BatchEngineGpu, ATimedEvaluationGetsInBetweenTheGatedEnginesSteps) {
       }
     });
   // Decoding before the evaluation starts.
-  for (int i = 0; i < 500 && engine->engine_stats().steps < 50; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && engine->engine_stats().steps < 50; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const int64_t steps_before = engine->engine_stats().steps;
   ASSERT_GE(steps_before, 50) << "the engine did not decode";
   sandbox::SandboxOptions eval_options = fast_options();
