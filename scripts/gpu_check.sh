@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|warm|lm|engine|multi|train|train-2gpu|learning|learning-report|ablate|kernelbench|timing|synth|ppo64|precompile]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|warm|lm|engine|multi|train|train-2gpu|learning|learning-report|ablate|kernelbench|timing|synth|ppo64|precompile|initlock]
 # agreement: issue 17's repeatability: the baselines of data/core's solved tasks cached, then
 # AGREE_RUNS (default 5) benches of their reference solutions, each a fresh evaluation per task;
 # scripts/reward_agreement.py compares their rewards pair by pair and the speedups' CV.
@@ -13,6 +13,8 @@
 # back in between).
 # ppo64: issue 19's PPO step at 64 episodes through the batch engine (detached, as learning).
 # precompile: sandbox.compile_before_lock against without, the baselines of ten tasks (below).
+# initlock: sandbox.init_before_lock against without, a bench of data/core's solved tasks with
+# cached baselines, four evaluations in flight (below).
 # kernelbench: every task of a KernelBench checkout (KB_DIR, default kb: its level1/ level2/
 # level3/ folders and solutions/<id>.py, each the task with `ModelNew = Model` appended), one
 # bench per level (KB_LEVELS, default "1 2 3"), provenance warn and no torch.compile baseline, so
@@ -372,6 +374,27 @@ if [ "$what" = precompile ]; then
       --output "$out/precompile-$on" --set sandbox.compile_before_lock=$on > "$out/precompile-$on.log" 2>&1
     echo "compile_before_lock=$on: exit $?, wall $((SECONDS - start)) s"
     python3 scripts/eval_wall.py "$out/precompile-$on" 2>&1 | tail -12
+  done
+fi
+if [ "$what" = initlock ]; then
+  # sandbox.init_before_lock against without, side by side on one machine: data/core's solved
+  # tasks (the first INITLOCK_TASKS, default 24), eager baselines cached first (no torch.compile),
+  # then a bench of their reference solutions with four evaluations in flight under the GPU's
+  # locks, each setting in its own run; wall, evaluations per minute and the phases
+  # (scripts/eval_wall.py: `cuda_init` leaves the exclusive lock's share when on).
+  make_core_solved
+  head -n $((2 + 3 * ${INITLOCK_TASKS:-24})) $sub/split.yaml > $sub/split.tmp && mv $sub/split.tmp $sub/split.yaml
+  nocompile=(--set sandbox.profile_compile=false)
+  timeout "${CORE_BASELINES_TIMEOUT:-300}" $build/cuda-agent baselines --split $sub "${nocompile[@]}" --workers-per-gpu 4 \
+    --output "$out/initlock-baselines" > "$out/initlock_baselines.txt" 2>&1
+  for on in false true; do
+    start=$SECONDS
+    timeout "${INITLOCK_TIMEOUT:-240}" $build/cuda-agent bench --split $sub --solutions data/core/solutions \
+      "${nocompile[@]}" --workers-per-gpu 4 --set sandbox.init_before_lock=$on --output "$out/initlock-$on" \
+      > "$out/initlock_$on.txt" 2> "$out/initlock_$on.err"
+    wall=$((SECONDS - start)); n=$(ls "$out/initlock-$on/results" 2>/dev/null | wc -l)
+    echo "init_before_lock=$on: $n evaluations in $wall s ($(python3 -c "print(round($n * 60 / max($wall, 1), 1))") a minute)" | tee -a "$out/initlock.txt"
+    python3 scripts/eval_wall.py "$out/initlock-$on" 2>&1 | tail -12 | tee -a "$out/initlock.txt"
   done
 fi
 if [ "$what" = kernelbench ]; then

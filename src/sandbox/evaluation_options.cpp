@@ -54,6 +54,7 @@ nlohmann::json SandboxOptions::to_json() const {
           {"baseline_drift", baseline_drift},
           {"quiet_start", quiet_start},
           {"compile_before_lock", compile_before_lock},
+          {"init_before_lock", init_before_lock},
           {"warm_workers", warm_workers},
           {"reward", reward},
           {"speedup_margin", speedup_margin},
@@ -97,6 +98,7 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.baseline_drift = merged["baseline_drift"];
   o.quiet_start = merged["quiet_start"];
   o.compile_before_lock = merged["compile_before_lock"];
+  o.init_before_lock = merged["init_before_lock"];
   o.warm_workers = merged["warm_workers"];
   o.reward = merged["reward"];
   o.speedup_margin = merged["speedup_margin"];

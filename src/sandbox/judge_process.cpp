@@ -376,15 +376,20 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       }
     }
     // CUDA, the task and the reference: in the GPU's exclusive lock, or, for a baselines judge
-    // that compiles first (sandbox.compile_before_lock), with the lock held shared.
-    auto prepare = [&] {
+    // that compiles first (sandbox.compile_before_lock), with the lock held shared; CUDA alone
+    // with the lock held shared where sandbox.init_before_lock says so.
+    bool cuda_ready = false;
+    auto init = [&] {
       if (j.gpu) enter("cuda_init");
       if (start) start->begin_init();  // both processes initialise CUDA at once
       if (j.gpu) guarded(Category::kInfrastructure, "initialising CUDA", [&] { init_cuda(result, opt); });
       // The output comparison's kernels compile (NVRTC, CPU) while the task and the solution load.
       if (j.gpu) prepare_fused_comparison(current_device_info().arch());
       if (start) start->init();
-
+      cuda_ready = true;
+    };
+    auto prepare = [&] {
+      if (!cuda_ready) init();
       enter("load_task");
       j.task = load_task(req.task_path);
       // Secret seeds: a solution cannot know (and precompute for) the inputs it will be given.
@@ -403,6 +408,10 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       prepare();
       enter("precompile");
       judge_precompile_baseline(j);
+    } else if (j.gpu && req.gpu_lock && opt.init_before_lock) {
+      enter("init_wait");
+      const GpuLock sharing = take_lock("gpu", false);
+      init();
     }
     if (j.gpu && req.gpu_lock) {
       enter("gpu_wait");

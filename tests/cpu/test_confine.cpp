@@ -1401,6 +1401,9 @@ TEST(ConfineOptions, ConfineIsValidatedAndRoundTrips) {
   EXPECT_TRUE(o.compile_before_lock);
   o.compile_before_lock = false;
   EXPECT_FALSE(SandboxOptions::from_json(o.to_json()).compile_before_lock);
+  EXPECT_FALSE(o.init_before_lock);
+  o.init_before_lock = true;
+  EXPECT_TRUE(SandboxOptions::from_json(o.to_json()).init_before_lock);
   const nlohmann::json unknown = {{"confine", "bwrap"}};
   EXPECT_THROW(SandboxOptions::from_json(unknown), cuda_agent::Error);
   EvalRequest req;

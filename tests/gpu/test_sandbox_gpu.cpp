@@ -392,6 +392,34 @@ TEST(SandboxGpu, ABaselineCompiledBeforeTheExclusiveLockIsTimedAsBefore) {
   EXPECT_LT(phases["profile"].get<double>(), phases["precompile"].get<double>()) << phases.dump();
 }
 
+// sandbox.init_before_lock: CUDA comes up in both processes while the GPU's lock is held shared
+// (here by the test, shared too, for 10 s: the evaluation's initialisation goes ahead beside it and
+// only its exclusive take waits), and the evaluation then verifies and times as before.
+TEST(SandboxGpu, AnEvaluationInitialisedBeforeTheExclusiveLockPassesAsBefore) {
+  CA_REQUIRE_GPU();
+  TempDir locks("ca-gpu-locks-");
+  ::setenv("CUDA_AGENT_HOST_TMPDIR", locks.path().c_str(), 1);
+  auto o = fast_options();
+  o.init_before_lock = true;
+  prepare_environment();
+  const int held = lock_file(sandbox::gpu_lock_path(0, "gpu"), /*exclusive=*/false);
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(10));
+    ::close(held);
+  });
+  auto r = run_eval(kAdd, solution("add_ok"), EvalMode::kEvaluate, o, /*gpu_lock=*/true);
+  release.join();
+  ::unsetenv("CUDA_AGENT_HOST_TMPDIR");
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_TRUE(r["correct"].get<bool>());
+  EXPECT_GT(r["timings"]["candidate"]["median_ms"].get<double>(), 0.0);
+  const nlohmann::json& phases = r["phase_seconds"];
+  ASSERT_TRUE(phases.contains("init_wait") && phases.contains("cuda_init") && phases.contains("gpu_wait"))
+      << phases.dump();
+  EXPECT_LT(phases["init_wait"].get<double>(), 1.0) << phases.dump();  // shared beside the test's hold
+  EXPECT_GT(phases["gpu_wait"].get<double>(), 1.0) << phases.dump();   // the exclusive take waited for it
+}
+
 // strict on a model whose float64 copy needs its tensor attributes converted (KernelBench L3 35's
 // LSTM shape of the problem): verified against a float64 reference, not a task_error.
 TEST(SandboxGpu, StrictReferenceForAnLstmWithItsStateAsAttributes) {

@@ -89,6 +89,15 @@ struct SandboxOptions {
   // A judge waiting for the exclusive lock holds a CUDA context and its reference's weights,
   // which other evaluations' memory plans see as used.
   bool compile_before_lock = true;
+  // Under a runner's GPU locks, any GPU evaluation: the judge and the candidate process initialise
+  // CUDA (both contexts, torch's CUDA state: the `cuda_init` phase, about 0.5 s on an H100) while
+  // the judge holds the GPU's lock shared, beside other evaluations doing the same, and take it
+  // exclusive only for the task, the memory plan, the solution and the runs. No solution code has
+  // run by then. Off by default until measured on a GPU (scripts/gpu_check.sh initlock): each
+  // evaluation waiting for the exclusive lock holds two CUDA contexts, which the memory plan of the
+  // one holding it sees as used, and shared holders arriving one after another can keep an
+  // exclusive taker waiting (the GPU's lock has no turnstile).
+  bool init_before_lock = false;
   // Judge processes a process keeps started ahead of its evaluations, per GPU (judge_pool.h):
   // Python and torch imported, CUDA untouched, each taking one evaluation and exiting. From a
   // process's second evaluation on; 0: each evaluation starts its own judge.
