@@ -131,12 +131,14 @@ std::unique_ptr<Policy> make_policy(const std::string& spec) {
 }
 
 PolicySource make_policy_source(const std::string& spec) {
-  for (const char* builtin : {"replay:", "openai:", "reference:"})
-    if (spec.rfind(builtin, 0) == 0) return [spec] { return make_policy(spec); };
-  std::string rest;
-  const RegisteredPolicy e = find_registered(spec, &rest);
-  if (e.source) return e.source(rest);
-  return [factory = e.factory, rest] { return factory(rest); };
+  const bool builtin =
+      spec.rfind("replay:", 0) == 0 || spec.rfind("openai:", 0) == 0 || spec.rfind("reference:", 0) == 0;
+  if (!builtin) {
+    std::string rest;
+    const RegisteredPolicy e = find_registered(spec, &rest);  // throws for an unknown form
+    if (e.source) return e.source(rest);
+  }
+  return [spec] { return make_policy(spec); };
 }
 
 void validate_policy_spec(const std::string& spec) {

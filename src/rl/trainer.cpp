@@ -215,8 +215,7 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   // The engine's thread decodes every episode's turns: it holds the GPU's quiet lock while it works
   // and steps aside between two steps for a timed run that waits (the episodes' replies, which
   // QuietGpuPolicy holds the lock around without the engine, then hold nothing).
-  if (!on_cpu && lm.batch_engine)
-    lm.engine_gate = sandbox::quiet_gate(gpu, sandbox::SandboxOptions{}.gpu_wait_s, "the batch engine's decoding");
+  if (!on_cpu && lm.batch_engine) lm.engine_gate = sandbox::batch_engine_gate(gpu);
   ppo.seed = lm.seed;
   ppo.distributed = dist;
   CA_CHECK(fs::exists(actor_weights), "--resume: the checkpoint's actor folder {} is missing", actor_weights.string());

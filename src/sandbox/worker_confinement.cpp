@@ -28,6 +28,7 @@
 #include "cuda_agent/core/log.h"
 #include "cuda_agent/core/proc_stat.h"
 #include "cuda_agent/core/subprocess.h"
+#include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/python_runtime.h"
 
 namespace fs = std::filesystem;
@@ -162,6 +163,10 @@ std::function<void(bool working)> quiet_gate(int gpu, double max_wait_s, const c
     std::lock_guard<std::mutex> lock(holds->mutex);
     holds->by_thread[me] = std::move(taken);
   };
+}
+
+std::function<void(bool working)> batch_engine_gate(int gpu) {
+  return quiet_gate(gpu, SandboxOptions{}.gpu_wait_s, "the batch engine's decoding");
 }
 
 GpuWaitName::GpuWaitName() {

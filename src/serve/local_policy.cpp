@@ -7,7 +7,6 @@
 #include <fmt/format.h>
 
 #include "cuda_agent/core/error.h"
-#include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/worker_confinement.h"
 
 namespace cuda_agent::serve {
@@ -62,7 +61,7 @@ LmOptions lm_options(const LocalPolicyOptions& o) {
       CA_CHECK(o.device[4] == ':' && ec == std::errc() && end == last && gpu >= 0,
                "policy device '{}': use cpu, cuda or cuda:N", o.device);
     }
-    lm.engine_gate = sandbox::quiet_gate(gpu, sandbox::SandboxOptions{}.gpu_wait_s, "the batch engine's decoding");
+    lm.engine_gate = sandbox::batch_engine_gate(gpu);
   }
   return lm;
 }

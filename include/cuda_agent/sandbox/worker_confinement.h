@@ -120,6 +120,9 @@ class QuietSteps {
 // quiet lock shared as QuietSteps does on the first round after idling and is its pause point on
 // the next ones; called with false, it lets the lock go. Each calling thread holds its own.
 std::function<void(bool working)> quiet_gate(int gpu, double max_wait_s, const char* what);
+// The batch engine's gate on GPU `gpu` (the trainer's, and a local: policy's with batch_engine=1):
+// quiet_gate with the sandbox's default gpu_wait_s as its longest wait.
+std::function<void(bool working)> batch_engine_gate(int gpu);
 
 // While one lives, this process is named kGpuWaitName (its main thread's name, prctl PR_SET_NAME;
 // call it on the main thread): it waits for a GPU's lock that other processes hold. The agent's
