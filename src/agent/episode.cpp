@@ -116,8 +116,8 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   tool_options.gpu_wait_s = gpu_lock ? spec.sandbox.gpu_wait_s : 0.0;
   if (gpu_lock) {
     // The longest an evaluation holds each of the GPU's lock files: the quiet lock while it times
-    // (within its timeout_s), the turnstile while it waits for the quiet lock (within gpu_wait_s),
-    // the gpu lock from before CUDA starts to its end (both); with a margin for its finish. The
+    // (within its timeout_s), each turnstile while it waits for its lock (within gpu_wait_s), the
+    // gpu lock from before CUDA starts to its end (both); with a margin for its finish. The
     // scripts' evaluations run with the defaults but for the pinned options (pinned_task_option_flags),
     // the scoring with the episode's: the longer of each.
     const sandbox::SandboxOptions scripts;
@@ -125,7 +125,8 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
                  wait = std::max(spec.sandbox.gpu_wait_s, scripts.gpu_wait_s), margin = 120;
     tool_options.lock_hold_limits = {{sandbox::gpu_lock_path(spec.gpu, "quiet"), timeout + margin},
                                      {sandbox::gpu_lock_path(spec.gpu, sandbox::kQuietTurn), wait + margin},
-                                     {sandbox::gpu_lock_path(spec.gpu, "gpu"), timeout + wait + margin}};
+                                     {sandbox::gpu_lock_path(spec.gpu, "gpu"), timeout + wait + margin},
+                                     {sandbox::gpu_lock_path(spec.gpu, sandbox::kGpuTurn), wait + margin}};
   }
   // The scoring cache, which verify.sh does not use (it has the tools' cache): its key, and the
   // solutions' cubins and builds (a reference solution's, other episodes') are answers.

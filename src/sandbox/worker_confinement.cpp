@@ -49,7 +49,7 @@ std::string gpu_lock_path(int gpu, const char* which) {
 
 std::vector<std::string> gpu_lock_files(int gpu) {
   std::vector<std::string> files;
-  for (const char* which : {"gpu", "quiet", kQuietTurn}) {
+  for (const char* which : {"gpu", kGpuTurn, "quiet", kQuietTurn}) {
     const std::string path = gpu_lock_path(gpu, which);
     const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) continue;  // another user's file, say: its holders run without that lock, as unconfined
@@ -59,18 +59,27 @@ std::vector<std::string> gpu_lock_files(int gpu) {
   return files;
 }
 
+const char* turnstile_of(std::string_view which) {
+  if (which == "quiet") return kQuietTurn;
+  if (which == "gpu") return kGpuTurn;
+  return nullptr;
+}
+
 GpuLock::GpuLock(int gpu, const char* which, bool exclusive, double max_wait_s, const std::function<void()>& check) {
   const auto start = std::chrono::steady_clock::now();
-  // The quiet lock's turnstile: every taker passes it (exclusive, briefly), and an exclusive taker
+  // The lock's turnstile: every taker passes it (exclusive, briefly), and an exclusive taker
   // holds it while it waits for the shared holders to go. A shared taker that comes meanwhile
   // waits behind it, where it would otherwise join the holders: the file lock is taken by whoever
-  // tries when it is free, so overlapping shared holders (generation, learner updates, several
-  // runs' of them) could keep an evaluation's timing waiting without end (66 s seen on the H200
-  // with five ablation variants). Without its file (another user's, say) the lock goes alone.
+  // tries when it is free, so overlapping shared holders could keep an exclusive taker waiting
+  // without end: on the quiet lock, generation and learner updates (several runs' of them) kept an
+  // evaluation's timing out for 66 s on the H200 with five ablation variants; on the gpu lock,
+  // judges compiling baselines (sandbox.compile_before_lock) or starting CUDA
+  // (sandbox.init_before_lock) one after another. Without its file (another user's, say) the lock
+  // goes alone.
   int turn = -1;
-  if (std::string_view(which) == "quiet") {
+  if (const char* turn_file = turnstile_of(which)) {
     try {
-      turn = lock_file(gpu_lock_path(gpu, kQuietTurn), /*exclusive=*/true, max_wait_s, check);
+      turn = lock_file(gpu_lock_path(gpu, turn_file), /*exclusive=*/true, max_wait_s, check);
       if (turn < 0) {
         timed_out_ = true;
         return;

@@ -1061,7 +1061,7 @@ TEST(GpuLocks, SharedHoldersCoexistAndKeepAnExclusiveOneWaiting) {
   EXPECT_TRUE(timed);
   EXPECT_TRUE(fs::exists(dir.path() / "tmp" / "cuda-agent-locks" / "cuda-agent-gpu3.quiet.lock"));
   const std::vector<std::string> files = gpu_lock_files(4);
-  ASSERT_EQ(files.size(), 3u);
+  ASSERT_EQ(files.size(), 4u);
   for (const auto& f : files) EXPECT_TRUE(fs::exists(f)) << f;
   // In a confined process TMPDIR is private: the lock files stay in the host's.
   setenv("CUDA_AGENT_HOST_TMPDIR", (dir.path() / "host").c_str(), 1);
@@ -1069,38 +1069,42 @@ TEST(GpuLocks, SharedHoldersCoexistAndKeepAnExclusiveOneWaiting) {
   unsetenv("CUDA_AGENT_HOST_TMPDIR");
 }
 
-// Shared holders that overlap (a run's generations, its learner, other runs' on the same GPU)
-// never leave the quiet lock free at once: the turnstile lets an evaluation's exclusive taker in
-// once those holding it when it came are done, and shared takers that come after it wait until it
-// is done. Without the turnstile the exclusive taker here waits for ever.
+// Shared holders that overlap never leave a lock free at once: on the quiet lock a run's
+// generations, its learner, other runs'; on the gpu lock judges compiling baselines or starting
+// CUDA (sandbox.compile_before_lock, init_before_lock). The turnstile lets an exclusive taker in
+// once those holding the lock when it came are done, and shared takers that come after it wait
+// until it is done. Without the turnstile the exclusive taker here waits for ever.
 TEST(GpuLocks, OverlappingSharedHoldersDoNotStarveAnExclusiveOne) {
   TempDir dir("gpu-locks-");
   ScopedTmpdir tmpdir(dir.path() / "tmp");
-  std::atomic<bool> stop{false};
-  std::atomic<int> holding{0};
-  const auto reader = [&](int offset_ms) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(offset_ms));
-    while (!stop) {
-      GpuLock shared(3, "quiet", /*exclusive=*/false);
-      ++holding;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      --holding;
-    }
-  };
-  std::thread a(reader, 0), b(reader, 50);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const auto start = std::chrono::steady_clock::now();
-  GpuLock exclusive(3, "quiet", /*exclusive=*/true, /*max_wait_s=*/20);
-  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_FALSE(exclusive.timed_out()) << "the shared holders kept the exclusive taker out for 20 s";
-  EXPECT_EQ(holding.load(), 0) << "a shared holder beside the exclusive one";
-  std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  EXPECT_EQ(holding.load(), 0) << "a shared taker came in while the exclusive one held the lock";
-  exclusive.release();
-  stop = true;
-  a.join();
-  b.join();
-  EXPECT_LT(waited, 5.0);
+  for (const char* which : {"quiet", "gpu"}) {
+    SCOPED_TRACE(which);
+    std::atomic<bool> stop{false};
+    std::atomic<int> holding{0};
+    const auto reader = [&](int offset_ms) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(offset_ms));
+      while (!stop) {
+        GpuLock shared(3, which, /*exclusive=*/false);
+        ++holding;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        --holding;
+      }
+    };
+    std::thread a(reader, 0), b(reader, 50);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto start = std::chrono::steady_clock::now();
+    GpuLock exclusive(3, which, /*exclusive=*/true, /*max_wait_s=*/20);
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_FALSE(exclusive.timed_out()) << "the shared holders kept the exclusive taker out for 20 s";
+    EXPECT_EQ(holding.load(), 0) << "a shared holder beside the exclusive one";
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    EXPECT_EQ(holding.load(), 0) << "a shared taker came in while the exclusive one held the lock";
+    exclusive.release();
+    stop = true;
+    a.join();
+    b.join();
+    EXPECT_LT(waited, 5.0);
+  }
 }
 
 // Untimed work in steps (a policy's decoding) holds the quiet lock shared, and lets an evaluation's

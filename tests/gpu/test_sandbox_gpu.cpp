@@ -122,9 +122,9 @@ TEST(SandboxGpu, ASolutionThatHoldsItsJudgesLockIsTampering) {
   CA_REQUIRE_GPU();
   TempDir locks("ca-gpu-locks-");
   ::setenv("CUDA_AGENT_HOST_TMPDIR", locks.path().c_str(), 1);
-  // The lock files exist (gpu, quiet and its turnstile), as on any machine that has evaluated
+  // The lock files exist (gpu, quiet and their turnstiles), as on any machine that has evaluated
   // before (the judge makes the quiet one only when it first takes it, after the solution's import).
-  ASSERT_EQ(sandbox::gpu_lock_files(0).size(), 3u);
+  ASSERT_EQ(sandbox::gpu_lock_files(0).size(), 4u);
   sandbox::SandboxOptions options = fast_options();
   options.confine = "off";
   options.fallback = "warn";

@@ -95,8 +95,8 @@ struct SandboxOptions {
   // exclusive only for the task, the memory plan, the solution and the runs. No solution code has
   // run by then. Off by default until measured on a GPU (scripts/gpu_check.sh initlock): each
   // evaluation waiting for the exclusive lock holds two CUDA contexts, which the memory plan of the
-  // one holding it sees as used, and shared holders arriving one after another can keep an
-  // exclusive taker waiting (the GPU's lock has no turnstile).
+  // one holding it sees as used. (Shared holders arriving one after another cannot keep an
+  // exclusive taker waiting: the GPU's lock has a turnstile, GpuLock.)
   bool init_before_lock = false;
   // Judge processes a process keeps started ahead of its evaluations, per GPU (judge_pool.h):
   // Python and torch imported, CUDA untouched, each taking one evaluation and exiting. From a

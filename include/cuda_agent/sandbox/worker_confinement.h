@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -35,13 +36,17 @@ namespace cuda_agent::sandbox {
 // candidate process sees it empty.
 std::filesystem::path gpu_lock_directory();
 
-// The quiet lock's turnstile (GpuLock): a lock file of its own.
+// The turnstiles of the gpu and quiet locks (GpuLock): lock files of their own.
+inline constexpr const char* kGpuTurn = "gpu-turn";
 inline constexpr const char* kQuietTurn = "quiet-turn";
 
-// The lock file `which` ("gpu", "quiet" or kQuietTurn) of GPU `gpu`, in gpu_lock_directory().
+// The turnstile of lock `which` (kGpuTurn, kQuietTurn), or nullptr for a lock without one.
+const char* turnstile_of(std::string_view which);
+
+// The lock file `which` ("gpu", "quiet", kGpuTurn or kQuietTurn) of GPU `gpu`, in gpu_lock_directory().
 std::string gpu_lock_path(int gpu, const char* which);
 
-// The lock files of GPU `gpu` (gpu, quiet and its turnstile), created when missing (a
+// The lock files of GPU `gpu` (gpu, quiet and their turnstiles), created when missing (a
 // confinement must find them to bind them); those that cannot be created (another user's file,
 // say) are left out.
 std::vector<std::string> gpu_lock_files(int gpu);
@@ -50,8 +55,9 @@ std::vector<std::string> gpu_lock_files(int gpu);
 // until release() or destruction: exclusive, or shared with other shared holders. Blocks until it
 // is taken, first come first served, or with max_wait_s >= 0 at most that long (then timed_out()
 // is true and nothing is held); `check` is called about every second of a wait, and what it
-// throws ends the wait (lock_file). The quiet lock goes through a turnstile (kQuietTurn): once an exclusive taker
-// waits, shared takers that come after it wait for it, so shared holders that overlap cannot keep it waiting for ever.
+// throws ends the wait (lock_file). The gpu and quiet locks go through turnstiles (turnstile_of): once an exclusive
+// taker waits, shared takers that come after it wait for it, so shared holders that overlap cannot keep it waiting for
+// ever.
 // A lock that cannot be taken (another user's file, say) is skipped with a note on stderr: the locks order this user's
 // GPU work, they are not a security boundary.
 class GpuLock {
