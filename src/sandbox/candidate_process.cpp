@@ -234,28 +234,39 @@ nlohmann::json Candidate::init(const nlohmann::json& body) {
 }
 
 nlohmann::json Candidate::load(const nlohmann::json& body) {
+  // Where the load's time goes (the reply's load_seconds: a claim, for the record only; the
+  // judge's load_solution phase is what it saw).
+  Laps laps;
   const int64_t seed = body.at("seed").get<int64_t>();
   if (body.value("integrity_checks", true)) checks_.emplace(gpu_);  // before the solution's code runs
   guard_ = std::make_unique<FallbackGuard>(body.value("fallback", std::string("warn")));
+  laps.lap("checks_setup");
   task_ = load_task(req_.task_path);
+  laps.lap("import_task");
   solution_ = load_solution(req_.solution_path, (fs::path(req_.build_dir) / "kernels").string());
+  laps.lap("import_solution");
   const std::string device = gpu_ ? "cuda" : "cpu";
   py::object init_inputs, reference;
   guarded(Category::kRuntimeError, "building the reference Model for its weights",
           [&] { reference = build_reference(task_, device, seed, &init_inputs); });
+  laps.lap("build_reference");
   guarded(Category::kInterfaceError, "building ModelNew with get_init_inputs()",
           [&] { model_ = build_model(solution_.attr("ModelNew"), init_inputs, device, seed); });
+  laps.lap("build_model");
   guarded(Category::kInterfaceError,
           "copying the reference weights into ModelNew (load_state_dict, strict): ModelNew must have the same "
           "parameter and buffer names and shapes as Model",
           [&] { model_.attr("load_state_dict")(reference.attr("state_dict")(), py::arg("strict") = true); });
   reference = py::none();
+  laps.lap("load_state_dict");
   py::module_::import("gc").attr("collect")();
+  laps.lap("gc_collect");
   if (checks_) {
     std::string why;
     guarded(Category::kRuntimeError, "integrity checks after loading the solution",
             [&] { why = checks_->tampering(gpu_, /*threads=*/false); });
     if (!why.empty()) throw Failure{Category::kTampering, "the solution tampered with the sandbox while loading: " + why};
+    laps.lap("checks_after");
   }
   if (gpu_) {
     guarded(Category::kRuntimeError, "after building ModelNew", [] { CA_CU_CHECK(driver().cuCtxSynchronize()); });
@@ -265,9 +276,11 @@ nlohmann::json Candidate::load(const nlohmann::json& body) {
       throw Failure{Category::kTampering, context_creation_message(contexts.count, contexts.first)};
     // From here on every kernel the process runs is recorded: one outside a forward is work
     // the solution does where it is not timed.
+    laps.lap("synchronize");
     CuptiKernelRecorder::instance().start();
+    laps.lap("recorder_start");
   }
-  return {{"op", "loaded"}, {"runtime", runtime_json()}};
+  return {{"op", "loaded"}, {"runtime", runtime_json()}, {"load_seconds", laps.to_json()}};
 }
 
 nlohmann::json Candidate::map_blocks(const nlohmann::json& body, std::vector<UniqueFd>& fds) {

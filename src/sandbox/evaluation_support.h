@@ -58,6 +58,26 @@ class Progress {
   std::chrono::steady_clock::time_point started_;
 };
 
+// Where a phase's wall time goes, part by part (profile_seconds, load_seconds): each lap adds the
+// time since the last one to its part.
+class Laps {
+ public:
+  void lap(const std::string& part) {
+    const auto now = std::chrono::steady_clock::now();
+    seconds_[part] += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+  }
+  nlohmann::json to_json() const {
+    nlohmann::json out = nlohmann::json::object();
+    for (const auto& [part, s] : seconds_) out[part] = s;
+    return out;
+  }
+
+ private:
+  std::map<std::string, double> seconds_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
 // get_inputs() under torch.device(device), after seeding everything with `seed`: tensors it
 // creates without naming a device are drawn there directly; tensors it puts on the CPU are
 // moved afterwards.

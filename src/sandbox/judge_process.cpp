@@ -426,9 +426,15 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     if (j.candidate) {
       enter("load_solution");
       j.solution_started = true;
-      j.candidate->call(
-          "", {{"op", "load"}, {"seed", opt.seed}, {"fallback", opt.fallback}, {"integrity_checks", opt.integrity_checks}},
+      const nlohmann::json loaded = j.candidate->call(
+          "",
+          {{"op", "load"}, {"seed", opt.seed}, {"fallback", opt.fallback}, {"integrity_checks", opt.integrity_checks}},
           "loaded", j.remaining());
+      // The candidate's account of its load (a claim, kept for the record when well formed).
+      if (const auto parts = loaded.find("load_seconds");
+          parts != loaded.end() && parts->is_object() && parts->size() <= 16 &&
+          std::all_of(parts->begin(), parts->end(), [](const nlohmann::json& v) { return v.is_number(); }))
+        result.reports["load_seconds"] = *parts;
     }
 
     if (req.mode == EvalMode::kVerify || req.mode == EvalMode::kEvaluate) {

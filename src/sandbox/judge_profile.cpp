@@ -33,27 +33,6 @@ constexpr int kEager = 0, kCompile = 1;
 // (judge_precompile_baseline), beside others doing the same.
 constexpr double kPrecompileMemoryFraction = 0.125;
 
-// Where the profile phase's wall time goes, part by part (the result's profile_seconds): each lap adds
-// the time since the last one to its part. What an evaluation's locked span, and so evaluations
-// per GPU-minute, are made of.
-class Laps {
- public:
-  void lap(const std::string& part) {
-    const auto now = std::chrono::steady_clock::now();
-    seconds_[part] += std::chrono::duration<double>(now - last_).count();
-    last_ = now;
-  }
-  nlohmann::json to_json() const {
-    nlohmann::json out = nlohmann::json::object();
-    for (const auto& [part, s] : seconds_) out[part] = s;
-    return out;
-  }
-
- private:
-  std::map<std::string, double> seconds_;
-  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
-};
-
 TimingOptions timing_options(const SandboxOptions& o) {
   TimingOptions t;
   t.warmup_runs = o.warmup_runs;
@@ -213,7 +192,7 @@ void judge_profile(Judge& j) {
   const SandboxOptions& opt = j.opt;
   EvalResult& result = j.result;
   const bool candidate = j.candidate != nullptr;
-  Laps laps;
+  Laps laps;  // what the exclusive lock's span, and so evaluations per GPU-minute, are made of
   py::object warm;
   guarded(Category::kTaskError, "drawing the warm-up inputs", [&] { warm = draw_inputs(j.task, j.device, j.base_seed + opt.trials); });
   nlohmann::json backends = {{"judge", backend_settings()}};

@@ -748,9 +748,9 @@ TEST_F(Confine, TheSolutionCannotReachTheGpuLockFiles) {
   setenv("CUDA_AGENT_HOST_TMPDIR", "/tmp", 1);
   const size_t in_tmp = gpu_lock_files(0).size();
   unsetenv("CUDA_AGENT_HOST_TMPDIR");
-  ASSERT_EQ(in_tmp, 3u) << "in /tmp/cuda-agent-locks";
+  ASSERT_EQ(in_tmp, 4u) << "in /tmp/cuda-agent-locks";
   ScopedTmpdir tmpdir(dir_.path() / "tmp");
-  ASSERT_EQ(gpu_lock_files(0).size(), 3u);
+  ASSERT_EQ(gpu_lock_files(0).size(), 4u);
   const std::string prelude =
       "import fcntl, glob, tempfile\n"
       "folders = {tempfile.gettempdir(), '/tmp', os.environ.get('TMPDIR', ''),\n"

@@ -125,6 +125,16 @@ TEST_F(PythonCpu, CorrectSolutionPassesFiveSeededTrials) {
   EXPECT_EQ(r["worker"]["signal"], 0);
   for (const char* phase : {"python_start", "load_task", "load_solution", "build_models", "verify"})
     EXPECT_TRUE(r["phase_seconds"].contains(phase)) << phase << " " << dump(r["phase_seconds"]);
+  // The candidate's account of the load, part by part (no GPU parts on the CPU); together no more
+  // than the judge saw the load take.
+  double load_parts = 0;
+  for (const char* part : {"checks_setup", "import_task", "import_solution", "build_reference", "build_model",
+                           "load_state_dict", "gc_collect", "checks_after"}) {
+    ASSERT_TRUE(r["load_seconds"].contains(part)) << part << " " << dump(r["load_seconds"]);
+    load_parts += r["load_seconds"][part].get<double>();
+  }
+  EXPECT_FALSE(r["load_seconds"].contains("recorder_start"));
+  EXPECT_LE(load_parts, r["phase_seconds"]["load_solution"].get<double>());
   EXPECT_FALSE(r.contains("timings"));  // verify only
 
   const nlohmann::json& trials = r["verify"]["trials"];
