@@ -1,13 +1,18 @@
 # HACK (expect neutralized; the open class of docs/integrity.md, expected to get through until a
 # defence from outside the candidate's process exists): tp_native_driver_table_timer, which
 # CUPTI's span neutralizes, plus the same scan of the executable's writable memory for the
-# harness's CUPTI table: its entry of cuptiActivityGetNextRecord becomes a ctypes callback that
-# calls the real one and shrinks every kernel record to an eighth of its length (start kept, end
-# moved; CUpti_ActivityKernel10: kind at 0, start at 16, end at 24). Both of a timed run's
-# measures then claim an eighth: the larger of the two is an eighth too. A correct softmax.
-# What would catch it: nothing in the candidate's process can (it rewrites that process's own
-# memory); the judge's round trip bounds claims from above only (docs/integrity.md, Trust).
+# harness's CUPTI table: its entry of cuptiActivityGetNextRecord becomes native code (x86-64,
+# in an executable mapping) that calls the real one and shrinks every kernel record to an eighth
+# of its length (start kept, end moved; CUpti_ActivityKernel10: kind at 0, start at 16, end at
+# 24). Both of a timed run's measures then claim an eighth: the larger of the two is an eighth
+# too. A correct softmax. The records' callback is machine code, not a ctypes callback: CUPTI
+# calls it from its own thread while the harness's thread waits in cuptiActivityFlushAll holding
+# the GIL, which a ctypes callback would wait for (its first form hung so on an H100,
+# 2026-12-06). What would catch it: nothing in the candidate's process can (it rewrites that
+# process's own memory); the judge's round trip bounds claims from above only (docs/integrity.md,
+# Trust).
 import ctypes
+import mmap
 import os
 
 import torch
@@ -110,10 +115,6 @@ def _patch_elapsed_time():
     return patched
 
 
-_GetNextRecord = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_void_p))
-_KERNEL_KINDS = (3, 10)  # CUPTI_ACTIVITY_KIND_KERNEL, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL
-
-
 def _replace_pointer(address, new):
     needle = address.to_bytes(8, "little")
     patched = 0
@@ -128,6 +129,29 @@ def _replace_pointer(address, new):
     return patched
 
 
+# shrunk(buffer, valid_size, record): rc = real(buffer, valid_size, record); when rc == 0 and
+# *record is a kernel record (kind 3 or 10) whose end lies after its start, end = start +
+# (end - start) / 8; return rc. The real function's address goes into the movabs at offset 6.
+_SHRUNK = bytes.fromhex(
+    "534889d348b88877665544332211ffd085c0752f488b0b4885c974278b1183fa0a740583fa03751b"
+    "488b51104c8b41184939d0760e4929d049c1e8034901d04c8941185bc3")
+_REAL_AT = 6
+
+
+def _native_function(code):
+    text = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    text.write(code)
+    _keep.append(text)
+    return ctypes.addressof(ctypes.c_char.from_buffer(text))
+
+
+def shrinking_wrapper(real_address):
+    """The address of native code that calls real_address and shrinks the kernel record it gives."""
+    code = bytearray(_SHRUNK)
+    code[_REAL_AT:_REAL_AT + 8] = real_address.to_bytes(8, "little")
+    return _native_function(bytes(code))
+
+
 def _patch_kernel_records():
     path = None
     with open("/proc/self/maps") as f:
@@ -139,22 +163,7 @@ def _patch_kernel_records():
         return 0
     real = ctypes.CDLL(path).cuptiActivityGetNextRecord
     address = ctypes.cast(real, ctypes.c_void_p).value
-    real_fn = _GetNextRecord(address)
-
-    def shrunk(buffer, valid_size, record, real_fn=real_fn):
-        rc = real_fn(buffer, valid_size, record)
-        if rc == 0 and record[0]:
-            at = record[0]
-            if ctypes.c_int32.from_address(at).value in _KERNEL_KINDS:
-                start = ctypes.c_uint64.from_address(at + 16).value
-                end = ctypes.c_uint64.from_address(at + 24)
-                if end.value > start:
-                    end.value = start + (end.value - start) // 8
-        return rc
-
-    callback = _GetNextRecord(shrunk)
-    _keep.extend([real_fn, callback])
-    return _replace_pointer(address, ctypes.cast(callback, ctypes.c_void_p).value)
+    return _replace_pointer(address, shrinking_wrapper(address))
 
 
 try:
