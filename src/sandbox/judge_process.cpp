@@ -527,6 +527,7 @@ int run_judge_worker(int quiet_gpu) {
     try {
       register_python_module();
       start_python();
+      preload_solution_modules();  // the candidate, forked from this process, inherits it
     } catch (const std::exception&) {
     }
   }

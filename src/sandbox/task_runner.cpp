@@ -82,6 +82,13 @@ def make_watcher(original, mark):
   }
 }
 
+void preload_solution_modules() {
+  try {
+    (void)py::module_::import("torch.utils.cpp_extension");
+  } catch (const py::error_already_set&) {
+  }
+}
+
 namespace {
 
 // torch's generators (C objects, whose methods a solution cannot replace), captured before any

@@ -754,6 +754,12 @@ TEST_F(Integrity, WarmJudgesServeLaterEvaluationsAlike) {
   EXPECT_EQ(third["processes"]["judge"], "warm") << third.dump(2);
   EXPECT_EQ(third["processes"]["candidate"], "forked") << third.dump(2);
   EXPECT_EQ(third["verify"]["trials"].size(), first["verify"]["trials"].size());
+  // The warm judge imported torch.utils.cpp_extension ahead (preload_solution_modules), and its
+  // candidate has it from the fork: the solution's load does not import it again (0.1-0.2 s on
+  // this machine), as the first candidate, which started Python of its own, did.
+  EXPECT_LT(third["load_seconds"]["import_solution"].get<double>(),
+            first["load_seconds"]["import_solution"].get<double>())
+      << first["load_seconds"].dump() << " " << third["load_seconds"].dump();
 }
 
 // The candidate process is a copy of the judge. A copy made after the judge read its result's
