@@ -191,6 +191,7 @@ void Candidate::start(std::string& phase) {
     register_python_module();
     set_runtime_cache_dir(req_.nvrtc_dir);
     start_python();
+    preload_solution_modules();  // a forked candidate has it from its judge
   } catch (const std::exception& e) {
     throw Failure{Category::kInfrastructure, std::string("starting the embedded Python: ") + e.what()};
   }
@@ -230,6 +231,11 @@ nlohmann::json Candidate::init(const nlohmann::json& body) {
   }
   capture_generators();
   capture_tensor_methods();
+  // What exists now (Python's, torch's and the harness's objects, inherited from a warm judge or
+  // imported here) moves to the collector's permanent generation: the collection after the
+  // solution's load (in the GPU's exclusive lock) then walks only what the task and the solution
+  // made, 0.07-0.08 s less on the CPU machine. No solution code has run yet.
+  py::module_::import("gc").attr("freeze")();
   return reply;
 }
 

@@ -23,10 +23,11 @@ bool build_kernels_dir(const std::string& solution_path, const std::string& buil
 // built through nvcc (runtime_stats().nvcc_used).
 void watch_cpp_extension();
 
-// Imports what loading a solution imports first (torch.utils.cpp_extension: about 0.1-0.15 s),
-// so that a process that starts ahead of its evaluation (a warm judge, and the candidate forked
-// from it) has it already instead of importing it in the GPU's exclusive lock. Errors are left
-// for the load to report.
+// Imports what loading a solution imports first (torch.utils.cpp_extension: 0.15-0.19 s on the
+// 2-core CPU machine), so that the candidate process has it before the GPU's exclusive lock
+// instead of importing it in the lock: a judge worker right after Python's start (the candidate
+// forked from it inherits it), a candidate that starts Python of its own after that. Errors are
+// left for the load to report.
 void preload_solution_modules();
 
 // Seeds Python's, NumPy's (when present) and torch's generators, CUDA included.
