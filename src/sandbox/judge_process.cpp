@@ -316,7 +316,8 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     const auto before = Clock::now();
     const GpuWaitName waiting;  // the agent's Bash does not count this wait against its command's timeout
     const auto check_holders = [&] {
-      for (const char* file : {which, turnstile_of(which) ? turnstile_of(which) : which}) {
+      for (const char* file : {which, turnstile_of(which)}) {
+        if (file == nullptr) continue;  // a lock without a turnstile
         const std::string path = gpu_lock_path(req.gpu, file);
         for (const pid_t holder : lock_holders(path))
           if (descends_from(holder, ::getpid()))
