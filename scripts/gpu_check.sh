@@ -46,6 +46,7 @@ if [ "$what" = tests ] || [ "$what" = all ] || [ "$what" = multi ]; then
   targets="$targets ca_tests_gpu"
   has ca_tests_policy_gpu && targets="$targets ca_tests_policy_gpu"
 fi
+# GPU_TEST_TIMEOUT: ctest's limit a test (default 500 s).
 # GPU_CHECK_TARGETS: build these alone (a call short of device time: say "cuda-agent ca_tests_gpu").
 targets=${GPU_CHECK_TARGETS:-$targets}
 # A learning run that goes on from an earlier call uses this build's binaries (the judges it
@@ -61,11 +62,11 @@ export CUDA_AGENT_PYTHON=${CUDA_AGENT_PYTHON:-$(sed -n 's/^CUDA_AGENT_PYTHON:FIL
 if [ "$what" = tests ] || [ "$what" = all ]; then
   # Functional tests in parallel; the timing-sensitive ones and those that need most of the
   # GPU's memory alone afterwards.
-  (cd $build && ctest -L gpu -E 'Timer|Baselines|LargeTask|oom_hog' -j8 --output-on-failure --timeout 500) > "$out/gpu_tests.log" 2>&1
+  (cd $build && ctest -L gpu -E 'Timer|Baselines|LargeTask|oom_hog' -j8 --output-on-failure --timeout ${GPU_TEST_TIMEOUT:-500}) > "$out/gpu_tests.log" 2>&1
   # Red-team entries that take the whole GPU's memory: alone, always.
-  (cd $build && ctest -L gpu -R 'oom_hog' --output-on-failure --timeout 500) > "$out/gpu_tests_alone.log" 2>&1
+  (cd $build && ctest -L gpu -R 'oom_hog' --output-on-failure --timeout ${GPU_TEST_TIMEOUT:-500}) > "$out/gpu_tests_alone.log" 2>&1
   # TESTS_TIMING=0: the functional group alone (a change that leaves the timer alone).
-  [ "${TESTS_TIMING:-1}" = 1 ] && (cd $build && ctest -L gpu -R 'Timer|Baselines|LargeTask' --output-on-failure --timeout 500) > "$out/gpu_tests_timing.log" 2>&1
+  [ "${TESTS_TIMING:-1}" = 1 ] && (cd $build && ctest -L gpu -R 'Timer|Baselines|LargeTask' --output-on-failure --timeout ${GPU_TEST_TIMEOUT:-500}) > "$out/gpu_tests_timing.log" 2>&1
   grep -E "tests passed|Failed|\*\*\*|Passed|Skipped" "$out/gpu_tests.log" "$out/gpu_tests_alone.log" \
     "$out/gpu_tests_timing.log" 2>/dev/null | tail -40
 fi
