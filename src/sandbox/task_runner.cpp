@@ -83,8 +83,22 @@ def make_watcher(original, mark):
 }
 
 void preload_solution_modules() {
+  // torch.utils.cpp_extension asks torch.cuda.is_available() at its import (for a warning alone),
+  // and that call arms torch's fork poison: a process forked afterwards (the warm judge's
+  // candidate) fails at its CUDA start with "Cannot re-initialize CUDA in forked subprocess". The
+  // import here gets an answer that asks nothing of the driver, and torch's own is put back after.
   try {
-    (void)py::module_::import("torch.utils.cpp_extension");
+    py::dict scope;
+    py::exec(R"(
+import torch
+_asked = torch.cuda.is_available
+torch.cuda.is_available = lambda: True
+try:
+    import torch.utils.cpp_extension
+finally:
+    torch.cuda.is_available = _asked
+)",
+             scope);
   } catch (const py::error_already_set&) {
   }
 }

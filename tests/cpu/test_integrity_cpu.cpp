@@ -761,17 +761,21 @@ TEST_F(Integrity, WarmJudgesServeLaterEvaluationsAlike) {
 // judge before the fork or in the candidate's own start), and everything it holds by then moved to
 // the collector's permanent generation (gc.freeze), so the collection after the load walks only
 // what the task and the solution made. The solution looks: the module is not among the objects
-// the collector walks, and the freeze count is not zero. A judge started for the evaluation and a
-// warm one alike.
+// the collector walks, the freeze count is not zero, and the import ahead did not arm torch's fork
+// poison (a forked candidate so marked cannot start CUDA: on a GPU every evaluation would fail).
+// A judge started for the evaluation and a warm one alike.
 TEST_F(Integrity, TheSolutionLoadsWithItsImportsAheadAndTheHeapFrozen) {
   const std::string task = kSource + "/tests/data/tasks/add/model.py";
   const std::string prelude = R"(import gc, sys
+import torch
 
 _ext = sys.modules.get("torch.utils.cpp_extension")
 if gc.get_freeze_count() == 0:
     raise RuntimeError("nothing was frozen before the solution loaded")
 if _ext is None or any(o is _ext for o in gc.get_objects()):
     raise RuntimeError("torch.utils.cpp_extension was imported after the freeze")
+if getattr(torch._C, "_cuda_isInBadFork", lambda: False)():
+    raise RuntimeError("forked from a process that armed torch's fork poison: CUDA cannot start here")
 
 )";
   const std::string solution = write("looks.py", add_solution("        return a + b\n", prelude));
