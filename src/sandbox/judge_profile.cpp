@@ -269,12 +269,15 @@ void judge_profile(Judge& j) {
       if (pre_runs) (void)call_model(j.reference, warm);
       // Eager's timed output is the reference's output for this round.
       ref = series.run(kEager, j.reference, clone_tree(inputs), opt.flush_l2).output;
+    });
+    laps.lap("rounds_eager");
+    guarded(Category::kTaskError, where + ": the float64 reference and the outputs' block", [&] {
       ref64 = opt.precision == "strict" ? j.float64_outputs(inputs) : py::none();
       synchronize(j.device);
       j.reserve_outputs(ref);
     });
     j.release_cached();
-    laps.lap("rounds_eager");
+    laps.lap("rounds_reference64");
     if (!compiled.is_none()) {
       try {
         if (pre_runs) (void)call_model(compiled, warm);
