@@ -25,9 +25,21 @@ namespace {
 // time is up for the candidate: it stops the candidate itself at timeout_s.
 constexpr double kJudgeGraceS = 60;
 
-// Under confine: auto, why this process runs its candidates unconfined, once that is known.
+// Under confine: auto, why this process runs its candidates unconfined, once that is known; and
+// whether a candidate of this process ran confined, after which it never runs one unconfined.
 std::mutex g_unconfinable_mutex;
 std::optional<std::string> g_unconfinable;
+bool g_confined_once = false;
+
+bool confined_before() {
+  std::lock_guard<std::mutex> lock(g_unconfinable_mutex);
+  return g_confined_once;
+}
+
+void remember_confined() {
+  std::lock_guard<std::mutex> lock(g_unconfinable_mutex);
+  g_confined_once = true;
+}
 
 std::optional<std::string> known_unconfinable() {
   std::lock_guard<std::mutex> lock(g_unconfinable_mutex);
@@ -36,7 +48,7 @@ std::optional<std::string> known_unconfinable() {
 
 void remember_unconfinable(const std::string& reason) {
   std::lock_guard<std::mutex> lock(g_unconfinable_mutex);
-  if (g_unconfinable) return;
+  if (g_unconfinable || g_confined_once) return;  // an evaluation begun before the first confined one
   g_unconfinable = reason;
   CA_LOG_WARN("sandbox", "candidate processes run unconfined from now on (sandbox.confine: auto): {}", reason);
 }
@@ -105,6 +117,11 @@ EvalResult evaluate(const EvalRequest& request) {
         // namespaces, in which no further one can be made.
         judged.confine_candidate = false;
         judged.unconfined_reason = "inside the agent's confined shell (no user namespace can be made in it)";
+      } else {
+        // Confinement worked here before: a failure now is the moment's (a GPU another process
+        // filled, something a policy's command used up), and running the candidate unconfined
+        // for it would let whoever caused it take the confinement off.
+        judged.confine_required = confined_before();
       }
     }
     TempDir dir("cuda-agent-eval-");
@@ -169,7 +186,8 @@ EvalResult evaluate(const EvalRequest& request) {
     } else if (!result->ok) {
       result->log = tail_text(result->log.empty() ? judge_log : result->log + "\n--- judge ---\n" + tail_text(judge_log, 2000), 10000);
     }
-    if (result->confinement_unavailable) remember_unconfinable(result->unconfined_reason);
+    if (result->confined) remember_confined();
+    else if (result->confinement_unavailable) remember_unconfinable(result->unconfined_reason);
     result->judge = ProcessReport::of(run);
     result->wall_seconds = seconds();
     return *result;

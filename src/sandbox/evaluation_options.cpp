@@ -174,7 +174,8 @@ nlohmann::json EvalRequest::to_json() const {
   return {{"task_path", task_path},   {"solution_path", solution_path}, {"task_id", task_id},
           {"mode", to_string(mode)},  {"device", device},               {"gpu", gpu},
           {"gpu_lock", gpu_lock},     {"options", options.to_json()},   {"confine_candidate", confine_candidate},
-          {"unconfined_reason", unconfined_reason}, {"hidden_paths", hidden_paths}};
+          {"unconfined_reason", unconfined_reason}, {"confine_required", confine_required},
+          {"hidden_paths", hidden_paths}};
 }
 
 EvalRequest EvalRequest::from_json(const nlohmann::json& j) {
@@ -189,6 +190,7 @@ EvalRequest EvalRequest::from_json(const nlohmann::json& j) {
   r.options = SandboxOptions::from_json(j.value("options", nlohmann::json::object()));
   r.confine_candidate = j.value("confine_candidate", true);
   r.unconfined_reason = j.value("unconfined_reason", "");
+  r.confine_required = j.value("confine_required", false);
   r.hidden_paths = j.value("hidden_paths", std::vector<std::string>{});
   return r;
 }

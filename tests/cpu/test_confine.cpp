@@ -721,6 +721,57 @@ TEST_F(Confine, AStartUpThatFailsOnlyInsideTheNamespacesIsRetriedUnconfined) {
   EXPECT_NE(required.value("message", "").find("simulated start-up failure"), std::string::npos) << required.dump(2);
 }
 
+// Under auto, a confined start-up that fails once candidates of the process have run confined is
+// the moment's failure (a GPU another process filled for a while, say, which a policy's command
+// can do), not the machine's: starting the candidate again unconfined for it would let whoever
+// caused it take the confinement off, for that evaluation and every later one of the process. The
+// shim fails the candidate's start-up only while a flag file lies in the task's folder and the
+// candidate cannot write beside the shim (confined): unconfined, it would start and pass.
+TEST_F(Confine, AfterACandidateRanConfinedAFailedConfinedStartIsNotRetriedUnconfined) {
+  const std::string flag = (dir_.path() / "task" / "fail_confined_start").string();
+  write("shim/torch.py",
+        "import importlib, os, sys\n"
+        "here = os.path.dirname(os.path.abspath(__file__))\n"
+        "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != here]\n"
+        "del sys.modules['torch']\n"
+        "real = importlib.import_module('torch')\n"
+        "sys.modules['torch'] = real\n"
+        "_available = real.cuda.is_available\n"
+        "def _is_available():\n"
+        "    if os.path.exists(" + py_string(flag) + "):\n"
+        "        try:\n"
+        "            open(os.path.join(here, 'probe'), 'w').close()\n"
+        "        except OSError as e:\n"
+        "            raise RuntimeError('simulated failure of the moment: %s' % e)\n"
+        "    return _available()\n"
+        "real.cuda.is_available = _is_available\n");
+  const char* old = std::getenv("PYTHONPATH");
+  const std::optional<std::string> saved = old ? std::optional<std::string>(old) : std::nullopt;
+  setenv("PYTHONPATH", (dir_.path() / "shim").string().c_str(), 1);  // this process's judges import the shim
+  struct Restore {
+    const std::optional<std::string>& saved;
+    ~Restore() { saved ? setenv("PYTHONPATH", saved->c_str(), 1) : unsetenv("PYTHONPATH"); }
+  } restore{saved};
+
+  auto first = verify("", "auto");
+  EXPECT_TRUE(first.value("ok", false)) << first.dump(2);
+  expect_confined(first);
+
+  write_file_atomic(flag, "");
+  auto failed = verify("", "auto");
+  EXPECT_FALSE(failed.value("ok", true)) << failed.dump(2);
+  EXPECT_EQ(failed.value("category", ""), "infrastructure_error") << failed.dump(2);
+  const std::string message = failed.value("message", "");
+  EXPECT_NE(message.find("ran confined before"), std::string::npos) << message;
+  EXPECT_NE(message.find("simulated failure of the moment"), std::string::npos) << message;
+  EXPECT_FALSE(failed["worker"].contains("unconfined_reason")) << failed.dump(2);  // no start ran unconfined
+
+  fs::remove(flag);
+  auto after = verify("", "auto");
+  EXPECT_TRUE(after.value("ok", false)) << after.dump(2);
+  expect_confined(after);
+}
+
 // Points TMPDIR (where the GPU lock files go) at `dir` for the scope: this test's, not the machine's.
 class ScopedTmpdir {
  public:

@@ -171,6 +171,11 @@ struct EvalRequest {
   // found that confinement does not work here), and why not.
   bool confine_candidate = true;
   std::string unconfined_reason;
+  // Set by evaluate() under confine: auto once a candidate of this process ran confined: a
+  // confined start that fails now is not taken for the machine's inability (a GPU full for a
+  // moment, something a policy's command used up), so the judge does not start it again
+  // unconfined; the evaluation ends as infrastructure_error.
+  bool confine_required = false;
 
   nlohmann::json to_json() const;
   static EvalRequest from_json(const nlohmann::json& j);
