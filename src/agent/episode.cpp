@@ -106,6 +106,10 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
   // The task's hash, taken before any command runs: its baselines are looked up by it, and the
   // episode is scored only if the task still has it (below).
   const std::string task_sha = sha256_hex(read_file(task));
+  // Before the policy's first command (a background shell of it lives until the episode is
+  // scored): whether the scoring's candidate runs confined is settled now (sandbox.confine auto;
+  // a no-op once this process knows, as a trainer's or an eval run's does before its episodes).
+  (void)sandbox::settle_confinement(sandbox_options, spec.device, spec.gpu, gpu_lock);
   const fs::path scoring_cache = spec.sandbox.resolved_cache_dir();
   const fs::path tools_cache = fs::absolute(spec.output_dir / "tools-cache");
   CA_CHECK(!fs::exists(tools_cache), "{} already exists; choose another --output", tools_cache.string());

@@ -87,6 +87,10 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
   std::map<int, PolicySource> sources;
   for (int gpu : spec.gpus)
     if (!sources.count(gpu)) sources[gpu] = make_policy_source(place_policy_on_gpu(spec.episode.policy, gpu));
+  // Before any episode's commands run beside another's scoring (sandbox.confine auto).
+  const std::string confinement =
+      sandbox::settle_confinement(spec.episode.sandbox, spec.episode.device, spec.gpus.front(), beside_others);
+  if (!confinement.empty()) progress << "[eval] " << confinement << "\n";
   std::atomic<size_t> next{0};
   ProgressReporter reporter(progress, split.tasks.size(), "episode", spec.interactive_progress);
 

@@ -199,6 +199,12 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
   fs::create_directories(results_dir);
   write_file_atomic(options.output_dir / "manifest.json", split_manifest(split).dump(2));
 
+  // Before any solution runs beside another's start-up (sandbox.confine auto).
+  if (options.mode != sandbox::EvalMode::kBaselines) {
+    const std::string confinement =
+        sandbox::settle_confinement(options.sandbox, options.device, options.gpus.front(), options.gpu_lock);
+    if (!confinement.empty()) progress << "[bench] " << confinement << "\n";
+  }
   std::vector<nlohmann::json> results(split.tasks.size());
   std::atomic<size_t> next{0};
   ProgressReporter reporter(progress, split.tasks.size(), "eval", options.interactive_progress);

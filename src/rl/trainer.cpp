@@ -228,6 +228,11 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
                      lm.dtype, ppo.critic, split.tasks.size(), split.name,
                      dist.distributed() ? fmt::format("; process {} of {}", dist.rank, dist.world_size) : "");
   if (writer) save_resolved_config(config, run_dir);
+  // Before any episode's commands run beside another's scoring (sandbox.confine auto): the
+  // episodes are scored with scoring_options(), whose confine is the default.
+  const std::string confinement =
+      sandbox::settle_confinement(sandbox::SandboxOptions{}, options.device, gpu, /*gpu_lock=*/true);
+  if (!confinement.empty()) log << "[train] " << confinement << "\n";
 
   const size_t task_count = split.tasks.size();
   RunContext ctx{cfg, options, log, run_dir, actor, std::move(split),

@@ -198,4 +198,38 @@ EvalResult evaluate(const EvalRequest& request) {
   }
 }
 
+std::string settle_confinement(const SandboxOptions& options, const std::string& device, int gpu, bool gpu_lock) {
+  if (options.confine != "auto" || confined_before() || known_unconfinable()) return "";
+  const char* inside = std::getenv(kInsideConfinementVariable);
+  if (inside != nullptr && *inside != '\0') return "";
+  try {
+    TempDir dir("cuda-agent-confine-probe-");
+    write_file_atomic(dir.path() / "task" / "model.py",
+                      "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                      "    def forward(self, x):\n        return x + 1\n\n\n"
+                      "def get_inputs():\n    return [torch.arange(8, dtype=torch.float32) * 0.5]\n\n\n"
+                      "def get_init_inputs():\n    return []\n");
+    write_file_atomic(dir.path() / "solution" / "model_new.py",
+                      "import torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                      "    def forward(self, x):\n        return x + 1\n");
+    EvalRequest req;
+    req.task_path = (dir.path() / "task" / "model.py").string();
+    req.task_id = "confinement-probe";
+    req.solution_path = (dir.path() / "solution" / "model_new.py").string();
+    req.mode = EvalMode::kVerify;
+    req.device = device;
+    req.gpu = gpu;
+    req.gpu_lock = gpu_lock;
+    req.options = options;
+    req.options.trials = 1;
+    const EvalResult r = evaluate(req);
+    if (r.confined) return "candidates run confined (checked before the first evaluation)";
+    if (auto why = known_unconfinable()) return "candidates run unconfined: " + *why;
+    return fmt::format("confinement not settled: the probe's evaluation ended {} ({}); evaluations find out as before",
+                       to_string(r.category), r.message.substr(0, 300));
+  } catch (const std::exception& e) {
+    return fmt::format("confinement not settled: {}", e.what());
+  }
+}
+
 }  // namespace cuda_agent::sandbox

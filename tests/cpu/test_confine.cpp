@@ -98,6 +98,13 @@ pid_t start_sleeper() {
 }
 
 class Confine : public ::testing::Test {
+ public:
+  // An empty folder of this test's for a module shim (put on PYTHONPATH).
+  std::string shim_dir() {
+    fs::create_directories(dir_.path() / "shim");
+    return (dir_.path() / "shim").string();
+  }
+
  protected:
   void SetUp() override {
     if (!userns_unavailable_reason().empty()) GTEST_SKIP() << userns_unavailable_reason();
@@ -721,15 +728,14 @@ TEST_F(Confine, AStartUpThatFailsOnlyInsideTheNamespacesIsRetriedUnconfined) {
   EXPECT_NE(required.value("message", "").find("simulated start-up failure"), std::string::npos) << required.dump(2);
 }
 
-// Under auto, a confined start-up that fails once candidates of the process have run confined is
-// the moment's failure (a GPU another process filled for a while, say, which a policy's command
-// can do), not the machine's: starting the candidate again unconfined for it would let whoever
-// caused it take the confinement off, for that evaluation and every later one of the process. The
-// shim fails the candidate's start-up only while a flag file lies in the task's folder and the
-// candidate cannot write beside the shim (confined): unconfined, it would start and pass.
-TEST_F(Confine, AfterACandidateRanConfinedAFailedConfinedStartIsNotRetriedUnconfined) {
-  const std::string flag = (dir_.path() / "task" / "fail_confined_start").string();
-  write("shim/torch.py",
+// A torch whose CUDA check fails, as a start-up failure of the moment, while `flag` exists and
+// the process cannot write beside the shim (a confined candidate); unconfined it would start. On
+// PYTHONPATH of this process's judges for the helper's life.
+class ShimOfTheMoment {
+ public:
+  ShimOfTheMoment(Confine& test, const std::string& flag) {
+    const std::string dir = test.shim_dir();
+    write_file_atomic(fs::path(dir) / "torch.py",
         "import importlib, os, sys\n"
         "here = os.path.dirname(os.path.abspath(__file__))\n"
         "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != here]\n"
@@ -745,13 +751,24 @@ TEST_F(Confine, AfterACandidateRanConfinedAFailedConfinedStartIsNotRetriedUnconf
         "            raise RuntimeError('simulated failure of the moment: %s' % e)\n"
         "    return _available()\n"
         "real.cuda.is_available = _is_available\n");
-  const char* old = std::getenv("PYTHONPATH");
-  const std::optional<std::string> saved = old ? std::optional<std::string>(old) : std::nullopt;
-  setenv("PYTHONPATH", (dir_.path() / "shim").string().c_str(), 1);  // this process's judges import the shim
-  struct Restore {
-    const std::optional<std::string>& saved;
-    ~Restore() { saved ? setenv("PYTHONPATH", saved->c_str(), 1) : unsetenv("PYTHONPATH"); }
-  } restore{saved};
+    if (const char* old = std::getenv("PYTHONPATH")) saved_ = old;
+    setenv("PYTHONPATH", dir.c_str(), 1);
+  }
+  ~ShimOfTheMoment() { saved_ ? setenv("PYTHONPATH", saved_->c_str(), 1) : unsetenv("PYTHONPATH"); }
+
+ private:
+  std::optional<std::string> saved_;
+};
+
+// Under auto, a confined start-up that fails once candidates of the process have run confined is
+// the moment's failure (a GPU another process filled for a while, say, which a policy's command
+// can do), not the machine's: starting the candidate again unconfined for it would let whoever
+// caused it take the confinement off, for that evaluation and every later one of the process. The
+// shim fails the candidate's start-up only while a flag file lies in the task's folder and the
+// candidate cannot write beside the shim (confined): unconfined, it would start and pass.
+TEST_F(Confine, AfterACandidateRanConfinedAFailedConfinedStartIsNotRetriedUnconfined) {
+  const std::string flag = (dir_.path() / "task" / "fail_confined_start").string();
+  ShimOfTheMoment shim(*this, flag);
 
   auto first = verify("", "auto");
   EXPECT_TRUE(first.value("ok", false)) << first.dump(2);
@@ -770,6 +787,25 @@ TEST_F(Confine, AfterACandidateRanConfinedAFailedConfinedStartIsNotRetriedUnconf
   auto after = verify("", "auto");
   EXPECT_TRUE(after.value("ok", false)) << after.dump(2);
   expect_confined(after);
+}
+
+// The same from the first evaluation on, when the process settled confinement before it
+// (settle_confinement, as a trainer, a bench and an eval run do before their first episode or
+// solution): the very first candidate's failed start is not retried unconfined either.
+TEST_F(Confine, ConfinementSettledAheadMakesEvenTheFirstFailedStartAnError) {
+  const std::string flag = (dir_.path() / "task" / "fail_confined_start").string();
+  ShimOfTheMoment shim(*this, flag);
+  SandboxOptions options;
+  options.cache_dir = cache_dir();
+  // (Empty where an earlier test of the same process settled it: ctest runs each in its own.)
+  const std::string found = settle_confinement(options, "cpu", 0, false);
+  EXPECT_TRUE(found.empty() || found.find("candidates run confined") != std::string::npos) << found;
+  EXPECT_EQ(settle_confinement(options, "cpu", 0, false), "");  // settled: nothing more to do
+
+  write_file_atomic(flag, "");
+  auto failed = verify("", "auto");
+  EXPECT_EQ(failed.value("category", ""), "infrastructure_error") << failed.dump(2);
+  EXPECT_NE(failed.value("message", "").find("ran confined before"), std::string::npos) << failed.dump(2);
 }
 
 // Points TMPDIR (where the GPU lock files go) at `dir` for the scope: this test's, not the machine's.

@@ -195,8 +195,19 @@ EvalResult result_header(const EvalRequest& request);
 // "auto", the first candidate that cannot be confined for a reason of this machine's (the
 // namespaces cannot be set up, or CUDA, Python or torch fails inside them while it works
 // outside) makes this and every later evaluation of the process run candidates unconfined, with
-// the reason in the result (worker.unconfined_reason).
+// the reason in the result (worker.unconfined_reason); unless a candidate of the process ran
+// confined before: then the failed start is an infrastructure_error (settle_confinement).
 EvalResult evaluate(const EvalRequest& request);
+
+// Under options.confine "auto", settles whether this process's candidates run confined before
+// anything untrusted runs beside its evaluations (a trainer's episodes, a bench's solutions): one
+// evaluation of a built-in one-line task whose candidate only has to start. Once a candidate ran
+// confined, a later confined start that fails is an infrastructure_error, never retried
+// unconfined (evaluate()): a failure someone else's code caused for a moment cannot take the
+// confinement off. Returns what it found, for the caller's log (empty when there was nothing to
+// settle: confine is not auto, it is settled already, or the process runs inside the agent's
+// confined shell). Never throws.
+std::string settle_confinement(const SandboxOptions& options, const std::string& device, int gpu, bool gpu_lock);
 
 // How a judge process came by its request (run_judge_worker).
 struct JudgeStart {
