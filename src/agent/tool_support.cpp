@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <mutex>
 #include <system_error>
 
 #include "cuda_agent/core/confinement.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/core/log.h"
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/worker_confinement.h"
@@ -275,7 +277,20 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
            "tool option confine '{}' is unknown: use auto, bwrap, namespaces or off", mode);
   const bool bwrap = mode == "bwrap" || (mode == "auto" && bwrap_usable());
   const bool namespaces = !bwrap && (mode == "namespaces" || (mode == "auto" && namespaces_usable()));
-  if (!bwrap && !namespaces) return {"bash", "-c", command};
+  if (!bwrap && !namespaces) {
+    if (mode == "auto") {
+      // Said once, loudly: unconfined, a policy's commands read whatever the user can, the
+      // answers the confinement hides among it.
+      static std::once_flag said;
+      std::call_once(said, [] {
+        CA_LOG_WARN("agent", "Bash commands run unconfined (tool option confine: auto): neither bubblewrap nor `{} "
+                             "confined-exec` ran here (each probe given 10 s); set confine to bwrap or namespaces to "
+                             "make that an error instead",
+                    self_executable());
+      });
+    }
+    return {"bash", "-c", command};
+  }
   if (bwrap)
     CA_CHECK(bwrap_usable(), "Bash is configured to run confined (confine: bwrap) but bubblewrap cannot run here: "
                              "install the bubblewrap package, or set confine to auto, namespaces or off");
