@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <mutex>
@@ -252,10 +253,21 @@ void add_resource_limits(const ToolOptions& options, const std::vector<std::stri
   for (const std::string& path : watched) argv.insert(argv.end(), {"--watch", path});
 }
 
+// Whether `argv` works here, remembered once it did: a probe that failed (a machine busy past the
+// 10 s for a moment) is tried again at the next command rather than leaving every later command of
+// the process unconfined under `auto`; one that worked is not asked again, so a later failure of
+// the confinement fails the command instead.
+bool usable_here(std::atomic<bool>& known, std::vector<std::string> argv) {
+  if (known.load()) return true;
+  if (!runs_here(std::move(argv))) return false;
+  known.store(true);
+  return true;
+}
+
 // Whether `cuda-agent confined-exec` (the binary's own namespaces, no installs) works here.
 bool namespaces_usable() {
-  static const bool usable = runs_here({self_executable(), "confined-exec", "true"});
-  return usable;
+  static std::atomic<bool> known{false};
+  return usable_here(known, {self_executable(), "confined-exec", "true"});
 }
 
 }  // namespace
@@ -267,8 +279,8 @@ uint64_t default_command_memory_bytes() {
 }
 
 bool bwrap_usable() {
-  static const bool usable = runs_here({"bwrap", "--ro-bind", "/", "/", "--unshare-net", "--die-with-parent", "true"});
-  return usable;
+  static std::atomic<bool> known{false};
+  return usable_here(known, {"bwrap", "--ro-bind", "/", "/", "--unshare-net", "--die-with-parent", "true"});
 }
 
 std::vector<std::string> shell_argv(const ToolContext& context, const std::string& command) {
@@ -284,8 +296,8 @@ std::vector<std::string> shell_argv(const ToolContext& context, const std::strin
       static std::once_flag said;
       std::call_once(said, [] {
         CA_LOG_WARN("agent", "Bash commands run unconfined (tool option confine: auto): neither bubblewrap nor `{} "
-                             "confined-exec` ran here (each probe given 10 s); set confine to bwrap or namespaces to "
-                             "make that an error instead",
+                             "confined-exec` ran here (each probe given 10 s, and tried again at each command until "
+                             "one runs); set confine to bwrap or namespaces to make that an error instead",
                     self_executable());
       });
     }

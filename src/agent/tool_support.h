@@ -32,7 +32,7 @@ struct ToolContext {
 // The argv that runs `command` with bash in the workspace, confined as options.confine says
 // (ToolOptions). Throws Error when confine is "bwrap" and bubblewrap cannot run here.
 std::vector<std::string> shell_argv(const ToolContext& context, const std::string& command);
-// Whether bubblewrap can confine commands on this machine (probed once).
+// Whether bubblewrap can confine commands on this machine (probed until it worked once).
 bool bwrap_usable();
 
 // --- results and schemas (tool_support.cpp) ---------------------------------------------------
