@@ -144,6 +144,22 @@ class Confine : public ::testing::Test {
   std::string task_;
 };
 
+// The source of a torch shim (put first on PYTHONPATH): the real torch, whose CUDA check first
+// runs `check` (lines of a function body; `here` is the shim's folder).
+std::string torch_shim(const std::string& check) {
+  return "import importlib, os, sys\n"
+         "here = os.path.dirname(os.path.abspath(__file__))\n"
+         "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != here]\n"
+         "del sys.modules['torch']\n"
+         "real = importlib.import_module('torch')\n"
+         "sys.modules['torch'] = real\n"
+         "_available = real.cuda.is_available\n"
+         "def _is_available():\n" +
+         check +
+         "    return _available()\n"
+         "real.cuda.is_available = _is_available\n";
+}
+
 std::string write_prelude(const std::string& path) {
   return "with open(" + py_string(path) + ", 'w') as f:\n    f.write('written by the solution')\n";
 }
@@ -700,21 +716,10 @@ TEST_F(Confine, WithoutUserNamespacesAutoRunsUnconfinedAndNamespacesIsAnError) {
 // its start-up ("init"), before the task or the solution is loaded, so auto runs the evaluation
 // again with a candidate process started unconfined.
 TEST_F(Confine, AStartUpThatFailsOnlyInsideTheNamespacesIsRetriedUnconfined) {
-  write("shim/torch.py",
-        "import importlib, os, sys\n"
-        "here = os.path.dirname(os.path.abspath(__file__))\n"
-        "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != here]\n"
-        "del sys.modules['torch']\n"
-        "real = importlib.import_module('torch')\n"
-        "sys.modules['torch'] = real\n"
-        "_available = real.cuda.is_available\n"
-        "def _is_available():\n"
-        "    try:\n"
-        "        open(os.path.join(here, 'probe'), 'w').close()\n"
-        "    except OSError as e:\n"
-        "        raise RuntimeError('simulated start-up failure: %s' % e)\n"
-        "    return _available()\n"
-        "real.cuda.is_available = _is_available\n");
+  write("shim/torch.py", torch_shim("    try:\n"
+                                     "        open(os.path.join(here, 'probe'), 'w').close()\n"
+                                     "    except OSError as e:\n"
+                                     "        raise RuntimeError('simulated start-up failure: %s' % e)\n"));
   const std::map<std::string, std::string> env = {{"PYTHONPATH", (dir_.path() / "shim").string()}};
   auto fallback = verify_cli("auto", {}, env);
   EXPECT_TRUE(fallback.value("ok", false)) << fallback.dump(2);
@@ -736,21 +741,11 @@ class ShimOfTheMoment {
   ShimOfTheMoment(Confine& test, const std::string& flag) {
     const std::string dir = test.shim_dir();
     write_file_atomic(fs::path(dir) / "torch.py",
-        "import importlib, os, sys\n"
-        "here = os.path.dirname(os.path.abspath(__file__))\n"
-        "sys.path[:] = [p for p in sys.path if os.path.abspath(p or '.') != here]\n"
-        "del sys.modules['torch']\n"
-        "real = importlib.import_module('torch')\n"
-        "sys.modules['torch'] = real\n"
-        "_available = real.cuda.is_available\n"
-        "def _is_available():\n"
-        "    if os.path.exists(" + py_string(flag) + "):\n"
-        "        try:\n"
-        "            open(os.path.join(here, 'probe'), 'w').close()\n"
-        "        except OSError as e:\n"
-        "            raise RuntimeError('simulated failure of the moment: %s' % e)\n"
-        "    return _available()\n"
-        "real.cuda.is_available = _is_available\n");
+                      torch_shim("    if os.path.exists(" + py_string(flag) + "):\n"
+                                 "        try:\n"
+                                 "            open(os.path.join(here, 'probe'), 'w').close()\n"
+                                 "        except OSError as e:\n"
+                                 "            raise RuntimeError('simulated failure of the moment: %s' % e)\n"));
     if (const char* old = std::getenv("PYTHONPATH")) saved_ = old;
     setenv("PYTHONPATH", dir.c_str(), 1);
   }
