@@ -199,7 +199,12 @@ EvalResult evaluate(const EvalRequest& request) {
 }
 
 std::string settle_confinement(const SandboxOptions& options, const std::string& device, int gpu, bool gpu_lock) {
-  if (options.confine != "auto" || confined_before() || known_unconfinable()) return "";
+  if (options.confine != "auto") return "";
+  // One probe at a time: callers that come together (episodes starting at once) wait for the
+  // first one's finding instead of each starting a candidate of their own.
+  static std::mutex probing;
+  std::lock_guard<std::mutex> one(probing);
+  if (confined_before() || known_unconfinable()) return "";
   const char* inside = std::getenv(kInsideConfinementVariable);
   if (inside != nullptr && *inside != '\0') return "";
   try {

@@ -226,14 +226,14 @@ class CandidateStart {
         : f.phase == "init"  ? "CUDA unavailable inside the namespaces: " + f.message
                              : fmt::format("the candidate process failed in phase '{}' inside the namespaces: {}", f.phase,
                                            f.message);
-    if (request_.confine && j_.opt.confine == "auto" && j_.req.confine_required)
-      throw Failure{Category::kInfrastructure,
-                    fmt::format("the candidate process did not start confined ({}), though candidates of this process "
-                                "ran confined before: under sandbox.confine auto it is not started again unconfined "
-                                "for a failure of the moment (a GPU another process filled, say). Free what the "
-                                "message names and evaluate again",
-                                reason)};
     if (request_.confine && j_.opt.confine == "auto" && !retried_) {
+      if (j_.req.confine_required)
+        throw Failure{Category::kInfrastructure,
+                      fmt::format("the candidate process did not start confined ({}), though candidates of this "
+                                  "process ran confined before: under sandbox.confine auto it is not started again "
+                                  "unconfined for a failure of the moment (a GPU another process filled, say). Free "
+                                  "what the message names and evaluate again",
+                                  reason)};
       // No solution code had run, so running it again unconfined cannot be the solution's doing.
       retried_ = true;
       j_.result.unconfined_reason = reason;

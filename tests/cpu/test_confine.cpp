@@ -98,13 +98,6 @@ pid_t start_sleeper() {
 }
 
 class Confine : public ::testing::Test {
- public:
-  // An empty folder of this test's for a module shim (put on PYTHONPATH).
-  std::string shim_dir() {
-    fs::create_directories(dir_.path() / "shim");
-    return (dir_.path() / "shim").string();
-  }
-
  protected:
   void SetUp() override {
     if (!userns_unavailable_reason().empty()) GTEST_SKIP() << userns_unavailable_reason();
@@ -738,16 +731,15 @@ TEST_F(Confine, AStartUpThatFailsOnlyInsideTheNamespacesIsRetriedUnconfined) {
 // PYTHONPATH of this process's judges for the helper's life.
 class ShimOfTheMoment {
  public:
-  ShimOfTheMoment(Confine& test, const std::string& flag) {
-    const std::string dir = test.shim_dir();
-    write_file_atomic(fs::path(dir) / "torch.py",
+  ShimOfTheMoment(const fs::path& dir, const std::string& flag) {
+    write_file_atomic(dir / "torch.py",
                       torch_shim("    if os.path.exists(" + py_string(flag) + "):\n"
                                  "        try:\n"
                                  "            open(os.path.join(here, 'probe'), 'w').close()\n"
                                  "        except OSError as e:\n"
                                  "            raise RuntimeError('simulated failure of the moment: %s' % e)\n"));
     if (const char* old = std::getenv("PYTHONPATH")) saved_ = old;
-    setenv("PYTHONPATH", dir.c_str(), 1);
+    setenv("PYTHONPATH", dir.string().c_str(), 1);
   }
   ~ShimOfTheMoment() { saved_ ? setenv("PYTHONPATH", saved_->c_str(), 1) : unsetenv("PYTHONPATH"); }
 
@@ -763,7 +755,7 @@ class ShimOfTheMoment {
 // candidate cannot write beside the shim (confined): unconfined, it would start and pass.
 TEST_F(Confine, AfterACandidateRanConfinedAFailedConfinedStartIsNotRetriedUnconfined) {
   const std::string flag = (dir_.path() / "task" / "fail_confined_start").string();
-  ShimOfTheMoment shim(*this, flag);
+  ShimOfTheMoment shim(dir_.path() / "shim", flag);
 
   auto first = verify("", "auto");
   EXPECT_TRUE(first.value("ok", false)) << first.dump(2);
@@ -789,7 +781,7 @@ TEST_F(Confine, AfterACandidateRanConfinedAFailedConfinedStartIsNotRetriedUnconf
 // solution): the very first candidate's failed start is not retried unconfined either.
 TEST_F(Confine, ConfinementSettledAheadMakesEvenTheFirstFailedStartAnError) {
   const std::string flag = (dir_.path() / "task" / "fail_confined_start").string();
-  ShimOfTheMoment shim(*this, flag);
+  ShimOfTheMoment shim(dir_.path() / "shim", flag);
   SandboxOptions options;
   options.cache_dir = cache_dir();
   // (Empty where an earlier test of the same process settled it: ctest runs each in its own.)
