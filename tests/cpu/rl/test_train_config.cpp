@@ -283,6 +283,7 @@ TEST(TrainConfig, ShippedConfigsLoadAndValidate) {
   const json learning = load_train_config(kSource / "configs/learning.yaml", {});
   EXPECT_TRUE(learning["stages"]["sft"]["enabled"].get<bool>());
   EXPECT_EQ(learning["stages"]["sft"]["teacher"], "reference:data/core");
+  EXPECT_TRUE(learning["rollout"]["batch_engine"].get<bool>());  // its ten minutes need it (benchmarks.md 12)
   const fs::path train_split = kSource / learning["data"]["split"].get<std::string>() / "split.yaml";
   ASSERT_TRUE(fs::exists(train_split));
   const std::string split_text = read_file(train_split);
