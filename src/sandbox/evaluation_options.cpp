@@ -60,6 +60,7 @@ nlohmann::json SandboxOptions::to_json() const {
           {"speedup_margin", speedup_margin},
           {"reward_rule", reward_rule},
           {"timeout_s", timeout_s},
+          {"forward_timeout_s", forward_timeout_s},
           {"gpu_wait_s", gpu_wait_s},
           {"host_memory_gb", host_memory_gb},
           {"gpu_memory_fraction", gpu_memory_fraction},
@@ -104,6 +105,7 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.speedup_margin = merged["speedup_margin"];
   o.reward_rule = merged["reward_rule"];
   o.timeout_s = merged["timeout_s"];
+  o.forward_timeout_s = merged["forward_timeout_s"];
   o.gpu_wait_s = merged["gpu_wait_s"];
   o.host_memory_gb = merged["host_memory_gb"];
   o.gpu_memory_fraction = merged["gpu_memory_fraction"];
@@ -135,6 +137,10 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   CA_CHECK(o.baseline_drift > 0, "sandbox.baseline_drift must be positive (a fraction such as 0.1), got {}",
            o.baseline_drift);
   CA_CHECK(o.timeout_s > 0, "sandbox.timeout_s must be positive, got {}", o.timeout_s);
+  CA_CHECK(o.forward_timeout_s >= 0,
+           "sandbox.forward_timeout_s must be >= 0 (seconds one forward of the solution may take; 0: timeout_s alone), "
+           "got {}",
+           o.forward_timeout_s);
   CA_CHECK(o.gpu_wait_s >= 0, "sandbox.gpu_wait_s must be >= 0 (seconds an evaluation may wait for the GPU's locks), got {}",
            o.gpu_wait_s);
   CA_CHECK(o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1,

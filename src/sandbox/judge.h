@@ -91,6 +91,12 @@ struct __attribute__((visibility("hidden"))) Judge {
   nlohmann::json candidate_backends;
 
   double remaining() const;
+  // One call of the candidate that runs `forwards` forwards of the loaded solution (plus
+  // `extra_s`): bounded by sandbox.forward_timeout_s a forward as well as by the evaluation's
+  // deadline, so that a hung kernel does not keep the GPU's exclusive lock to the deadline. A call
+  // stopped by that bound is a `timeout` naming the option. Throws Failure.
+  nlohmann::json call_forwards(const std::string& where, const nlohmann::json& op, const std::string& expect,
+                               int forwards, double extra_s = 0);
 
   // The reference's output on a clone of `inputs` and, under strict, the float64 reference's.
   // `view_of_input` (may be null): the path of an output that is a view of the inputs the

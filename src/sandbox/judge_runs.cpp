@@ -99,6 +99,24 @@ double Judge::remaining() const {
   return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
 }
 
+nlohmann::json Judge::call_forwards(const std::string& where, const nlohmann::json& op, const std::string& expect,
+                                    int forwards, double extra_s) {
+  const double left = remaining();
+  const double bound = opt.forward_timeout_s * std::max(forwards, 1) + extra_s;
+  if (opt.forward_timeout_s <= 0 || bound >= left) return candidate->call(where, op, expect, left);
+  try {
+    return candidate->call(where, op, expect, bound);
+  } catch (const Failure& f) {
+    if (f.category != Category::kTimeout) throw;
+    throw Failure{Category::kTimeout,
+                  fmt::format("{}: ModelNew.forward did not return within sandbox.forward_timeout_s ({:g} s a forward, "
+                              "{:g} s for this call); the candidate was stopped, so that the GPU's lock goes to the "
+                              "evaluations waiting for it. An endless kernel or a hanging call is the usual cause; a "
+                              "solution this slow needs a larger sandbox.forward_timeout_s",
+                              where, opt.forward_timeout_s, bound)};
+  }
+}
+
 namespace {
 
 // A float64 copy of a reference model: .double() converts its parameters and buffers; tensors a
@@ -251,9 +269,9 @@ std::vector<GpuActivity> Judge::report_deferred_runs(const std::vector<std::stri
 void Judge::warm_up_candidate(py::handle inputs, bool keep) {
   nlohmann::json spec;
   guarded(Category::kTaskError, "warm-up: handing the inputs to the candidate", [&] { spec = stage(inputs); });
-  const nlohmann::json reply = candidate->call(
+  const nlohmann::json reply = call_forwards(
       "warm-up", {{"op", "warmup"}, {"inputs", spec}, {"runs", opt.warmup_runs}, {"ms", opt.warmup_ms}, {"keep", keep}},
-      "warmed", remaining());
+      "warmed", opt.warmup_runs, opt.warmup_ms / 1000.0);
   audit_records(reply, "warm-up", "while no forward was running");
   candidate_backends = reply.value("backends", nlohmann::json());
 }
@@ -272,7 +290,7 @@ void Judge::audit_idle(const nlohmann::json& finished) {
 }
 
 void Judge::pre_run_candidate(const std::string& where) {
-  (void)candidate->call(where + ": the pre-run", {{"op", "prerun"}}, "preran", remaining());
+  (void)call_forwards(where + ": the pre-run", {{"op", "prerun"}}, "preran", 1);
 }
 
 CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, const std::string& where) {
@@ -287,7 +305,7 @@ CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, cons
                              {"release", plan && plan->release_cached}};
   CandidateRun run;
   const auto sent = Clock::now();
-  run.reply = candidate->call(where, op, "ran", remaining());
+  run.reply = call_forwards(where, op, "ran", 1);
   run.round_trip_ms = std::chrono::duration<double, std::milli>(Clock::now() - sent).count();
   note_free();
   const nlohmann::json& r = run.reply;

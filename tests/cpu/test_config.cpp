@@ -225,6 +225,8 @@ TEST(SandboxOptions, ValidationErrors) {
   EXPECT_NE(msg.find("sandbox.atol and sandbox.rtol must be >= 0"), std::string::npos) << msg;
   msg = error_message([&] { SandboxOptions::from_json(with("timeout_s", 0)); });
   EXPECT_NE(msg.find("sandbox.timeout_s must be positive"), std::string::npos) << msg;
+  msg = error_message([&] { SandboxOptions::from_json(with("forward_timeout_s", -1)); });
+  EXPECT_NE(msg.find("sandbox.forward_timeout_s must be >= 0"), std::string::npos) << msg;
   // The timing protocol's options name what is allowed.
   msg = error_message([&] { SandboxOptions::from_json(with("reward_rule", "median")); });
   EXPECT_NE(msg.find("sandbox.reward_rule 'median' is unknown: use 'interval'"), std::string::npos) << msg;

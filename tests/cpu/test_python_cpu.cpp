@@ -305,6 +305,31 @@ TEST_F(PythonCpu, HangIsATimeout) {
   EXPECT_LT(elapsed, 45.0);
 }
 
+TEST_F(PythonCpu, AHungForwardIsStoppedAtTheForwardBoundLongBeforeTheEvaluationsTimeout) {
+  // The forward's calls run in the GPU's exclusive lock on a GPU: a hung one must not hold it to
+  // timeout_s (here 300 s), only to sandbox.forward_timeout_s.
+  const fs::path sol =
+      write("sleeps_long/model_new.py",
+            model_new_with_forward("        import time\n        time.sleep(600)\n        return a + b"));
+  EvalRequest req;
+  req.task_path = small_task_.string();
+  req.solution_path = sol.string();
+  req.mode = EvalMode::kVerify;
+  req.device = "cpu";
+  req.options.timeout_s = 300;
+  req.options.forward_timeout_s = 3;
+  const auto start = std::chrono::steady_clock::now();
+  const nlohmann::json r = evaluate(req).to_json();
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r["category"], "timeout") << dump(r);
+  EXPECT_EQ(r["worker"]["timed_out"], true);
+  EXPECT_NE(message(r).find("sandbox.forward_timeout_s (3 s a forward"), std::string::npos) << message(r);
+  EXPECT_NE(message(r).find("trial 0"), std::string::npos) << message(r);
+  EXPECT_EQ(r["reward"], -1.0);
+  // Python's and torch's start on a loaded 2-core machine come first (up to ~10 s each process).
+  EXPECT_LT(elapsed, 60.0);
+}
+
 TEST_F(PythonCpu, CudaCompileErrorAtImportIsACompileError) {
   const fs::path sol = write("nvrtc_error/model_new.py",
                              "import torch\nimport torch.nn as nn\nimport cuda_agent\n\n"

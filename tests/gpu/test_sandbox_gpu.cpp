@@ -173,12 +173,15 @@ TEST(SandboxGpu, IllegalMemoryAccessIsContained) {
   expect_next_evaluation_works();
 }
 
-TEST(SandboxGpu, EndlessKernelTimesOut) {
+TEST(SandboxGpu, EndlessKernelTimesOutAtTheForwardBound) {
   CA_REQUIRE_GPU();
+  // In the GPU's exclusive lock: stopped at sandbox.forward_timeout_s, not at timeout_s.
   auto options = fast_options();
-  options.timeout_s = 30;
+  options.timeout_s = 300;
+  options.forward_timeout_s = 5;
   auto r = run_eval(kAdd, solution("add_infinite_loop"), EvalMode::kEvaluate, options);
-  expect_failure(r, "timeout", "verify");
+  expect_failure(r, "timeout", "sandbox.forward_timeout_s (5 s a forward");
+  EXPECT_TRUE(r["worker"]["timed_out"].get<bool>()) << r.dump(2);
   EXPECT_LT(r["wall_seconds"].get<double>(), 60.0);
   expect_next_evaluation_works();
 }

@@ -93,10 +93,12 @@ struct SandboxOptions {
   // CUDA (both contexts, torch's CUDA state: the `cuda_init` phase, about 0.5 s on an H100) while
   // the judge holds the GPU's lock shared, beside other evaluations doing the same, and take it
   // exclusive only for the task, the memory plan, the solution and the runs. No solution code has
-  // run by then. Off by default until measured on a GPU (scripts/gpu_check.sh initlock): each
-  // evaluation waiting for the exclusive lock holds two CUDA contexts, which the memory plan of the
-  // one holding it sees as used. (Shared holders arriving one after another cannot keep an
-  // exclusive taker waiting: the GPU's lock has a turnstile, GpuLock.)
+  // run by then. Off: measured on an H100 (2026-12-06, docs/benchmarks.md section 11) it raised
+  // four evaluations in flight from 21.0 to 22.4 a minute, within the runs' noise (the shared
+  // starts keep the exclusive taker waiting meanwhile), and each evaluation waiting for the
+  // exclusive lock holds two CUDA contexts, which the memory plan of the one holding it sees as
+  // used. (Shared holders arriving one after another cannot keep an exclusive taker waiting
+  // without end: the GPU's lock has a turnstile, GpuLock.)
   bool init_before_lock = false;
   // Judge processes a process keeps started ahead of its evaluations, per GPU (judge_pool.h):
   // Python and torch imported, CUDA untouched, each taking one evaluation and exiting. From a
@@ -111,6 +113,13 @@ struct SandboxOptions {
   std::string reward_rule = "interval";
   // isolation
   double timeout_s = 600;            // wall time of one worker, torch.compile included
+  // The longest one forward of the loaded solution may take, the harness's work around it
+  // included: each call of verify's trials, the pre-runs and the timed runs (the warm-up:
+  // warmup_runs of them, plus warmup_ms). Those calls run in the GPU's exclusive lock, so an
+  // endless kernel would otherwise hold every other evaluation of the GPU for up to timeout_s.
+  // Past it the candidate is stopped and the evaluation ends as `timeout`. 0: timeout_s alone.
+  // The solution's load (its nvcc builds) is not a forward: timeout_s bounds it.
+  double forward_timeout_s = 60;
   // At most this long, in all, an evaluation waits for the GPU's locks (EvalRequest::gpu_lock),
   // not counted in timeout_s; past it the evaluation ends as gpu_busy (not scored).
   double gpu_wait_s = 1800;
