@@ -52,10 +52,11 @@ class LayerFunction : public torch::autograd::Function<LayerFunction> {
 class HeadFunction : public torch::autograd::Function<HeadFunction> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& targets,
-                               CausalLMImpl* model) {
+                               CausalLMImpl* model, double temperature) {
     ctx->save_for_backward({hidden, targets});
     ctx->saved_data["model"] = as_int(model);
-    return head_stats(*model, hidden, targets);
+    ctx->saved_data["temperature"] = temperature;
+    return head_stats(*model, hidden, targets, temperature);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -65,10 +66,10 @@ class HeadFunction : public torch::autograd::Function<HeadFunction> {
     torch::Tensor out;
     {
       torch::AutoGradMode enable(true);
-      out = head_stats(*model, hidden, saved[1]);
+      out = head_stats(*model, hidden, saved[1], ctx->saved_data["temperature"].toDouble());
     }
     torch::autograd::backward({out}, {grads[0]});
-    return {hidden.grad(), torch::Tensor(), torch::Tensor()};
+    return {hidden.grad(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -84,15 +85,18 @@ torch::Tensor checkpointed_layer(DecoderLayerImpl& layer, const torch::Tensor& x
   return LayerFunction::apply(differentiable(x), in.cos, in.sin, &layer);
 }
 
-torch::Tensor head_stats(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets) {
-  auto logp = torch::log_softmax(model.logits(hidden).to(torch::kFloat32), -1);
+torch::Tensor head_stats(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets,
+                         double temperature) {
+  auto logits = model.logits(hidden).to(torch::kFloat32);
+  auto logp = torch::log_softmax(temperature == 1.0 ? logits : logits / temperature, -1);
   auto token_logp = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
   auto entropy = -(logp.exp() * logp).sum(-1);
   return torch::stack({token_logp, entropy});
 }
 
-torch::Tensor checkpointed_head_stats(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets) {
-  return HeadFunction::apply(differentiable(hidden), targets, &model);
+torch::Tensor checkpointed_head_stats(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets,
+                                      double temperature) {
+  return HeadFunction::apply(differentiable(hidden), targets, &model, temperature);
 }
 
 }  // namespace cuda_agent::lm

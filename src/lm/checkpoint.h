@@ -18,11 +18,13 @@ namespace cuda_agent::lm {
 // layer.forward(x, in) (no KV cache, no mask) with recomputation in backward.
 torch::Tensor checkpointed_layer(DecoderLayerImpl& layer, const torch::Tensor& x, const LayerInputs& in);
 
-// The log-prob of `targets` and the entropy under model.logits(hidden), stacked as
+// The log-prob of `targets` and the entropy under model.logits(hidden) / temperature, stacked as
 // [2, B, T] float32, with recomputation in backward (so no [B, T, vocab] logits stay alive).
-torch::Tensor checkpointed_head_stats(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets);
+torch::Tensor checkpointed_head_stats(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets,
+                                      double temperature = 1.0);
 
 // The same statistics, computed plainly (what checkpointed_head_stats recomputes).
-torch::Tensor head_stats(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets);
+torch::Tensor head_stats(CausalLMImpl& model, const torch::Tensor& hidden, const torch::Tensor& targets,
+                         double temperature = 1.0);
 
 }  // namespace cuda_agent::lm

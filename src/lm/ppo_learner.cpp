@@ -44,6 +44,8 @@ void check_options(const PpoOptions& o) {
            o.micro_batch_tokens);
   CA_CHECK(o.epochs >= 1, "ppo.epochs = {}: must be >= 1", o.epochs);
   CA_CHECK(o.weight_decay >= 0, "ppo weight_decay = {}: must be >= 0", o.weight_decay);
+  CA_CHECK(std::isfinite(o.temperature) && o.temperature > 0,
+           "the PPO learner's temperature (rollout.temperature) = {}: must be > 0", o.temperature);
   lm::parse_loss_aggregation(o.loss_aggregation);
   lm::parse_kl_estimator(o.kl_estimator);
   critic_kind(o.critic);
@@ -159,9 +161,11 @@ class TorchPpoLearner final : public lm::PpoLearner {
   PpoStats update(const std::vector<PpoSample>& batch) override {
     return translate_errors("PPO update", [&] {
       const auto start = std::chrono::steady_clock::now();
+      std::vector<PpoSample> tempered;
       auto [tokens, plan] = replicas_->agreed("PPO update", [&] {
         const int64_t t = check_batch(batch, Use::kPpo);
-        return std::pair(t, draw_plan(batch, options_.epochs, options_.mini_batches, Use::kPpo, "ppo."));
+        const std::vector<PpoSample>& used = with_old_logprobs(batch, tempered);
+        return std::pair(t, draw_plan(used, options_.epochs, options_.mini_batches, Use::kPpo, "ppo."));
       });
       PpoStats stats = steps(plan, Use::kPpo, [&](const Padded& b) { return objective(b, /*backward=*/true); });
       return finish(stats, tokens, start);
@@ -206,8 +210,9 @@ class TorchPpoLearner final : public lm::PpoLearner {
       CA_CHECK(tokens > 0, "PPO evaluate: the batch holds no policy tokens (loss_mask 1)");
       torch::NoGradGuard no_grad;
       replicas_->reset_shares();  // this process's batch alone, also in a world of several
+      std::vector<PpoSample> tempered;
       std::vector<const PpoSample*> all;
-      for (const auto& s : batch) all.push_back(&s);
+      for (const auto& s : with_old_logprobs(batch, tempered)) all.push_back(&s);
       return finish(objective(pad(all, model_->model()->device(), Use::kPpo), /*backward=*/false), tokens, start);
     });
   }
@@ -343,6 +348,32 @@ class TorchPpoLearner final : public lm::PpoLearner {
     TokenStatsOptions o;
     o.checkpoint = options_.activation_checkpointing;
     return o;
+  }
+  // The policy's statistics in the PPO objective: at the rollout's temperature.
+  TokenStatsOptions policy_stats_options() const {
+    TokenStatsOptions o = stats_options();
+    o.temperature = options_.temperature;
+    return o;
+  }
+
+  // `batch` itself at temperature 1; otherwise a copy in `tempered` whose old_logprobs are the
+  // current weights' at options_.temperature on the policy tokens (PpoOptions::temperature).
+  const std::vector<PpoSample>& with_old_logprobs(const std::vector<PpoSample>& batch,
+                                                  std::vector<PpoSample>& tempered) {
+    if (options_.temperature == 1.0) return batch;
+    tempered = batch;
+    torch::NoGradGuard no_grad;
+    CausalLM& model = model_->model();
+    TokenStatsOptions o = policy_stats_options();
+    o.checkpoint = false;
+    for (PpoSample& s : tempered) {
+      auto ids = torch::tensor(s.tokens, torch::kInt64).unsqueeze(0).to(model->device());
+      const torch::Tensor logprobs = token_stats(*model, ids, o).logprobs[0].to(torch::kCPU).contiguous();
+      const float* lp = logprobs.data_ptr<float>();
+      for (size_t t = 0; t < s.tokens.size(); ++t)
+        if (s.loss_mask[t] != 0) s.old_logprobs[t] = lp[t];
+    }
+    return tempered;
   }
   template <class F>
   void for_each_param(F&& f) const {
@@ -516,7 +547,7 @@ class TorchPpoLearner final : public lm::PpoLearner {
   // those of the sum.
   PpoStats objective(const Padded& b, bool backward) {
     CausalLM& model = model_->model();
-    TokenStats s = token_stats(*model, b.ids, stats_options());
+    TokenStats s = token_stats(*model, b.ids, policy_stats_options());
     const auto& m = b.mask;
     auto zeros = torch::zeros_like(s.logprobs);
 

@@ -26,7 +26,8 @@ TokenStats token_stats(CausalLMImpl& model, const torch::Tensor& input_ids, cons
     const int64_t n = std::min(step, len - 1 - start);
     auto h = predicting.narrow(1, start, n);
     auto t = targets.narrow(1, start, n);
-    parts.push_back(recompute ? checkpointed_head_stats(model, h, t) : head_stats(model, h, t));
+    parts.push_back(recompute ? checkpointed_head_stats(model, h, t, options.temperature)
+                              : head_stats(model, h, t, options.temperature));
   }
   auto stats = torch::cat(parts, 2);
   out.logprobs = torch::cat({zero, stats[0]}, 1);

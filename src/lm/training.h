@@ -15,6 +15,9 @@ struct TokenStatsOptions {
   bool checkpoint = false;
   // Tokens (batch x positions) whose [tokens, vocab] logits exist at once.
   int64_t chunk_tokens = 4096;
+  // The log-probs and entropies of softmax(logits / temperature): the distribution a rollout
+  // sampled at that temperature (before top-k/top-p, as veRL's actor computes them).
+  double temperature = 1.0;
 };
 
 // [B, T] float32 each, on the model's device. Position t >= 1: logprobs = log p(ids[t] | ids[<t]),

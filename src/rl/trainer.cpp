@@ -193,6 +193,7 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
 
   lm::PpoOptions ppo = cfg.ppo.learner;
   ppo.critic = cfg.model.critic;
+  ppo.temperature = cfg.rollout.temperature;  // the policy the rollouts sampled (PpoOptions::temperature)
   // A resumed separate critic starts from the checkpoint's critic/ (load_state sets its weights
   // and moments either way; this only spares copying or loading the configured one first).
   if (!learner_state.empty() && ppo.critic != "shared" && fs::is_directory(learner_state / "critic"))

@@ -143,6 +143,15 @@ struct PpoOptions {
   // the step equals the whole mini-batch's up to float rounding (veRL's ppo_max_token_len_per_gpu).
   // 0: the whole mini-batch in one forward.
   int64_t micro_batch_tokens = 0;
+  // The rollout's sampling temperature (rollout.temperature; the trainer sets it). At 1 the
+  // samples' recorded old_logprobs are used as given. Otherwise the rollout drew each token from
+  // softmax(logits / temperature), which is the policy PPO's ratio must compare before and after
+  // the step: the log-probs and entropies of update() and evaluate() are taken at that
+  // temperature, and old_logprobs are computed again from the weights at the call's start, at
+  // that temperature, in place of the recorded ones (the sampler records the untempered
+  // policy's), as veRL's actor does (logits / temperature in compute_log_prob and in the update).
+  // ref_logprobs, when given, must be at the same temperature. SFT and value updates ignore it.
+  double temperature = 1.0;
 
   // From the "ppo" section of the training config (rl::train_config_defaults()["ppo"]): actor_lr,
   // critic_lr, clip_low, clip_high, value_clip, entropy_coef, kl.coef, kl.estimator, kl.mode,
@@ -150,7 +159,8 @@ struct PpoOptions {
   // micro_batch_tokens.
   // Keys it does not know (steps, gamma, ...)
   // are ignored; a missing key keeps its default; a wrong type is an Error naming "ppo.<key>".
-  // weight_decay, seed and critic (model.critic) are not in that section and keep their defaults.
+  // weight_decay, seed, critic (model.critic) and temperature (rollout.temperature) are not in
+  // that section and keep their defaults.
   static PpoOptions from_config(const nlohmann::json& ppo_section);
 };
 

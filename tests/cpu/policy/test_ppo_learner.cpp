@@ -224,6 +224,78 @@ TEST(PpoLearner, MicroBatchesStepAsTheWholeMiniBatch) {
   PpoOptions bad;
   bad.micro_batch_tokens = -1;
   EXPECT_NE(error_of([&] { make_learner(bad); }).find("ppo.micro_batch_tokens = -1"), std::string::npos);
+  bad = PpoOptions{};
+  bad.temperature = 0;
+  EXPECT_NE(error_of([&] { make_learner(bad); }).find("temperature (rollout.temperature) = 0"), std::string::npos);
+}
+
+// The log-probs and entropies of softmax(logits / temperature), from the model's logits by hand.
+void tempered_stats(PpoLearner& learner, const Batch& b, double temperature, rl::TokenBatch& logp,
+                    rl::TokenBatch& entropy) {
+  const int64_t vocab = learner.policy().config().vocab_size;
+  for (const auto& tokens : b.tokens) {
+    const std::vector<float> logits = learner.policy().logits(tokens);
+    std::vector<float> lp(tokens.size(), 0.0f), ent(tokens.size(), 0.0f);
+    for (size_t t = 1; t < tokens.size(); ++t) {
+      const float* row = logits.data() + (t - 1) * vocab;
+      double top = -1e30, sum = 0;
+      for (int64_t v = 0; v < vocab; ++v) top = std::max(top, row[v] / temperature);
+      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] / temperature - top);
+      const double log_z = top + std::log(sum);
+      double h = 0;
+      for (int64_t v = 0; v < vocab; ++v) {
+        const double l = row[v] / temperature - log_z;
+        h -= std::exp(l) * l;
+      }
+      lp[t] = static_cast<float>(row[tokens[t]] / temperature - log_z);
+      ent[t] = static_cast<float>(h);
+    }
+    logp.push_back(lp);
+    entropy.push_back(ent);
+  }
+}
+
+TEST(PpoLearner, AtARolloutTemperatureTheRatioIsTheTemperedPolicysAndStartsAtOne) {
+  // The rollout sampled softmax(logits / 0.5); the samples carry the untempered policy's
+  // log-probs, offset as a stale sampler's would be. The learner takes old and new log-probs of
+  // the tempered policy from the weights at the update's start, so the ratio is 1 and nothing
+  // clips before the first step.
+  PpoOptions ppo;
+  ppo.actor_lr = ppo.critic_lr = 0;
+  ppo.temperature = 0.5;
+  auto learner = make_learner(ppo);
+  const Batch b = fixed_batch(64);
+  const auto batch = samples_around(*learner, b, 5);
+
+  rl::TokenBatch logp, entropy, adv, masks = as_float(b.masks);
+  tempered_stats(*learner, b, ppo.temperature, logp, entropy);
+  for (const auto& s : batch) adv.push_back(s.advantages);
+  const auto mode = rl::parse_loss_aggregation(ppo.loss_aggregation);
+  const auto policy_ref = rl::ppo_policy_loss(logp, logp, adv, masks, ppo.clip_low, ppo.clip_high, mode);
+  const double entropy_ref = rl::aggregate_loss(entropy, masks, rl::LossAggregation::kTokenMean);
+
+  const PpoStats s = learner->evaluate(batch);
+  EXPECT_NEAR(s.policy_loss, policy_ref.loss, tolerance(policy_ref.loss));
+  EXPECT_NEAR(s.entropy, entropy_ref, tolerance(entropy_ref));
+  EXPECT_EQ(s.clip_fraction, 0);
+  const PpoStats u = learner->update(batch);  // the same objective before its step
+  EXPECT_NEAR(u.policy_loss, s.policy_loss, tolerance(s.policy_loss));
+  EXPECT_EQ(u.clip_fraction, 0);
+  // The lm_head statistics recomputed in backward use the temperature too: the same gradient.
+  PpoOptions checkpointed = ppo;
+  checkpointed.activation_checkpointing = true;
+  const PpoStats c = make_learner(checkpointed)->update(batch);
+  EXPECT_NEAR(c.policy_loss, u.policy_loss, tolerance(u.policy_loss));
+  EXPECT_NEAR(c.grad_norm_actor, u.grad_norm_actor, 1e-4 * u.grad_norm_actor);
+  EXPECT_GT(u.grad_norm_actor, 0);
+
+  // At temperature 1 the recorded log-probs are the old ones: the offsets clip, and the entropy
+  // is the untempered policy's (higher than at 0.5).
+  PpoOptions plain_options = ppo;
+  plain_options.temperature = 1;
+  const PpoStats plain = make_learner(plain_options)->evaluate(batch);
+  EXPECT_GT(plain.clip_fraction, 0.1);
+  EXPECT_GT(plain.entropy, s.entropy);
 }
 
 TEST(PpoLearner, BadInputSaysWhatIsWrong) {
