@@ -118,12 +118,28 @@ RegisteredPolicy find_registered(const std::string& spec, std::string* rest) {
   CA_FAIL("unknown policy '{}': use {}", spec, fmt::join(forms, ", or "));
 }
 
+// The policies this file makes itself, by their spec's prefix; kNone: a registered form.
+enum class Builtin { kNone, kReplay, kOpenAi, kReference };
+Builtin builtin_kind(const std::string& spec) {
+  if (spec.rfind("replay:", 0) == 0) return Builtin::kReplay;
+  if (spec.rfind("openai:", 0) == 0) return Builtin::kOpenAi;
+  if (spec.rfind("reference:", 0) == 0) return Builtin::kReference;
+  return Builtin::kNone;
+}
+
 }  // namespace
 
 std::unique_ptr<Policy> make_policy(const std::string& spec) {
-  if (spec.rfind("replay:", 0) == 0) return std::make_unique<ReplayPolicy>(spec.substr(7));
-  if (spec.rfind("openai:", 0) == 0) return std::make_unique<OpenAiPolicy>(parse_openai_spec(spec));
-  if (spec.rfind("reference:", 0) == 0) return std::make_unique<ReferencePolicy>(spec.substr(10));
+  switch (builtin_kind(spec)) {
+    case Builtin::kReplay:
+      return std::make_unique<ReplayPolicy>(spec.substr(7));
+    case Builtin::kOpenAi:
+      return std::make_unique<OpenAiPolicy>(parse_openai_spec(spec));
+    case Builtin::kReference:
+      return std::make_unique<ReferencePolicy>(spec.substr(10));
+    case Builtin::kNone:
+      break;
+  }
   std::string rest;
   const RegisteredPolicy e = find_registered(spec, &rest);
   // Outside the lock: loading a model takes a while and other threads may want other policies.
@@ -131,9 +147,7 @@ std::unique_ptr<Policy> make_policy(const std::string& spec) {
 }
 
 PolicySource make_policy_source(const std::string& spec) {
-  const bool builtin =
-      spec.rfind("replay:", 0) == 0 || spec.rfind("openai:", 0) == 0 || spec.rfind("reference:", 0) == 0;
-  if (!builtin) {
+  if (builtin_kind(spec) == Builtin::kNone) {
     std::string rest;
     const RegisteredPolicy e = find_registered(spec, &rest);  // throws for an unknown form
     if (e.source) return e.source(rest);
@@ -142,20 +156,23 @@ PolicySource make_policy_source(const std::string& spec) {
 }
 
 void validate_policy_spec(const std::string& spec) {
-  if (spec.rfind("replay:", 0) == 0) {
-    const std::string path = spec.substr(7);
-    CA_CHECK(!path.empty() && std::filesystem::is_regular_file(path),
-             "policy '{}': no replay file {}; expected replay:PATH.jsonl", spec, path.empty() ? "given" : path);
-    ReplayPolicy check(path);  // parses every line
-    return;
-  }
-  if (spec.rfind("openai:", 0) == 0) {
-    (void)parse_openai_spec(spec);
-    return;
-  }
-  if (spec.rfind("reference:", 0) == 0) {
-    ReferencePolicy check(spec.substr(10));  // reads the solution file
-    return;
+  switch (builtin_kind(spec)) {
+    case Builtin::kReplay: {
+      const std::string path = spec.substr(7);
+      CA_CHECK(!path.empty() && std::filesystem::is_regular_file(path),
+               "policy '{}': no replay file {}; expected replay:PATH.jsonl", spec, path.empty() ? "given" : path);
+      ReplayPolicy check(path);  // parses every line
+      return;
+    }
+    case Builtin::kOpenAi:
+      (void)parse_openai_spec(spec);
+      return;
+    case Builtin::kReference: {
+      ReferencePolicy check(spec.substr(10));  // reads the solution file
+      return;
+    }
+    case Builtin::kNone:
+      break;
   }
   std::string rest;
   const RegisteredPolicy e = find_registered(spec, &rest);

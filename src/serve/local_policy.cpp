@@ -38,6 +38,21 @@ Int parse_int(const std::string& spec, const std::string& key, const std::string
   return x;
 }
 
+// The GPU of a policy's device: -1 for cpu, N for cuda:N, 0 for cuda. `spec` names the policy in
+// the error for anything else.
+int gpu_of(const std::string& spec, const std::string& device) {
+  if (device == "cpu") return -1;
+  int gpu = 0;
+  bool ok = device == "cuda";
+  if (!ok && device.rfind("cuda:", 0) == 0 && device.size() > 5) {
+    const char* last = device.data() + device.size();
+    const auto [end, ec] = std::from_chars(device.data() + 5, last, gpu);
+    ok = ec == std::errc() && end == last && gpu >= 0;
+  }
+  CA_CHECK(ok, "policy '{}': device={}; use cpu, cuda or cuda:N", spec, device);
+  return gpu;
+}
+
 bool parse_flag(const std::string& spec, const std::string& key, const std::string& value) {
   CA_CHECK(value == "1" || value == "0" || value == "true" || value == "false",
            "policy '{}': {}={}; use 1, 0, true or false", spec, key, value);
@@ -52,17 +67,8 @@ LmOptions lm_options(const LocalPolicyOptions& o) {
   lm.device = o.device;
   lm.dtype = o.dtype;
   lm.batch_engine = o.batch_engine;
-  if (o.batch_engine && o.device.rfind("cuda", 0) == 0) {
-    int gpu = 0;
-    if (o.device != "cuda") {
-      const char* first = o.device.data() + 5;
-      const char* last = o.device.data() + o.device.size();
-      const auto [end, ec] = std::from_chars(first, last, gpu);
-      CA_CHECK(o.device[4] == ':' && ec == std::errc() && end == last && gpu >= 0,
-               "policy device '{}': use cpu, cuda or cuda:N", o.device);
-    }
+  if (const int gpu = gpu_of(o.model.string(), o.device); o.batch_engine && gpu >= 0)
     lm.engine_gate = sandbox::batch_engine_gate(gpu);
-  }
   return lm;
 }
 
@@ -123,7 +129,7 @@ LocalPolicyOptions parse_local_policy_spec(const std::string& spec) {
     } else if (key == "seed") {
       o.seed = parse_int<uint64_t>(spec, key, value);
     } else if (key == "device") {
-      CA_CHECK(!value.empty(), "policy '{}': device is empty; use cpu, cuda or cuda:N", spec);
+      (void)gpu_of(spec, value);
       o.device = value;
     } else if (key == "dtype") {
       CA_CHECK(value == "float32" || value == "bfloat16", "policy '{}': dtype={}; use float32 or bfloat16", spec, value);

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -301,6 +302,11 @@ TEST(LocalPolicySpec, ParsesRoundTripsAndRefusesBadValues) {
   EXPECT_NE(err("local:m?top_p=0").find("top_p=0"), std::string::npos);
   EXPECT_NE(err("local:m?max_new_tokens=1.5").find("not a whole number"), std::string::npos);
   EXPECT_NE(err("local:m?dtype=float16").find("use float32 or bfloat16"), std::string::npos);
+  for (const char* device : {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda1", ""})
+    EXPECT_NE(
+        err(fmt::format("local:m?device={}", device)).find(fmt::format("device={}; use cpu, cuda or cuda:N", device)),
+        std::string::npos)
+        << device;
   EXPECT_NE(err("local:m?seed").find("not key=value"), std::string::npos);
   EXPECT_NE(err("local:m?batch_engine=yes").find("batch_engine=yes; use 1, 0, true or false"), std::string::npos);
 
