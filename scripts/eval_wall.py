@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Wall time of evaluations, per bench output folder: the median and spread of each result's
-wall_seconds, the median of each phase and of each part of the profile phase
+wall_seconds, the median of each phase, of each part of the verify phase (verify_seconds) and of
+each part of the profile phase
 (profile_seconds: warm-ups, the rounds' inputs, eager, torch.compile, candidate and
 comparison, the kernel records) and of the solution's load (load_seconds, the candidate
 process's account of it), and how the judge and candidate processes came to be.
@@ -27,7 +28,10 @@ def summarize(run_dir):
     phases = collections.defaultdict(list)
     parts = collections.defaultdict(list)
     loads = collections.defaultdict(list)
+    checks = collections.defaultdict(list)
     for r in results:
+        for name, seconds in (r.get("verify_seconds") or {}).items():
+            checks[name].append(seconds)
         for name, seconds in (r.get("load_seconds") or {}).items():
             loads[name].append(seconds)
         for name, seconds in (r.get("phase_seconds") or {}).items():
@@ -38,7 +42,7 @@ def summarize(run_dir):
         f"judge {r.get('processes', {}).get('judge', '?')}, candidate {r.get('processes', {}).get('candidate', '?')}"
         for r in results)
     passed = sum(1 for r in results if r.get("correct"))
-    return walls, phases, parts, loads, started, passed, len(results)
+    return walls, phases, parts, loads, checks, started, passed, len(results)
 
 
 def main(argv):
@@ -48,15 +52,18 @@ def main(argv):
     print("|---|---|---|---|---|---|---|")
     details = []
     for run_dir in argv[1:]:
-        walls, phases, parts, loads, started, passed, n = summarize(run_dir)
+        walls, phases, parts, loads, checks, started, passed, n = summarize(run_dir)
         py = statistics.median(phases["python_start"]) if phases["python_start"] else 0.0
         print(f"| {os.path.basename(run_dir.rstrip('/'))} | {n} | {passed} | {statistics.median(walls):.2f} | "
               f"{min(walls):.2f}-{max(walls):.2f} | {py:.2f} | "
               + "; ".join(f"{count}x {what}" for what, count in started.most_common()) + " |")
-        details.append((run_dir, phases, parts, loads))
-    for run_dir, phases, parts, loads in details:
+        details.append((run_dir, phases, parts, loads, checks))
+    for run_dir, phases, parts, loads, checks in details:
         print(f"\n{os.path.basename(run_dir.rstrip('/'))}, phase medians (s): "
               + ", ".join(f"{name} {statistics.median(v):.2f}" for name, v in sorted(phases.items()) if v))
+        if checks:
+            print(f"{os.path.basename(run_dir.rstrip('/'))}, verify's parts, medians (s): "
+                  + ", ".join(f"{name} {statistics.median(v):.3f}" for name, v in sorted(checks.items())))
         if parts:
             print(f"{os.path.basename(run_dir.rstrip('/'))}, profile's parts, medians (s): "
                   + ", ".join(f"{name} {statistics.median(v):.3f}" for name, v in sorted(parts.items())))

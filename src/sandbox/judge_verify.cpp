@@ -19,7 +19,9 @@ void judge_verify(Judge& j) {
   nlohmann::json trials = nlohmann::json::array();
   nlohmann::json fallback = {{"mode", opt.fallback}, {"compute_calls", nlohmann::json::object()}, {"allowed_calls", 0}};
   TaskCheck task_check(opt.atol, opt.rtol);
+  Laps laps;  // what the verify phase, in the GPU's exclusive lock, is made of (reports.verify_seconds)
   auto record = [&] {
+    j.result.reports["verify_seconds"] = laps.to_json();
     j.result.reports["verify"] = {{"trials", trials}, {"atol", opt.atol}, {"rtol", opt.rtol}, {"precision", opt.precision}};
     j.result.reports["task_check"] = task_check.to_json();
     j.result.reports["fallback"] = fallback;
@@ -31,20 +33,31 @@ void judge_verify(Judge& j) {
       const std::string where = fmt::format("trial {} (seed {})", i, seed);
       py::object inputs, ref, ref64;
       guarded(Category::kTaskError, where + ": drawing inputs", [&] { inputs = draw_inputs(j.task, j.device, seed); });
+      laps.lap("inputs");
       guarded(Category::kTaskError, where + ": running the reference", [&] {
         std::string view;
-        j.reference_outputs(inputs, &ref, &ref64, &view);
+        j.reference_outputs(inputs, &ref, nullptr, &view);
+        laps.lap("reference");
+        if (opt.precision == "strict") {
+          ref64 = j.float64_outputs(inputs);
+          synchronize(j.device);
+          j.release_cached();
+        }
+        laps.lap("reference64");
         task_check.add(ref, inputs);
         task_check.note_view_of_input(view);
         j.reserve_outputs(ref);
       });
+      laps.lap("task_check");
       const RunFlags flags{/*guard=*/true, /*poison=*/checks, /*full_checks=*/checks};
       CandidateRun run = j.run_candidate(inputs, flags, where);
+      laps.lap("candidate");
       if (run.reply.contains("fallback") && run.reply["fallback"].is_object()) fallback = run.reply["fallback"];
       CompareResult cmp;
       guarded(Category::kRuntimeError, where + ": comparing outputs", [&] { cmp = j.compare(ref, ref64, run.outputs); });
       ref = ref64 = py::none();
       j.release_cached();
+      laps.lap("compare");
       nlohmann::json t = cmp.to_json();
       t["seed"] = seed;
       trials.push_back(t);
@@ -61,6 +74,7 @@ void judge_verify(Judge& j) {
                 [&] { same = compare_outputs(first, again.outputs, opt.atol, opt.rtol); });
         first = py::none();
         j.release_cached();
+        laps.lap("second_run");
         if (!same.ok)
           throw Failure{Category::kNondeterministic,
                         fmt::format("{}: two runs on the same inputs disagree beyond atol/rtol ({}: {}); a race, an "

@@ -136,6 +136,15 @@ TEST_F(PythonCpu, CorrectSolutionPassesFiveSeededTrials) {
   EXPECT_FALSE(r["load_seconds"].contains("recorder_start"));
   EXPECT_LE(load_parts, r["phase_seconds"]["load_solution"].get<double>());
   EXPECT_FALSE(r.contains("timings"));  // verify only
+  // The verify phase part by part (the integrity checks' second run included); together no more
+  // than the phase.
+  double verify_parts = 0;
+  for (const char* part : {"inputs", "reference", "reference64", "task_check", "candidate", "compare", "second_run"}) {
+    ASSERT_TRUE(r["verify_seconds"].contains(part)) << part << " " << dump(r["verify_seconds"]);
+    verify_parts += r["verify_seconds"][part].get<double>();
+  }
+  EXPECT_EQ(r["verify_seconds"].size(), 7u) << dump(r["verify_seconds"]);
+  EXPECT_LE(verify_parts, r["phase_seconds"]["verify"].get<double>());
 
   const nlohmann::json& trials = r["verify"]["trials"];
   ASSERT_EQ(trials.size(), 5u) << dump(r["verify"]);
