@@ -491,7 +491,10 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
   if (start && start->client()) {
     CandidateClient& c = *start->client();
     if (c.runtime().is_object()) runtime = c.runtime();
+    const auto exit_start = Clock::now();
     result.worker = c.wait(result.ok ? 10.0 : 0.0);
+    // Its end (its CUDA context's teardown among it), waited for in the GPU's lock.
+    result.phase_seconds["candidate_exit"] = std::chrono::duration<double>(Clock::now() - exit_start).count();
     result.confined = c.confined();
     result.signals_scoped = c.signals_scoped();
     result.signals_unscoped_reason = c.signals_unscoped_reason();

@@ -123,8 +123,13 @@ TEST_F(PythonCpu, CorrectSolutionPassesFiveSeededTrials) {
   EXPECT_EQ(r["versions"]["torch"].get<std::string>().rfind("2.11", 0), 0u) << dump(r["versions"]);
   EXPECT_EQ(r["worker"]["exit_code"], 0);
   EXPECT_EQ(r["worker"]["signal"], 0);
-  for (const char* phase : {"python_start", "load_task", "load_solution", "build_models", "verify"})
+  for (const char* phase :
+       {"python_start", "load_task", "load_solution", "build_models", "verify", "candidate_exit", "judge_exit"})
     EXPECT_TRUE(r["phase_seconds"].contains(phase)) << phase << " " << dump(r["phase_seconds"]);
+  // What follows the phases, each process's end, is counted too, and it fits the wall time.
+  EXPECT_GE(r["phase_seconds"]["judge_exit"].get<double>(), 0.0);
+  EXPECT_LT(r["phase_seconds"]["candidate_exit"].get<double>() + r["phase_seconds"]["judge_exit"].get<double>(),
+            r["wall_seconds"].get<double>());
   // The candidate's account of the load, part by part (no GPU parts on the CPU); together no more
   // than the judge saw the load take.
   double load_parts = 0;
