@@ -362,17 +362,21 @@ class TorchPpoLearner final : public lm::PpoLearner {
                                                   std::vector<PpoSample>& tempered) {
     if (options_.temperature == 1.0) return batch;
     tempered = batch;
-    torch::NoGradGuard no_grad;
+    std::vector<std::vector<int64_t>> sequences;
+    for (const PpoSample& s : batch) sequences.push_back(s.tokens);
+    c10::InferenceMode inference;
     CausalLM& model = model_->model();
     TokenStatsOptions o = policy_stats_options();
     o.checkpoint = false;
-    for (PpoSample& s : tempered) {
-      auto ids = torch::tensor(s.tokens, torch::kInt64).unsqueeze(0).to(model->device());
-      const torch::Tensor logprobs = token_stats(*model, ids, o).logprobs[0].to(torch::kCPU).contiguous();
-      const float* lp = logprobs.data_ptr<float>();
-      for (size_t t = 0; t < s.tokens.size(); ++t)
-        if (s.loss_mask[t] != 0) s.old_logprobs[t] = lp[t];
-    }
+    for_each_padded_run(sequences, kTrainingForwardTokens, [&](size_t begin, size_t end, const torch::Tensor& ids) {
+      const torch::Tensor logprobs = token_stats(*model, ids.to(model->device()), o).logprobs.to(torch::kCPU).contiguous();
+      for (size_t i = begin; i < end; ++i) {
+        PpoSample& s = tempered[i];
+        const float* lp = logprobs[static_cast<int64_t>(i - begin)].data_ptr<float>();
+        for (size_t t = 0; t < s.tokens.size(); ++t)
+          if (s.loss_mask[t] != 0) s.old_logprobs[t] = lp[t];
+      }
+    });
     return tempered;
   }
   template <class F>

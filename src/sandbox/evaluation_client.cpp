@@ -150,12 +150,9 @@ EvalResult evaluate(const EvalRequest& request) {
     CA_CHECK(judge->start_error().empty(), "cannot start the judge process: {}", judge->start_error());
     // From the result written (its file's time) to the judge's end: the judge's exit, its CUDA
     // context's teardown among it, which holds the GPU's lock until it is done.
-    std::optional<double> judge_exit;
-    try {
-      const auto written = fs::last_write_time(result_path);
-      judge_exit = std::max(0.0, std::chrono::duration<double>(fs::file_time_type::clock::now() - written).count());
-    } catch (const std::exception&) {
-    }
+    std::error_code no_result;
+    const fs::file_time_type written = fs::last_write_time(result_path, no_result);
+    const double judge_exit = std::max(0.0, std::chrono::duration<double>(fs::file_time_type::clock::now() - written).count());
 
     std::string judge_log;
     try {
@@ -197,7 +194,7 @@ EvalResult evaluate(const EvalRequest& request) {
     if (result->confined) remember_confined();
     else if (result->confinement_unavailable) remember_unconfinable(result->unconfined_reason);
     result->judge = ProcessReport::of(run);
-    if (judge_exit && !result->phase_seconds.empty()) result->phase_seconds["judge_exit"] = *judge_exit;
+    if (!no_result && !result->phase_seconds.empty()) result->phase_seconds["judge_exit"] = judge_exit;
     result->wall_seconds = seconds();
     return *result;
   } catch (const std::exception& e) {

@@ -98,11 +98,10 @@ struct __attribute__((visibility("hidden"))) Judge {
   nlohmann::json call_forwards(const std::string& where, const nlohmann::json& op, const std::string& expect,
                                int forwards, double extra_s = 0);
 
-  // The reference's output on a clone of `inputs` and, under strict, the float64 reference's.
-  // `view_of_input` (may be null): the path of an output that is a view of the inputs the
-  // reference ran on (task_check.h's view_of_input), "" when none is.
-  void reference_outputs(pybind11::handle inputs, pybind11::object* out, pybind11::object* out64,
-                         std::string* view_of_input = nullptr);
+  // The reference's output on a clone of `inputs` (synchronized; the cache released under a plan
+  // that says so). `view_of_input` (may be null): the path of an output that is a view of the
+  // inputs the reference ran on (task_check.h's view_of_input), "" when none is.
+  void reference_outputs(pybind11::handle inputs, pybind11::object* out, std::string* view_of_input = nullptr);
   // Runs the candidate's forward on a staged copy of `inputs`; checks what the judge can check
   // without the reference (the reply, provenance, work outside forward, tampering, inputs left
   // as given). `where` prefixes failure messages. Throws Failure.
@@ -139,8 +138,9 @@ struct __attribute__((visibility("hidden"))) Judge {
   // Room for outputs `like` the reference's in the output block (grown when too small), sized
   // by the memory plan.
   void reserve_outputs(pybind11::handle like);
-  // The float64 reference's outputs on `inputs` (strict); None when the task's model cannot run
-  // in float64 (recorded in reports.reference64; strict then compares as loose).
+  // The float64 reference's outputs on `inputs`; None unless the precision is strict, and when the
+  // task's model cannot run in float64 (recorded in reports.reference64; strict then compares as
+  // loose).
   pybind11::object float64_outputs(pybind11::handle inputs);
   // Under a plan that says so: torch's cached memory handed back, so the other process has it.
   void release_cached();
