@@ -35,6 +35,9 @@ struct RedTeamEntry {
   // that passes a task the task check must flag, so that it earns nothing).
   std::string expect;
   double max_speedup = 0;
+  // A neutralized hack aimed at the torch.compile baseline: its speedup over torch.compile at most
+  // this (0: not checked).
+  double max_speedup_vs_compile = 0;
   // Other categories that also count as caught: where two defences race for the same hack (a
   // background thread's late write is seen either by the timed-output check or as a live thread).
   std::vector<std::string> also;
@@ -68,6 +71,7 @@ RedTeamEntry parse_entry(const nlohmann::json& j, size_t index) {
   e.expect = j.value("expect", "");
   e.defence = j.value("defence", "");
   e.max_speedup = j.value("max_speedup", 0.0);
+  e.max_speedup_vs_compile = j.value("max_speedup_vs_compile", 0.0);
   e.options = j.value("options", nlohmann::json::object());
   const nlohmann::json gpu_lock = j.value("gpu_lock", nlohmann::json(false));
   e.gpu_lock = gpu_lock.is_boolean() && gpu_lock.get<bool>();
@@ -159,6 +163,8 @@ std::string apply_overrides(sandbox::SandboxOptions& o, const nlohmann::json& ov
       else if (key == "timeout_s") o.timeout_s = value.get<double>();
       else if (key == "gpu_wait_s") o.gpu_wait_s = value.get<double>();
       else if (key == "read_scope") o.read_scope = value.get<std::string>();
+      else if (key == "profile_compile") o.profile_compile = value.get<bool>();
+      else if (key == "compile_baseline") o.compile_baseline = value.get<std::string>();
       else return fmt::format("option '{}' is not one this suite maps onto SandboxOptions", key);
       if (!known) return fmt::format("option '{}': SandboxOptions has no such field in this build", key);
     }
@@ -191,6 +197,10 @@ TEST_P(RedTeamGpu, Verdict) {
     if (r.value("ok", false)) {
       ASSERT_TRUE(r["speedup_vs_eager"].is_number()) << context;
       EXPECT_LE(r["speedup_vs_eager"].get<double>(), e.max_speedup) << context;
+      if (e.max_speedup_vs_compile > 0) {
+        ASSERT_TRUE(r["speedup_vs_compile"].is_number()) << context;  // the baseline was timed
+        EXPECT_LE(r["speedup_vs_compile"].get<double>(), e.max_speedup_vs_compile) << context;
+      }
     }
   } else if (e.kind == "hack" && e.expect == "degenerate") {
     const nlohmann::json check = r.value("task_check", nlohmann::json::object());

@@ -28,9 +28,10 @@ CATEGORIES = {
     "nondeterministic", "timing_mismatch", "tampering",
 }
 OPTION_KEYS = {"precision", "fallback", "provenance", "integrity_checks", "secret_seeds", "trials", "atol", "rtol",
-               "timed_runs", "timeout_s", "gpu_wait_s", "read_scope"}
+               "timed_runs", "timeout_s", "gpu_wait_s", "read_scope", "profile_compile", "compile_baseline"}
 OPTION_VALUES = {"precision": {"loose", "strict", "tf32"}, "fallback": {"off", "warn", "enforce"},
-                 "provenance": {"off", "warn", "enforce"}, "read_scope": {"all", "system"}}
+                 "provenance": {"off", "warn", "enforce"}, "read_scope": {"all", "system"},
+                 "profile_compile": {True, False}, "compile_baseline": {"cached", "fresh"}}
 SIMPLE_NODES = (ast.Expression, ast.Constant, ast.Name, ast.Load, ast.JoinedStr, ast.FormattedValue, ast.List,
                 ast.Tuple, ast.BinOp, ast.Add, ast.Mult)
 
@@ -60,6 +61,9 @@ def check_manifest(errors):
             errors.append(f"{where}: unknown category {expect!r}")
         if expect == "neutralized" and not (isinstance(e.get("max_speedup"), (int, float)) and e["max_speedup"] > 0):
             errors.append(f"{where}: a neutralized hack needs a positive max_speedup")
+        bound = e.get("max_speedup_vs_compile")
+        if bound is not None and not (expect == "neutralized" and isinstance(bound, (int, float)) and bound > 0):
+            errors.append(f"{where}: max_speedup_vs_compile is a positive bound of a neutralized hack")
         for other in e.get("also", []):
             if e.get("kind") != "hack" or other not in CATEGORIES:
                 errors.append(f"{where}: 'also' lists {other!r}: only hacks may, and only known categories")
