@@ -369,7 +369,8 @@ class TorchPpoLearner final : public lm::PpoLearner {
     TokenStatsOptions o = policy_stats_options();
     o.checkpoint = false;
     for_each_padded_run(sequences, kTrainingForwardTokens, [&](size_t begin, size_t end, const torch::Tensor& ids) {
-      const torch::Tensor logprobs = token_stats(*model, ids.to(model->device()), o).logprobs.to(torch::kCPU).contiguous();
+      const torch::Tensor logprobs =
+          token_stats(*model, ids.to(model->device()), o).logprobs.to(torch::kCPU).contiguous();
       for (size_t i = begin; i < end; ++i) {
         PpoSample& s = tempered[i];
         const float* lp = logprobs[static_cast<int64_t>(i - begin)].data_ptr<float>();

@@ -152,7 +152,8 @@ EvalResult evaluate(const EvalRequest& request) {
     // context's teardown among it, which holds the GPU's lock until it is done.
     std::error_code no_result;
     const fs::file_time_type written = fs::last_write_time(result_path, no_result);
-    const double judge_exit = std::max(0.0, std::chrono::duration<double>(fs::file_time_type::clock::now() - written).count());
+    const double judge_exit =
+        std::max(0.0, std::chrono::duration<double>(fs::file_time_type::clock::now() - written).count());
 
     std::string judge_log;
     try {

@@ -163,8 +163,10 @@ std::string apply_overrides(sandbox::SandboxOptions& o, const nlohmann::json& ov
       else if (key == "timeout_s") o.timeout_s = value.get<double>();
       else if (key == "gpu_wait_s") o.gpu_wait_s = value.get<double>();
       else if (key == "read_scope") o.read_scope = value.get<std::string>();
-      else if (key == "profile_compile") o.profile_compile = value.get<bool>();
-      else if (key == "compile_baseline") o.compile_baseline = value.get<std::string>();
+      else if (key == "profile_compile")
+        o.profile_compile = value.get<bool>();
+      else if (key == "compile_baseline")
+        o.compile_baseline = value.get<std::string>();
       else return fmt::format("option '{}' is not one this suite maps onto SandboxOptions", key);
       if (!known) return fmt::format("option '{}': SandboxOptions has no such field in this build", key);
     }
