@@ -25,6 +25,7 @@
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/log_forward.h"
+#include "cuda_memory.h"
 #include "generation.h"
 #include "sampling.h"
 
@@ -301,10 +302,21 @@ void BatchEngine::Impl::loop() {
         lock.lock();
       }
       if (!has_work() && blocks) {
-        // Idle: keep the pool (and its cached prefixes) a while, then give its memory back.
+        // Idle: keep the pool (and its cached prefixes) a while, then give its memory back, to
+        // the driver too (the caching allocator would keep it from the GPU's other processes).
         if (!wake.wait_for(lock, std::chrono::duration<double>(options.idle_release_s), has_work)) {
           drop_pool();
           counters.blocks = 0;
+          if (model.device().is_cuda()) {
+            lock.unlock();
+            try {
+              release_cached_cuda_memory();
+            } catch (const std::exception& e) {
+              log_text(LogLevel::kWarn, "lm",
+                       std::string("the batch engine could not give its pool back: ") + e.what());
+            }
+            lock.lock();
+          }
         }
       }
       wake.wait(lock, has_work);
@@ -757,7 +769,9 @@ torch::Tensor BatchEngine::Impl::decode(int64_t rows, int64_t width, const std::
   if (!out.defined()) out = torch::empty_like(result);
   if (!graph_pool) graph_pool = at::cuda::graph_pool_handle();
   g.graph = std::make_unique<at::cuda::CUDAGraph>();
-  // Thread-local capture: other threads (the learner, evaluations) go on allocating meanwhile.
+  // Thread-local capture: other threads (the learner, evaluations) go on allocating meanwhile,
+  // but no cached memory is given back until it ends (cuda_memory.h).
+  const auto capturing = graph_capture_guard();
   g.graph->capture_begin(*graph_pool, cudaStreamCaptureModeThreadLocal);
   try {
     out.copy_(decode_forward(rows, width, g.input, sample));

@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_memory.h"
 #include "sampling.h"
 
 namespace cuda_agent::lm {
@@ -73,10 +74,14 @@ class GraphDecoder {
     Captured c;
     c.graph = std::make_unique<at::cuda::CUDAGraph>();
     // Thread-local capture: other threads (eval runs one episode per GPU in threads of one
-    // process) keep loading models and allocating while this one captures.
-    c.graph->capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
-    c.logits = run(keys);
-    c.graph->capture_end();
+    // process) keep loading models and allocating while this one captures; no cached memory is
+    // given back until it ends (cuda_memory.h).
+    {
+      const auto capturing = graph_capture_guard();
+      c.graph->capture_begin(pool_, cudaStreamCaptureModeThreadLocal);
+      c.logits = run(keys);
+      c.graph->capture_end();
+    }
     graphs_.emplace(keys, std::move(c));
     return logits;
   }

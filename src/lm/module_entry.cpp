@@ -4,9 +4,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "benchmark.h"
-#include "cuda_agent/core/log_forward.h"
 #include "checkpoint.h"
 #include "critic.h"
+#include "cuda_agent/core/log_forward.h"
+#include "cuda_memory.h"
 #include "ppo_learner.h"
 #include "torch_language_model.h"
 #include "training.h"
@@ -108,6 +109,15 @@ extern "C" int ca_lm_set_log(int abi, void (*forward)(int, const char*, const ch
   if (abi != kLmModuleAbi || forward == nullptr) return 1;
   cuda_agent::forward_logs_to(forward);
   return 0;
+}
+
+extern "C" int ca_lm_release_cached_memory(int abi, int64_t* released, std::string* error) {
+  const bool ok = reporting(error, [&] {
+    CA_CHECK(abi == kLmModuleAbi, kStale, kLmModuleAbi, abi);
+    *released = cuda_agent::lm::translate_errors("releasing cached GPU memory",
+                                                 [] { return cuda_agent::lm::release_cached_cuda_memory(); });
+  });
+  return ok ? 0 : 1;
 }
 
 extern "C" int ca_lm_checkpoint_check(int abi, const ModelConfig* config, double* difference, std::string* error) {

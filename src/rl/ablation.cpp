@@ -18,6 +18,7 @@
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/stop_request.h"
 #include "cuda_agent/core/subprocess.h"
+#include "cuda_agent/lm/lm.h"
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
 
@@ -415,6 +416,23 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
   const auto prefix_used = [&](const std::string& level) {
     return sharing[level] >= 2 || latest_checkpoint(prefix_dir(level)).step >= 0;
   };
+  // A run in this process; its models are gone when it returns, and what they left cached goes
+  // back to the driver, for the runs after it and the variants' processes (on one H100 this
+  // process kept 33 GiB of the shared stages' beside five variants, whose evaluations then found
+  // no room).
+  const auto train_here = [&](const json& config) {
+    try {
+      run_training(config, train, log);
+    } catch (...) {
+      if (train.device == "cuda") lm::release_cached_gpu_memory();
+      throw;
+    }
+    if (train.device != "cuda") return;
+    const int64_t released = lm::release_cached_gpu_memory();
+    if (released > 0)
+      log << fmt::format("[ablate] {:.2f} GiB of cached GPU memory given back\n",
+                         static_cast<double>(released) / (1 << 30));
+  };
   std::function<fs::path(const std::string&)> ready_prefix = [&](const std::string& level) {
     const fs::path dir = prefix_dir(level);
     if (latest_checkpoint(dir).step >= 0) return dir;
@@ -424,7 +442,7 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
       fs::copy(sft, dir, fs::copy_options::recursive);
     }
     log << fmt::format("[ablate] the {}, once for the variants that share it\n", prefix_words(level));
-    run_training(prefix_config(base, level, dir), train, log);
+    train_here(prefix_config(base, level, dir));
     return dir;
   };
   std::vector<std::string> to_train;
@@ -476,7 +494,7 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
         log << fmt::format("[ablate] {} starts from the shared {} ({})\n", v.name, prefix_words(level), shared.string());
         break;
       }
-      run_training(v.config, train, log);
+      train_here(v.config);
       v.ok = true;
     } catch (const StopRequested&) {
       throw;

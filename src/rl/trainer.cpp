@@ -213,6 +213,23 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
   lm.seed = cfg.run.seed;
   lm.batch_engine = cfg.rollout.batch_engine;
   lm.kv_tokens = cfg.rollout.kv_tokens;
+  if (lm.batch_engine) {
+    // The engine's pool holds no more than the episodes in flight can fill: each turn's prompt
+    // is within its stage's context and its reply within max_new_tokens. The rest would stay
+    // reserved in this process (the default 131072 positions: 2.8 GiB of SmolLM2-135M's bfloat16
+    // keys and values) while the sandbox's evaluations on the GPU may need it.
+    int64_t context = 0;
+    for (const Stage& s : stages) context = std::max(context, s.max_context_tokens);
+    const int64_t in_flight =
+        static_cast<int64_t>(cfg.rollout.concurrent_episodes) * (context + cfg.rollout.max_new_tokens);
+    if (in_flight < lm.kv_tokens) {
+      lm.kv_tokens = in_flight;
+      log << fmt::format(
+          "[train] the batch engine's KV pool: {} positions ({} episode(s) at once, each within {} + {} "
+          "tokens; rollout.kv_tokens {})\n",
+          in_flight, cfg.rollout.concurrent_episodes, context, cfg.rollout.max_new_tokens, cfg.rollout.kv_tokens);
+    }
+  }
   // The engine's thread decodes every episode's turns: it holds the GPU's quiet lock while it works
   // and steps aside between two steps for a timed run that waits (the episodes' replies, which
   // QuietGpuPolicy holds the lock around without the engine, then hold nothing).

@@ -22,6 +22,7 @@
 #include "cuda_agent/core/parallel.h"
 #include "cuda_agent/core/progress.h"
 #include "cuda_agent/core/stop_request.h"
+#include "cuda_agent/lm/lm.h"
 #include "cuda_agent/lm/ppo_learner.h"
 #include "cuda_agent/rl/rft_filter.h"
 #include "cuda_agent/rl/rollout.h"
@@ -846,17 +847,27 @@ json run_value_pretrain(RunContext& ctx, const Stage& stage, int64_t step) {
 }  // namespace
 
 json run_stage_step(RunContext& ctx, const Stage& stage, int64_t step, int step_in_stage) {
+  json record;
   switch (stage.kind) {
     case StageKind::kSft:
-      return run_sft(ctx, stage, step);
+      record = run_sft(ctx, stage, step);
+      break;
     case StageKind::kRft:
-      return run_rft(ctx, stage, step);
+      record = run_rft(ctx, stage, step);
+      break;
     case StageKind::kValuePretrain:
-      return run_value_pretrain(ctx, stage, step);
+      record = run_value_pretrain(ctx, stage, step);
+      break;
     case StageKind::kPpo:
+      record = run_ppo_step(ctx, stage, step, step_in_stage);
       break;
   }
-  return run_ppo_step(ctx, stage, step, step_in_stage);
+  // What the step's learner and decoder left cached goes back to the driver: the next step's
+  // evaluations (the sandbox's processes, and other runs on this GPU) plan their memory with what
+  // the driver has free. Five ablation variants on one H100 otherwise held it all, every data/core
+  // task was masked task_too_large and no PPO step updated (docs/benchmarks.md section 12).
+  if (ctx.options.device == "cuda") record["gpu_cache_released_bytes"] = lm::release_cached_gpu_memory();
+  return record;
 }
 
 std::string step_summary(const Stage& stage, int k, const json& r) {

@@ -155,6 +155,14 @@ std::unique_ptr<LanguageModel> random_language_model(const policy::ModelConfig& 
 // corresponding parameter gradients (0 means identical).
 double checkpointing_gradient_difference(const policy::ModelConfig& config);
 
+// Gives the GPU memory that this process's language models and learners hold cached but do not
+// use back to the driver (torch.cuda.empty_cache), so that the GPU's other processes (the
+// sandbox's evaluations, other runs) can have it; the weights, optimizer state and live KV pools
+// stay. Returns the bytes given back: 0 when the module was never loaded (it is not loaded for
+// this) or never used CUDA. Waits for the device's queued work. Never throws: a failure is
+// logged and counts as 0.
+int64_t release_cached_gpu_memory();
+
 // Runs the module's throughput and memory benchmark (spec and result: src/lm/benchmark.h) and
 // returns its result. For scripts/bench_lm.sh through the ca-lm-bench tool.
 nlohmann::json run_language_model_benchmark(const nlohmann::json& spec);
@@ -193,5 +201,8 @@ extern "C" int ca_lm_benchmark(int abi, const char* spec, std::string* result, s
 // it once, right after loading the module, with the binary's loggers. Returns non-zero for
 // another ABI.
 extern "C" int ca_lm_set_log(int abi, void (*forward)(int level, const char* component, const char* text));
+// Gives the module's cached, unused GPU memory back (release_cached_gpu_memory): returns 0 and
+// sets *released to the bytes given back, or non-zero with *error set.
+extern "C" int ca_lm_release_cached_memory(int abi, int64_t* released, std::string* error);
 extern "C" int ca_lm_checkpoint_check(int abi, const cuda_agent::policy::ModelConfig* config, double* difference,
                                       std::string* error);

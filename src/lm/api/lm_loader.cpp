@@ -2,6 +2,7 @@
 // dlopen(RTLD_LOCAL) and wraps what it creates so that only cuda_agent::Error leaves a call.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <system_error>
@@ -22,6 +23,7 @@ using CreateFn = LanguageModel* (*)(const LmCreateRequest*, std::string*);
 using CheckFn = int (*)(int, const ModelConfig*, double*, std::string*);
 using BenchFn = int (*)(int, const char*, std::string*, std::string*);
 using PpoCreateFn = PpoLearner* (*)(const PpoCreateRequest*, std::string*);
+using ReleaseFn = int (*)(int, int64_t*, std::string*);
 
 struct Module {
   std::filesystem::path path;
@@ -29,7 +31,11 @@ struct Module {
   CheckFn checkpoint_check = nullptr;
   BenchFn benchmark = nullptr;       // optional: only ca-lm-bench needs it
   PpoCreateFn create_ppo = nullptr;  // optional: only training needs it
+  ReleaseFn release = nullptr;       // optional: a module built before it releases nothing
 };
+
+// Set once the module has loaded: release_cached_gpu_memory does not load it.
+std::atomic<const Module*> loaded{nullptr};
 
 std::filesystem::path find_module() {
   std::vector<std::filesystem::path> tried;
@@ -62,6 +68,7 @@ const Module& module() {
       m.checkpoint_check = reinterpret_cast<CheckFn>(dlsym(handle, "ca_lm_checkpoint_check"));
       m.benchmark = reinterpret_cast<BenchFn>(dlsym(handle, "ca_lm_benchmark"));
       m.create_ppo = reinterpret_cast<PpoCreateFn>(dlsym(handle, "ca_lm_create_ppo_learner"));
+      m.release = reinterpret_cast<ReleaseFn>(dlsym(handle, "ca_lm_release_cached_memory"));
       // The module's messages come out of this binary's loggers (absent in a module built before).
       using SetLogFn = int (*)(int, LogForward);
       if (auto set_log = reinterpret_cast<SetLogFn>(dlsym(handle, "ca_lm_set_log")))
@@ -74,6 +81,7 @@ const Module& module() {
     }
   });
   CA_CHECK(failure.empty(), "{}", failure);
+  loaded = &m;
   return m;
 }
 
@@ -191,6 +199,18 @@ std::unique_ptr<PpoLearner> create_learner(const PpoCreateRequest& request) {
 }
 
 }  // namespace
+
+int64_t release_cached_gpu_memory() {
+  const Module* m = loaded.load();
+  if (m == nullptr || m->release == nullptr) return 0;
+  int64_t released = 0;
+  std::string error;
+  if (m->release(kLmModuleAbi, &released, &error) != 0) {
+    CA_LOG_WARN("lm", "releasing cached GPU memory failed: {}", error);
+    return 0;
+  }
+  return released;
+}
 
 std::filesystem::path language_model_module_path() {
   return module().path;

@@ -209,6 +209,15 @@ TEST(BatchEngine, CallsThatCannotFitFailAndTheEngineGoesOn) {
 
 // ca-lm-bench's rollout section (issue 19's figure on the GPU) on a tiny model: every turn makes
 // its tokens through both paths.
+// Without CUDA there is nothing cached on a GPU to give back, and asking is harmless
+// (BatchEngineGpu.AnIdlePoolGoesBackToTheDriver on a GPU).
+TEST(BatchEngine, ReleasingCachedGpuMemoryWithoutCudaGivesBackNothing) {
+  use_built_lm_module();
+  auto m = model(tiny_config(policy::Family::kLlama), true);
+  (void)m->generate({test_tokens(12, 256)}, sampled(3, 8), {});
+  EXPECT_EQ(lm::release_cached_gpu_memory(), 0);
+}
+
 TEST(BatchEngine, TheRolloutBenchmarkRunsBothPaths) {
   use_built_lm_module();
   const nlohmann::json spec = {

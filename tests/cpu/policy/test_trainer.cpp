@@ -388,6 +388,21 @@ TEST(Trainer, ConcurrentEpisodesTrainLikeOneAtATime) {
     c["checkpoint"]["every_steps"] = 2;
     rl::run_training(c, cpu_options(false), log);
   }
+  // The same three at once through the batched decoder, whose KV pool holds what three episodes
+  // can fill (each turn within the context and max_new_tokens), not rollout.kv_tokens' default.
+  {
+    json c = tiny_config(dir.path(), 2);
+    c["run"]["output_dir"] = (dir.path() / "engine").string();
+    c["rollout"]["max_new_tokens"] = 24;
+    c["rollout"]["concurrent_episodes"] = 3;
+    c["rollout"]["batch_engine"] = true;
+    std::ostringstream engine_log;
+    EXPECT_EQ(rl::run_training(c, cpu_options(false), engine_log).steps_run, 2) << engine_log.str();
+    EXPECT_NE(engine_log.str().find("[train] the batch engine's KV pool: 12360 positions (3 episode(s) at once, each "
+                                    "within 4096 + 24 tokens; rollout.kv_tokens 131072)"),
+              std::string::npos)
+        << engine_log.str();
+  }
   const fs::path one = dir.path() / "c1", three = dir.path() / "c3";
   const std::vector<json> a = rl::MetricsLog::read(one / "metrics.jsonl"), b = rl::MetricsLog::read(three / "metrics.jsonl");
   ASSERT_EQ(a.size(), 2u) << log.str();
@@ -411,6 +426,10 @@ TEST(Trainer, ConcurrentEpisodesTrainLikeOneAtATime) {
     const std::vector<json> x = replies(entry.path());
     ASSERT_FALSE(x.empty()) << entry.path();
     EXPECT_EQ(x, replies(other)) << entry.path();
+    // (the decoder's tokens; its log-probs come from batched matrix products)
+    const std::vector<json> batched = replies(dir.path() / "engine" / fs::relative(entry.path(), one));
+    ASSERT_EQ(batched.size(), x.size()) << entry.path();
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(batched[i][0], x[i][0]) << entry.path() << " reply " << i;
   }
   EXPECT_EQ(trajectories, 8u);
   for (const char* file : {"actor/model.safetensors", "optimizer.safetensors"})

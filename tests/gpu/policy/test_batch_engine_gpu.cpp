@@ -121,6 +121,41 @@ TEST(BatchEngineGpu, APoolThatRunsOutMakesCallsWaitAndCorruptsNothing) {
   EXPECT_GT(s.waits + s.preemptions, 0);
 }
 
+// An idle engine gives its pool back to the driver, not only to torch's caching allocator, whose
+// blocks the GPU's other processes cannot have (the sandbox's evaluations plan their memory with
+// what the driver has free): release_cached_gpu_memory then finds little left to give. The pool
+// comes back for the next calls, which still get what they get alone. A model destroyed leaves
+// its memory cached in the process until release_cached_gpu_memory gives it back.
+TEST(BatchEngineGpu, AnIdlePoolGoesBackToTheDriver) {
+  CA_REQUIRE_GPU();
+  use_built_lm_module();
+  const auto config = tiny_config(policy::Family::kQwen2);
+  // float32 keys and values: 2 layers x 2 heads x 16 x 2 x 4 bytes = 512 bytes a position, 512 MiB.
+  const int64_t positions = int64_t{1} << 20;
+  const int64_t pool_bytes =
+      positions * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * 2 * 4;
+  std::vector<Job> jobs;
+  for (uint64_t i = 0; i < 4; ++i)
+    jobs.push_back({{test_tokens(20 + i, config.vocab_size, 80 + i)}, sampled(90 + i, 24)});
+  auto plain = model(config, false, 4096, 16, "cuda");
+  const auto want = alone(*plain, jobs);
+  plain.reset();
+  auto engine = model(config, true, positions, 16, "cuda");
+  lm::release_cached_gpu_memory();  // what the models' making and the per-call path left
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    const auto got = together(*engine, jobs, 0);
+    for (size_t i = 0; i < jobs.size(); ++i) expect_same(got[i], want[i], "job " + std::to_string(i));
+    if (round == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(3500));  // the engine's idle_release_s: 2 s
+      EXPECT_LT(lm::release_cached_gpu_memory(), pool_bytes / 4) << "the idle engine left its pool cached";
+    }
+  }
+  engine.reset();  // within 2 s of its last call: its pool goes to the cache with it
+  EXPECT_GE(lm::release_cached_gpu_memory(), pool_bytes);
+  EXPECT_LT(lm::release_cached_gpu_memory(), pool_bytes / 4);
+}
+
 // The trainer's and eval's arrangement on a real GPU: the engine decodes under the GPU's quiet lock
 // (its gate, sandbox::quiet_gate), calls arriving all the while, and an evaluation under the GPU's
 // locks beside it gets its timed runs in between two engine steps: it passes without waiting long
