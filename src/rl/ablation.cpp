@@ -161,6 +161,15 @@ json summarize_variant(const std::vector<json>& records) {
       if (r->contains(key) && (*r)[key].is_number()) per_step[series].push_back({x, (*r)[key].get<double>()});
   }
   s["per_step"] = per_step;
+  // Steps whose episodes could not be scored (their task could not be evaluated: masked) take no
+  // update: a variant none of whose steps updated compares nothing.
+  int64_t updated = 0, masked = 0;
+  for (const json* r : steps) {
+    updated += r->value("update_skipped", false) ? 0 : 1;
+    masked += r->value("episodes_task_fault", int64_t{0});
+  }
+  s["updated_steps"] = updated;
+  s["episodes_masked"] = masked;
   auto values = [&](const char* series) {
     std::vector<double> v;
     for (const json& p : per_step[series]) v.push_back(p[1].get<double>());
@@ -203,20 +212,28 @@ std::string ablation_markdown(const std::vector<AblationVariant>& variants) {
     const json& s = v.summary;
     std::string collapse;
     for (const json& c : s["collapse"]) collapse += (collapse.empty() ? "" : ", ") + c.get<std::string>();
+    const int64_t steps = s["ppo_steps"].get<int64_t>(), updated = s.value("updated_steps", steps),
+                  masked = s.value("episodes_masked", int64_t{0});
+    std::string steps_cell = std::to_string(steps);
+    if (updated < steps || masked > 0)
+      steps_cell += fmt::format(" ({} updated; {} episode(s) masked)", updated, masked);
+    if (steps > 0 && updated == 0) collapse = "inconclusive: no step updated";
     md += fmt::format("| {} | {} | {} | {} -> {} ({}) | {} | {} | {} -> {} | {} |\n", v.name, v.config_file.string(),
-                      s["ppo_steps"].get<int64_t>(), number_or_dash(s, "reward_first"), number_or_dash(s, "reward_last"),
+                      steps_cell, number_or_dash(s, "reward_first"), number_or_dash(s, "reward_last"),
                       number_or_dash(s, "reward_best"), number_or_dash(s, "pass_rate_last", 0, true),
                       number_or_dash(s, "faster_than_compile_rate_last", 0, true),
-                      number_or_dash(s, "response_length_first", 0),
-                      number_or_dash(s, "response_length_last", 0), collapse.empty() ? "none" : collapse);
+                      number_or_dash(s, "response_length_first", 0), number_or_dash(s, "response_length_last", 0),
+                      collapse.empty() ? "none" : collapse);
   }
   md += fmt::format(
       "\nEach variant trained the base recipe with its ablation file applied, the same seed and scale. The columns "
       "are over the PPO stage's steps (the warm-up's where a variant has no PPO stage): mean reward of the first and "
       "last step (and the best), and the last step's pass rate, faster-than-torch.compile rate and mean response "
       "length. Collapse: reward_falling when the last quarter of the steps averages more than {} below the first "
-      "quarter; length_blowup when the last response is more than {}x the first and {} tokens longer. Charts: "
-      "plots/reward.svg, pass_rate.svg, faster_than_compile.svg, response_length.svg.\n",
+      "quarter; length_blowup when the last response is more than {}x the first and {} tokens longer. An episode "
+      "whose task could not be evaluated (task_too_large on a GPU short of memory, a reference that fails) is "
+      "masked: a step with no usable episode takes no update, and a variant none of whose steps updated is "
+      "inconclusive. Charts: plots/reward.svg, pass_rate.svg, faster_than_compile.svg, response_length.svg.\n",
       kRewardFallMargin, kLengthBlowupFactor, kLengthBlowupTokens);
   return md;
 }
@@ -504,6 +521,12 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
     }
     v.summary = summarize_variant(fs::exists(metrics) ? MetricsLog::read(metrics) : std::vector<json>{});
   }
+  for (const AblationVariant& v : variants)
+    if (v.ok && v.summary.value("ppo_steps", int64_t{0}) > 0 && v.summary.value("updated_steps", int64_t{1}) == 0)
+      log << fmt::format(
+          "[ablate] variant {}: none of its {} PPO steps updated ({} episode(s) masked: their task could not be "
+          "evaluated; its log says why): its row compares nothing\n",
+          v.name, v.summary["ppo_steps"].get<int64_t>(), v.summary["episodes_masked"].get<int64_t>());
   if (!options.write_comparison) return variants;
   json out = json::array();
   for (const AblationVariant& v : variants)

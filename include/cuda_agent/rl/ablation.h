@@ -97,7 +97,9 @@ std::vector<AblationVariant> run_ablations(const AblationOptions& options, std::
 //                      than 0.25 below that of the first quarter
 //   "length_blowup"    the last step's mean response length is more than twice the first's and
 //                      more than 64 tokens longer
-// Needs two steps to judge; with fewer, collapse is empty. Pure.
+// Needs two steps to judge; with fewer, collapse is empty. Also "updated_steps" (the steps that
+// took an update: a step whose episodes were all masked takes none) and "episodes_masked" (the
+// steps' episodes_task_fault: their task could not be evaluated). Pure.
 nlohmann::json summarize_variant(const std::vector<nlohmann::json>& records);
 
 // The comparison as Markdown: a table of the variants (failed ones with their error) and what

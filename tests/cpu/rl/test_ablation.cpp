@@ -60,6 +60,46 @@ TEST(Ablation, CollapseFlagsFallingRewardAndLengthBlowup) {
   EXPECT_FALSE(s.contains("reward_last"));
 }
 
+// A variant whose PPO steps had every episode masked (the five variants on one H100 that left the
+// sandbox no GPU memory: every data/core task task_too_large) took no update: its row says so and
+// is inconclusive rather than "- -> -" with no collapse; one masked episode of a step that updated
+// is counted and nothing more.
+TEST(Ablation, AVariantWhoseStepsTookNoUpdateIsInconclusive) {
+  std::vector<json> records = {{{"step", 1}, {"stage", "sft"}, {"update_skipped", false}}};
+  for (int i = 1; i <= 2; ++i)
+    records.push_back({{"step", i + 1},
+                       {"stage", "ppo"},
+                       {"step_in_stage", i},
+                       {"update_skipped", true},
+                       {"episodes", 0},
+                       {"episodes_task_fault", 6},
+                       {"reward_mean", nullptr}});
+  std::vector<AblationVariant> v(2);
+  v[0].name = "base";
+  v[0].config_file = "configs/learning.yaml";
+  v[0].ok = true;
+  v[0].summary = summarize_variant(records);
+  EXPECT_EQ(v[0].summary["updated_steps"], 0);
+  EXPECT_EQ(v[0].summary["episodes_masked"], 12);
+  EXPECT_FALSE(v[0].summary.contains("reward_last"));
+  std::vector<json> some = ppo_records({1.0, 1.5}, {300, 310});
+  some[1]["episodes_task_fault"] = 1;
+  some[1]["update_skipped"] = false;
+  v[1].name = "no_rft";
+  v[1].config_file = "configs/ablations/no_rft.yaml";
+  v[1].ok = true;
+  v[1].summary = summarize_variant(some);
+  EXPECT_EQ(v[1].summary["updated_steps"], 2);
+  const std::string md = ablation_markdown(v);
+  EXPECT_NE(md.find("| base | configs/learning.yaml | 2 (0 updated; 12 episode(s) masked) | - -> - (-) | - | - | "
+                    "- -> - | inconclusive: no step updated |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| no_rft | configs/ablations/no_rft.yaml | 2 (2 updated; 1 episode(s) masked) | 1.00 -> 1.50"),
+            std::string::npos)
+      << md;
+}
+
 TEST(Ablation, VariantsApplyEachFileToTheBaseAndAreCheckedFirst) {
   TempDir dir("ca-ablation-");
   write_file_atomic(dir.path() / "base.yaml", "model:\n  actor: models/tiny\nppo:\n  steps: 3\n  batch_size: 1024\n");
