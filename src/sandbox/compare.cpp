@@ -100,7 +100,9 @@ __device__ void compare_all(L a, L b, long long n, double atol, double rtol, lon
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
     const double x = a(i), y = b(i);
     double d = fabs(__dsub_rn(y, x));
-    const bool within = d <= __dadd_rn(__dmul_rn(fabs(x), rtol), atol) || x == y;
+    // As torch.isclose: equal values (infinities included) match; a reference infinity matches
+    // only itself (its tolerance would be infinite); NaN matches nothing.
+    const bool within = x == y || (isfinite(x) && d <= __dadd_rn(__dmul_rn(fabs(x), rtol), atol));
     bad += within ? 0 : 1;
     nan += isnan(x) ? 1 : 0;
     if (!isfinite(d)) d = 0;
@@ -251,8 +253,10 @@ void compare_tensors(CompareResult& r, py::handle ref, py::handle cand, const st
       bad += a32.attr("ne")(b32).attr("sum")().attr("item")().cast<int64_t>();
     } else {
       py::object tol = a.attr("abs")() * py::float_(rtol) + py::float_(atol);
-      // Equal infinities have a NaN difference but match; NaN never matches.
-      py::object within = diff.attr("le")(tol).attr("logical_or")(a.attr("eq")(b));
+      // Equal infinities have a NaN difference but match; a reference infinity matches only itself
+      // (its tolerance is infinite); NaN never matches (torch.isclose's rules).
+      py::object within =
+          diff.attr("le")(tol).attr("logical_and_")(a.attr("isfinite")()).attr("logical_or_")(a.attr("eq")(b));
       tol = py::none();
       const int64_t chunk_bad =
           within.attr("numel")().cast<int64_t>() - within.attr("sum")().attr("item")().cast<int64_t>();

@@ -60,7 +60,14 @@ struct __attribute__((visibility("hidden"))) Judge {
   bool gpu = false;
   std::string device = "cpu";
   Clock::time_point deadline;
-  int64_t base_seed = 0;
+  // The seed of input set k: k < trials the verify trials, k = trials the warm-up, trials + 1 + r
+  // timed round r (input_seed). Secret seeds (the default): each set's seed is drawn at random
+  // when first used, 63 bits, independent of every other set's, so that a solution that finds one
+  // set's seed from its inputs (torch's CPU generator and NumPy keep 32 bits of a seed; a 30-bit
+  // base with consecutive seeds, as before 2026-12-06, could be searched on the GPU) learns
+  // nothing of the sets to come. Otherwise opt.seed + k.
+  int64_t input_seed(int64_t k);
+  std::vector<int64_t> drawn_seeds;
 
   pybind11::module_ task;
   pybind11::object init_inputs, reference;
@@ -70,6 +77,11 @@ struct __attribute__((visibility("hidden"))) Judge {
   pybind11::object reference64;  // strict: float64 copy of the reference, built on first use
   // Why no float64 reference could run (strict then compares as loose; recorded); "" if it ran.
   std::string reference64_unavailable;
+  // The float64 reference has run to the end in this evaluation (the memory plan's, a trial's):
+  // once the solution's code has started too, a failure of it is the solution's (runtime_error),
+  // not a task without a float64 path: a solution that took the GPU's memory from under it would
+  // otherwise turn strict into loose for the rest of the evaluation.
+  bool reference64_ran = false;
   CandidateClient* candidate = nullptr;
 
   // The solution's code has started running (its load), and the reference has run to the end

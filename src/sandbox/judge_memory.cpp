@@ -55,7 +55,7 @@ void judge_plan_memory(Judge& j) {
   n.weights_bytes = module_bytes(j.reference);
   py::object inputs, out, out64;
   measured(m, "drawing one input set", [&] {
-    inputs = draw_inputs(j.task, j.device, j.base_seed);
+    inputs = draw_inputs(j.task, j.device, j.input_seed(0));
     n.input_bytes = static_cast<int64_t>(staged_bytes(inputs, /*padded=*/true));
     synchronize(j.device);
   });

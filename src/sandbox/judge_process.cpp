@@ -8,9 +8,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <optional>
 #include <memory>
-#include <random>
+#include <optional>
 
 #include <pybind11/embed.h>
 #include <pybind11/stl.h>
@@ -401,8 +400,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       enter("load_task");
       j.task = load_task(req.task_path);
       // Secret seeds: a solution cannot know (and precompute for) the inputs it will be given.
-      j.base_seed = opt.secret_seeds ? static_cast<int64_t>(std::random_device{}() & 0x3fffffff) : opt.seed;
-      result.input_seed = j.base_seed;
+      result.input_seed = j.input_seed(0);
       capture_generators();
       enter("build_models");
       guarded(Category::kTaskError, "building the reference Model",

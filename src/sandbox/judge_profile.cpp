@@ -43,7 +43,9 @@ TimingOptions timing_options(const SandboxOptions& o) {
   return t;
 }
 
-int64_t timed_seed(const Judge& j, int run) { return j.base_seed + j.opt.trials + 1 + run; }
+int64_t timed_seed(Judge& j, int run) {
+  return j.input_seed(j.opt.trials + 1 + run);
+}
 
 // The least DRAM traffic the task needs (reading every input once, writing every output once:
 // `bytes`) against the device's peak bandwidth: a candidate faster than that is flagged for review.
@@ -171,7 +173,7 @@ void judge_precompile_baseline(Judge& j) {
   py::object cuda = py::module_::import("torch").attr("cuda");
   try {
     cuda.attr("set_per_process_memory_fraction")(kPrecompileMemoryFraction);
-    py::object warm = draw_inputs(j.task, j.device, j.base_seed + opt.trials);  // as judge_profile's warm-up
+    py::object warm = draw_inputs(j.task, j.device, j.input_seed(opt.trials));  // as judge_profile's warm-up
     std::optional<std::string> error;
     py::object compiled = compile_reference(j, &error);
     if (!compiled.is_none()) {
@@ -194,7 +196,8 @@ void judge_profile(Judge& j) {
   const bool candidate = j.candidate != nullptr;
   Laps laps;  // what the exclusive lock's span, and so evaluations per GPU-minute, are made of
   py::object warm;
-  guarded(Category::kTaskError, "drawing the warm-up inputs", [&] { warm = draw_inputs(j.task, j.device, j.base_seed + opt.trials); });
+  guarded(Category::kTaskError, "drawing the warm-up inputs",
+          [&] { warm = draw_inputs(j.task, j.device, j.input_seed(opt.trials)); });
   nlohmann::json backends = {{"judge", backend_settings()}};
   const fs::path cache_dir = opt.resolved_cache_dir();
   const BaselineCache cache = BaselineCache::of(cache_dir);
@@ -371,7 +374,7 @@ void judge_profile(Judge& j) {
       // torch.compile timed again, in rounds of their own, and the entry replaced.
       py::object again;
       guarded(Category::kTaskError, "drawing the warm-up inputs again",
-              [&] { again = draw_inputs(j.task, j.device, j.base_seed + opt.trials); });
+              [&] { again = draw_inputs(j.task, j.device, j.input_seed(opt.trials)); });
       laps.lap("stats");
       BaselineRounds b = time_baselines(j, again);
       laps.lap("retimed_baselines");
@@ -381,7 +384,10 @@ void judge_profile(Judge& j) {
         cache.put(key, cache_entry(b, backends["judge"]));
         kernels["compile"] = b.compile_kernels;
       } else {
-        compile_error = b.compile_error;
+        // It timed before, without a solution beside it; failing now, beside one, is no fact of
+        // the task's (a solution can take the GPU's memory from under it): the cached timing is
+        // carried over by this evaluation's eager, as when eager has not drifted.
+        result.reports["compile_retime_error"] = b.compile_error.value_or("").substr(0, 500);
       }
     }
     if (!compile_error) {
@@ -390,8 +396,11 @@ void judge_profile(Judge& j) {
       const double factor = reference_eager.median_ms > 0 ? timings.eager->median_ms / reference_eager.median_ms : 1.0;
       timings.compile = compile_stats.scaled(factor);
       timings.baselines_cached = true;
-      compile_source = drifted ? "re-timed (eager drifted beyond the band), carried over by eager's drift"
-                               : "cache, carried over by eager's drift";
+      compile_source = !drifted ? "cache, carried over by eager's drift"
+                       : result.reports.contains("compile_retime_error")
+                           ? "cache, carried over by eager's drift (eager drifted beyond the band; re-timing "
+                             "torch.compile failed beside the solution)"
+                           : "re-timed (eager drifted beyond the band), carried over by eager's drift";
     }
   } else if (opt.use_baseline_cache && !compile_error && (!cached_eager || drifted)) {
     cache.put(key, cache_entry(rounds, backends["judge"]));  // eager alone: the cross-check's reference
@@ -438,6 +447,8 @@ void judge_profile(Judge& j) {
 
   RewardInputs rin;
   rin.correct = result.correct.value_or(false);
+  // Every torch.compile of this function's runs ran after the solution's code had started.
+  rin.compile_failed_beside_solution = compile_error.has_value();
   if (timings.candidate->median_ms > 0) {
     const SpeedupInterval vs_eager = paired_speedup_interval(timings.eager->ms, timings.candidate->ms);
     nlohmann::json intervals = {{"vs_eager", vs_eager.to_json()}};

@@ -1,6 +1,7 @@
 // The judge's side of one run of the candidate's forward: staging the inputs, checking the
 // reply, reading the outputs back; and the reference and the comparison under the policy.
 #include <algorithm>
+#include <random>
 
 #include <fmt/format.h>
 #include <pybind11/embed.h>
@@ -95,6 +96,17 @@ void Judge::audit_records(const nlohmann::json& reply, const std::string& where,
                               where, when, list_kernels(outside))};
 }
 
+int64_t Judge::input_seed(int64_t k) {
+  CA_CHECK(k >= 0, "input set {}: no such set", k);
+  if (!opt.secret_seeds) return opt.seed + k;
+  std::random_device device;  // the kernel's entropy: nothing a solution in another process can read ahead
+  while (static_cast<int64_t>(drawn_seeds.size()) <= k) {
+    const uint64_t bits = (static_cast<uint64_t>(device()) << 32) ^ static_cast<uint64_t>(device());
+    drawn_seeds.push_back(static_cast<int64_t>(bits & 0x7fffffffffffffffULL));
+  }
+  return drawn_seeds[static_cast<size_t>(k)];
+}
+
 double Judge::remaining() const {
   return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
 }
@@ -165,8 +177,16 @@ py::object Judge::float64_outputs(py::handle inputs) {
       reference64 = float64_copy(reference);
       result.reports["reference64"] = {{"route", "float64 copy (parameters, buffers and tensor attributes)"}};
     }
-    return call_float64(reference64, to_float64(clone_tree(inputs)));
+    py::object out = call_float64(reference64, to_float64(clone_tree(inputs)));
+    reference64_ran = true;
+    return out;
   } catch (const std::exception& e) {
+    if (solution_started && reference64_ran)
+      throw Failure{Category::kRuntimeError,
+                    fmt::format("the float64 reference (strict) had run in this evaluation, but failed after the "
+                                "solution's code started beside it (charged to the solution, as a reference that "
+                                "fails so: its GPU memory, say): {}",
+                                std::string(e.what()).substr(0, 600))};
     reference64_unavailable = e.what();
     if (reference64_unavailable.size() > 500) reference64_unavailable.resize(500);
     result.reports["reference64"] = {{"route", "none: compared as loose"}, {"error", reference64_unavailable}};

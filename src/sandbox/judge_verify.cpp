@@ -29,7 +29,7 @@ void judge_verify(Judge& j) {
   };
   try {
     for (int i = 0; i < opt.trials; ++i) {
-      const int64_t seed = j.base_seed + i;
+      const int64_t seed = j.input_seed(i);
       const std::string where = fmt::format("trial {} (seed {})", i, seed);
       py::object inputs, ref, ref64;
       guarded(Category::kTaskError, where + ": drawing inputs", [&] { inputs = draw_inputs(j.task, j.device, seed); });

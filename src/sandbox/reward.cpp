@@ -25,8 +25,9 @@ double compute_reward(const std::string& kind, const RewardInputs& in, double ma
   const std::optional<double> eager = evidence(in.speedup_vs_eager, in.low_vs_eager);
   const std::optional<double> compile = evidence(in.speedup_vs_compile, in.low_vs_compile);
   const bool beats_eager = eager && *eager > bar;
-  // A torch.compile that failed on the task is no bar to clear.
-  const bool beats_compile = !compile || *compile > bar;
+  // A torch.compile not timed is no bar to clear; one that failed beside the solution is no
+  // bar removed either (RewardInputs::compile_failed_beside_solution).
+  const bool beats_compile = compile ? *compile > bar : !in.compile_failed_beside_solution;
   if (beats_eager && beats_compile) return 3.0;
   if (beats_eager) return 2.0;
   return 1.0;

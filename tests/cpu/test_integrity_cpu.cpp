@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <pybind11/embed.h>
@@ -258,6 +259,24 @@ TEST(FusedComparison, TheTensorOpsReportTheRelativeDifferenceBesideANan) {
   EXPECT_NEAR(r.max_abs_diff, 0.5, 1e-9);
 }
 
+// An infinity of the reference's matches only itself: its relative tolerance is infinite, which
+// let any finite value (and the other infinity) pass where the reference overflows. Equal
+// infinities match; a finite reference's tolerance is unchanged (torch.isclose's rules).
+TEST(FusedComparison, AReferenceInfinityMatchesOnlyItself) {
+  start_python();
+  py::dict scope;
+  py::exec(
+      "import torch\ninf = float('inf')\n"
+      "ref = torch.tensor([inf, -inf, inf, -inf, 1.0, 2.0])\n"
+      "cand = torch.tensor([inf, -inf, 3.0e38, inf, 1.005, 2.0])\n",
+      scope);
+  const CompareResult r = compare_outputs(scope["ref"], scope["cand"], 1e-2, 1e-2);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.mismatched, 2);  // the finite stand-in for +inf and the -inf answered with +inf
+  py::exec("cand = ref.clone()\ncand[4] = 1.005\n", scope);
+  EXPECT_TRUE(compare_outputs(scope["ref"], scope["cand"], 1e-2, 1e-2).ok);
+}
+
 TEST(GcPause, KeepsTheSolutionsCallbacksOutAndLeavesCollectionAsItWas) {
   start_python();
   py::dict scope;
@@ -352,6 +371,21 @@ TEST_F(Integrity, StrictWorksForModelsWithTensorAttributesOrNoFloat64Path) {
   ASSERT_TRUE(f["ok"].get<bool>()) << f.dump(2);
   EXPECT_EQ(f["reference64"]["route"], "none: compared as loose") << f["reference64"];
   EXPECT_NE(f["reference64"]["error"].get<std::string>().find("float32 only"), std::string::npos) << f["reference64"];
+
+  // A float64 reference that has run and fails later in the evaluation, after the solution's code
+  // started, is not a task without a float64 path (which would compare the rest as loose): the
+  // solution is charged, as for a float32 reference that fails so (a solution can take the GPU's
+  // memory from under it). Here the task's float64 forward fails from its second call on.
+  const std::string flaky =
+      write("flaky64/model.py",
+            "import torch\nimport torch.nn as nn\n\n_calls = [0]\n\nclass Model(nn.Module):\n"
+            "    def forward(self, x):\n        if x.dtype == torch.float64:\n"
+            "            _calls[0] += 1\n"
+            "            assert _calls[0] < 2, 'float64 gone'\n        return x * 2\n\n"
+            "def get_inputs():\n    return [torch.randn(64)]\n\ndef get_init_inputs():\n    return []\n");
+  auto g = verify(flaky, twice, "strict");
+  EXPECT_EQ(g["category"], "runtime_error") << g.dump(2);
+  EXPECT_NE(g["message"].get<std::string>().find("float64 reference (strict) had run"), std::string::npos) << g.dump(2);
 }
 
 // Outputs larger than a comparison chunk (2^24 elements) are compared a chunk at a time
@@ -734,6 +768,21 @@ TEST_F(Integrity, SecretSeedsAreRecordedAndDifferPerEvaluation) {
   ASSERT_TRUE(first["ok"].get<bool>()) << first.dump(2);
   EXPECT_NE(first["input_seed"], second["input_seed"]);
   EXPECT_EQ(first["verify"]["trials"][0]["seed"], first["input_seed"]);
+  // Each input set's seed is drawn apart, from 63 bits: one set's seed (which a solution might
+  // search from its inputs) says nothing of the next set's, as consecutive seeds from a 30-bit
+  // base did.
+  const nlohmann::json& trials = first["verify"]["trials"];
+  ASSERT_GE(trials.size(), 3u) << first.dump(2);
+  std::set<int64_t> seeds;
+  bool wide = false;
+  for (size_t i = 0; i < trials.size(); ++i) {
+    const int64_t seed = trials[i]["seed"].get<int64_t>();
+    seeds.insert(seed);
+    wide = wide || seed >= (int64_t{1} << 32);
+    if (i > 0) EXPECT_NE(seed, trials[i - 1]["seed"].get<int64_t>() + 1) << first.dump(2);
+  }
+  EXPECT_EQ(seeds.size(), trials.size()) << first.dump(2);
+  EXPECT_TRUE(wide) << first.dump(2);
 }
 
 // From a process's second evaluation on, judges are started ahead (sandbox.warm_workers): the

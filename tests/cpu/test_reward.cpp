@@ -49,8 +49,14 @@ TEST(Reward, ExactlyTheMarginIsNotFaster) {
 }
 
 TEST(Reward, MissingCompileTimingIsNoBar) {
-  // torch.compile failed on the task: beating eager is enough for the top reward.
+  // torch.compile not timed (profile_compile off): beating eager is enough for the top reward.
   EXPECT_EQ(compute_reward("milestone", inputs(true, 1.2, std::nullopt)), 3.0);
+  // torch.compile failed beside the solution, which can make it fail: the top tier is not granted.
+  RewardInputs failed = inputs(true, 1.2, std::nullopt);
+  failed.compile_failed_beside_solution = true;
+  EXPECT_EQ(compute_reward("milestone", failed), 2.0);
+  failed.speedup_vs_eager = 1.01;
+  EXPECT_EQ(compute_reward("milestone", failed), 1.0);
   EXPECT_EQ(compute_reward("milestone", inputs(true, 1.04, std::nullopt)), 1.0);
 }
 

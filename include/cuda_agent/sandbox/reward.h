@@ -20,6 +20,11 @@ struct RewardInputs {
   std::optional<double> speedup_vs_compile;  // compile_ms / candidate_ms; none if compile failed
   // The lower ends of the speedups' 95% intervals (timing_stats.h); rule "interval" needs them.
   std::optional<double> low_vs_eager, low_vs_compile;
+  // torch.compile failed in this evaluation after the solution's code had started beside it: a
+  // solution can make it fail (by taking the GPU's memory from under its first call, say), so
+  // the failure removes no bar: the milestone tier above eager is not granted. A torch.compile
+  // not timed at all (profile_compile off) still sets no bar.
+  bool compile_failed_beside_solution = false;
 };
 
 // Throws Error for an unknown kind or rule, and for rule "interval" with a speedup but no lower end.
