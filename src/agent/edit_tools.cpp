@@ -139,13 +139,13 @@ class EditTool final : public BuiltinTool {
     const fs::path path = workspace().resolve(string_arg(args, "file_path"));
     if (auto error = editable_file_error(workspace(), path)) return tool_error(*error);
     const std::string shown = display_path(workspace(), path);
-    std::string text = read_file(path);
+    std::string text = workspace().read_inside(path, kEditedFileMaxBytes);
     const std::string new_string = string_arg(args, "new_string");
     const EditOutcome outcome =
         apply_edit(text, string_arg(args, "old_string"), new_string,
                    bool_arg(args, "replace_all", false), shown);
     if (!outcome.error.empty()) return tool_error(outcome.error);
-    write_keeping_mode(path, text);
+    workspace().write_inside(path, text);
 
     ToolResult result;
     result.output = fmt::format("Replaced {} occurrence{} in {}.", outcome.replacements,
@@ -190,7 +190,7 @@ class MultiEditTool final : public BuiltinTool {
     const std::string shown = display_path(workspace(), path);
     const json& edits = args.at("edits");
     if (edits.empty()) return tool_error("edits is empty; give at least one edit");
-    std::string text = read_file(path);
+    std::string text = workspace().read_inside(path, kEditedFileMaxBytes);
     json counts = json::array();
     size_t total = 0;
     for (size_t i = 0; i < edits.size(); ++i) {
@@ -205,7 +205,7 @@ class MultiEditTool final : public BuiltinTool {
       counts.push_back(outcome.replacements);
       total += outcome.replacements;
     }
-    write_keeping_mode(path, text);
+    workspace().write_inside(path, text);
     ToolResult result;
     result.output = fmt::format("Applied {} edit{} to {} ({} replacement{}).", edits.size(),
                                 edits.size() == 1 ? "" : "s", shown, total,

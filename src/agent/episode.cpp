@@ -16,17 +16,12 @@
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/sandbox/baseline_cache.h"
 #include "cuda_agent/sandbox/worker_confinement.h"
+#include "tool_support.h"
 
 namespace fs = std::filesystem;
 
 namespace cuda_agent::agent {
 namespace {
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
 
 std::string clip(const std::string& text, size_t max_chars) {
   if (text.size() <= max_chars) return text;

@@ -29,11 +29,22 @@ const char* grep_syntax_flag() {
   return flag;
 }
 
-GrepRun run_grep(const std::vector<std::string>& args, const fs::path& cwd,
-                 const fs::path& scratch, double timeout_s, size_t max_out_bytes) {
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+GrepRun run_grep(const std::vector<std::string>& args, const fs::path& cwd, const fs::path& scratch, double timeout_s,
+                 size_t max_out_bytes, const ToolContext* confined_as) {
   SubprocessOptions options;
   options.argv = {"grep", grep_syntax_flag()};
   options.argv.insert(options.argv.end(), args.begin(), args.end());
+  if (confined_as != nullptr) {
+    std::string command = "LC_ALL=C exec";
+    for (const std::string& arg : options.argv) command += " " + shell_quote(arg);
+    options.argv = shell_argv(*confined_as, command);
+  }
   options.env_set = {{"LC_ALL", "C"}};
   options.cwd = cwd.string();
   options.stdout_path = (scratch / "grep.out").string();

@@ -95,7 +95,7 @@ class NotebookEditTool final : public BuiltinTool {
     if (!fs::is_regular_file(path, ec)) {
       return tool_error(fmt::format("{} does not exist; create it with Write", shown));
     }
-    json notebook = json::parse(read_file(path), nullptr, false);
+    json notebook = json::parse(workspace().read_inside(path, kEditedFileMaxBytes), nullptr, false);
     if (notebook.is_discarded() || !notebook.is_object() || !notebook.contains("cells") ||
         !notebook.at("cells").is_array()) {
       return tool_error(fmt::format("{} is not a valid notebook: it must be JSON with a "
@@ -161,7 +161,7 @@ class NotebookEditTool final : public BuiltinTool {
         done = fmt::format("Replaced the source of cell {}", index);
       }
     }
-    write_keeping_mode(path, notebook.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
+    workspace().write_inside(path, notebook.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
     ToolResult result;
     result.output = fmt::format("{} of {} ({} cells now).", done, shown, cells.size());
     result.data = {{"path", shown}, {"cell_index", index}, {"cells", cells.size()}};

@@ -204,8 +204,8 @@ class GrepTool final : public BuiltinTool {
       for (size_t i = begin; i < files.size() && i < begin + kGrepFilesPerRun; ++i) {
         run_args.push_back(files[i].relative);
       }
-      const GrepRun run = run_grep(run_args, workspace().root(), context_.scratch,
-                                   kGrepTimeoutS, kMaxGrepOutputBytes);
+      const GrepRun run =
+          run_grep(run_args, workspace().root(), context_.scratch, kGrepTimeoutS, kMaxGrepOutputBytes, &context_);
       if (run.timed_out) {
         return tool_error(fmt::format("the search took longer than {:g} s; simplify the "
                                       "pattern or narrow path and glob", kGrepTimeoutS));

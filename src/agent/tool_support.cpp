@@ -174,13 +174,6 @@ std::string locked_message(const Workspace& workspace, const fs::path& absolute)
                      "model_new.py", name);
 }
 
-void write_keeping_mode(const fs::path& path, std::string_view content) {
-  struct stat st{};
-  const bool existed = ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-  write_file_atomic(path, content);
-  if (existed) ::chmod(path.c_str(), st.st_mode & 07777);
-}
-
 namespace {
 
 std::string read_bytes(std::ifstream& in, uint64_t offset, uint64_t count) {
@@ -216,13 +209,6 @@ std::string read_range(const fs::path& path, uint64_t offset, uint64_t end, size
   tail.erase(0, skip);
   return fmt::format("{}\n[... {} characters truncated ...]\n{}", head,
                      length - head.size() - tail.size(), tail);
-}
-
-bool looks_binary(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  char buffer[8192];
-  in.read(buffer, sizeof(buffer));
-  return std::find(buffer, buffer + in.gcount(), '\0') != buffer + in.gcount();
 }
 
 namespace {

@@ -73,15 +73,11 @@ std::string display_path(const Workspace& workspace, const std::filesystem::path
 // "model.py is read-only: the task cannot be changed; write your solution in model_new.py",
 // and the like for the other locked files.
 std::string locked_message(const Workspace& workspace, const std::filesystem::path& absolute);
-// Writes atomically (write_file_atomic), keeping the mode of the file it replaces. Throws
-// Error.
-void write_keeping_mode(const std::filesystem::path& path, std::string_view content);
+// The most the editing tools (Edit, MultiEdit, NotebookEdit) read of a file they rewrite whole.
+inline constexpr uint64_t kEditedFileMaxBytes = uint64_t{64} << 20;
 // Bytes [offset, end of file) of `path`; when more than `max_chars`, their head and tail
 // around a truncation notice. `end` is the file size when it is 0 or past it. Throws Error.
-std::string read_range(const std::filesystem::path& path, uint64_t offset, uint64_t end,
-                       size_t max_chars);
-// True when the first 8 KiB of the file hold a NUL byte.
-bool looks_binary(const std::filesystem::path& path);
+std::string read_range(const std::filesystem::path& path, uint64_t offset, uint64_t end, size_t max_chars);
 
 // --- listing and globs (workspace_listing.cpp) --------------------------------------------------
 
@@ -115,9 +111,15 @@ struct GrepRun {
 };
 
 // Runs `grep <syntax flag> args...` with LC_ALL=C in `cwd`, output through files in
-// `scratch`, under `timeout_s`. Throws Error when grep cannot be started.
+// `scratch`, under `timeout_s`. With `confined_as`, grep runs as that context's Bash commands
+// do (shell_argv, `cwd` its workspace): the Grep tool reads workspace files by name, and a
+// folder a background shell swapped for a symlink since they were listed would otherwise lead
+// this process out of the workspace. Throws Error when grep cannot be started.
 GrepRun run_grep(const std::vector<std::string>& args, const std::filesystem::path& cwd,
-                 const std::filesystem::path& scratch, double timeout_s, size_t max_out_bytes);
+                 const std::filesystem::path& scratch, double timeout_s, size_t max_out_bytes,
+                 const ToolContext* confined_as = nullptr);
+// `s` in single quotes for a POSIX shell.
+std::string shell_quote(const std::string& s);
 // "-P" when this machine's grep has PCRE, else "-E". Probed once; thread-safe.
 const char* grep_syntax_flag();
 

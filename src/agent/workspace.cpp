@@ -1,10 +1,17 @@
 #include "cuda_agent/agent/workspace.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <random>
 #include <system_error>
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/core/unique_fd.h"
 
 namespace cuda_agent::agent {
 namespace {
@@ -162,6 +169,104 @@ fs::path Workspace::resolve(const std::string& path) const {
   return resolved;
 }
 
+std::pair<int, std::string> Workspace::parent_inside(const fs::path& resolved, bool make) const {
+  CA_CHECK(inside(resolved) && resolved != root_, "'{}' is not a file inside the workspace {}", resolved.string(),
+           root_.string());
+  const fs::path relative = resolved.lexically_relative(root_);
+  std::vector<std::string> parts;
+  for (const fs::path& part : relative) parts.push_back(part.string());
+  CA_CHECK(!parts.empty() && parts.back() != "." && parts.back() != "..", "'{}' names no file", resolved.string());
+  UniqueFd dir(::open(root_.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  CA_CHECK(dir.get() >= 0, "cannot open the workspace {}: {}", root_.string(), errno_text(errno));
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    CA_CHECK(parts[i] != "..", "'{}' leaves the workspace", resolved.string());
+    // O_NOFOLLOW with O_DIRECTORY: a symlink here is ENOTDIR, never followed.
+    int next = ::openat(dir.get(), parts[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0 && errno == ENOENT && make) {
+      if (::mkdirat(dir.get(), parts[i].c_str(), 0777) != 0 && errno != EEXIST)
+        CA_FAIL("cannot create the folder {}: {}", (root_ / relative).parent_path().string(), errno_text(errno));
+      next = ::openat(dir.get(), parts[i].c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    }
+    CA_CHECK(next >= 0,
+             "cannot reach {}: '{}' on its way is {} (it changed since the path was checked, or is "
+             "no folder)",
+             resolved.string(), parts[i],
+             errno == ENOTDIR || errno == ELOOP ? "not a folder but a link or a file" : errno_text(errno));
+    dir = UniqueFd(next);
+  }
+  return {dir.release(), parts.back()};
+}
+
+int Workspace::open_inside(const fs::path& resolved) const {
+  auto [parent, name] = parent_inside(resolved, /*make=*/false);
+  const UniqueFd dir(parent);
+  // O_NONBLOCK: a FIFO put in the file's place does not hang the tool.
+  UniqueFd fd(::openat(dir.get(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  CA_CHECK(fd.get() >= 0, "cannot read {}: {}", resolved.string(),
+           errno == ELOOP ? "it is a symbolic link now (it changed since the path was checked)" : errno_text(errno));
+  struct stat st {};
+  CA_CHECK(::fstat(fd.get(), &st) == 0 && S_ISREG(st.st_mode), "cannot read {}: not a regular file", resolved.string());
+  return fd.release();
+}
+
+std::string Workspace::read_inside(const fs::path& resolved, uint64_t max_bytes) const {
+  const UniqueFd fd(open_inside(resolved));
+  struct stat st {};
+  CA_CHECK(::fstat(fd.get(), &st) == 0, "cannot read {}: {}", resolved.string(), errno_text(errno));
+  CA_CHECK(static_cast<uint64_t>(st.st_size) <= max_bytes, "cannot read {}: {} bytes, over the {} this reads",
+           resolved.string(), st.st_size, max_bytes);
+  std::string content;
+  char buffer[65536];
+  while (true) {
+    const ssize_t n = ::read(fd.get(), buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    CA_CHECK(n >= 0, "cannot read {}: {}", resolved.string(), errno_text(errno));
+    if (n == 0) break;
+    content.append(buffer, static_cast<size_t>(n));
+    CA_CHECK(content.size() <= max_bytes, "cannot read {}: over the {} bytes this reads", resolved.string(), max_bytes);
+  }
+  return content;
+}
+
+void Workspace::write_inside(const fs::path& resolved, std::string_view content) const {
+  auto [parent, name] = parent_inside(resolved, /*make=*/true);
+  const UniqueFd dir(parent);
+  struct stat st {};
+  mode_t mode = 0;
+  if (::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+    CA_CHECK(!S_ISDIR(st.st_mode), "cannot write {}: it is a folder", resolved.string());
+    if (S_ISREG(st.st_mode)) mode = st.st_mode & 07777;
+  }
+  std::random_device random;
+  std::string temp;
+  int fd = -1;
+  for (int attempt = 0; attempt < 16 && fd < 0; ++attempt) {
+    temp = fmt::format(".{}.tmp-{:08x}", name, random());
+    fd = ::openat(dir.get(), temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) break;
+  }
+  CA_CHECK(fd >= 0, "cannot write {}: cannot create a temporary file beside it: {}", resolved.string(),
+           errno_text(errno));
+  int err = 0;
+  for (size_t done = 0; done < content.size() && err == 0;) {
+    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0)
+      err = errno;
+    else
+      done += static_cast<size_t>(n);
+  }
+  if (err == 0 && mode != 0 && ::fchmod(fd, mode) != 0) err = errno;
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  // renameat replaces whatever holds the name now, a symlink included, without following it.
+  if (err == 0 && ::renameat(dir.get(), temp.c_str(), dir.get(), name.c_str()) != 0) err = errno;
+  if (err != 0) {
+    ::unlinkat(dir.get(), temp.c_str(), 0);
+    CA_FAIL("cannot write {}: {}", resolved.string(), errno_text(err));
+  }
+}
+
 bool Workspace::is_locked(const fs::path& absolute) const {
   std::error_code ec;
   fs::path resolved = fs::weakly_canonical(absolute.lexically_normal(), ec);
@@ -170,11 +275,18 @@ bool Workspace::is_locked(const fs::path& absolute) const {
   return locked_.count(absolute.lexically_normal()) > 0;
 }
 
+namespace {
+// More than any solution (the agent's Write turns are a few thousand tokens): a file past it is
+// no solution the trainer records.
+constexpr uint64_t kMaxSolutionBytes = uint64_t{64} << 20;
+}  // namespace
+
 std::string Workspace::read_solution() const {
   const fs::path path = root_ / kSolutionName;
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return "";
-  return read_file(resolve(kSolutionName));  // refuses a symlink that leaves the workspace
+  // resolve refuses a symlink that leaves the workspace; read_inside, one put there since.
+  return read_inside(resolve(kSolutionName), kMaxSolutionBytes);
 }
 
 }  // namespace cuda_agent::agent

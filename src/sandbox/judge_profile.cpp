@@ -65,8 +65,9 @@ BaselineKey baseline_key(const Judge& j) {
   return key;
 }
 
-// torch.compile of the reference, or None with *error set when torch.compile itself fails (the
-// baseline's problem, not the candidate's). Compilation happens at the first call (the warm-up).
+// torch.compile of the reference, or None with *error set when torch.compile itself fails.
+// Compilation happens at the first call (the warm-up). Without a solution (the baselines mode)
+// a failure is the task's; beside one it removes no bar (RewardInputs::compile_failed_beside_solution).
 py::object compile_reference(Judge& j, std::optional<std::string>* error) {
   try {
     return py::module_::import("torch").attr("compile")(j.reference, py::arg("mode") = j.opt.compile_mode);

@@ -300,6 +300,47 @@ TEST_F(AgentTools, PathEscapesAreRefusedByEveryFileTool) {
   EXPECT_EQ(grep.output, "No matches found");
 }
 
+// The file tools check a path by name (resolve) and then use it: a background shell can swap a
+// folder on the way for a symlink to outside in between (a race a policy can win by retrying).
+// What they read and write goes through read_inside / write_inside, which walk from the root
+// without following a link: the swap makes the call fail instead of reading the answer or
+// planting a file outside. Played here without the race: the swap between resolve and the use.
+TEST_F(AgentTools, AFolderSwappedForALinkAfterTheCheckIsNotFollowed) {
+  fs::create_directories(root() / "d");
+  write("d/model_new.py", "mine\n");
+  const fs::path resolved = workspace_->resolve("d/model_new.py");
+  EXPECT_EQ(workspace_->read_inside(resolved, 1 << 20), "mine\n");
+  fs::rename(root() / "d", root() / "d_real");
+  write_file_atomic(outside() / "model_new.py", "ANSWER\n");
+  fs::create_directory_symlink(outside(), root() / "d");
+  EXPECT_THROW(workspace_->read_inside(resolved, 1 << 20), Error);
+  EXPECT_THROW(workspace_->write_inside(resolved, "planted\n"), Error);
+  EXPECT_EQ(read_file(outside() / "model_new.py"), "ANSWER\n");
+  EXPECT_EQ(std::distance(fs::directory_iterator(outside()), fs::directory_iterator()), 2);  // no temporary
+  // The file itself swapped for a link: not read through; a write replaces the link, not its target.
+  fs::remove(root() / "d");
+  fs::rename(root() / "d_real", root() / "d");
+  fs::remove(root() / "d" / "model_new.py");
+  fs::create_symlink(outside() / "secret.py", root() / "d" / "model_new.py");
+  EXPECT_THROW(workspace_->read_inside(resolved, 1 << 20), Error);
+  workspace_->write_inside(resolved, "mine again\n");
+  EXPECT_EQ(read_file(outside() / "secret.py"), "SECRET = 1\n");
+  EXPECT_FALSE(fs::is_symlink(root() / "d" / "model_new.py"));
+  EXPECT_EQ(read("d/model_new.py"), "mine again\n");
+  // Missing folders are made; a file's mode is kept; too large a file is refused.
+  workspace_->write_inside(workspace_->resolve("new/deeper/f.txt"), "x");
+  EXPECT_EQ(read("new/deeper/f.txt"), "x");
+  fs::permissions(root() / "d" / "model_new.py", fs::perms::owner_read | fs::perms::owner_write);
+  workspace_->write_inside(resolved, "third\n");
+  EXPECT_EQ(fs::status(root() / "d" / "model_new.py").permissions(), fs::perms::owner_read | fs::perms::owner_write);
+  EXPECT_THROW(workspace_->read_inside(resolved, 3), Error);
+  // A link that stays inside the workspace is resolved first, and read as before.
+  fs::create_symlink(root() / "d" / "model_new.py", root() / "alias.py");
+  const ToolResult alias = call("Read", {{"file_path", "alias.py"}});
+  EXPECT_TRUE(alias.ok) << alias.output;
+  EXPECT_NE(alias.output.find("third"), std::string::npos) << alias.output;
+}
+
 // --- Bash ------------------------------------------------------------------------------------
 
 TEST_F(AgentTools, BashForegroundOutputExitCodeAndEnvironment) {

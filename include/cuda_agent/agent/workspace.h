@@ -20,13 +20,18 @@
 // original task path (outside the workspace) rather than model.py where that matters.
 // OS-level confinement of Bash (namespaces, a read-only bind mount of the task) is a later
 // issue.
-// resolve() is also not proof against a race with a background shell that swaps a path for a
-// symlink between the check and the use.
+// resolve() alone is not proof against a race with a background shell that swaps a folder for
+// a symlink between the check and the use: the file tools read and write through read_inside
+// and write_inside, which walk from the root to the resolved path without following any
+// symlink, so a link put on the way after resolve() makes the call fail instead of leaving
+// the workspace.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace cuda_agent::agent {
@@ -77,6 +82,20 @@ class Workspace {
   bool is_locked(const std::filesystem::path& absolute) const;
   const std::set<std::filesystem::path>& locked_files() const { return locked_; }
 
+  // The content of `resolved` (what resolve() returned, inside the root), opened through the
+  // folders from the root without following a symlink anywhere on the way (resolve() resolved
+  // the links there were): one that appeared since fails the call (Error naming the path)
+  // rather than lead out of the workspace. Throws Error too for what is not a regular file and
+  // for a file over `max_bytes`.
+  std::string read_inside(const std::filesystem::path& resolved, uint64_t max_bytes) const;
+  // The same, opened for reading: a descriptor of the regular file (the caller closes it).
+  int open_inside(const std::filesystem::path& resolved) const;
+  // Replaces (or creates) `resolved` with `content` atomically (a temporary file in its folder,
+  // then a rename), its missing folders made, keeping an existing file's mode; every folder on
+  // the way is reached as read_inside reaches them, so neither the file nor the temporary can
+  // land outside the workspace. Throws Error naming the path.
+  void write_inside(const std::filesystem::path& resolved, std::string_view content) const;
+
   // model_new.py's current content; "" when the agent deleted it. Throws Error when it
   // exists but cannot be read (replaced by a directory, say) or is a symlink that leaves the
   // workspace.
@@ -85,6 +104,9 @@ class Workspace {
  private:
   Workspace() = default;
   bool inside(const std::filesystem::path& normalized) const;
+  // The folder holding `resolved`, reached from the root without following a symlink (made on
+  // the way when `make` is set), and the file's name in it.
+  std::pair<int, std::string> parent_inside(const std::filesystem::path& resolved, bool make) const;
 
   std::filesystem::path root_;
   std::set<std::filesystem::path> locked_;
