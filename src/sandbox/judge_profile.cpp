@@ -369,6 +369,7 @@ void judge_profile(Judge& j) {
   } else if (cached_compile) {
     TimingStats reference_eager = *cached_eager;
     TimingStats compile_stats = *stats_of(*cached, "compile");
+    bool retime_failed = false;
     kernels["compile"] = cached->value("compile_kernels", nlohmann::json::array());
     if (drifted) {
       // The GPU runs eager differently from when the cache entry was made: eager and
@@ -389,6 +390,7 @@ void judge_profile(Judge& j) {
         // the task's (a solution can take the GPU's memory from under it): the cached timing is
         // carried over by this evaluation's eager, as when eager has not drifted.
         result.reports["compile_retime_error"] = b.compile_error.value_or("").substr(0, 500);
+        retime_failed = true;
       }
     }
     if (!compile_error) {
@@ -398,7 +400,7 @@ void judge_profile(Judge& j) {
       timings.compile = compile_stats.scaled(factor);
       timings.baselines_cached = true;
       compile_source = !drifted ? "cache, carried over by eager's drift"
-                       : result.reports.contains("compile_retime_error")
+                       : retime_failed
                            ? "cache, carried over by eager's drift (eager drifted beyond the band; re-timing "
                              "torch.compile failed beside the solution)"
                            : "re-timed (eager drifted beyond the band), carried over by eager's drift";
