@@ -1,9 +1,16 @@
 #include "cuda_agent/sandbox/launch_origins.h"
 
 #include <dlfcn.h>
+#include <elf.h>
 #include <execinfo.h>
+#include <fcntl.h>
+#include <link.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <unordered_map>
@@ -57,26 +64,79 @@ bool cuda_own_frame(const std::string& file, const std::string& self) {
          name.rfind("libcudart", 0) == 0;
 }
 
-// The library of the first frame above CUDA's own, classified. Called with the state unlocked.
-LaunchAttribution walk_stack(const State& s) {
+std::string canonical_file(const char* name) {
+  std::error_code ec;
+  std::string file = std::filesystem::weakly_canonical(name, ec).string();
+  return ec ? std::string(name) : file;
+}
+
+// The file of the first frame above CUDA's own ("" when there is none). Called with the state
+// unlocked.
+std::string caller_file(const State& s) {
   void* frames[64];
   const int n = ::backtrace(frames, 64);
   for (int i = 0; i < n; ++i) {
     Dl_info info{};
     if (::dladdr(frames[i], &info) == 0 || info.dli_fname == nullptr) continue;
-    std::error_code ec;
-    std::string file = std::filesystem::weakly_canonical(info.dli_fname, ec).string();
-    if (ec) file = info.dli_fname;
-    if (cuda_own_frame(file, s.self_file)) continue;
-    LaunchAttribution a;
-    a.library = std::filesystem::path(file).filename().string();
-    a.origin = LaunchOrigin::kOther;
-    for (const auto& dir : s.own_dirs)
-      if (under(file, dir)) a.origin = LaunchOrigin::kOwnNvcc;
-    if (a.origin == LaunchOrigin::kOther && under(file, s.torch_dir)) a.origin = LaunchOrigin::kTorch;
-    return a;
+    std::string file = canonical_file(info.dli_fname);
+    if (!cuda_own_frame(file, s.self_file)) return file;
   }
-  return {LaunchOrigin::kOther, "(no caller outside CUDA)"};
+  return {};
+}
+
+// The file of the code at `address` ("" when it lies in none).
+std::string code_file(const void* address) {
+  Dl_info info{};
+  if (address == nullptr || ::dladdr(address, &info) == 0 || info.dli_fname == nullptr) return {};
+  return canonical_file(info.dli_fname);
+}
+
+// cudaGetKernel of the CUDA runtime the calling thread is in (its frame on the stack; a runtime
+// linked statically into a library has none).
+using GetKernelFn = int (*)(const void** kernel, const void* entry);
+GetKernelFn stack_runtime_get_kernel() {
+  void* frames[32];
+  const int n = ::backtrace(frames, 32);
+  for (int i = 0; i < n; ++i) {
+    Dl_info info{};
+    if (::dladdr(frames[i], &info) == 0 || info.dli_fname == nullptr) continue;
+    if (std::filesystem::path(info.dli_fname).filename().string().rfind("libcudart", 0) != 0) continue;
+    void* lib = ::dlopen(info.dli_fname, RTLD_NOLOAD | RTLD_LAZY);
+    if (lib == nullptr) return nullptr;
+    auto fn = reinterpret_cast<GetKernelFn>(::dlsym(lib, "cudaGetKernel"));
+    ::dlclose(lib);  // only drops the reference NOLOAD took: the runtime stays loaded
+    return fn;
+  }
+  return nullptr;
+}
+
+// The file whose code registered the kernel a runtime launch from `caller` names ("" when none
+// is found; *why says why). A host stub (cudaLaunchKernel with the kernel's address) lies in its
+// library. A cudaKernel_t (CUDA 13's `<<<>>>`: __cudaGetKernel, then a launch CUPTI reports as
+// cudaLaunchKernel) is the caller's own when the caller's library has a function of the kernel's
+// name and the runtime gives this very handle for that function's address: a function merely
+// named like a foreign kernel is not enough.
+std::string kernel_file(const void* handle, const std::string& caller, std::string* why) {
+  if (std::string file = code_file(handle); !file.empty()) return file;
+  const char* name = nullptr;
+  if (handle == nullptr ||
+      driver().cuKernelGetName(&name, static_cast<CUkernel>(const_cast<void*>(handle))) != CUDA_SUCCESS ||
+      name == nullptr) {
+    *why = "a handle that is neither a host function nor a CUDA kernel";
+    return {};
+  }
+  const void* entry = function_address(caller, name);
+  if (entry == nullptr || code_file(entry) != caller) {
+    *why = fmt::format("{} has no function {}", std::filesystem::path(caller).filename().string(), name);
+    return {};
+  }
+  const GetKernelFn get_kernel = stack_runtime_get_kernel();
+  const void* registered = nullptr;
+  if (get_kernel == nullptr || get_kernel(&registered, entry) != 0 || registered != handle) {
+    *why = fmt::format("its function {} is not the kernel launched", name);
+    return {};
+  }
+  return caller;
 }
 
 // The kernel handle a launch call names: its cache key.
@@ -300,7 +360,16 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       if (auto it = s.by_handle.find(handle); it != s.by_handle.end()) a = it->second, cached = true;
     }
     if (!cached) {
-      a = walk_stack(s);
+      const std::string caller = caller_file(s);
+      const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+      // Which library's kernel it is matters only for a runtime launch from the build folder.
+      const bool own_caller =
+          std::any_of(s.own_dirs.begin(), s.own_dirs.end(), [&](const std::string& dir) { return under(caller, dir); });
+      std::string why;
+      const std::string kernel = runtime && own_caller ? kernel_file(handle, caller, &why) : std::string();
+      a = caller.empty() ? LaunchAttribution{LaunchOrigin::kOther, "(no caller outside CUDA)"}
+                         : attribute_caller(caller, kernel, runtime, s.own_dirs, s.torch_dir);
+      if (a.origin != LaunchOrigin::kOwnNvcc && !why.empty()) a.library += " [" + why + "]";
       std::lock_guard<std::mutex> lock(s.mutex);
       s.by_handle.emplace(handle, a);
     }
@@ -311,6 +380,83 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
 }
 
 }  // namespace
+
+LaunchAttribution attribute_caller(const std::string& caller_file, const std::string& kernel_file, bool runtime_api,
+                                   const std::vector<std::string>& own_dirs, const std::string& torch_dir) {
+  auto in_own = [&](const std::string& file) {
+    return std::any_of(own_dirs.begin(), own_dirs.end(), [&](const std::string& dir) { return under(file, dir); });
+  };
+  LaunchAttribution a{LaunchOrigin::kOther, std::filesystem::path(caller_file).filename().string()};
+  if (in_own(caller_file)) {
+    if (runtime_api && in_own(kernel_file)) {
+      a.origin = LaunchOrigin::kOwnNvcc;
+    } else if (!runtime_api) {
+      a.library += " (a driver-API launch from the build folder; own kernels launch with <<<>>> or cudaLaunchKernel)";
+    } else {
+      a.library += " (a kernel not compiled into the build folder's libraries: " +
+                   (kernel_file.empty() ? std::string("a driver handle")
+                                        : std::filesystem::path(kernel_file).filename().string()) +
+                   ")";
+    }
+  } else if (under(caller_file, torch_dir)) {
+    a.origin = LaunchOrigin::kTorch;
+  }
+  return a;
+}
+
+const void* function_address(const std::string& file, const char* name) {
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  void* map = ::fstat(fd, &st) == 0 && st.st_size > static_cast<off_t>(sizeof(Elf64_Ehdr))
+                  ? ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0)
+                  : MAP_FAILED;
+  ::close(fd);
+  if (map == MAP_FAILED) return nullptr;
+  const auto* base = static_cast<const unsigned char*>(map);
+  const size_t size = static_cast<size_t>(st.st_size);
+  auto fits = [&](uint64_t offset, uint64_t bytes) { return offset <= size && bytes <= size - offset; };
+  uint64_t value = 0;
+  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(base);
+  if (std::memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_ident[EI_CLASS] == ELFCLASS64 &&
+      eh->e_shentsize == sizeof(Elf64_Shdr) && fits(eh->e_shoff, uint64_t{eh->e_shnum} * sizeof(Elf64_Shdr))) {
+    const auto* sections = reinterpret_cast<const Elf64_Shdr*>(base + eh->e_shoff);
+    for (uint32_t kind : {SHT_SYMTAB, SHT_DYNSYM}) {
+      for (uint16_t i = 0; i < eh->e_shnum && value == 0; ++i) {
+        const Elf64_Shdr& sh = sections[i];
+        if (sh.sh_type != kind || sh.sh_entsize != sizeof(Elf64_Sym) || sh.sh_link >= eh->e_shnum ||
+            !fits(sh.sh_offset, sh.sh_size))
+          continue;
+        const Elf64_Shdr& strings = sections[sh.sh_link];
+        if (!fits(strings.sh_offset, strings.sh_size)) continue;
+        const char* names = reinterpret_cast<const char*>(base + strings.sh_offset);
+        const auto* syms = reinterpret_cast<const Elf64_Sym*>(base + sh.sh_offset);
+        for (uint64_t k = 0; k < sh.sh_size / sizeof(Elf64_Sym); ++k) {
+          const Elf64_Sym& sym = syms[k];
+          if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_shndx == SHN_UNDEF || sym.st_value == 0 ||
+              sym.st_name >= strings.sh_size)
+            continue;
+          const char* n = names + sym.st_name;
+          if (::strnlen(n, strings.sh_size - sym.st_name) < strings.sh_size - sym.st_name &&
+              std::strcmp(n, name) == 0) {
+            value = sym.st_value;
+            break;
+          }
+        }
+      }
+      if (value != 0) break;
+    }
+  }
+  ::munmap(map, size);
+  if (value == 0) return nullptr;
+  void* lib = ::dlopen(file.c_str(), RTLD_NOLOAD | RTLD_LAZY);
+  if (lib == nullptr) return nullptr;
+  link_map* lm = nullptr;
+  const bool mapped = ::dlinfo(lib, RTLD_DI_LINKMAP, &lm) == 0 && lm != nullptr;
+  const uintptr_t bias = mapped ? lm->l_addr : 0;
+  ::dlclose(lib);  // only drops the reference NOLOAD took
+  return mapped ? reinterpret_cast<const void*>(bias + value) : nullptr;
+}
 
 const char* to_string(LaunchOrigin origin) {
   switch (origin) {

@@ -1,9 +1,12 @@
 // Evaluation integrity on the CPU: the strict precision policy and the degenerate-task check,
 // through real worker processes (verify --device cpu).
+#include <dlfcn.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -961,6 +964,51 @@ TEST(KernelProvenance, ClassifiesByWhoLaunchedNeverByName) {
   EXPECT_FALSE(classify_kernels({use("softmax", LaunchOrigin::kOwn, 100), use("direct_copy_kernel_cuda", LaunchOrigin::kTorch, 120)},
                                 allow)
                    .violates());
+}
+
+TEST(KernelProvenance, ALibraryInTheBuildFolderIsOwnOnlyForItsOwnKernelsThroughTheRuntime) {
+  const std::vector<std::string> own = {"/cache/builds/abc"};
+  const std::string torch = "/venv/torch/lib";
+  const std::string ext = "/cache/builds/abc/torch_extensions/softmax/softmax.so";
+  // `<<<>>>` and cudaLaunchKernel: the caller and the kernel's entry function in the build folder.
+  EXPECT_EQ(attribute_caller(ext, ext, true, own, torch).origin, LaunchOrigin::kOwnNvcc);
+  EXPECT_EQ(attribute_caller(ext, "/cache/builds/abc/kernels/cuda_extension-1/k.so", true, own, torch).origin,
+            LaunchOrigin::kOwnNvcc);
+  // Triton's launcher, built into a cache the solution moved into its build folder: a driver launch.
+  const std::string triton = "/cache/builds/abc/triton/XYZ/__triton_launcher.so";
+  LaunchAttribution a = attribute_caller(triton, "", false, own, torch);
+  EXPECT_EQ(a.origin, LaunchOrigin::kOther);
+  EXPECT_NE(a.library.find("__triton_launcher.so"), std::string::npos);
+  EXPECT_NE(a.library.find("driver-API launch"), std::string::npos) << a.library;
+  // A runtime launch of a kernel no library of the build folder holds: ATen's host stub, a
+  // cudaLibrary's kernel (no file).
+  a = attribute_caller(ext, torch + "/libtorch_cuda.so", true, own, torch);
+  EXPECT_EQ(a.origin, LaunchOrigin::kOther);
+  EXPECT_NE(a.library.find("libtorch_cuda.so"), std::string::npos) << a.library;
+  EXPECT_EQ(attribute_caller(ext, "", true, own, torch).origin, LaunchOrigin::kOther);
+  // A folder whose name only starts like the build folder's is not in it.
+  EXPECT_EQ(attribute_caller("/cache/builds/abcd/x.so", "/cache/builds/abcd/x.so", true, own, torch).origin,
+            LaunchOrigin::kOther);
+  // torch's libraries, and anything else, as before.
+  EXPECT_EQ(attribute_caller(torch + "/libtorch_cuda.so", torch + "/libtorch_cuda.so", true, own, torch).origin,
+            LaunchOrigin::kTorch);
+  EXPECT_EQ(attribute_caller("/usr/lib/libfoo.so", "/usr/lib/libfoo.so", true, own, torch).origin,
+            LaunchOrigin::kOther);
+  EXPECT_EQ(attribute_caller(ext, ext, true, {}, torch).origin, LaunchOrigin::kOther) << "no build folder, nothing own";
+}
+
+TEST(KernelProvenance, AFunctionIsFoundInALoadedLibrarysSymbols) {
+  Dl_info info{};
+  ASSERT_NE(::dladdr(reinterpret_cast<void*>(&::qsort), &info), 0);
+  const std::string libc = std::filesystem::canonical(info.dli_fname).string();
+  EXPECT_EQ(function_address(libc, "qsort"), reinterpret_cast<const void*>(&::qsort));
+  EXPECT_EQ(function_address(libc, "no_such_function_anywhere"), nullptr);
+  EXPECT_EQ(function_address("/no/such/library.so", "qsort"), nullptr);
+  // A file that is not a loaded library: read, but no address.
+  const auto text = std::filesystem::temp_directory_path() / "ca_function_address_not_elf.so";
+  std::ofstream(text) << std::string(4096, 'x');
+  EXPECT_EQ(function_address(text.string(), "qsort"), nullptr);
+  std::filesystem::remove(text);
 }
 
 TEST(KernelProvenance, KernelUsesRoundTripAndSummarize) {

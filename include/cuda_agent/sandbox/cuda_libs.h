@@ -35,7 +35,8 @@ namespace cuda_agent::sandbox {
   X(cuMemCreate) X(cuMemRelease) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap)     \
   X(cuMemUnmap) X(cuMemSetAccess) X(cuMemGetAllocationGranularity)                          \
   X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) X(cuMemcpyDtoH)      \
-  X(cuStreamWaitEvent) X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemFreeHost)
+  X(cuStreamWaitEvent) X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemFreeHost) \
+  X(cuKernelGetName)
 
 #define CA_NVRTC_FUNCTIONS(X)                                                            \
   X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram)    \

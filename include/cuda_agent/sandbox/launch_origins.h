@@ -4,8 +4,11 @@
 //   own       the runtime's launch path (cuda_agent.compile kernels), marked by a LaunchScope
 //   vendor    inside a named vendor call (cuda_agent.gemm / conv2d), marked by a LaunchScope
 //   harness   the sandbox's own work in the candidate process (poison, output copies)
-//   own_nvcc  a launch through the CUDA runtime API whose caller is a library built from the
-//             solution's sources (the nvcc path: load_inline, kernels/)
+//   own_nvcc  a launch through the CUDA runtime API whose caller is a library in the solution's
+//             build folder (the nvcc path: load_inline, kernels/) and whose kernel is one of that
+//             folder's libraries' own (the host stub `<<<>>>` and cudaLaunchKernel name lies in
+//             one): a driver launch (Triton's launchers, a cubin loaded with cuModuleLoad) or a
+//             kernel compiled elsewhere (ATen's, a cudaLibrary's) is `other` even from there
 //   torch     a launch through the CUDA runtime API from torch's own libraries (ATen)
 //   other     anything else: Triton's launchers, a driver launch from ctypes, cuBLAS/cuDNN
 //             called by torch, CUDA graph replays
@@ -57,6 +60,20 @@ struct LaunchAttribution {
   LaunchOrigin origin = LaunchOrigin::kUnknown;
   std::string library;  // the caller's file name, for launches outside a scope
 };
+
+// How a launch outside any LaunchScope is classed, from the file of its caller (the first stack
+// frame above CUDA's), the file that holds the kernel handle it names (empty: none, as for a
+// driver launch's CUfunction or a cudaKernel_t) and whether it is a runtime-API launch; paths
+// canonical. A library lying in the build folder is not enough to be the solution's work: Triton
+// builds its launcher into any cache folder the solution names.
+LaunchAttribution attribute_caller(const std::string& caller_file, const std::string& kernel_file, bool runtime_api,
+                                   const std::vector<std::string>& own_dirs, const std::string& torch_dir);
+
+// The address of the function named `name` in the loaded library `file` (canonical path), from
+// its symbol table, or its dynamic one when stripped (internal functions count: a kernel in an
+// anonymous namespace has one); nullptr when it has none or the library is not loaded. The file
+// is read, not trusted: launch attribution checks what the runtime says of the address.
+const void* function_address(const std::string& file, const char* name);
 
 // Subscribes the launch callbacks. `own_dirs`: folders whose libraries hold the solution's nvcc
 // builds; `torch_lib_dir`: torch's lib folder. A second call only replaces the folders. Throws

@@ -2,10 +2,10 @@
 # with Triton's and Inductor's caches moved into the solution's own build folder (found from
 # TORCH_EXTENSIONS_DIR, which the harness sets there) before anything compiles. Triton builds its
 # launcher library (__triton_launcher*.so) into that cache and launches each kernel from it with
-# cuLaunchKernelEx; kernel provenance classes a library under the build folder as the solution's
-# own nvcc build by its path alone, so Inductor's kernels would pass as the candidate's CUDA.
-# Should be caught by: CUPTI kernel provenance (provenance=enforce), once a library counts as
-# own only when the harness's build produced it. Open on 2026-12-06 (docs/integrity.md).
+# cuLaunchKernelEx; until 2026-12-06 kernel provenance classed a library under the build folder as
+# the solution's own nvcc build by its path alone, so Inductor's kernels passed as its CUDA.
+# Should be caught by: CUPTI kernel provenance (provenance=enforce): from the build folder, only
+# runtime launches of kernels compiled into its libraries are own; a driver launch is not.
 import os
 
 _build = os.path.dirname(os.environ.get("TORCH_EXTENSIONS_DIR", "/tmp/x/torch_extensions"))
