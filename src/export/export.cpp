@@ -11,6 +11,7 @@
 #include "cuda_agent/core/hash.h"
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/sandbox/eval_result.h"
+#include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/kernel_signature.h"
 #include "cuda_agent/sandbox/nvrtc_compiler.h"
 #include "cuda_agent/sandbox/python_runtime.h"
@@ -173,9 +174,10 @@ ExportSummary export_solution(const ExportOptions& options) {
       fs::absolute(model_file(options.task.empty() ? fs::path(scored.task_path) : options.task, "model.py"));
   CA_CHECK(fs::is_regular_file(solution), "the solution {} does not exist (give --solution)", solution.string());
   CA_CHECK(fs::is_regular_file(task), "the task {} does not exist (give --task)", task.string());
-  const std::string solution_sha = file_sha256(solution);
-  CA_CHECK(solution_sha == scored.solution_sha256,
-           "{} changed since {} scored it (sha256 {}, scored {}): evaluate it again, then export",
+  const std::string solution_sha = sandbox::solution_fingerprint(solution.string());  // its folder too
+  CA_CHECK(!solution_sha.empty() && solution_sha == scored.solution_sha256,
+           "{} or a file beside it changed since {} scored it (fingerprint {}, scored {}): evaluate it again, then "
+           "export",
            solution.string(), options.result.string(), solution_sha.substr(0, 16),
            scored.solution_sha256.empty() ? std::string("none") : scored.solution_sha256.substr(0, 16));
   const std::string task_sha = file_sha256(task);

@@ -11,17 +11,55 @@ namespace cuda_agent::sandbox {
 
 std::string solution_fingerprint(const std::string& solution_path) {
   namespace fs = std::filesystem;
+  // What a solution's folder may hold and still be hashed whole; a larger one is never shared.
+  constexpr size_t kMaxFiles = 4096;
+  constexpr uintmax_t kMaxBytes = uintmax_t{64} << 20;
   try {
     Sha256 hash;
     hash.update(read_file(solution_path));
-    const fs::path kernels = fs::path(solution_path).parent_path() / "kernels";
+    // Every other file of the folder (helpers it imports, kernels/, data it reads): by relative
+    // path, in path order; a link by its target, never followed. Hidden entries and Python's
+    // byte-code caches are left out (they follow from the rest).
+    const fs::path folder = fs::path(solution_path).parent_path();
+    std::vector<std::pair<std::string, fs::path>> files;
+    uintmax_t bytes = 0;
+    bool bounded = true;
     std::error_code ec;
-    if (fs::is_directory(kernels, ec)) {
-      std::vector<fs::path> files;
-      for (const auto& entry : fs::directory_iterator(kernels, ec))
-        if (entry.is_regular_file()) files.push_back(entry.path());
-      std::sort(files.begin(), files.end());
-      for (const auto& f : files) hash.update(f.filename().string()), hash.update(read_file(f));
+    fs::recursive_directory_iterator it(folder.empty() ? fs::path(".") : folder,
+                                        fs::directory_options::skip_permission_denied, ec);
+    for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      const fs::path& p = it->path();
+      const std::string name = p.filename().string();
+      const bool link = it->is_symlink(ec);
+      if (name.empty() || name[0] == '.' || name == "__pycache__") {
+        if (!link && it->is_directory(ec)) it.disable_recursion_pending();
+        continue;
+      }
+      if (!link && !it->is_regular_file(ec)) continue;
+      if (fs::equivalent(p, solution_path, ec)) continue;
+      if (!link) bytes += it->file_size(ec);
+      files.emplace_back(fs::relative(p, folder.empty() ? fs::path(".") : folder, ec).generic_string(), p);
+      if (files.size() > kMaxFiles || bytes > kMaxBytes) {
+        bounded = false;
+        break;
+      }
+    }
+    if (!bounded) {
+      hash.update(random_bytes(16));
+      return hash.hex_digest();
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& [relative, path] : files) {
+      hash.update(relative);
+      hash.update(std::string(1, '\0'));
+      if (fs::is_symlink(path, ec)) {
+        hash.update("link:" + fs::read_symlink(path, ec).string());
+      } else {
+        const std::string content = read_file(path);
+        hash.update(std::to_string(content.size()));
+        hash.update(std::string(1, '\0'));
+        hash.update(content);
+      }
     }
     return hash.hex_digest();
   } catch (...) {

@@ -14,6 +14,7 @@
 #include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/export/export.h"
 #include "cuda_agent/sandbox/eval_result.h"
+#include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/kernel_signature.h"
 #include "cuda_agent/sandbox/python_runtime.h"
 #include "test_util.h"
@@ -52,7 +53,7 @@ fs::path write_result(const fs::path& dir, const std::string& task, const std::s
   r.task_path = task;
   r.task_sha256 = file_sha256(task);
   r.solution_path = solution;
-  r.solution_sha256 = file_sha256(solution);
+  r.solution_sha256 = sandbox::solution_fingerprint(solution);
   if (timed) {
     r.reward = 3.0;
     r.reward_kind = "milestone";

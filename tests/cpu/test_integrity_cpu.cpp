@@ -1011,6 +1011,55 @@ TEST(KernelProvenance, AFunctionIsFoundInALoadedLibrarysSymbols) {
   std::filesystem::remove(text);
 }
 
+TEST(SolutionFingerprint, CoversEveryFileOfTheSolutionsFolderButHiddenOnesAndByteCode) {
+  namespace fs = std::filesystem;
+  TempDir tmp("fingerprint-");
+  auto make = [&](const std::string& name) {
+    const fs::path dir = tmp.path() / name;
+    write_file_atomic(dir / "model_new.py", "import helpers\n");
+    write_file_atomic(dir / "helpers.py", "SCALE = 2\n");
+    write_file_atomic(dir / "kernels" / "add.cu", "__global__ void add() {}\n");
+    return dir;
+  };
+  const fs::path a = make("a"), b = make("b");
+  const std::string fa = solution_fingerprint((a / "model_new.py").string());
+  ASSERT_EQ(fa.size(), 64u);
+  EXPECT_EQ(fa, solution_fingerprint((b / "model_new.py").string()))
+      << "same files, same fingerprint wherever they lie";
+  // A helper the solution imports is part of it (model_new.py and kernels/ alone were hashed).
+  write_file_atomic(b / "helpers.py", "SCALE = 3\n");
+  EXPECT_NE(fa, solution_fingerprint((b / "model_new.py").string()));
+  write_file_atomic(b / "helpers.py", "SCALE = 2\n");
+  EXPECT_EQ(fa, solution_fingerprint((b / "model_new.py").string()));
+  write_file_atomic(b / "kernels" / "add.cu", "__global__ void add() { }\n");
+  EXPECT_NE(fa, solution_fingerprint((b / "model_new.py").string()));
+  write_file_atomic(b / "kernels" / "add.cu", "__global__ void add() {}\n");
+  // A file moved to another name or folder is another solution.
+  fs::rename(b / "helpers.py", b / "kernels" / "helpers.py");
+  EXPECT_NE(fa, solution_fingerprint((b / "model_new.py").string()));
+  fs::rename(b / "kernels" / "helpers.py", b / "helpers.py");
+  // Hidden entries and Python's byte code follow from the rest: left out.
+  write_file_atomic(b / ".notes", "scratch");
+  write_file_atomic(b / "__pycache__" / "helpers.cpython-312.pyc", "bytes");
+  write_file_atomic(b / ".git" / "HEAD", "ref");
+  EXPECT_EQ(fa, solution_fingerprint((b / "model_new.py").string()));
+  // A link counts by its target, not followed.
+  fs::create_symlink("/etc/hostname", b / "data");
+  const std::string linked = solution_fingerprint((b / "model_new.py").string());
+  EXPECT_NE(fa, linked);
+  fs::remove(b / "data");
+  fs::create_symlink("/etc/hosts", b / "data");
+  EXPECT_NE(linked, solution_fingerprint((b / "model_new.py").string()));
+  fs::remove(b / "data");
+  // A folder too large to hash is never shared: a fingerprint of its own each time.
+  fs::create_directories(b / "many");
+  for (int i = 0; i < 4100; ++i) std::ofstream(b / "many" / std::to_string(i)) << "x";
+  const std::string big = solution_fingerprint((b / "model_new.py").string());
+  EXPECT_EQ(big.size(), 64u);
+  EXPECT_NE(big, solution_fingerprint((b / "model_new.py").string()));
+  EXPECT_EQ(solution_fingerprint((tmp.path() / "missing" / "model_new.py").string()), "");
+}
+
 TEST(KernelProvenance, KernelUsesRoundTripAndSummarize) {
   KernelRecord a;
   a.name = "k";

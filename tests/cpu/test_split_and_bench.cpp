@@ -15,6 +15,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
+#include "cuda_agent/sandbox/evaluation.h"
 
 namespace cuda_agent::bench {
 namespace {
@@ -353,7 +354,7 @@ class BenchRun : public ::testing::Test {
                         {"speedup_vs_compile", 0.9},
                         {"message", ""},
                         {"task_sha256", sha256_hex(read_file(root() / "tasks" / id / "model.py"))},
-                        {"solution_sha256", sha256_hex(read_file(solution))},
+                        {"solution_sha256", sandbox::solution_fingerprint(solution.string())},
                         {"options", options.to_json()}};
     write_file_atomic(root() / "run" / "results" / (id + ".json"), r.dump(2));
   }

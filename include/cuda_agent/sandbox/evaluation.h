@@ -190,8 +190,12 @@ struct EvalRequest {
   static EvalRequest from_json(const nlohmann::json& j);
 };
 
-// SHA-256 over what a solution's result depends on: model_new.py and, when present, every file
-// of its kernels/ folder (names and contents, in name order). Empty when unreadable.
+// SHA-256 over what a solution's result depends on: model_new.py and every other file of its
+// folder, recursively (relative paths and contents in path order, a link by its target; hidden
+// entries and __pycache__ left out): helpers it imports and kernels/ alike. A folder of more than
+// 4096 files or 64 MiB gets a fingerprint of its own each time (nothing cached is shared with
+// it). It names the solution's cache folders and lets a bench's --resume reuse a result. Empty
+// when model_new.py is unreadable.
 std::string solution_fingerprint(const std::string& solution_path);
 
 // A result that names the request (task, solution and their digests, mode, options, GPU) with
