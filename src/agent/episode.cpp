@@ -122,6 +122,7 @@ EpisodeResult run_task_episode(const EpisodeSpec& spec, const std::function<void
     const sandbox::SandboxOptions scripts;
     const double timeout = std::max(sandbox_options.timeout_s, scripts.timeout_s),
                  wait = std::max(spec.sandbox.gpu_wait_s, scripts.gpu_wait_s), margin = 120;
+    tool_options.gpu_lock_file = sandbox::gpu_lock_path(spec.gpu, "gpu");  // evaluations' GPU memory is theirs
     tool_options.lock_hold_limits = {{sandbox::gpu_lock_path(spec.gpu, "quiet"), timeout + margin},
                                      {sandbox::gpu_lock_path(spec.gpu, sandbox::kQuietTurn), wait + margin},
                                      {sandbox::gpu_lock_path(spec.gpu, "gpu"), timeout + wait + margin},

@@ -226,14 +226,18 @@ bool runs_here(std::vector<std::string> argv) {
   }
 }
 
-// confined-exec's options for ToolOptions' tmpfs, file-size, memory and disk limits; `watched`: the
-// episode's folders on disk.
+// confined-exec's options for ToolOptions' tmpfs, file-size, memory, GPU-memory and disk limits;
+// `watched`: the episode's folders on disk.
 void add_resource_limits(const ToolOptions& options, const std::vector<std::string>& watched,
                          std::vector<std::string>& argv) {
   if (options.tmpfs_bytes > 0) argv.insert(argv.end(), {"--tmpfs-bytes", std::to_string(options.tmpfs_bytes)});
   if (options.max_file_bytes > 0) argv.insert(argv.end(), {"--max-file-bytes", std::to_string(options.max_file_bytes)});
   if (options.max_memory_bytes > 0)
     argv.insert(argv.end(), {"--max-memory-bytes", std::to_string(options.max_memory_bytes)});
+  if (options.max_gpu_memory_bytes > 0) {
+    argv.insert(argv.end(), {"--max-gpu-memory-bytes", std::to_string(options.max_gpu_memory_bytes)});
+    if (!options.gpu_lock_file.empty()) argv.insert(argv.end(), {"--gpu-lock", options.gpu_lock_file});
+  }
   if (options.max_disk_bytes == 0) return;
   argv.insert(argv.end(), {"--max-disk-bytes", std::to_string(options.max_disk_bytes)});
   for (const std::string& path : watched) argv.insert(argv.end(), {"--watch", path});

@@ -855,8 +855,8 @@ struct InternalFlags {
   std::string candidate;
   std::vector<std::string> writable, read_only, hidden, visible;
   bool signals_only = false;
-  uint64_t tmpfs_bytes = 0, max_file_bytes = 0, max_disk_bytes = 0, max_memory_bytes = 0;
-  std::vector<std::string> watched;
+  uint64_t tmpfs_bytes = 0, max_file_bytes = 0, max_disk_bytes = 0, max_memory_bytes = 0, max_gpu_memory_bytes = 0;
+  std::vector<std::string> watched, gpu_locks;
 };
 
 void add_internal(CLI::App& app, Verbs& verbs) {
@@ -889,6 +889,9 @@ void add_internal(CLI::App& app, Verbs& verbs) {
   confined->add_option("--max-disk-bytes", f->max_disk_bytes);  // what the --watch folders may hold
   confined->add_option("--watch", f->watched)->allow_extra_args(false);
   confined->add_option("--max-memory-bytes", f->max_memory_bytes);  // what the command's processes may hold
+  // What they may hold of the GPU's memory outside evaluations (whose judges hold a --gpu-lock file).
+  confined->add_option("--max-gpu-memory-bytes", f->max_gpu_memory_bytes);
+  confined->add_option("--gpu-lock", f->gpu_locks)->allow_extra_args(false);
   confined->prefix_command();  // the first word that is not an option starts the command
   verbs.push_back({confined, [f, confined] {
                      ConfinementPlan plan;
@@ -903,6 +906,8 @@ void add_internal(CLI::App& app, Verbs& verbs) {
                      plan.max_watched_bytes = f->max_disk_bytes;
                      plan.watched = f->watched;
                      plan.max_memory_bytes = f->max_memory_bytes;
+                     plan.max_gpu_memory_bytes = f->max_gpu_memory_bytes;
+                     plan.gpu_lock_files = f->gpu_locks;
                      return exec_confined(plan, confined->remaining(),
                                           f->signals_only ? std::vector<std::pair<std::string, std::string>>{}
                                                           : private_cache_env());

@@ -32,6 +32,8 @@
 #include <fmt/format.h>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/core/files.h"
+#include "cuda_agent/core/gpu_memory.h"
 #include "cuda_agent/core/proc_stat.h"
 #include "cuda_agent/core/syscall_filter.h"
 #include "cuda_agent/core/unique_fd.h"
@@ -142,8 +144,9 @@ bool remount(const std::string& path, bool read_only) {
   return true;
 }
 
-// Binds `source` (with the mounts below it) onto `target`.
-void bind(const std::string& source, const std::string& target, const std::string& what) {
+// Binds `source` (with the mounts below it) onto `target`. (Not named bind: with <functional> in
+// view, an unqualified bind(std::string, ...) finds std::bind by ADL, a silent no-op.)
+void bind_mount(const std::string& source, const std::string& target, const std::string& what) {
   if (::mount(source.c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
     const int err = errno;
     CA_FAIL("cannot bind {} onto {}: {}", what, target, errno_text(err));
@@ -235,7 +238,7 @@ void minimal_dev(uint64_t tmpfs_bytes) {
   mount_tmpfs("/dev", 0755, 1 << 20, MS_NOSUID | MS_NODEV | MS_NOEXEC);
   for (const Entry& e : nodes) {
     make_mount_point("/dev/" + e.name, e.directory);
-    bind(proc_path(host_dev, e.name), "/dev/" + e.name, "the device /dev/" + e.name);
+    bind_mount(proc_path(host_dev, e.name), "/dev/" + e.name, "the device /dev/" + e.name);
   }
   make_mount_point("/dev/shm", true);
   mount_tmpfs("/dev/shm", 01777, tmpfs_bytes, MS_NOSUID | MS_NODEV);
@@ -411,7 +414,7 @@ void confine_this_process(const ConfinementPlan& plan) {
     for (const char* part : {"sys", "sysrq-trigger", "irq", "bus", "fs"}) {
       const std::string path = proc + "/" + part;
       if (::access(path.c_str(), F_OK) != 0) continue;
-      bind(path, path, path);
+      bind_mount(path, path, path);
       remount(path, /*read_only=*/true);
     }
   struct statvfs root{};
@@ -492,7 +495,7 @@ void confine_this_process(const ConfinementPlan& plan) {
     struct stat st{};
     CA_CHECK(::fstat(writable_fds[i].get(), &st) == 0, "cannot inspect the writable path {}", w);
     mount_point(w, st, "writable path");
-    bind(proc_path(writable_fds[i]), w, "the writable path " + w);
+    bind_mount(proc_path(writable_fds[i]), w, "the writable path " + w);
     remount(w, /*read_only=*/false);
   }
   writable_fds.clear();
@@ -504,7 +507,7 @@ void confine_this_process(const ConfinementPlan& plan) {
     struct stat st{};
     CA_CHECK(::fstat(read_only_fds[i].get(), &st) == 0, "cannot inspect the read-only path {}", r);
     mount_point(r, st, "read-only path");
-    bind(proc_path(read_only_fds[i]), r, "the read-only path " + r);
+    bind_mount(proc_path(read_only_fds[i]), r, "the read-only path " + r);
     remount(r, /*read_only=*/true);
   }
   read_only_fds.clear();
@@ -701,7 +704,9 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
     const pid_t child = ::fork();
     if (child > 0) {
       const pid_t self = ::getpid();
-      if (watch || plan.max_memory_bytes > 0) {
+      const bool watch_gpu = plan.max_gpu_memory_bytes > 0;
+      int ticks = 0, gpu_over = 0;
+      if (watch || plan.max_memory_bytes > 0 || watch_gpu) {
         struct sigaction tick{};
         tick.sa_handler = note_tick;  // no SA_RESTART either
         ::sigaction(SIGALRM, &tick, nullptr);
@@ -737,6 +742,28 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
                          "%.1f MiB (the tools' max_memory_bytes); use less memory (smaller data, fewer processes) "
                          "to go on\n",
                          static_cast<double>(held) / (1 << 20), static_cast<double>(plan.max_memory_bytes) / (1 << 20));
+            return kResourceLimitExitCode;
+          }
+        }
+        if (watch_gpu && ++ticks % 4 == 0) {  // NVML's figures, about every second
+          const auto held = gpu_memory_by_process();
+          uint64_t used = 0;
+          if (held) {
+            std::vector<pid_t> evaluations;
+            for (const std::string& lock : plan.gpu_lock_files)
+              for (const pid_t holder : lock_holders(lock)) evaluations.push_back(holder);
+            used = descendants_gpu_bytes(self, *held, evaluations);
+          }
+          gpu_over = used > plan.max_gpu_memory_bytes ? gpu_over + 1 : 0;
+          if (gpu_over >= kGpuMemoryGraceChecks) {
+            clear_descendants(self);
+            std::fprintf(stderr,
+                         "cuda-agent: the command was stopped: it and what it started held %.1f GiB of the GPU's "
+                         "memory outside evaluations, past %.1f GiB (an episode's share while episodes share the "
+                         "GPU: the tools' max_gpu_memory_bytes); free what long-running commands hold, and time "
+                         "full-size work with profile.sh\n",
+                         static_cast<double>(used) / (1 << 30),
+                         static_cast<double>(plan.max_gpu_memory_bytes) / (1 << 30));
             return kResourceLimitExitCode;
           }
         }

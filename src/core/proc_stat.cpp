@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -97,6 +98,25 @@ unsigned long long descendants_rss_bytes(pid_t ancestor) {
   unsigned long long total = 0;
   for (const auto& [pid, s] : all)
     if (pid != ancestor && descends_in(all, s, ancestor)) total += s.rss_pages * page;
+  return total;
+}
+
+uint64_t descendants_gpu_bytes(pid_t ancestor, const std::map<pid_t, uint64_t>& held,
+                               const std::vector<pid_t>& exempt) {
+  const std::unordered_map<pid_t, ProcStat> all = process_table();
+  const auto exempted = [&](pid_t pid) { return std::find(exempt.begin(), exempt.end(), pid) != exempt.end(); };
+  uint64_t total = 0;
+  for (const auto& [pid, bytes] : held) {
+    const auto it = all.find(pid);
+    if (pid == ancestor || it == all.end() || !live(it->second) || !descends_in(all, it->second, ancestor)) continue;
+    bool below_exempt = exempted(pid);
+    for (pid_t up = it->second.ppid; !below_exempt && up > 1 && up != ancestor;) {
+      below_exempt = exempted(up);
+      const auto parent = all.find(up);
+      up = parent == all.end() ? 0 : parent->second.ppid;
+    }
+    if (!below_exempt) total += bytes;
+  }
   return total;
 }
 

@@ -9,6 +9,7 @@
 #include <future>
 #include <initializer_list>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "cuda_agent/rl/run_state.h"
 #include "cuda_agent/rl/train_config.h"
 #include "cuda_agent/sandbox/baseline_cache.h"
+#include "cuda_agent/sandbox/cuda_libs.h"
 #include "cuda_agent/sandbox/eval_result.h"
 #include "cuda_agent/sandbox/evaluation.h"
 #include "cuda_agent/sandbox/worker_confinement.h"
@@ -65,6 +67,30 @@ std::vector<std::vector<float>> critic_values(RunContext& ctx, const std::vector
   values.reserve(forward.size());
   for (const auto& f : forward) values.push_back(f.values);
   return values;
+}
+
+// What one episode's commands may hold of GPU `gpu`'s memory outside evaluations while
+// `concurrent` episodes share it: an equal share, the trainer's own process (the learner, the
+// decoder) counted as one more. 0 (no bound) where the driver does not say the GPU's size.
+uint64_t episode_gpu_share(int gpu, int concurrent) {
+  static std::mutex mutex;
+  static std::map<int, uint64_t> totals;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = totals.find(gpu);
+  if (it == totals.end()) {
+    size_t bytes = 0;
+    try {
+      const auto& api = sandbox::driver();
+      CUdevice device = 0;
+      if (api.cuInit(0) != CUDA_SUCCESS || api.cuDeviceGet(&device, gpu) != CUDA_SUCCESS ||
+          api.cuDeviceTotalMem(&bytes, device) != CUDA_SUCCESS)
+        bytes = 0;
+    } catch (const std::exception&) {
+      bytes = 0;  // no driver here
+    }
+    it = totals.emplace(gpu, bytes).first;
+  }
+  return it->second / static_cast<uint64_t>(std::max(concurrent, 1) + 1);
 }
 
 // One episode of a step: which, where, and how it went.
@@ -125,6 +151,11 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
     spec.device = ctx.options.device;
     spec.gpu = ctx.gpu;
     spec.gpu_lock = beside_others;
+    // Episodes sharing the GPU: no command of one holds more than its share of the GPU's memory
+    // outside evaluations (a background shell that allocates and sleeps would leave the others'
+    // evaluations short of it).
+    if (beside_others && on_gpu)
+      spec.tools.max_gpu_memory_bytes = episode_gpu_share(ctx.gpu, ctx.config.rollout.concurrent_episodes);
     spec.agent.single_turn = stage.single_turn;
     spec.agent.max_turns = stage.single_turn ? 1 : rollout.max_turns;
     spec.agent.max_invalid_turns = rollout.max_invalid_turns;

@@ -829,6 +829,19 @@ TEST_P(AgentConfinement, BashCannotExhaustMemory) {
   EXPECT_NE(small.output.find("50000000"), std::string::npos) << small.output;
 }
 
+// A bound on the GPU memory the command holds outside evaluations (episodes sharing a GPU) is
+// confined-exec's to watch; where NVML is missing (this machine) or names none of the command's
+// processes, the command runs as before. The bound's enforcement is a GPU test
+// (AgentGpu.ACommandHoldingMoreThanItsShareOfTheGpusMemoryIsStopped).
+TEST_P(AgentConfinement, AGpuMemoryBoundLeavesACommandWithoutGpuWorkAlone) {
+  tool_options_.max_gpu_memory_bytes = 1;
+  tool_options_.gpu_lock_file = (workspace_->root() / "gpu0.gpu.lock").string();
+  registry_ = std::make_unique<ToolRegistry>(*workspace_, tool_options_);
+  const ToolResult r = call("Bash", {{"command", "sleep 1.5; echo done"}});
+  EXPECT_TRUE(r.ok) << r.output;
+  EXPECT_NE(r.output.find("done"), std::string::npos) << r.output;
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, AgentConfinement, ::testing::Values("bwrap", "namespaces"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -366,6 +367,46 @@ TEST(FileLock, LockHoldersNamesTheProcessThatHoldsIt) {
   EXPECT_FALSE(descends_from(child, ::getpid())) << "a process that is gone";
   EXPECT_TRUE(lock_holders(dir.path() / "missing.lock").empty());
   ::close(mine);
+}
+
+// The GPU memory a confined command's processes hold (NVML's figures by pid): its descendants'
+// summed, itself, strangers and gone processes left out, and nothing below an evaluation's judge
+// (a holder of the GPU's lock) counted.
+TEST(ProcStat, DescendantsGpuBytesSumsTheTreeButWhatLiesBelowAnExemptProcess) {
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(ready[0]);
+    const pid_t grandchild = ::fork();
+    if (grandchild == 0) {
+      ::pause();
+      ::_exit(0);
+    }
+    (void)!::write(ready[1], &grandchild, sizeof grandchild);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  pid_t grandchild = 0;
+  ASSERT_EQ(::read(ready[0], &grandchild, sizeof grandchild), static_cast<ssize_t>(sizeof grandchild));
+  ::close(ready[0]);
+  const uint64_t gib = 1ULL << 30;
+  const std::map<pid_t, uint64_t> held = {
+      {child, 1 * gib}, {grandchild, 2 * gib}, {::getpid(), 5 * gib}, {::getppid(), 7 * gib}};
+  EXPECT_EQ(descendants_gpu_bytes(::getpid(), held, {}), 3 * gib) << "the child and the grandchild, not itself";
+  EXPECT_EQ(descendants_gpu_bytes(child, held, {}), 2 * gib);
+  EXPECT_EQ(descendants_gpu_bytes(::getpid(), held, {child}), 0u) << "the exempt process and all below it";
+  EXPECT_EQ(descendants_gpu_bytes(::getpid(), held, {grandchild}), 1 * gib);
+  EXPECT_EQ(descendants_gpu_bytes(::getpid(), {}, {}), 0u);
+  ::kill(grandchild, SIGKILL);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  // The grandchild, adopted by init (or a subreaper) once gone, is no descendant any more.
+  for (int i = 0; i < 100 && descendants_gpu_bytes(::getpid(), held, {}) != 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(descendants_gpu_bytes(::getpid(), held, {}), 0u);
 }
 
 TEST(FileLock, AnUnopenableFileIsAnErrorNamingIt) {

@@ -6,6 +6,7 @@
 
 #include "cuda_agent/agent/episode.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/sandbox/python_runtime.h"
 #include "gpu_test_util.h"
 
 using namespace cuda_agent;
@@ -63,6 +64,48 @@ void replayed_episode_earns_a_positive_reward(const std::string& read_scope) {
 }
 
 }  // namespace
+
+// Episodes sharing the GPU (gpu_lock on): a command that holds more of the GPU's memory than an
+// episode's share outside evaluations is stopped (tools max_gpu_memory_bytes, NVML's figures,
+// three checks a second apart), while verify.sh's evaluation, whose judge holds the GPU's lock, is
+// not counted: the bound here (64 MiB) is below what any CUDA context takes.
+TEST(AgentGpu, ACommandHoldingMoreThanItsShareOfTheGpusMemoryIsStopped) {
+  CA_REQUIRE_GPU();
+  prepare_environment();
+  TempDir dir("agent-gpu-memory-");
+  const std::string kernel = read_file(source_path("tests/data/solutions/add_ok/model_new.py"));
+  const std::string hog = sandbox::python_executable() +
+                          " -c \"import time, torch; x = torch.empty(1 << 30, dtype=torch.uint8, device='cuda'); "
+                          "print('allocated', flush=True); time.sleep(60); print('slept')\"";
+  {
+    std::ofstream f(dir.path() / "episode.jsonl");
+    f << line({{"content", call("Write", {{"file_path", "model_new.py"}, {"content", kernel}})}});
+    f << line({{"content", call("Bash", {{"command", hog}, {"timeout", 120000}})}});
+    f << line({{"content", call("Bash", {{"command", "./verify.sh"}, {"timeout", 300000}})}});
+    f << line({{"content", "Done."}});
+  }
+  agent::EpisodeSpec spec;
+  spec.task = source_path("tests/data/tasks/add/model.py");
+  spec.policy = "replay:" + (dir.path() / "episode.jsonl").string();
+  spec.output_dir = dir.path() / "run";
+  spec.device = "cuda";
+  spec.gpu_lock = true;
+  spec.tools.max_gpu_memory_bytes = 64ULL << 20;
+  spec.sandbox = fast_options();
+  agent::EpisodeResult r = agent::run_task_episode(spec, nullptr);
+
+  std::string hog_output, verify_output;
+  for (const auto& e : r.trajectory) {
+    if (!e.contains("output") || !e["output"].is_string()) continue;
+    const std::string out = e["output"].get<std::string>();
+    if (out.find("allocated") != std::string::npos) hog_output = out;
+    if (e.value("sandbox_check", "") == "verify") verify_output = out;
+  }
+  EXPECT_NE(hog_output.find("max_gpu_memory_bytes"), std::string::npos) << hog_output;
+  EXPECT_EQ(hog_output.find("slept"), std::string::npos) << hog_output;
+  EXPECT_NE(verify_output.find("result    pass"), std::string::npos) << verify_output;
+  EXPECT_TRUE(r.score.value("ok", false)) << r.score.dump(2);
+}
 
 TEST(AgentGpu, ReplayedEpisodeWritesACorrectKernelAndEarnsAPositiveReward) {
   CA_REQUIRE_GPU();

@@ -86,6 +86,15 @@ struct ToolOptions {
   // episode's evaluation, or the trainer. Default: a quarter of the machine's memory, at least
   // 8 GiB and at most 64 GiB. 0: none.
   uint64_t max_memory_bytes = default_command_memory_bytes();
+  // The most GPU memory a confined command and everything it starts may hold together outside
+  // the sandbox's evaluations (NVML's figures, about every second, past it for three checks in a
+  // row): past it they are stopped and told so. A `verify.sh` evaluation's judge holds
+  // `gpu_lock_file` while it uses the GPU and is not counted, nor its candidate. Without it, one
+  // episode's command (a background shell that allocates and sleeps) leaves the GPU's other
+  // episodes' evaluations short of memory. The trainer sets an equal share of the GPU when
+  // episodes share one (ConfinementPlan::max_gpu_memory_bytes). 0: none.
+  uint64_t max_gpu_memory_bytes = 0;
+  std::string gpu_lock_file;
 };
 
 // One tool. Implementations hold references to the registry's workspace and scratch space;

@@ -60,7 +60,22 @@ struct ConfinementPlan {
   // machine runs out and the kernel's OOM killer picks a process of its own choosing (the
   // trainer, whose oom_score_adj any process of the user may raise). 0: no limit.
   uint64_t max_memory_bytes = 0;
+  // exec_confined only: the most GPU memory the command and everything it started may hold
+  // together outside the sandbox's evaluations (NVML's figures, about every second), for
+  // kGpuMemoryGraceChecks checks in a row: past it they are all stopped (kResourceLimitExitCode, a
+  // line on stderr). A process that holds one of `gpu_lock_files` (an evaluation's judge, which
+  // holds the GPU's lock while it uses the GPU), and what it started, is not counted. Where NVML is
+  // missing or names no process of the command, nothing is stopped. When episodes share a GPU, one
+  // command holding its memory would otherwise leave the other episodes' evaluations short of it
+  // (masked task_too_large, or failing). 0: no limit.
+  uint64_t max_gpu_memory_bytes = 0;
+  std::vector<std::string> gpu_lock_files;
 };
+
+// Checks (about a second apart) a command's GPU memory must stay past
+// ConfinementPlan::max_gpu_memory_bytes before it is stopped: an evaluation's judge lets go of the
+// GPU's lock a moment before its memory goes.
+constexpr int kGpuMemoryGraceChecks = 3;
 
 // A read scope: the paths of `visible` resolved (those that do not exist left out), and /dev,
 // /proc and /sys, which every confined process needs.
@@ -84,8 +99,8 @@ bool path_under(const std::string& path, const std::string& dir);
 // Whether `path` (resolved) is a path of `scope`, inside one or on the way to one.
 bool read_scope_shows(const std::vector<std::string>& scope, const std::string& path);
 
-// exec_confined's exit code for a command stopped by ConfinementPlan::max_watched_bytes or
-// max_memory_bytes.
+// exec_confined's exit code for a command stopped by ConfinementPlan::max_watched_bytes,
+// max_memory_bytes or max_gpu_memory_bytes.
 constexpr int kResourceLimitExitCode = 125;
 
 // What the files under `paths` occupy on disk (allocated blocks, or a file's size where that is

@@ -4,6 +4,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -42,6 +44,12 @@ bool descends_from(pid_t pid, pid_t ancestor);
 // left out), from one walk of /proc. Pages two processes share (a fork's, a library's) count in
 // each. Never throws.
 unsigned long long descendants_rss_bytes(pid_t ancestor);
+
+// The GPU memory `held` (by pid, as gpu_memory_by_process gives it) of the live processes that
+// descend from `ancestor` (itself left out), from one walk of /proc; a process of `exempt`, and
+// every process below one, left out (an evaluation's judge, which holds the GPU's lock, and its
+// candidate). Never throws.
+uint64_t descendants_gpu_bytes(pid_t ancestor, const std::map<pid_t, uint64_t>& held, const std::vector<pid_t>& exempt);
 
 // Whether a live process that descends from `ancestor` (itself left out) has the command name
 // `comm` (/proc/<pid>/stat's, as prctl(PR_SET_NAME) sets it for a process's main thread), from one
