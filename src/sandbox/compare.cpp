@@ -222,8 +222,18 @@ bool fused_compare(py::handle ref, py::handle cand, double atol, double rtol, in
   return true;
 }
 
-void compare_tensors(CompareResult& r, py::handle ref, py::handle cand, const std::string& path, double atol,
+// A complex tensor as its real and imaginary parts (a float tensor with a last dimension of 2),
+// others as they are: converted to float64, a complex tensor keeps only its real part, so the
+// imaginary one went unchecked.
+py::object parts(py::handle t) {
+  if (!t.attr("is_complex")().cast<bool>()) return py::reinterpret_borrow<py::object>(t);
+  static py::handle torch = py::module_::import("torch").release();
+  return torch.attr("view_as_real")(t.attr("resolve_conj")());
+}
+
+void compare_tensors(CompareResult& r, py::handle ref_in, py::handle cand_in, const std::string& path, double atol,
                      double rtol, int64_t chunk, bool fused) {
+  py::handle ref = ref_in, cand = cand_in;
   const std::string ref_dtype = py::str(ref.attr("dtype")).cast<std::string>();
   const std::string cand_dtype = py::str(cand.attr("dtype")).cast<std::string>();
   auto ref_shape = ref.attr("shape").cast<std::vector<int64_t>>();
@@ -234,12 +244,18 @@ void compare_tensors(CompareResult& r, py::handle ref, py::handle cand, const st
   const std::string ref_dev = py::str(ref.attr("device").attr("type")).cast<std::string>();
   const std::string cand_dev = py::str(cand.attr("device").attr("type")).cast<std::string>();
   if (ref_dev != cand_dev) return fail(r, path, fmt::format("device {} expected, got {}", ref_dev, cand_dev));
+  r.compared += ref.attr("numel")().cast<int64_t>();
+  // Complex outputs: both parts of every element, each within the tolerance.
+  const bool complex = ref.attr("is_complex")().cast<bool>();
+  const char* unit = complex ? "real and imaginary parts" : "elements";
+  const py::object ref_parts = parts(ref), cand_parts = parts(cand);
+  ref = ref_parts;
+  cand = cand_parts;
   const int64_t numel = ref.attr("numel")().cast<int64_t>();
-  r.compared += numel;
   if (numel == 0) return;
   // Integer and boolean outputs (indices, counts, masks) compare exactly under every policy, in
   // their own dtype (a float64 copy would round int64 beyond 2^53).
-  const bool exact = !ref.attr("is_floating_point")().cast<bool>() && !ref.attr("is_complex")().cast<bool>();
+  const bool exact = !ref.attr("is_floating_point")().cast<bool>();
   int64_t bad = 0, ref_nan = 0;
   double max_abs = 0, max_rel = 0;
   // The fused kernel counts the reference's NaNs everywhere; each of them is a mismatch, so the
@@ -276,12 +292,13 @@ void compare_tensors(CompareResult& r, py::handle ref, py::handle cand, const st
   r.mismatched += bad;
   if (bad > 0) {
     if (exact)
-      fail(r, path, fmt::format("{} of {} elements differ ({} output: compared exactly; max abs diff {:.6g})", bad,
-                                numel, ref_dtype, max_abs));
+      fail(r, path,
+           fmt::format("{} of {} {} differ ({} output: compared exactly; max abs diff {:.6g})", bad, numel, unit,
+                       ref_dtype, max_abs));
     else
       fail(r, path,
-           fmt::format("{} of {} elements differ beyond atol={} rtol={} (max abs diff {:.6g}, max rel diff {:.6g}){}", bad,
-                       numel, atol, rtol, max_abs, max_rel,
+           fmt::format("{} of {} {} differ beyond atol={} rtol={} (max abs diff {:.6g}, max rel diff {:.6g}){}", bad,
+                       numel, unit, atol, rtol, max_abs, max_rel,
                        ref_nan == 0 ? std::string()
                                     : fmt::format("; the reference's output holds {} NaN, which never match: the task "
                                                   "is not defined on these inputs (task_check's nan_output)",
@@ -376,11 +393,17 @@ double relative_error(py::handle x, py::handle ref64, int64_t chunk, bool fused)
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-300);
 }
 
-void strict_tree(CompareResult& r, py::handle ref32, py::handle ref64, py::handle cand, const std::string& path,
-                 double factor, double floor, int64_t chunk, bool fused) {
-  if (is_tensor(ref32)) {
-    if (!is_floating_tensor(ref32) || !is_tensor(ref64) || !is_tensor(cand)) return;
-    if (ref32.attr("dtype").equal(py::module_::import("torch").attr("float64"))) return;  // nothing stricter to ask
+void strict_tree(CompareResult& r, py::handle ref32_in, py::handle ref64_in, py::handle cand_in,
+                 const std::string& path, double factor, double floor, int64_t chunk, bool fused) {
+  if (is_tensor(ref32_in)) {
+    if (!is_tensor(ref64_in) || !is_tensor(cand_in)) return;
+    // Complex outputs as their two parts (a complex64 reference's against the complex128 one).
+    const py::object ref32 = parts(ref32_in), ref64 = parts(ref64_in), cand = parts(cand_in);
+    if (!is_floating_tensor(ref32) || !is_floating_tensor(ref64) || !is_floating_tensor(cand)) return;
+    const py::object f64 = py::module_::import("torch").attr("float64");
+    const py::object ref32_dtype = ref32.attr("dtype"), ref64_dtype = ref64.attr("dtype");
+    if (ref32_dtype.equal(f64)) return;   // nothing stricter to ask
+    if (!ref64_dtype.equal(f64)) return;  // no double-precision reference to ask it against
     const double ce = relative_error(cand, ref64, chunk, fused);
     const double re = relative_error(ref32, ref64, chunk, fused);
     const double limit = std::max(factor * re, floor);
@@ -399,16 +422,16 @@ void strict_tree(CompareResult& r, py::handle ref32, py::handle ref64, py::handl
     }
     return;
   }
-  if (py::isinstance<py::tuple>(ref32) || py::isinstance<py::list>(ref32)) {
-    py::sequence a = py::reinterpret_borrow<py::sequence>(ref32), b = py::reinterpret_borrow<py::sequence>(ref64),
-                 c = py::reinterpret_borrow<py::sequence>(cand);
+  if (py::isinstance<py::tuple>(ref32_in) || py::isinstance<py::list>(ref32_in)) {
+    py::sequence a = py::reinterpret_borrow<py::sequence>(ref32_in), b = py::reinterpret_borrow<py::sequence>(ref64_in),
+                 c = py::reinterpret_borrow<py::sequence>(cand_in);
     for (size_t i = 0; i < a.size() && i < b.size() && i < c.size(); ++i)
       strict_tree(r, a[i], b[i], c[i], fmt::format("{}[{}]", path, i), factor, floor, chunk, fused);
     return;
   }
-  if (py::isinstance<py::dict>(ref32)) {
-    py::dict a = py::reinterpret_borrow<py::dict>(ref32), b = py::reinterpret_borrow<py::dict>(ref64),
-             c = py::reinterpret_borrow<py::dict>(cand);
+  if (py::isinstance<py::dict>(ref32_in)) {
+    py::dict a = py::reinterpret_borrow<py::dict>(ref32_in), b = py::reinterpret_borrow<py::dict>(ref64_in),
+             c = py::reinterpret_borrow<py::dict>(cand_in);
     for (auto kv : a)
       if (b.contains(kv.first) && c.contains(kv.first))
         strict_tree(r, kv.second, b[kv.first], c[kv.first],

@@ -280,6 +280,31 @@ TEST(FusedComparison, AReferenceInfinityMatchesOnlyItself) {
   EXPECT_TRUE(compare_outputs(scope["ref"], scope["cand"], 1e-2, 1e-2).ok);
 }
 
+// Complex outputs compare both parts: converted to float64 a complex tensor keeps only its real
+// part, so a wrong imaginary part passed. A conjugate view compares as the values it holds.
+TEST(FusedComparison, AComplexOutputComparesItsImaginaryPartToo) {
+  start_python();
+  py::dict scope;
+  py::exec(
+      "import torch\n"
+      "ref = torch.tensor([1 + 2j, 3 - 1j, -2 + 0.5j], dtype=torch.complex64)\n"
+      "cand = torch.tensor([1 + 2j, 3 + 1j, -2 + 0.5j], dtype=torch.complex64)\n",
+      scope);
+  CompareResult r = compare_outputs(scope["ref"], scope["cand"], 1e-2, 1e-2);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.mismatched, 1);
+  EXPECT_NE(r.reason.find("real and imaginary parts"), std::string::npos) << r.reason;
+  py::exec("cand = ref.conj().conj()\nnear = (ref + 0.001j).clone()\nflipped = ref.conj()\n", scope);
+  EXPECT_TRUE(compare_outputs(scope["ref"], scope["cand"], 1e-2, 1e-2).ok);
+  EXPECT_TRUE(compare_outputs(scope["ref"], scope["near"], 1e-2, 1e-2).ok);
+  r = compare_outputs(scope["ref"], scope["flipped"], 1e-2, 1e-2);
+  EXPECT_FALSE(r.ok) << "the conjugate's imaginary parts have the other sign";
+  EXPECT_EQ(r.mismatched, 3);
+  // Under strict, against a complex128 reference: both parts' error counts.
+  py::exec("ref64 = ref.to(torch.complex128)\n", scope);
+  EXPECT_TRUE(compare_outputs_strict(scope["ref"], scope["ref64"], scope["ref"], 1e-2, 1e-2, 10.0, 1e-5).ok);
+}
+
 TEST(GcPause, KeepsTheSolutionsCallbacksOutAndLeavesCollectionAsItWas) {
   start_python();
   py::dict scope;
