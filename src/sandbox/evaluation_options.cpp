@@ -14,44 +14,50 @@ std::string solution_fingerprint(const std::string& solution_path) {
   // What a solution's folder may hold and still be hashed whole; a larger one is never shared.
   constexpr size_t kMaxFiles = 4096;
   constexpr uintmax_t kMaxBytes = uintmax_t{64} << 20;
+  Sha256 hash;
   try {
-    Sha256 hash;
     hash.update(read_file(solution_path));
-    // Every other file of the folder (helpers it imports, kernels/, data it reads): by relative
-    // path, in path order; a link by its target, never followed. Hidden entries and Python's
-    // byte-code caches are left out (they follow from the rest).
-    const fs::path folder = fs::path(solution_path).parent_path();
-    std::vector<std::pair<std::string, fs::path>> files;
-    uintmax_t bytes = 0;
-    bool bounded = true;
+  } catch (...) {
+    return "";
+  }
+  // Every other file of the folder (helpers it imports, kernels/, data it reads): by relative
+  // path, in path order; a link by its target, never followed. Hidden entries and Python's
+  // byte-code caches are left out (they follow from the rest). A folder that cannot be read whole
+  // (too large, a file gone or unreadable meanwhile) gets a fingerprint of its own: nothing cached
+  // for another solution is taken for it.
+  const fs::path folder =
+      fs::path(solution_path).parent_path().empty() ? fs::path(".") : fs::path(solution_path).parent_path();
+  std::vector<std::pair<std::string, fs::path>> files;
+  uintmax_t bytes = 0;
+  bool whole = true;
+  std::error_code walk;
+  fs::recursive_directory_iterator it(folder, fs::directory_options::skip_permission_denied, walk);
+  for (; !walk && it != fs::recursive_directory_iterator(); it.increment(walk)) {
     std::error_code ec;
-    fs::recursive_directory_iterator it(folder.empty() ? fs::path(".") : folder,
-                                        fs::directory_options::skip_permission_denied, ec);
-    for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      const fs::path& p = it->path();
-      const std::string name = p.filename().string();
-      const bool link = it->is_symlink(ec);
-      if (name.empty() || name[0] == '.' || name == "__pycache__") {
-        if (!link && it->is_directory(ec)) it.disable_recursion_pending();
-        continue;
-      }
-      if (!link && !it->is_regular_file(ec)) continue;
-      if (fs::equivalent(p, solution_path, ec)) continue;
-      if (!link) bytes += it->file_size(ec);
-      files.emplace_back(fs::relative(p, folder.empty() ? fs::path(".") : folder, ec).generic_string(), p);
-      if (files.size() > kMaxFiles || bytes > kMaxBytes) {
-        bounded = false;
-        break;
-      }
+    const fs::path& p = it->path();
+    const std::string name = p.filename().string();
+    const bool link = it->is_symlink(ec);
+    if (name.empty() || name[0] == '.' || name == "__pycache__") {
+      if (!link && it->is_directory(ec)) it.disable_recursion_pending();
+      continue;
     }
-    if (!bounded) {
-      hash.update(random_bytes(16));
-      return hash.hex_digest();
+    if (!link && !it->is_regular_file(ec)) continue;
+    if (fs::equivalent(p, solution_path, ec)) continue;
+    if (!link) bytes += it->file_size(ec);
+    files.emplace_back(fs::relative(p, folder, ec).generic_string(), p);
+    if (files.size() > kMaxFiles || bytes > kMaxBytes) {
+      whole = false;
+      break;
     }
-    std::sort(files.begin(), files.end());
-    for (const auto& [relative, path] : files) {
-      hash.update(relative);
-      hash.update(std::string(1, '\0'));
+  }
+  if (walk) whole = false;
+  std::sort(files.begin(), files.end());
+  for (size_t i = 0; whole && i < files.size(); ++i) {
+    const auto& [relative, path] = files[i];
+    hash.update(relative);
+    hash.update(std::string(1, '\0'));
+    std::error_code ec;
+    try {
       if (fs::is_symlink(path, ec)) {
         hash.update("link:" + fs::read_symlink(path, ec).string());
       } else {
@@ -60,11 +66,13 @@ std::string solution_fingerprint(const std::string& solution_path) {
         hash.update(std::string(1, '\0'));
         hash.update(content);
       }
+    } catch (...) {
+      whole = false;
     }
-    return hash.hex_digest();
-  } catch (...) {
-    return "";
+    if (ec) whole = false;
   }
+  if (!whole) hash.update(random_bytes(16));
+  return hash.hex_digest();
 }
 
 nlohmann::json SandboxOptions::to_json() const {

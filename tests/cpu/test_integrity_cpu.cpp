@@ -1076,7 +1076,8 @@ TEST(SolutionFingerprint, CoversEveryFileOfTheSolutionsFolderButHiddenOnesAndByt
   fs::create_symlink("/etc/hosts", b / "data");
   EXPECT_NE(linked, solution_fingerprint((b / "model_new.py").string()));
   fs::remove(b / "data");
-  // A folder too large to hash is never shared: a fingerprint of its own each time.
+  // A folder too large to hash is never shared: a fingerprint of its own each time; so is one
+  // with a file it cannot read.
   fs::create_directories(b / "many");
   for (int i = 0; i < 4100; ++i) std::ofstream(b / "many" / std::to_string(i)) << "x";
   const std::string big = solution_fingerprint((b / "model_new.py").string());
