@@ -246,8 +246,7 @@ void compare_tensors(CompareResult& r, py::handle ref_in, py::handle cand_in, co
   if (ref_dev != cand_dev) return fail(r, path, fmt::format("device {} expected, got {}", ref_dev, cand_dev));
   r.compared += ref.attr("numel")().cast<int64_t>();
   // Complex outputs: both parts of every element, each within the tolerance.
-  const bool complex = ref.attr("is_complex")().cast<bool>();
-  const char* unit = complex ? "real and imaginary parts" : "elements";
+  const char* unit = ref.attr("is_complex")().cast<bool>() ? "real and imaginary parts" : "elements";
   const py::object ref_parts = parts(ref), cand_parts = parts(cand);
   ref = ref_parts;
   cand = cand_parts;
@@ -400,10 +399,9 @@ void strict_tree(CompareResult& r, py::handle ref32_in, py::handle ref64_in, py:
     // Complex outputs as their two parts (a complex64 reference's against the complex128 one).
     const py::object ref32 = parts(ref32_in), ref64 = parts(ref64_in), cand = parts(cand_in);
     if (!is_floating_tensor(ref32) || !is_floating_tensor(ref64) || !is_floating_tensor(cand)) return;
-    const py::object f64 = py::module_::import("torch").attr("float64");
     const py::object ref32_dtype = ref32.attr("dtype"), ref64_dtype = ref64.attr("dtype");
-    if (ref32_dtype.equal(f64)) return;   // nothing stricter to ask
-    if (!ref64_dtype.equal(f64)) return;  // no double-precision reference to ask it against
+    if (ref32_dtype.equal(float64())) return;   // nothing stricter to ask
+    if (!ref64_dtype.equal(float64())) return;  // no double-precision reference to ask it against
     const double ce = relative_error(cand, ref64, chunk, fused);
     const double re = relative_error(ref32, ref64, chunk, fused);
     const double limit = std::max(factor * re, floor);

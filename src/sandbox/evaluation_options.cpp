@@ -25,8 +25,8 @@ std::string solution_fingerprint(const std::string& solution_path) {
   // byte-code caches are left out (they follow from the rest). A folder that cannot be read whole
   // (too large, a file gone or unreadable meanwhile) gets a fingerprint of its own: nothing cached
   // for another solution is taken for it.
-  const fs::path folder =
-      fs::path(solution_path).parent_path().empty() ? fs::path(".") : fs::path(solution_path).parent_path();
+  fs::path folder = fs::path(solution_path).parent_path();
+  if (folder.empty()) folder = ".";
   std::vector<std::pair<std::string, fs::path>> files;
   uintmax_t bytes = 0;
   bool whole = true;

@@ -58,6 +58,11 @@ bool under(const std::string& path, const std::string& dir) {
   return !dir.empty() && path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/';
 }
 
+// Whether `file` lies in one of `dirs` (the solution's build folders).
+bool under_any(const std::string& file, const std::vector<std::string>& dirs) {
+  return std::any_of(dirs.begin(), dirs.end(), [&](const std::string& dir) { return under(file, dir); });
+}
+
 bool cuda_own_frame(const std::string& file, const std::string& self) {
   const std::string name = std::filesystem::path(file).filename().string();
   return file == self || name.rfind("libcupti", 0) == 0 || name.rfind("libcuda.", 0) == 0 ||
@@ -363,10 +368,9 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       const std::string caller = caller_file(s);
       const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
       // Which library's kernel it is matters only for a runtime launch from the build folder.
-      const bool own_caller =
-          std::any_of(s.own_dirs.begin(), s.own_dirs.end(), [&](const std::string& dir) { return under(caller, dir); });
       std::string why;
-      const std::string kernel = runtime && own_caller ? kernel_file(handle, caller, &why) : std::string();
+      const std::string kernel =
+          runtime && under_any(caller, s.own_dirs) ? kernel_file(handle, caller, &why) : std::string();
       a = caller.empty() ? LaunchAttribution{LaunchOrigin::kOther, "(no caller outside CUDA)"}
                          : attribute_caller(caller, kernel, runtime, s.own_dirs, s.torch_dir);
       if (a.origin != LaunchOrigin::kOwnNvcc && !why.empty()) a.library += " [" + why + "]";
@@ -383,12 +387,9 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
 
 LaunchAttribution attribute_caller(const std::string& caller_file, const std::string& kernel_file, bool runtime_api,
                                    const std::vector<std::string>& own_dirs, const std::string& torch_dir) {
-  auto in_own = [&](const std::string& file) {
-    return std::any_of(own_dirs.begin(), own_dirs.end(), [&](const std::string& dir) { return under(file, dir); });
-  };
   LaunchAttribution a{LaunchOrigin::kOther, std::filesystem::path(caller_file).filename().string()};
-  if (in_own(caller_file)) {
-    if (runtime_api && in_own(kernel_file)) {
+  if (under_any(caller_file, own_dirs)) {
+    if (runtime_api && under_any(kernel_file, own_dirs)) {
       a.origin = LaunchOrigin::kOwnNvcc;
     } else if (!runtime_api) {
       a.library += " (a driver-API launch from the build folder; own kernels launch with <<<>>> or cudaLaunchKernel)";
