@@ -108,7 +108,7 @@ def padded_clone(inputs):
         return [padded_clone(x) for x in inputs]
     if isinstance(inputs, torch.Tensor) and inputs.device.type == "cuda":
         pad = max(1, 4096 // inputs.element_size())
-        fill = float("nan") if inputs.is_floating_point() else (True if inputs.dtype == torch.bool else torch.iinfo(inputs.dtype).max)
+        fill = float("nan") if inputs.is_floating_point() or inputs.is_complex() else (True if inputs.dtype == torch.bool else torch.iinfo(inputs.dtype).max)
         flat = torch.full((inputs.numel() + pad,), fill, dtype=inputs.dtype, device=inputs.device)
         out = flat[: inputs.numel()].view(inputs.shape)
         out.copy_(inputs)

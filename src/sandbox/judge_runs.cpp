@@ -131,20 +131,21 @@ nlohmann::json Judge::call_forwards(const std::string& where, const nlohmann::js
 
 namespace {
 
-// A float64 copy of a reference model: .double() converts its parameters and buffers; tensors a
-// module keeps as plain attributes (an LSTM's initial hidden state, say, which .double() leaves
-// in float32) are converted as well.
+// A float64 copy of a reference model: .double() converts its floating parameters and buffers,
+// and complex ones become complex128 (.double() leaves them as they are); tensors a module keeps
+// as plain attributes (an LSTM's initial hidden state, say, which .double() leaves in float32)
+// are converted as well.
 py::object float64_copy(py::handle model) {
   py::module_ torch = py::module_::import("torch");
   py::object copy = py::module_::import("copy").attr("deepcopy")(model).attr("double")();
+  copy.attr("_apply")(py::cpp_function([](py::object t) { return to_float64(t); }));
   py::object tensor_type = torch.attr("Tensor");
   for (py::handle module : copy.attr("modules")()) {
     py::dict attributes = module.attr("__dict__");
     for (auto item : py::list(attributes.attr("items")())) {
       py::tuple pair = item.cast<py::tuple>();
       py::object value = pair[1];
-      if (py::isinstance(value, tensor_type) && value.attr("is_floating_point")().cast<bool>())
-        attributes[pair[0]] = value.attr("double")();
+      if (py::isinstance(value, tensor_type)) attributes[pair[0]] = to_float64(value);
     }
   }
   return copy;

@@ -14,7 +14,13 @@ namespace cuda_agent::sandbox {
 void floating_leaves(py::handle obj, std::vector<py::object>& out) {
   static py::object tensor_type = py::module_::import("torch").attr("Tensor");
   if (py::isinstance(obj, tensor_type)) {
-    if (obj.attr("is_floating_point")().cast<bool>()) out.push_back(py::reinterpret_borrow<py::object>(obj));
+    if (obj.attr("is_floating_point")().cast<bool>()) {
+      out.push_back(py::reinterpret_borrow<py::object>(obj));
+    } else if (obj.attr("is_complex")().cast<bool>()) {  // its real and imaginary parts, each a view
+      py::object resolved = obj.attr("resolve_conj")();
+      out.push_back(resolved.attr("real"));
+      out.push_back(resolved.attr("imag"));
+    }
   } else if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
     for (auto item : obj) floating_leaves(item, out);
   } else if (py::isinstance<py::dict>(obj)) {
@@ -192,8 +198,12 @@ nlohmann::json TaskCheck::to_json() const {
 
 py::object to_float64(py::handle obj) {
   static py::object tensor_type = py::module_::import("torch").attr("Tensor");
-  if (py::isinstance(obj, tensor_type))
-    return obj.attr("is_floating_point")().cast<bool>() ? obj.attr("double")() : py::reinterpret_borrow<py::object>(obj);
+  if (py::isinstance(obj, tensor_type)) {
+    if (obj.attr("is_floating_point")().cast<bool>()) return obj.attr("double")();
+    static py::object complex128 = py::module_::import("torch").attr("complex128");
+    if (obj.attr("is_complex")().cast<bool>()) return obj.attr("to")(complex128);
+    return py::reinterpret_borrow<py::object>(obj);
+  }
   if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
     py::list out;
     for (auto item : obj) out.append(to_float64(item));

@@ -416,6 +416,46 @@ TEST_F(Integrity, StrictWorksForModelsWithTensorAttributesOrNoFloat64Path) {
   EXPECT_NE(g["message"].get<std::string>().find("float64 reference (strict) had run"), std::string::npos) << g.dump(2);
 }
 
+// Complex tasks get every check a real one gets: the task check sees both parts of a complex
+// output (it saw floating tensors only, so an input-independent complex output went unflagged),
+// and strict compares against a complex128 reference (complex inputs and parameters stayed
+// complex64 in the float64 copy, and strict then had nothing to ask).
+TEST_F(Integrity, ComplexTasksAreCheckedLikeRealOnes) {
+  const std::string scaled = write("cscale/model.py",
+                                   "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                                   "    def __init__(self):\n        super().__init__()\n"
+                                   "        self.w = nn.Parameter(torch.randn(64, dtype=torch.complex64))\n"
+                                   "    def forward(self, x):\n        return x * self.w\n\n"
+                                   "def get_inputs():\n    return [torch.randn(32, 64, dtype=torch.complex64)]\n\n"
+                                   "def get_init_inputs():\n    return []\n");
+  const std::string model = read_file(scaled).substr(0, read_file(scaled).find("def get_inputs"));
+  const std::string same = write("cscale_same.py", model + "\nclass ModelNew(Model):\n    pass\n");
+  auto r = verify(scaled, same, "strict");
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_FALSE(r["task_check"]["degenerate"].get<bool>()) << r["task_check"];
+  EXPECT_EQ(r["task_check"]["trials_checked"], 3) << r["task_check"];
+  // The float64 reference is complex128: the float32 reference's own error against it is measured.
+  EXPECT_GT(r["verify"]["trials"][0]["reference_rel_error_vs_fp64"].get<double>(), 0.0) << r["verify"]["trials"][0];
+
+  // Right in its real part, its imaginary part through half precision: within 1e-2, not float32.
+  const std::string half = write("cscale_half.py", model +
+                                                       "\nclass ModelNew(Model):\n    def forward(self, x):\n"
+                                                       "        y = x * self.w\n"
+                                                       "        return torch.complex(y.real, y.imag.half().float())\n");
+  auto loose = verify(scaled, half, "loose");
+  EXPECT_TRUE(loose["ok"].get<bool>()) << loose.dump(2);
+  auto strict = verify(scaled, half, "strict");
+  EXPECT_EQ(strict["category"], "precision") << strict.dump(2);
+
+  const std::string constant = task_of_x("cconst", "torch.full((16,), 1 + 2j, dtype=torch.complex64) + 0 * x.sum()",
+                                         "torch.randn(64)");
+  const std::string c = solution_of_x("cconst.py", "torch.full((16,), 1 + 2j, dtype=torch.complex64)");
+  auto d = verify(constant, c);
+  EXPECT_TRUE(d["task_check"]["input_independent"].get<bool>()) << d["task_check"];
+  EXPECT_TRUE(d["task_check"]["near_constant"].get<bool>()) << d["task_check"];
+  EXPECT_TRUE(d["task_check"]["degenerate"].get<bool>()) << d["task_check"];
+}
+
 // Outputs larger than a comparison chunk (2^24 elements) are compared a chunk at a time
 // (memory_plan.h): a single wrong element in the last chunk of a row-chunked and of a
 // flat-chunked output is still found, and the correct output passes loose and strict.

@@ -56,11 +56,12 @@ class __attribute__((visibility("hidden"))) TaskCheck {
   void match_inputs(const std::vector<pybind11::object>& leaves, pybind11::handle inputs);
 };
 
-// Floating tensors of a tree (lists and tuples followed) converted to float64; other values
-// pass through.
+// Floating tensors of a tree (lists and tuples followed) converted to float64, complex ones to
+// complex128; other values pass through.
 pybind11::object to_float64(pybind11::handle obj);
 
-// The floating tensors of an output tree, in order.
+// The floating tensors of an output tree, in order; a complex tensor as two, its real and its
+// imaginary parts, so that the checks see both (a constant is constant in each part).
 void floating_leaves(pybind11::handle obj, std::vector<pybind11::object>& out);
 
 // The path ("output", "output[1]", ...) of the first tensor of `outputs` whose storage is the
