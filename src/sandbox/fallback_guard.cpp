@@ -30,7 +30,7 @@ ALLOWED = {
     "torch.transpose", "torch.Tensor.t", "torch.t", "torch.Tensor.narrow", "torch.narrow",
     "torch.Tensor.as_strided", "torch.Tensor.unbind", "torch.unbind", "torch.Tensor.split",
     "torch.split", "torch.Tensor.chunk", "torch.chunk", "torch.Tensor.__getitem__",
-    "torch.Tensor.detach", "torch.Tensor.requires_grad_",
+    "torch.Tensor.detach", "torch.Tensor.requires_grad_", "torch.view_as_real", "torch.view_as_complex",
     # copies (memcpy-like) and placement
     "torch.Tensor.contiguous", "torch.Tensor.clone", "torch.clone", "torch.Tensor.copy_",
     "torch.Tensor.to", "torch.Tensor.cuda", "torch.Tensor.cpu", "torch.Tensor.__setitem__",
@@ -38,7 +38,7 @@ ALLOWED = {
     "torch.Tensor.size", "torch.Tensor.dim", "torch.Tensor.numel", "torch.numel",
     "torch.Tensor.stride", "torch.Tensor.data_ptr", "torch.Tensor.is_contiguous",
     "torch.Tensor.element_size", "torch.Tensor.storage_offset", "torch.Tensor.get_device",
-    "torch.Tensor.is_floating_point", "torch.Tensor.type", "torch.Tensor.__len__",
+    "torch.Tensor.is_floating_point", "torch.Tensor.is_complex", "torch.Tensor.type", "torch.Tensor.__len__",
     "torch.Tensor.__bool__", "torch.Tensor.__index__", "torch.Tensor.__int__", "torch.Tensor.__float__",
     "torch.Tensor.item", "torch.Tensor.tolist", "torch.Tensor.__format__", "torch.Tensor.__repr__",
     # autograd switches (no_grad and friends)

@@ -548,6 +548,16 @@ TEST_F(Integrity, FallbackGuardRecordsOrRejectsPyTorchCompute) {
   EXPECT_TRUE(calls.contains("torch.nn.functional.relu")) << calls;
   EXPECT_FALSE(calls.contains("torch.Tensor.t")) << calls;
   EXPECT_FALSE(calls.contains("torch.Tensor.contiguous")) << calls;
+
+  // A complex tensor's parts and a float pair buffer as complex are views (a kernel of its own
+  // writes the pairs, then returns view_as_complex of them: tests/data/redteam/legit/polar_complex_output).
+  const std::string pairs = task_of_x("pairs", "torch.view_as_complex(x.contiguous())", "torch.randn(8, 2)");
+  const std::string views = solution_of_x("views.py", "torch.view_as_complex(torch.view_as_real(torch.view_as_complex("
+                                                      "x.contiguous())).clone()) if not x.is_complex() else x");
+  req.task_path = pairs;
+  req.solution_path = views;
+  auto v = evaluate(req).to_json();
+  EXPECT_TRUE(v["ok"].get<bool>()) << v.dump(2);
 }
 
 namespace {
