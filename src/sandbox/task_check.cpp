@@ -11,20 +11,25 @@ namespace py = pybind11;
 
 namespace cuda_agent::sandbox {
 
-void floating_leaves(py::handle obj, std::vector<py::object>& out) {
+void floating_leaves(py::handle obj, std::vector<py::object>& out, ComplexLeaves complex) {
   static py::object tensor_type = py::module_::import("torch").attr("Tensor");
   if (py::isinstance(obj, tensor_type)) {
     if (obj.attr("is_floating_point")().cast<bool>()) {
       out.push_back(py::reinterpret_borrow<py::object>(obj));
-    } else if (obj.attr("is_complex")().cast<bool>()) {  // its real and imaginary parts, each a view
+    } else if (obj.attr("is_complex")().cast<bool>()) {  // views of its parts
       py::object resolved = obj.attr("resolve_conj")();
-      out.push_back(resolved.attr("real"));
-      out.push_back(resolved.attr("imag"));
+      if (complex == ComplexLeaves::kPairs) {
+        static py::object view_as_real = py::module_::import("torch").attr("view_as_real");
+        out.push_back(view_as_real(resolved));
+      } else {
+        out.push_back(resolved.attr("real"));
+        out.push_back(resolved.attr("imag"));
+      }
     }
   } else if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
-    for (auto item : obj) floating_leaves(item, out);
+    for (auto item : obj) floating_leaves(item, out, complex);
   } else if (py::isinstance<py::dict>(obj)) {
-    for (auto kv : py::reinterpret_borrow<py::dict>(obj)) floating_leaves(kv.second, out);
+    for (auto kv : py::reinterpret_borrow<py::dict>(obj)) floating_leaves(kv.second, out, complex);
   }
 }
 
@@ -73,7 +78,12 @@ void TaskCheck::add(py::handle ref_out, py::handle inputs) {
   floating_leaves(ref_out, leaves);
   if (leaves.empty()) return;
   ++trials_;
-  if (!inputs.is_none()) match_inputs(leaves, inputs);
+  if (!inputs.is_none()) {
+    // Returned as given, a complex output matches an input in both parts at once.
+    std::vector<py::object> whole;
+    floating_leaves(ref_out, whole, ComplexLeaves::kPairs);
+    match_inputs(whole, inputs);
+  }
   static py::object aminmax = py::module_::import("torch").attr("aminmax");
   for (auto& t : leaves) {
     if (t.attr("numel")().cast<int64_t>() == 0) continue;
@@ -133,7 +143,7 @@ void TaskCheck::add(py::handle ref_out, py::handle inputs) {
 // failed once is not compared again.
 void TaskCheck::match_inputs(const std::vector<py::object>& leaves, py::handle inputs) {
   std::vector<py::object> given;
-  floating_leaves(inputs, given);
+  floating_leaves(inputs, given, ComplexLeaves::kPairs);
   if (matches_input_.empty()) matches_input_.assign(leaves.size(), std::vector<bool>(given.size(), true));
   if (matches_input_.size() != leaves.size()) {  // a different output structure: no input passes
     matches_input_.assign(leaves.size(), std::vector<bool>(given.size(), false));

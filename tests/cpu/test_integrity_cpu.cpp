@@ -454,6 +454,17 @@ TEST_F(Integrity, ComplexTasksAreCheckedLikeRealOnes) {
   EXPECT_TRUE(d["task_check"]["input_independent"].get<bool>()) << d["task_check"];
   EXPECT_TRUE(d["task_check"]["near_constant"].get<bool>()) << d["task_check"];
   EXPECT_TRUE(d["task_check"]["degenerate"].get<bool>()) << d["task_check"];
+
+  // An output whose real part is the input is no returned input (the input does not pass it);
+  // a complex input returned as it is, is.
+  const std::string half_given = task_of_x("cgiven", "torch.complex(x, x * x)", "torch.randn(64)");
+  auto g = verify(half_given, solution_of_x("cgiven.py", "torch.complex(x, x * x)"));
+  ASSERT_TRUE(g["ok"].get<bool>()) << g.dump(2);
+  EXPECT_FALSE(g["task_check"]["returns_input"].get<bool>()) << g["task_check"];
+  EXPECT_FALSE(g["task_check"]["degenerate"].get<bool>()) << g["task_check"];
+  const std::string given = task_of_x("cident", "x * 1", "torch.randn(64, dtype=torch.complex64)");
+  auto i = verify(given, solution_of_x("cident.py", "x.clone()"));
+  EXPECT_TRUE(i["task_check"]["returns_input"].get<bool>()) << i["task_check"];
 }
 
 // Outputs larger than a comparison chunk (2^24 elements) are compared a chunk at a time

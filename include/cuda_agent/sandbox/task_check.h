@@ -60,9 +60,14 @@ class __attribute__((visibility("hidden"))) TaskCheck {
 // complex128; other values pass through.
 pybind11::object to_float64(pybind11::handle obj);
 
-// The floating tensors of an output tree, in order; a complex tensor as two, its real and its
-// imaginary parts, so that the checks see both (a constant is constant in each part).
-void floating_leaves(pybind11::handle obj, std::vector<pybind11::object>& out);
+// How floating_leaves gives a complex tensor: as two leaves, its real and its imaginary parts
+// (a constant is constant in each part), or as one, the pairs of view_as_real (an output equals an
+// input only in both parts at once).
+enum class ComplexLeaves { kParts, kPairs };
+
+// The floating tensors of an output tree, in order, complex ones as `complex` says.
+void floating_leaves(pybind11::handle obj, std::vector<pybind11::object>& out,
+                     ComplexLeaves complex = ComplexLeaves::kParts);
 
 // The path ("output", "output[1]", ...) of the first tensor of `outputs` whose storage is the
 // storage of a tensor of `inputs` (a view of it, or the input itself); "" when none is. Call it
