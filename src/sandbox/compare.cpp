@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <complex>
 #include <cstring>
 #include <future>
 #include <mutex>
 
 #include <fmt/ranges.h>
+#include <pybind11/complex.h>
 #include <pybind11/stl.h>
 
 #include "cuda_agent/core/log.h"
@@ -337,17 +339,22 @@ void compare_tree(CompareResult& r, py::handle ref, py::handle cand, const std::
     if (!cand.is_none()) fail(r, path, fmt::format("None expected, got {}", type_name(cand)));
     return;
   }
-  const bool ref_num = py::isinstance<py::int_>(ref) || py::isinstance<py::float_>(ref);
-  if (ref_num) {
-    if (!(py::isinstance<py::int_>(cand) || py::isinstance<py::float_>(cand)))
-      return fail(r, path, fmt::format("a number expected, got {}", type_name(cand)));
-    const double a = ref.cast<double>(), b = cand.cast<double>();
-    const double d = std::fabs(a - b);
+  // Python numbers within the tolerance; a complex one in each part.
+  auto is_number = [](py::handle v) {
+    return py::isinstance<py::int_>(v) || py::isinstance<py::float_>(v) || PyComplex_Check(v.ptr());
+  };
+  if (is_number(ref)) {
+    if (!is_number(cand)) return fail(r, path, fmt::format("a number expected, got {}", type_name(cand)));
+    const std::complex<double> a = ref.cast<std::complex<double>>(), b = cand.cast<std::complex<double>>();
     r.compared += 1;
-    r.max_abs_diff = std::max(r.max_abs_diff, std::isfinite(d) ? d : 0.0);
-    if (!(d <= atol + rtol * std::fabs(a) || a == b)) {
-      r.mismatched += 1;
-      fail(r, path, fmt::format("{} expected, got {}", a, b));
+    for (const auto [x, y] : {std::pair{a.real(), b.real()}, std::pair{a.imag(), b.imag()}}) {
+      const double d = std::fabs(x - y);
+      r.max_abs_diff = std::max(r.max_abs_diff, std::isfinite(d) ? d : 0.0);
+      if (!(d <= atol + rtol * std::fabs(x) || x == y)) {
+        r.mismatched += 1;
+        return fail(r, path, fmt::format("{} expected, got {}", py::repr(ref).cast<std::string>(),
+                                          py::repr(cand).cast<std::string>()));
+      }
     }
     return;
   }

@@ -300,6 +300,12 @@ TEST(FusedComparison, AComplexOutputComparesItsImaginaryPartToo) {
   r = compare_outputs(scope["ref"], scope["flipped"], 1e-2, 1e-2);
   EXPECT_FALSE(r.ok) << "the conjugate's imaginary parts have the other sign";
   EXPECT_EQ(r.mismatched, 3);
+  // Python numbers: within the tolerance, a complex one in each part.
+  py::exec("pyref = (1.5 + 2j, 3.0, 7)\npynear = (1.505 + 2.01j, 3.01, 7)\npyfar = (1.5 + 2.5j, 3.0, 7)\n", scope);
+  EXPECT_TRUE(compare_outputs(scope["pyref"], scope["pynear"], 1e-2, 1e-2).ok);
+  r = compare_outputs(scope["pyref"], scope["pyfar"], 1e-2, 1e-2);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.path, "output[0]") << r.reason;
   // Under strict, against a complex128 reference: both parts' error counts.
   py::exec("ref64 = ref.to(torch.complex128)\n", scope);
   EXPECT_TRUE(compare_outputs_strict(scope["ref"], scope["ref64"], scope["ref"], 1e-2, 1e-2, 10.0, 1e-5).ok);
