@@ -352,8 +352,9 @@ void compare_tree(CompareResult& r, py::handle ref, py::handle cand, const std::
       r.max_abs_diff = std::max(r.max_abs_diff, std::isfinite(d) ? d : 0.0);
       if (!(d <= atol + rtol * std::fabs(x) || x == y)) {
         r.mismatched += 1;
-        return fail(r, path, fmt::format("{} expected, got {}", py::repr(ref).cast<std::string>(),
-                                          py::repr(cand).cast<std::string>()));
+        return fail(
+            r, path,
+            fmt::format("{} expected, got {}", py::repr(ref).cast<std::string>(), py::repr(cand).cast<std::string>()));
       }
     }
     return;

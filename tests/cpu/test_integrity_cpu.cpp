@@ -453,8 +453,8 @@ TEST_F(Integrity, ComplexTasksAreCheckedLikeRealOnes) {
   auto strict = verify(scaled, half, "strict");
   EXPECT_EQ(strict["category"], "precision") << strict.dump(2);
 
-  const std::string constant = task_of_x("cconst", "torch.full((16,), 1 + 2j, dtype=torch.complex64) + 0 * x.sum()",
-                                         "torch.randn(64)");
+  const std::string constant =
+      task_of_x("cconst", "torch.full((16,), 1 + 2j, dtype=torch.complex64) + 0 * x.sum()", "torch.randn(64)");
   const std::string c = solution_of_x("cconst.py", "torch.full((16,), 1 + 2j, dtype=torch.complex64)");
   auto d = verify(constant, c);
   EXPECT_TRUE(d["task_check"]["input_independent"].get<bool>()) << d["task_check"];
@@ -569,8 +569,9 @@ TEST_F(Integrity, FallbackGuardRecordsOrRejectsPyTorchCompute) {
   // A complex tensor's parts and a float pair buffer as complex are views (a kernel of its own
   // writes the pairs, then returns view_as_complex of them: tests/data/redteam/legit/polar_complex_output).
   const std::string pairs = task_of_x("pairs", "torch.view_as_complex(x.contiguous())", "torch.randn(8, 2)");
-  const std::string views = solution_of_x("views.py", "torch.view_as_complex(torch.view_as_real(torch.view_as_complex("
-                                                      "x.contiguous())).clone()) if not x.is_complex() else x");
+  const std::string views = solution_of_x("views.py",
+                                          "torch.view_as_complex(torch.view_as_real(torch.view_as_complex("
+                                          "x.contiguous())).clone()) if not x.is_complex() else x");
   req.task_path = pairs;
   req.solution_path = views;
   auto v = evaluate(req).to_json();
