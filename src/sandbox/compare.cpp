@@ -224,15 +224,6 @@ bool fused_compare(py::handle ref, py::handle cand, double atol, double rtol, in
   return true;
 }
 
-// A complex tensor as its real and imaginary parts (a float tensor with a last dimension of 2),
-// others as they are: converted to float64, a complex tensor keeps only its real part, so the
-// imaginary one went unchecked.
-py::object parts(py::handle t) {
-  if (!t.attr("is_complex")().cast<bool>()) return py::reinterpret_borrow<py::object>(t);
-  static py::handle torch = py::module_::import("torch").release();
-  return torch.attr("view_as_real")(t.attr("resolve_conj")());
-}
-
 void compare_tensors(CompareResult& r, py::handle ref_in, py::handle cand_in, const std::string& path, double atol,
                      double rtol, int64_t chunk, bool fused) {
   py::handle ref = ref_in, cand = cand_in;
@@ -249,7 +240,7 @@ void compare_tensors(CompareResult& r, py::handle ref_in, py::handle cand_in, co
   r.compared += ref.attr("numel")().cast<int64_t>();
   // Complex outputs: both parts of every element, each within the tolerance.
   const char* unit = ref.attr("is_complex")().cast<bool>() ? "real and imaginary parts" : "elements";
-  const py::object ref_parts = parts(ref), cand_parts = parts(cand);
+  const py::object ref_parts = complex_parts(ref), cand_parts = complex_parts(cand);
   ref = ref_parts;
   cand = cand_parts;
   const int64_t numel = ref.attr("numel")().cast<int64_t>();
@@ -347,7 +338,7 @@ void compare_tree(CompareResult& r, py::handle ref, py::handle cand, const std::
     if (!is_number(cand)) return fail(r, path, fmt::format("a number expected, got {}", type_name(cand)));
     const std::complex<double> a = ref.cast<std::complex<double>>(), b = cand.cast<std::complex<double>>();
     r.compared += 1;
-    for (const auto [x, y] : {std::pair{a.real(), b.real()}, std::pair{a.imag(), b.imag()}}) {
+    for (const auto& [x, y] : {std::pair{a.real(), b.real()}, std::pair{a.imag(), b.imag()}}) {
       const double d = std::fabs(x - y);
       r.max_abs_diff = std::max(r.max_abs_diff, std::isfinite(d) ? d : 0.0);
       if (!(d <= atol + rtol * std::fabs(x) || x == y)) {
@@ -405,7 +396,7 @@ void strict_tree(CompareResult& r, py::handle ref32_in, py::handle ref64_in, py:
   if (is_tensor(ref32_in)) {
     if (!is_tensor(ref64_in) || !is_tensor(cand_in)) return;
     // Complex outputs as their two parts (a complex64 reference's against the complex128 one).
-    const py::object ref32 = parts(ref32_in), ref64 = parts(ref64_in), cand = parts(cand_in);
+    const py::object ref32 = complex_parts(ref32_in), ref64 = complex_parts(ref64_in), cand = complex_parts(cand_in);
     if (!is_floating_tensor(ref32) || !is_floating_tensor(ref64) || !is_floating_tensor(cand)) return;
     const py::object ref32_dtype = ref32.attr("dtype"), ref64_dtype = ref64.attr("dtype");
     if (ref32_dtype.equal(float64())) return;   // nothing stricter to ask
@@ -446,6 +437,12 @@ void strict_tree(CompareResult& r, py::handle ref32_in, py::handle ref64_in, py:
 }
 
 }  // namespace
+
+py::object complex_parts(py::handle t) {
+  if (!t.attr("is_complex")().cast<bool>()) return py::reinterpret_borrow<py::object>(t);
+  static py::handle torch = py::module_::import("torch").release();
+  return torch.attr("view_as_real")(t.attr("resolve_conj")());
+}
 
 void for_each_chunk(py::handle a, py::handle b, int64_t chunk, const std::function<void(py::handle, py::handle)>& fn) {
   const int64_t numel = a.attr("numel")().cast<int64_t>();

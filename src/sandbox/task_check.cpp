@@ -17,13 +17,12 @@ void floating_leaves(py::handle obj, std::vector<py::object>& out, ComplexLeaves
     if (obj.attr("is_floating_point")().cast<bool>()) {
       out.push_back(py::reinterpret_borrow<py::object>(obj));
     } else if (obj.attr("is_complex")().cast<bool>()) {  // views of its parts
-      py::object resolved = obj.attr("resolve_conj")();
+      py::object pairs = complex_parts(obj);
       if (complex == ComplexLeaves::kPairs) {
-        static py::object view_as_real = py::module_::import("torch").attr("view_as_real");
-        out.push_back(view_as_real(resolved));
+        out.push_back(pairs);
       } else {
-        out.push_back(resolved.attr("real"));
-        out.push_back(resolved.attr("imag"));
+        out.push_back(pairs.attr("select")(-1, 0));
+        out.push_back(pairs.attr("select")(-1, 1));
       }
     }
   } else if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {

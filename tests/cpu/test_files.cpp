@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -54,6 +55,26 @@ class ScopedEnv {
   std::string name_;
   std::optional<std::string> old_;
 };
+
+// Forks a child that runs `in_child`, reports its value back and then waits to be killed; the
+// child's pid and that value (-1 when none came).
+std::pair<pid_t, pid_t> fork_waiting_child(const std::function<pid_t()>& in_child) {
+  int ready[2];
+  if (::pipe(ready) != 0) return {-1, -1};
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(ready[0]);
+    const pid_t value = in_child();
+    (void)!::write(ready[1], &value, sizeof value);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  pid_t value = -1;
+  if (child < 0 || ::read(ready[0], &value, sizeof value) != static_cast<ssize_t>(sizeof value)) value = -1;
+  ::close(ready[0]);
+  return {child, value};
+}
 
 TEST(Files, AtomicWriteThenReadBack) {
   TempDir dir;
@@ -340,21 +361,9 @@ TEST(FileLock, LockHoldersNamesTheProcessThatHoldsIt) {
   TempDir dir("ca-lock-");
   const fs::path path = dir.path() / "gpu0.quiet.lock";
   const fs::path other = dir.path() / "gpu0.gpu.lock";
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
+  const auto [child, fd] = fork_waiting_child([&] { return static_cast<pid_t>(lock_file(path, /*exclusive=*/false)); });
   ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(ready[0]);
-    const int fd = lock_file(path, /*exclusive=*/false);
-    (void)!::write(ready[1], "x", 1);
-    ::pause();
-    ::_exit(fd >= 0 ? 0 : 1);
-  }
-  ::close(ready[1]);
-  char c = 0;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
-  ::close(ready[0]);
+  ASSERT_GE(fd, 0) << "the child could not take the lock";
   const int mine = lock_file(other, /*exclusive=*/true);
   EXPECT_EQ(lock_holders(path), std::vector<pid_t>{child});
   EXPECT_EQ(lock_holders(other), std::vector<pid_t>{::getpid()});
@@ -373,25 +382,9 @@ TEST(FileLock, LockHoldersNamesTheProcessThatHoldsIt) {
 // summed, itself, strangers and gone processes left out, and nothing below an evaluation's judge
 // (a holder of the GPU's lock) counted.
 TEST(ProcStat, DescendantsGpuBytesSumsTheTreeButWhatLiesBelowAnExemptProcess) {
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t child = ::fork();
+  const auto [child, grandchild] = fork_waiting_child([] { return fork_waiting_child([] { return pid_t{0}; }).first; });
   ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(ready[0]);
-    const pid_t grandchild = ::fork();
-    if (grandchild == 0) {
-      ::pause();
-      ::_exit(0);
-    }
-    (void)!::write(ready[1], &grandchild, sizeof grandchild);
-    ::pause();
-    ::_exit(0);
-  }
-  ::close(ready[1]);
-  pid_t grandchild = 0;
-  ASSERT_EQ(::read(ready[0], &grandchild, sizeof grandchild), static_cast<ssize_t>(sizeof grandchild));
-  ::close(ready[0]);
+  ASSERT_GT(grandchild, 0);
   const uint64_t gib = 1ULL << 30;
   const std::map<pid_t, uint64_t> held = {
       {child, 1 * gib}, {grandchild, 2 * gib}, {::getpid(), 5 * gib}, {::getppid(), 7 * gib}};

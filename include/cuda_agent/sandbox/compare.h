@@ -31,6 +31,11 @@ struct CompareResult {
   nlohmann::json to_json() const;
 };
 
+// A complex tensor as its real and imaginary parts (view_as_real: a float tensor with a last
+// dimension of 2, its conjugate bit resolved), other values as they are. Converted to float64, a
+// complex tensor keeps only its real part, so every check must see it through this.
+pybind11::object complex_parts(pybind11::handle t);
+
 // Calls fn on matching pieces of two tensors of one shape, each piece at most `chunk` elements
 // (rows of dimension 0; when one row is larger, pieces of the flattened tensors, and flattening
 // copies a tensor that is not contiguous), so that float64 temporaries stay the size of a piece.
