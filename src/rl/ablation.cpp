@@ -192,7 +192,32 @@ json summarize_variant(const std::vector<json>& records) {
   if (rewards.size() >= 2) {
     const size_t quarter = std::max<size_t>(1, rewards.size() / 4);
     const double first = mean_of(rewards, 0, quarter), last = mean_of(rewards, rewards.size() - quarter, rewards.size());
-    if (last < first - kRewardFallMargin) s["collapse"].push_back("reward_falling");
+    // A step's mean over a few episodes moves by a whole task's reward over their count: a fall is
+    // a collapse only beyond twice the standard error of the two quarters' difference, where the
+    // steps recorded their episodes' spread (reward_std, two episodes or more a step).
+    std::vector<const json*> scored;
+    for (const json* r : steps)
+      if (r->contains("reward_mean") && (*r)["reward_mean"].is_number()) scored.push_back(r);
+    auto variance_of_mean = [&](size_t begin, size_t end) {
+      double v = 0;
+      for (size_t i = begin; i < end; ++i) {
+        const double n = scored[i]->value("episodes", 0.0), sd = scored[i]->value("reward_std", -1.0);
+        if (n < 2 || sd < 0) return -1.0;
+        v += sd * sd / n;
+      }
+      return v / static_cast<double>((end - begin) * (end - begin));
+    };
+    const double v_first = variance_of_mean(0, quarter),
+                 v_last = variance_of_mean(rewards.size() - quarter, rewards.size());
+    const double noise = v_first < 0 || v_last < 0 ? 0.0 : 2 * std::sqrt(v_first + v_last);
+    if (v_first >= 0 && v_last >= 0) s["reward_fall_noise"] = noise;
+    if (last < first - kRewardFallMargin) {
+      if (last < first - noise) {
+        s["collapse"].push_back("reward_falling");
+      } else {
+        s["reward_fall_within_noise"] = first - last;
+      }
+    }
   }
   if (lengths.size() >= 2 && lengths.back() > kLengthBlowupFactor * lengths.front() &&
       lengths.back() - lengths.front() > kLengthBlowupTokens)
@@ -218,6 +243,9 @@ std::string ablation_markdown(const std::vector<AblationVariant>& variants) {
     if (updated < steps || masked > 0)
       steps_cell += fmt::format(" ({} updated; {} episode(s) masked)", updated, masked);
     if (steps > 0 && updated == 0) collapse = "inconclusive: no step updated";
+    if (collapse.empty() && s.contains("reward_fall_within_noise"))
+      collapse = fmt::format("none (a fall of {:.2f}, within the noise {:.2f})",
+                             s["reward_fall_within_noise"].get<double>(), s["reward_fall_noise"].get<double>());
     md += fmt::format("| {} | {} | {} | {} -> {} ({}) | {} | {} | {} -> {} | {} |\n", v.name, v.config_file.string(),
                       steps_cell, number_or_dash(s, "reward_first"), number_or_dash(s, "reward_last"),
                       number_or_dash(s, "reward_best"), number_or_dash(s, "pass_rate_last", 0, true),
@@ -230,7 +258,9 @@ std::string ablation_markdown(const std::vector<AblationVariant>& variants) {
       "are over the PPO stage's steps (the warm-up's where a variant has no PPO stage): mean reward of the first and "
       "last step (and the best), and the last step's pass rate, faster-than-torch.compile rate and mean response "
       "length. Collapse: reward_falling when the last quarter of the steps averages more than {} below the first "
-      "quarter; length_blowup when the last response is more than {}x the first and {} tokens longer. An episode "
+      "quarter and the fall is beyond twice its standard error (from the steps' episode counts and reward_std; a "
+      "smaller fall shows as within the noise); length_blowup when the last response is more than {}x the first and {} "
+      "tokens longer. An episode "
       "whose task could not be evaluated (task_too_large on a GPU short of memory, a reference that fails) is "
       "masked: a step with no usable episode takes no update, and a variant none of whose steps updated is "
       "inconclusive. Charts: plots/reward.svg, pass_rate.svg, faster_than_compile.svg, response_length.svg.\n",

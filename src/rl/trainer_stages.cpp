@@ -265,7 +265,7 @@ struct Sampling {
   int64_t failed = 0, passed = 0, faster = 0;
   int64_t degenerate = 0;  // episodes whose evaluation flagged the task degenerate: masked
   int64_t task_faults = 0;  // episodes whose task could not be evaluated (sandbox::is_task_fault): masked
-  double reward_sum = 0, seconds = 0;
+  double reward_sum = 0, reward_square_sum = 0, seconds = 0;
   double baselines_seconds = 0;  // new tasks' baselines timed before the episodes (time_new_baselines)
   // Parts of `seconds` from the trajectories: the policy's replies and the tools' calls (Bash,
   // verify.sh, profile.sh: sandbox evaluations among them); the rest is setup and the final score.
@@ -376,6 +376,7 @@ Sampling sample_episodes(RunContext& ctx, const Stage& stage, int64_t step, cons
       continue;
     }
     s.reward_sum += result.reward;
+    s.reward_square_sum += result.reward * result.reward;
     if (result.score.is_object() && result.score.value("correct", json()) == json(true)) ++s.passed;
     if (milestone && result.reward >= 3.0) ++s.faster;
     s.trajectories.push_back(run.dir / "trajectory.jsonl");
@@ -392,7 +393,7 @@ void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record
                static_cast<double>(s.faster), s.reward_sum, s.seconds, s.generation_seconds, s.tool_seconds,
                static_cast<double>(s.generated_tokens), static_cast<double>(s.degenerate),
                static_cast<double>(s.task_faults), static_cast<double>(s.without_demonstration), s.baselines_seconds,
-               s.tool_gpu_wait_seconds, s.generation_quiet_wait_seconds});
+               s.tool_gpu_wait_seconds, s.generation_quiet_wait_seconds, s.reward_square_sum});
   const auto completed = static_cast<int64_t>(g[0]);
   const std::string& p = prefix;
   record[p + "tasks"] = s.task_ids;
@@ -412,6 +413,9 @@ void add_sampling_metrics(const RunContext& ctx, const Sampling& s, json& record
   if (g[6] > 0 && p.empty()) record[p + "generation_tokens_per_s"] = g[8] / g[6];  // nothing is sampled for a teacher
   if (completed == 0) return;
   record[p + "reward_mean"] = g[4] / g[0];
+  // The episodes' sample standard deviation: what a step's mean can say (the ablations' collapse
+  // check weighs a fall against it).
+  if (completed >= 2) record[p + "reward_std"] = std::sqrt(std::max(0.0, (g[15] - g[4] * g[4] / g[0]) / (g[0] - 1)));
   record[p + "pass_rate"] = g[2] / g[0];
   if (ctx.config.reward.kind == "milestone")
     record[p + "faster_than_compile_rate"] = g[3] / g[0];

@@ -182,8 +182,8 @@ TEST(Trainer, RunsPpoStepsWritesMetricsPlotsCheckpointAndResumesOneStep) {
     EXPECT_EQ(r["episodes"], 4) << r.dump();
     EXPECT_EQ(r["episodes_failed"], 0) << r.dump();
     EXPECT_EQ(r["update_skipped"], false) << r.dump() << "\n" << log.str();
-    for (const char* key : {"policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "reward_mean", "pass_rate",
-                            "faster_than_compile_rate", "response_length_mean"}) {
+    for (const char* key : {"policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "reward_mean", "reward_std",
+                            "pass_rate", "faster_than_compile_rate", "response_length_mean"}) {
       ASSERT_TRUE(r.contains(key) && r[key].is_number()) << key << " in " << r.dump();
       EXPECT_TRUE(std::isfinite(r[key].get<double>())) << key << " in " << r.dump();
     }

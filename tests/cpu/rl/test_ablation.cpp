@@ -3,6 +3,9 @@
 // before anything trains). The runs themselves: tests/cpu/policy/test_trainer.cpp.
 #include "cuda_agent/rl/ablation.h"
 
+#include <array>
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 #include "../test_util.h"
@@ -58,6 +61,42 @@ TEST(Ablation, CollapseFlagsFallingRewardAndLengthBlowup) {
   s = summarize_variant({});
   EXPECT_EQ(s["ppo_steps"], 0);
   EXPECT_FALSE(s.contains("reward_last"));
+}
+
+// Two PPO steps of two episodes each (the ablation set at its smallest, H100, 2026-12-06): rewards
+// 3 and 2, then 2 and 2, a mean falling from 2.5 to 2.0 by one episode's milestone. A fall within
+// twice its standard error is not a collapse; the same fall over 32 episodes a step is.
+TEST(Ablation, AFallWithinTheStepsNoiseIsNotACollapse) {
+  auto steps = [](std::vector<std::array<double, 3>> mean_std_n) {
+    std::vector<json> out;
+    for (size_t i = 0; i < mean_std_n.size(); ++i) {
+      const auto& [mean, sd, n] = mean_std_n[i];
+      json r = {{"step", i + 1}, {"stage", "ppo"},   {"step_in_stage", i + 1},        {"reward_mean", mean},
+                {"episodes", n}, {"pass_rate", 1.0}, {"response_length_mean", 1900.0}};
+      if (sd >= 0) r["reward_std"] = sd;
+      out.push_back(r);
+    }
+    return out;
+  };
+  json s = summarize_variant(steps({{2.5, std::sqrt(0.5), 2}, {2.0, 0.0, 2}}));
+  EXPECT_EQ(s["collapse"], json::array());
+  EXPECT_NEAR(s["reward_fall_noise"].get<double>(), 1.0, 1e-9);  // 2 x sqrt(0.5 / 2 + 0 / 2)
+  EXPECT_NEAR(s["reward_fall_within_noise"].get<double>(), 0.5, 1e-9);
+  std::vector<AblationVariant> v(1);
+  v[0].name = "base";
+  v[0].config_file = "configs/learning.yaml";
+  v[0].ok = true;
+  v[0].summary = s;
+  EXPECT_NE(ablation_markdown(v).find("| none (a fall of 0.50, within the noise 1.00) |"), std::string::npos)
+      << ablation_markdown(v);
+
+  s = summarize_variant(steps({{2.5, std::sqrt(0.5), 32}, {2.0, 0.0, 32}}));  // noise 0.25
+  EXPECT_EQ(s["collapse"], json({"reward_falling"}));
+  EXPECT_FALSE(s.contains("reward_fall_within_noise"));
+  // A step of one episode (no spread) or without reward_std (an older run): the margin alone.
+  EXPECT_EQ(summarize_variant(steps({{2.5, -1, 2}, {2.0, 0.0, 2}}))["collapse"], json({"reward_falling"}));
+  EXPECT_EQ(summarize_variant(steps({{3.0, 0.0, 1}, {2.0, 0.0, 1}}))["collapse"], json({"reward_falling"}));
+  EXPECT_FALSE(summarize_variant(steps({{3.0, 0.0, 1}, {2.0, 0.0, 1}})).contains("reward_fall_noise"));
 }
 
 // A variant whose PPO steps had every episode masked (the five variants on one H100 that left the
