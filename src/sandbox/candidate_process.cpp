@@ -395,6 +395,12 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
     reply["outputs"] = export_tree(run.output, out_tensor_, out_block_->address(), out_block_->bytes(), gpu_,
                                    in_block_->address(), in_block_->bytes(), &input_view);
     reply["output_view_of_input"] = input_view;
+    if (input_view.empty()) {
+      const OutputsAfterExport after =
+          check_outputs_after_export(run.output, reply["outputs"], out_tensor_, in_tensor_, gpu_);
+      reply["output_changed_after_export"] = after.changed;
+      reply["output_reads_inputs"] = after.reads_inputs;
+    }
   } catch (const OutputError& e) {
     throw Failure{category_from_string(e.category), e.message};
   } catch (const std::exception& e) {

@@ -346,6 +346,11 @@ CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, cons
   if (opt.integrity_checks) {
     const std::string why = r.value("tampering", "");
     if (!why.empty()) throw Failure{Category::kTampering, where + ": the solution tampered with the sandbox: " + why};
+    if (const std::string late = r.value("output_changed_after_export", ""); !late.empty())
+      throw Failure{Category::kTampering,
+                    fmt::format("{}: {} changed after the forward returned and its bytes were copied out: work of the "
+                                "solution's went on writing it, outside the forward's time",
+                                where, late)};
     std::string changed;
     guarded(Category::kRuntimeError, where + ": checking the inputs", [&] { changed = changed_tensor(inputs, spec, in_tensor_); });
     if (!changed.empty())
@@ -360,6 +365,12 @@ CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, cons
                   fmt::format("{}: {} is a view of the forward's inputs (its data lies in them): an output must be "
                               "computed into memory of its own, not returned from what was given",
                               where, view)};
+  if (const std::string alias = r.value("output_reads_inputs", ""); !alias.empty())
+    throw Failure{Category::kInvalidOutput,
+                  fmt::format("{}: {} reads the forward's inputs through memory outside their block (its bytes changed "
+                              "when the inputs' did: the inputs' memory mapped a second time): an output must be "
+                              "computed into memory of its own, not read from what was given",
+                              where, alias)};
   try {
     run.outputs = build_tree(r.at("outputs"), out_tensor_);
   } catch (const std::exception& e) {

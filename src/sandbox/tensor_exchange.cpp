@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <tuple>
+#include <vector>
 
 #include <pybind11/embed.h>
 #include <pybind11/stl.h>
@@ -261,15 +263,19 @@ void changed_walk(py::handle tree, const nlohmann::json& spec, Builder& builder,
 struct TensorMethods {
   py::object tensor_type, parameter_type, data_ptr, numel, element_size, size, stride, dtype, device, is_meta,
       function_modes, dispatch_modes, contiguous, dispatch_dump;
+  // For outputs_read_inputs(): the comparison of an output with its export, and the input block's
+  // bits flipped and flipped back.
+  py::object view, reshape, equal, bitwise_not_;
   // The dispatcher's registrations of the operators the harness calls on the solution's output
   // and in its own steps (a dense copy: clone, copy_, the empties; the poisoning's fill), as torch
   // registered them: a solution's torch.library kernel for one would run inside those calls.
   std::vector<std::pair<std::string, std::string>> registrations;
 };
 
-constexpr const char* kWatchedOperators[] = {"aten::clone",       "aten::copy_",         "aten::contiguous",
-                                             "aten::empty_like",  "aten::empty_strided", "aten::empty.memory_format",
-                                             "aten::fill_.Scalar"};
+constexpr const char* kWatchedOperators[] = {"aten::clone",        "aten::copy_",         "aten::contiguous",
+                                             "aten::empty_like",   "aten::empty_strided", "aten::empty.memory_format",
+                                             "aten::fill_.Scalar", "aten::equal",         "aten::view.dtype",
+                                             "aten::bitwise_not_", "aten::reshape"};
 
 TensorMethods& methods() {
   static TensorMethods m;
@@ -427,6 +433,10 @@ void capture_tensor_methods() {
   m.dispatch_dump = torch().attr("_C").attr("_dispatch_dump");
   for (const char* op : kWatchedOperators) m.registrations.emplace_back(op, m.dispatch_dump(op).cast<std::string>());
   m.contiguous = base.attr("contiguous");
+  m.view = base.attr("view");
+  m.reshape = base.attr("reshape");
+  m.equal = torch().attr("equal");
+  m.bitwise_not_ = base.attr("bitwise_not_");
 }
 
 std::string torch_interception() {
@@ -451,6 +461,90 @@ nlohmann::json export_tree(py::handle outputs, py::handle block, uint64_t block_
   if (device) CA_CU_CHECK(driver().cuCtxSynchronize());
   e.compacted.clear();
   return spec;
+}
+
+namespace {
+
+// An output tree's tensors beside their exports (views of the output block, built from the spec
+// export_tree returned), with their paths. The tree is the one export_tree walked: exact lists,
+// tuples and dicts with string keys, plain tensors.
+void exported_leaves(py::handle tree, const nlohmann::json& spec, Builder& builder, const std::string& path,
+                     std::vector<std::tuple<std::string, py::object, py::object>>& out) {
+  if (PyTuple_CheckExact(tree.ptr()) || PyList_CheckExact(tree.ptr())) {
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(tree.ptr());
+    for (Py_ssize_t i = 0; i < n; ++i)
+      exported_leaves(PySequence_Fast_GET_ITEM(tree.ptr(), i), spec.at("items").at(i), builder,
+                      path + "[" + std::to_string(i) + "]", out);
+  } else if (PyDict_CheckExact(tree.ptr())) {
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(tree.ptr(), &pos, &key, &value)) {
+      const std::string k = py::handle(key).cast<std::string>();
+      exported_leaves(value, spec.at("items").at(k), builder, path + "['" + k + "']", out);
+    }
+  } else if (PyType_IsSubtype(Py_TYPE(tree.ptr()), reinterpret_cast<PyTypeObject*>(methods().tensor_type.ptr())) &&
+             methods().numel(tree).cast<int64_t>() > 0) {
+    out.emplace_back(path, py::reinterpret_borrow<py::object>(tree), builder.tensor(spec));
+  }
+}
+
+// Whether two tensors of one shape and dtype hold the same bits, element by element: read as
+// integers of the element's size (any strides, no copy, NaN payloads compared too), or as dense
+// bytes for a wider element (complex128).
+bool same_bits(py::handle a, py::handle b) {
+  const TensorMethods& m = methods();
+  const char* as = nullptr;
+  switch (m.element_size(a).cast<int64_t>()) {
+    case 1:
+      as = "uint8";
+      break;
+    case 2:
+      as = "int16";
+      break;
+    case 4:
+      as = "int32";
+      break;
+    case 8:
+      as = "int64";
+      break;
+    default:
+      break;
+  }
+  if (as) return m.equal(m.view(a, torch().attr(as)), m.view(b, torch().attr(as))).cast<bool>();
+  const py::object bytes = torch().attr("uint8");
+  return m.equal(m.view(m.reshape(m.contiguous(a), -1), bytes), m.view(m.reshape(m.contiguous(b), -1), bytes))
+      .cast<bool>();
+}
+
+}  // namespace
+
+OutputsAfterExport check_outputs_after_export(py::handle outputs, const nlohmann::json& spec, py::handle output_block,
+                                              py::handle input_block, bool device) {
+  const TensorMethods& m = methods();
+  CA_ASSERT(m.equal, "capture_tensor_methods() must run before check_outputs_after_export()");
+  Builder builder{output_block, m.numel(output_block).cast<size_t>()};
+  std::vector<std::tuple<std::string, py::object, py::object>> leaves;
+  exported_leaves(outputs, spec, builder, "output", leaves);
+  OutputsAfterExport found;
+  const auto first_changed = [&] {
+    for (const auto& [path, output, exported] : leaves)
+      if (!same_bits(output, exported)) return path;
+    return std::string();
+  };
+  found.changed = first_changed();
+  if (!found.changed.empty() || leaves.empty() || m.numel(input_block).cast<int64_t>() == 0) return found;
+  // Every bit of the inputs' block flipped in place (no copy: flipping again restores it exactly):
+  // an output that reads any byte of it, through whichever mapping, now differs from its export.
+  m.bitwise_not_(input_block);
+  try {
+    found.reads_inputs = first_changed();
+  } catch (...) {
+    m.bitwise_not_(input_block);
+    throw;
+  }
+  m.bitwise_not_(input_block);  // the inputs as the judge wrote them, for its check of them
+  if (device) CA_CU_CHECK(driver().cuCtxSynchronize());
+  return found;
 }
 
 }  // namespace cuda_agent::sandbox

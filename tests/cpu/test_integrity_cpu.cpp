@@ -23,6 +23,7 @@
 #include "cuda_agent/sandbox/kernel_provenance.h"
 #include "cuda_agent/sandbox/launch_origins.h"
 #include "cuda_agent/sandbox/python_runtime.h"
+#include "cuda_agent/sandbox/tensor_exchange.h"
 
 using namespace cuda_agent;
 using namespace cuda_agent::sandbox;
@@ -209,6 +210,40 @@ TEST_F(Integrity, AnOutputThatIsAViewOfAnInputIsInvalid) {
   EXPECT_EQ(in_place["category"], "input_modified") << in_place.dump(2);
 }
 
+// The same view through a second mapping of the inputs' memory: an address test cannot see it (the
+// output lies outside the input block), but the export's bytes follow the inputs' (on the GPU
+// cuMemMap of the block's retained handle does this; here mremap of the shared host block).
+TEST_F(Integrity, AnOutputReadThroughASecondMappingOfTheInputsIsInvalid) {
+  const std::string task = task_of_x("transpose", "x.t().contiguous()", "torch.randn(96, 160)");
+  const std::string alias = write("alias.py", std::string(kModelNewHeader) + R"(import ctypes
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mremap.restype = ctypes.c_void_p
+_libc.mremap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int]
+_PAGE = 4096
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        at = x.data_ptr()
+        base = at - at % _PAGE
+        length = (at - base + x.numel() * x.element_size() + _PAGE - 1) // _PAGE * _PAGE
+        second = _libc.mremap(base, 0, length, 1)  # MREMAP_MAYMOVE: the same pages at a new address
+        assert second not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+        cells = (ctypes.c_float * x.numel()).from_address(second + (at - base))
+        return torch.frombuffer(cells, dtype=torch.float32).view(x.shape).t()
+)");
+  auto r = verify(task, alias);
+  EXPECT_FALSE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_EQ(r["category"], "invalid_output") << r.dump(2);
+  EXPECT_NE(r.value("message", "").find("reads the forward's inputs through memory outside their block"),
+            std::string::npos)
+      << r.dump(2);
+  // The inputs were flipped and flipped back for the test: a solution that copies them is untouched.
+  auto copy = verify(task, solution_of_x("copy.py", "x.t().contiguous()"));
+  EXPECT_TRUE(copy["ok"].get<bool>()) << copy.dump(2);
+}
+
 // A reference that returns a view of its input does no work there, and a solution cannot return
 // one (above): it must copy and can only be slower, so the task is flagged, with the output named.
 // A reference whose output is computed (a transposed copy) is not.
@@ -243,6 +278,46 @@ TEST_F(Integrity, AReferenceThatReturnsAViewOfItsInputIsFlagged) {
 // The judge's fused output comparison (compare.cpp) builds with NVRTC here, without a GPU: its
 // kernels' signatures parse and compile for the default architecture. (Its verdicts against the
 // tensor ops: RuntimeGpu.TheFusedComparisonGivesTheTensorOpsVerdicts.)
+// The check after the export, in this process on CPU tensors: an output of its own passes (NaN
+// payloads and a 16-byte complex element included), one that reads the input block is named even
+// when the address test is not told where the inputs lie, one written after its export is named
+// as changed, and the input block is left as it was in every case.
+TEST(OutputsAfterExport, OwnOutputsPassAliasesOfTheInputsAndLateWritesAreNamed) {
+  start_python();
+  capture_tensor_methods();
+  py::dict scope;
+  py::exec(R"PY(
+import torch
+inputs = torch.randint(0, 256, (4096,), dtype=torch.uint8)
+given = inputs.clone()
+out_block = torch.zeros(1 << 16, dtype=torch.uint8)
+own = torch.randn(8, 8)
+own[0, 0] = float("nan")
+wide = torch.randn(3, 5, dtype=torch.complex128).t()
+alias = inputs[:256].view(torch.float32).view(8, 8).t()
+)PY",
+           scope);
+  auto check = [&](const char* expr) {
+    const py::object outputs = py::eval(expr, scope);
+    const auto block = scope["out_block"];
+    const nlohmann::json spec = export_tree(outputs, block, block.attr("data_ptr")().cast<uint64_t>(),
+                                            block.attr("numel")().cast<size_t>(), /*device=*/false);
+    if (std::string(expr) == "(own, wide)") py::exec("own.add_(1)", scope);  // written after the export
+    const OutputsAfterExport found = check_outputs_after_export(outputs, spec, block, scope["inputs"], false);
+    EXPECT_TRUE(py::eval("torch.equal(inputs, given)", scope).cast<bool>()) << expr;
+    return found;
+  };
+  OutputsAfterExport f = check("[own, {'w': wide}]");
+  EXPECT_EQ(f.changed, "");
+  EXPECT_EQ(f.reads_inputs, "");
+  f = check("(own.clone(), alias)");
+  EXPECT_EQ(f.changed, "");
+  EXPECT_EQ(f.reads_inputs, "output[1]");
+  f = check("(own, wide)");
+  EXPECT_EQ(f.changed, "output[0]");
+  EXPECT_EQ(f.reads_inputs, "") << "nothing more is checked once an output changed on its own";
+}
+
 TEST(FusedComparison, ItsKernelsCompileWithoutAGpu) {
   start_python();
   EXPECT_TRUE(fused_comparison_available());

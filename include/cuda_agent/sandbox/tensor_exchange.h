@@ -66,4 +66,21 @@ nlohmann::json export_tree(pybind11::handle outputs, pybind11::handle block, uin
                            bool device, uint64_t input_address = 0, size_t input_bytes = 0,
                            std::string* input_view = nullptr);
 
+// After export_tree(), the candidate's side: each output compared bit for bit with its export in
+// `output_block` (`spec`, what export_tree returned). `changed`: the path of the first output that
+// differs already (written after the forward returned, by work the timer did not see end), and
+// nothing more is checked. Else `reads_inputs`: the path of the first output whose bytes follow
+// the forward's inputs although its data lies outside their block, the inputs' memory mapped a
+// second time (cuMemMap of the block's retained allocation handle, mremap of the host block),
+// which the address test above cannot see: every bit of `input_block` (a torch.uint8 tensor of
+// the inputs' block) is flipped in place, the outputs compared again, and the bits flipped back
+// before it returns, so that the judge's check of the inputs sees them as it wrote them. "" when
+// none.
+struct OutputsAfterExport {
+  std::string changed;
+  std::string reads_inputs;
+};
+OutputsAfterExport check_outputs_after_export(pybind11::handle outputs, const nlohmann::json& spec,
+                                              pybind11::handle output_block, pybind11::handle input_block, bool device);
+
 }  // namespace cuda_agent::sandbox
