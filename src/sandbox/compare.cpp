@@ -394,16 +394,26 @@ double relative_error(py::handle x, py::handle ref64, int64_t chunk, bool fused)
 void strict_tree(CompareResult& r, py::handle ref32_in, py::handle ref64_in, py::handle cand_in,
                  const std::string& path, double factor, double floor, int64_t chunk, bool fused) {
   if (is_tensor(ref32_in)) {
-    if (!is_tensor(ref64_in) || !is_tensor(cand_in)) return;
+    if (!is_tensor(cand_in)) return;
     // Complex outputs as their two parts (a complex64 reference's against the complex128 one).
-    const py::object ref32 = complex_parts(ref32_in), ref64 = complex_parts(ref64_in), cand = complex_parts(cand_in);
-    if (!is_floating_tensor(ref32) || !is_floating_tensor(ref64) || !is_floating_tensor(cand)) return;
-    const py::object ref32_dtype = ref32.attr("dtype"), ref64_dtype = ref64.attr("dtype");
-    if (ref32_dtype.equal(float64())) return;   // nothing stricter to ask
-    if (!ref64_dtype.equal(float64())) return;  // no double-precision reference to ask it against
+    const py::object ref32 = complex_parts(ref32_in), cand = complex_parts(cand_in);
+    if (!is_floating_tensor(ref32) || !is_floating_tensor(cand)) return;
+    // A float64 output is its own float64 reference; any other needs the float64 run's.
+    const bool wide = py::object(ref32.attr("dtype")).equal(float64());
+    py::object ref64;
+    if (wide) {
+      ref64 = ref32;
+    } else if (is_tensor(ref64_in)) {
+      ref64 = complex_parts(ref64_in);
+      if (!is_floating_tensor(ref64) || !py::object(ref64.attr("dtype")).equal(float64())) ref64 = py::object();
+    }
+    if (!ref64) {  // the float64 run gave this output in another dtype, or did not run
+      r.strict_unchecked.push_back(path);
+      return;
+    }
     const double ce = relative_error(cand, ref64, chunk, fused);
-    const double re = relative_error(ref32, ref64, chunk, fused);
-    const double limit = std::max(factor * re, floor);
+    const double re = wide ? 0.0 : relative_error(ref32, ref64, chunk, fused);
+    const double limit = wide ? kFloat64OutputLimit : std::max(factor * re, floor);
     if (ce > r.candidate_rel_error) {
       r.candidate_rel_error = ce;
       r.reference_rel_error = re;
@@ -412,10 +422,15 @@ void strict_tree(CompareResult& r, py::handle ref32_in, py::handle ref64_in, py:
       r.ok = false;
       r.precision_failure = true;
       r.path = path;
-      r.reason = fmt::format(
-          "relative error {:.3g} against a float64 reference exceeds the strict limit {:.3g} ({}x the float32 "
-          "reference's own {:.3g}, at least {:.3g}): the arithmetic is less precise than float32 (TF32, fp16 or bf16?)",
-          ce, limit, factor, re, floor);
+      r.reason = wide ? fmt::format(
+                            "relative error {:.3g} against the float64 reference exceeds {:.3g} for a float64 "
+                            "output: it was computed in less than float64 (float32 or lower)",
+                            ce, limit)
+                      : fmt::format(
+                            "relative error {:.3g} against a float64 reference exceeds the strict limit {:.3g} "
+                            "({}x the float32 reference's own {:.3g}, at least {:.3g}): the arithmetic is "
+                            "less precise than float32 (TF32, fp16 or bf16?)",
+                            ce, limit, factor, re, floor);
     }
     return;
   }
@@ -498,6 +513,7 @@ nlohmann::json CompareResult::to_json() const {
     j["candidate_rel_error_vs_fp64"] = candidate_rel_error;
     j["reference_rel_error_vs_fp64"] = reference_rel_error;
   }
+  if (!strict_unchecked.empty()) j["strict_unchecked"] = strict_unchecked;
   return j;
 }
 

@@ -151,17 +151,59 @@ py::object float64_copy(py::handle model) {
   return copy;
 }
 
+// A TorchFunctionMode under which every floating dtype the code names is float64 (complex ones
+// complex128): `.float()`, `.half()` and `.bfloat16()` become `.double()`, and a dtype passed to
+// any torch function or tensor method (`.to(torch.float32)`, `torch.zeros(..., dtype=...)`,
+// `softmax(..., dtype=...)`) is promoted, but in `view(dtype)`, which reinterprets bits. Without
+// it a reference that casts inside its forward gave float32 outputs in its float64 run too, and
+// strict had nothing to compare them with.
+py::object float64_mode() {
+  static py::object mode_type = [] {
+    py::dict scope;
+    py::exec(R"PY(
+import torch
+from torch.overrides import TorchFunctionMode
+
+_WIDE = {torch.float32: torch.float64, torch.float16: torch.float64, torch.bfloat16: torch.float64,
+         torch.complex64: torch.complex128, torch.complex32: torch.complex128}
+_CASTS = {torch.Tensor.float, torch.Tensor.half, torch.Tensor.bfloat16}
+
+
+def _wide(v):
+    return _WIDE.get(v, v) if isinstance(v, torch.dtype) else v
+
+
+class Float64Everywhere(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _CASTS:
+            return args[0].double()
+        if func is not torch.Tensor.view:
+            args = tuple(_wide(a) for a in args)
+            kwargs = {k: _wide(v) for k, v in kwargs.items()}
+        return func(*args, **kwargs)
+)PY",
+             scope);
+    return py::object(scope["Float64Everywhere"]);
+  }();
+  return mode_type();
+}
+
 // Runs the float64 reference with float64 as torch's default dtype, so tensors its forward
-// creates without a dtype match it.
+// creates without a dtype match it, and with the dtypes it names promoted (float64_mode).
 py::object call_float64(py::handle model, py::handle inputs) {
   py::module_ torch = py::module_::import("torch");
   py::object previous = torch.attr("get_default_dtype")();
   torch.attr("set_default_dtype")(torch.attr("float64"));
+  py::object mode = float64_mode();
+  mode.attr("__enter__")();
   try {
     py::object out = call_model(model, inputs);
+    mode.attr("__exit__")(py::none(), py::none(), py::none());
     torch.attr("set_default_dtype")(previous);
     return out;
   } catch (...) {
+    mode.attr("__exit__")(py::none(), py::none(), py::none());
     torch.attr("set_default_dtype")(previous);
     throw;
   }

@@ -11,8 +11,9 @@ namespace py = pybind11;
 
 namespace cuda_agent::sandbox {
 
-void floating_leaves(py::handle obj, std::vector<py::object>& out, ComplexLeaves complex) {
-  static py::object tensor_type = py::module_::import("torch").attr("Tensor");
+void floating_leaves(py::handle obj, std::vector<py::object>& out, ComplexLeaves complex, bool integers) {
+  static py::object torch = py::module_::import("torch");
+  static py::object tensor_type = torch.attr("Tensor");
   if (py::isinstance(obj, tensor_type)) {
     if (obj.attr("is_floating_point")().cast<bool>()) {
       out.push_back(py::reinterpret_borrow<py::object>(obj));
@@ -24,11 +25,14 @@ void floating_leaves(py::handle obj, std::vector<py::object>& out, ComplexLeaves
         out.push_back(pairs.attr("select")(-1, 0));
         out.push_back(pairs.attr("select")(-1, 1));
       }
+    } else if (integers) {  // bool as uint8: aminmax and allclose take integers
+      const bool is_bool = obj.attr("dtype").equal(torch.attr("bool"));
+      out.push_back(is_bool ? obj.attr("to")(torch.attr("uint8")) : py::reinterpret_borrow<py::object>(obj));
     }
   } else if (py::isinstance<py::list>(obj) || py::isinstance<py::tuple>(obj)) {
-    for (auto item : obj) floating_leaves(item, out, complex);
+    for (auto item : obj) floating_leaves(item, out, complex, integers);
   } else if (py::isinstance<py::dict>(obj)) {
-    for (auto kv : py::reinterpret_borrow<py::dict>(obj)) floating_leaves(kv.second, out, complex);
+    for (auto kv : py::reinterpret_borrow<py::dict>(obj)) floating_leaves(kv.second, out, complex, integers);
   }
 }
 
@@ -73,8 +77,10 @@ std::string view_of_input(py::handle outputs, py::handle inputs) {
 }
 
 void TaskCheck::add(py::handle ref_out, py::handle inputs) {
+  // Integer and bool outputs too: a task whose mask or indices are constant for its inputs is as
+  // degenerate as one whose values are (their comparison is exact, and so is this on them).
   std::vector<py::object> leaves;
-  floating_leaves(ref_out, leaves);
+  floating_leaves(ref_out, leaves, ComplexLeaves::kParts, /*integers=*/true);
   if (leaves.empty()) return;
   ++trials_;
   if (!inputs.is_none()) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <pybind11/embed.h>
 
@@ -107,6 +108,31 @@ TEST_F(Integrity, StrictPolicyCatchesAHalfPrecisionShortcut) {
 
 // Inputs scaled by 0.5: every probability stays far below atol (about 1e-3 at most) whatever the
 // secret seed draws (unscaled, a draw now and then put one element at 0.0103).
+// Integer and bool outputs are checked too (the task check looked at floating tensors only): a
+// mask that is all False for the task's inputs, or indices that never change, is passed by a
+// constant; a mask or indices that follow the inputs are not flagged.
+TEST_F(Integrity, ConstantIntegerAndBoolOutputsAreFlaggedDegenerate) {
+  const std::string mask = task_of_x("mask", "x.abs() > 1e4", "torch.randn(64, 32)");
+  auto m = verify(mask, solution_of_x("false.py", "torch.zeros_like(x, dtype=torch.bool)"));
+  EXPECT_TRUE(m["ok"].get<bool>()) << m.dump(2);
+  EXPECT_TRUE(m["task_check"]["near_constant"].get<bool>()) << m["task_check"];
+  EXPECT_TRUE(m["task_check"]["degenerate"].get<bool>()) << m["task_check"];
+  const std::string index =
+      task_of_x("index", "torch.argmax(x + 1e3 * torch.arange(32), dim=1)", "torch.randn(64, 32)");
+  auto i = verify(index, solution_of_x("last.py", "torch.full((64,), 31, dtype=torch.long)"));
+  EXPECT_TRUE(i["ok"].get<bool>()) << i.dump(2);
+  EXPECT_TRUE(i["task_check"]["input_independent"].get<bool>()) << i["task_check"];
+  EXPECT_TRUE(i["task_check"]["degenerate"].get<bool>()) << i["task_check"];
+  for (const char* expr : {"x > 0", "torch.argmax(x, dim=1)"}) {
+    const std::string t =
+        task_of_x(std::string("live") + std::to_string(std::string(expr).size()), expr, "torch.randn(64, 32)");
+    auto r = verify(t, solution_of_x(std::string("live") + std::to_string(std::string(expr).size()) + ".py", expr));
+    ASSERT_TRUE(r["ok"].get<bool>()) << expr << r.dump(2);
+    EXPECT_FALSE(r["task_check"]["degenerate"].get<bool>()) << expr << r["task_check"];
+    EXPECT_EQ(r["task_check"]["trials_checked"], 3) << expr << r["task_check"];
+  }
+}
+
 TEST_F(Integrity, ZerosPassingASoftmaxTaskIsFlaggedDegenerate) {
   const std::string task = task_of_x("softmax", "torch.softmax(x, dim=1)", "torch.randn(8, 16384) * 0.5");
   const std::string zeros = solution_of_x("zeros.py", "torch.zeros_like(x)");
@@ -495,6 +521,59 @@ TEST_F(Integrity, StrictWorksForModelsWithTensorAttributesOrNoFloat64Path) {
   auto g = verify(flaky, twice, "strict");
   EXPECT_EQ(g["category"], "runtime_error") << g.dump(2);
   EXPECT_NE(g["message"].get<std::string>().find("float64 reference (strict) had run"), std::string::npos) << g.dump(2);
+}
+
+// Strict gives every floating output a verdict. A reference that casts inside its forward
+// (`.float()`, a dtype named to a torch function) gave float32 outputs in its float64 run as well,
+// and strict silently compared them as loose: half-precision arithmetic passed. A float64 output
+// had "nothing stricter to ask": float32 arithmetic passed. What still has no float64 counterpart
+// is named (strict_unchecked).
+TEST_F(Integrity, StrictSeesThroughCastsInTheForwardAndChecksFloat64Outputs) {
+  const std::string weights =
+      "    def __init__(self):\n        super().__init__()\n"
+      "        self.w = nn.Parameter(torch.randn(256, 128{}) / 16)\n";
+  auto task = [&](const std::string& name, const std::string& dtype, const std::string& body) {
+    return write(name + "/model.py", "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n" +
+                                         fmt::format(fmt::runtime(weights), dtype) +
+                                         "    def forward(self, x):\n        return " + body +
+                                         "\n\ndef get_inputs():\n    return [torch.randn(32, 256" + dtype +
+                                         ")]\n\ndef get_init_inputs():\n    return []\n");
+  };
+  auto solution = [&](const std::string& name, const std::string& dtype, const std::string& body) {
+    return write(name, std::string(kModelNewHeader) + "class ModelNew(nn.Module):\n" +
+                           fmt::format(fmt::runtime(weights), dtype) + "    def forward(self, x):\n        return " +
+                           body + "\n");
+  };
+  const std::string half = "x.half().float() @ self.w.half().float()";  // float32 arithmetic on half inputs
+  for (const std::string body : {"(x @ self.w).float()", "torch.matmul(x, self.w).to(dtype=torch.float32)",
+                                 "torch.zeros(32, 128, dtype=torch.float32).add_(x @ self.w)"}) {
+    SCOPED_TRACE(body);
+    const std::string t = task("cast" + std::to_string(body.size()), "", body);
+    auto loose = verify(t, solution("half" + std::to_string(body.size()) + ".py", "", half), "loose");
+    EXPECT_TRUE(loose["ok"].get<bool>()) << loose.dump(2);
+    auto strict = verify(t, solution("half" + std::to_string(body.size()) + ".py", "", half), "strict");
+    EXPECT_EQ(strict["category"], "precision") << strict.dump(2);
+    auto exact = verify(t, solution("exact" + std::to_string(body.size()) + ".py", "", body), "strict");
+    ASSERT_TRUE(exact["ok"].get<bool>()) << exact.dump(2);
+    EXPECT_FALSE(exact["verify"]["trials"][0].contains("strict_unchecked")) << exact["verify"]["trials"][0];
+  }
+
+  const std::string wide = task("wide", ", dtype=torch.float64", "x @ self.w");
+  const std::string narrow = "(x.float() @ self.w.float()).double()";
+  auto loose = verify(wide, solution("narrow.py", ", dtype=torch.float64", narrow), "loose");
+  EXPECT_TRUE(loose["ok"].get<bool>()) << loose.dump(2);
+  auto strict = verify(wide, solution("narrow.py", ", dtype=torch.float64", narrow), "strict");
+  EXPECT_EQ(strict["category"], "precision") << strict.dump(2);
+  EXPECT_NE(strict.value("message", "").find("for a float64 output"), std::string::npos) << strict.dump(2);
+  auto exact = verify(wide, solution("wide_exact.py", ", dtype=torch.float64", "x @ self.w"), "strict");
+  EXPECT_TRUE(exact["ok"].get<bool>()) << exact.dump(2);
+
+  // Through numpy the float64 run cannot be promoted: passed as loose, and named.
+  const std::string numpy =
+      task_of_x("numpy", "torch.from_numpy((x * 2).numpy().astype('float32'))", "torch.randn(64)");
+  auto n = verify(numpy, solution_of_x("twice.py", "x * 2"), "strict");
+  ASSERT_TRUE(n["ok"].get<bool>()) << n.dump(2);
+  EXPECT_EQ(n["verify"]["trials"][0]["strict_unchecked"], nlohmann::json({"output"})) << n["verify"]["trials"][0];
 }
 
 // Complex tasks get every check a real one gets: the task check sees both parts of a complex

@@ -65,9 +65,10 @@ pybind11::object to_float64(pybind11::handle obj);
 // input only in both parts at once).
 enum class ComplexLeaves { kParts, kPairs };
 
-// The floating tensors of an output tree, in order, complex ones as `complex` says.
+// The floating tensors of an output tree, in order, complex ones as `complex` says; with
+// `integers`, integer and bool tensors as well (bool as uint8).
 void floating_leaves(pybind11::handle obj, std::vector<pybind11::object>& out,
-                     ComplexLeaves complex = ComplexLeaves::kParts);
+                     ComplexLeaves complex = ComplexLeaves::kParts, bool integers = false);
 
 // The path ("output", "output[1]", ...) of the first tensor of `outputs` whose storage is the
 // storage of a tensor of `inputs` (a view of it, or the input itself); "" when none is. Call it
