@@ -232,8 +232,14 @@ std::vector<RunGpu> runs_gpu(const std::vector<Window>& windows, const std::vect
       if (windows[i].contains(start, end)) return static_cast<int>(i);
     return -1;
   };
+  std::vector<uint64_t> hold_end(windows.size(), 0);  // when each run's hold let the timing stream go
   for (auto& k : kernels) {
-    if (CuptiKernelRecorder::is_probe(k) || is_timer_hold(k)) continue;
+    if (CuptiKernelRecorder::is_probe(k)) continue;
+    if (is_timer_hold(k)) {
+      if (const int w = window_of(k.start_ns, k.end_ns); w >= 0)
+        hold_end[static_cast<size_t>(w)] = std::max(hold_end[static_cast<size_t>(w)], k.end_ns);
+      continue;
+    }
     const int w = window_of(k.start_ns, k.end_ns);
     if (w < 0) {
       if (outside) outside->push_back(std::move(k));
@@ -248,7 +254,16 @@ std::vector<RunGpu> runs_gpu(const std::vector<Window>& windows, const std::vect
   }
   std::vector<RunGpu> out(windows.size());
   for (size_t i = 0; i < windows.size(); ++i) {
+    // Work that started while the timing stream was held (on a stream that does not wait for it)
+    // counts until the hold let go at least: the forward was still running on the host in
+    // between, and whatever it computed there (on the CPU, into host memory the GPU maps) would
+    // otherwise show as the early kernels' few microseconds.
+    uint64_t first = UINT64_MAX;
+    for (const auto& [start, end] : spans[i]) first = std::min(first, start);
+    const uint64_t held_until = hold_end[i];
     out[i].gpu = gpu_activity(std::move(spans[i]));
+    if (held_until > 0 && first < held_until)
+      out[i].gpu.span_ms = std::max(out[i].gpu.span_ms, static_cast<double>(held_until - first) / 1e6);
     const double event_ms = i < ms.size() ? ms[i] : 0;
     out[i].extended = out[i].gpu.span_ms > event_ms;
     out[i].sample_ms = std::max(event_ms, out[i].gpu.span_ms);

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include "cuda_agent/core/error.h"
+#include "cuda_agent/sandbox/cupti_kernel_recorder.h"
 #include "cuda_agent/sandbox/eval_result.h"
+#include "cuda_agent/sandbox/launch_origins.h"
 #include "cuda_agent/sandbox/timer.h"
 #include "cuda_agent/sandbox/timing_stats.h"
 
@@ -214,6 +216,36 @@ TEST(GpuActivity, CopiesOutsideEveryWindowAreCountedByWhoIssuedThem) {
   EXPECT_EQ(out.unattributed, 1u);
   EXPECT_EQ(outside_copies(transfers, {{0, 10'000}}).count, 0u) << "every copy inside one window";
   EXPECT_EQ(outside_copies({}, windows).count, 0u);
+}
+
+// Work that started while the timing stream was held (a kernel on a non-blocking stream, launched
+// inside the forward) counts until the hold let go: a forward that copied its input to mapped host
+// memory with one early kernel, computed on the CPU for 4.8 ms and returned host memory as its
+// output showed as that kernel's 10 us. Work that starts after the hold is measured as before.
+TEST(GpuActivity, WorkStartedDuringTheHoldCountsUntilTheHoldLetGo) {
+  auto record = [](const char* name, uint64_t start, uint64_t end, LaunchOrigin origin) {
+    KernelRecord k;
+    k.name = name, k.start_ns = start, k.end_ns = end, k.origin = origin;
+    return k;
+  };
+  const std::vector<Window> windows = {{0, 10'000'000}};
+  const KernelRecord hold = record("cuda_agent_timer_hold", 100, 5'000'000, LaunchOrigin::kHarness);
+  ASSERT_TRUE(is_timer_hold(hold));
+  std::vector<KernelRecord> early = {hold, record("copy_to_host", 200'000, 210'000, LaunchOrigin::kOwn)};
+  RunGpu r = runs_gpu(windows, {0.005}, early, {}).front();
+  EXPECT_NEAR(r.sample_ms, 4.8, 1e-9) << "from the early kernel's start to the hold's end";
+  EXPECT_NEAR(r.gpu.busy_ms, 0.01, 1e-9) << "the GPU's busy time is still its records'";
+  EXPECT_TRUE(r.extended);
+
+  std::vector<KernelRecord> after = {hold, record("softmax", 5'010'000, 5'510'000, LaunchOrigin::kOwn)};
+  r = runs_gpu(windows, {0.52}, after, {}).front();
+  EXPECT_NEAR(r.sample_ms, 0.52, 1e-9) << "the events' interval, as before";
+  EXPECT_FALSE(r.extended);
+
+  std::vector<KernelRecord> across = {hold, record("a", 4'900'000, 4'950'000, LaunchOrigin::kOwn),
+                                      record("b", 5'100'000, 6'000'000, LaunchOrigin::kOwn)};
+  r = runs_gpu(windows, {0.9}, across, {}).front();
+  EXPECT_NEAR(r.sample_ms, 1.1, 1e-9) << "first record to last, which already passes the hold";
 }
 
 // A baseline carried over by drift: every time scaled, the GPU times too.
