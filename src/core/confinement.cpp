@@ -626,15 +626,21 @@ volatile sig_atomic_t g_stop_signal = 0;
 void note_stop(int signal) { g_stop_signal = signal; }
 void note_tick(int) {}  // SIGALRM: waitpid returns EINTR, and the disk is looked at
 
-// SIGKILLs every descendant, round after round (a killed process's children are adopted here),
-// and reaps them, until none is left.
+// SIGKILLs every descendant, round after round, and reaps them, until none is left. Each round
+// walks the whole tree, not only this process's children: a child slow to exit (gigabytes of
+// memory to give back) keeps its own children (a daemon in a session of its own, say) until it has
+// gone, and the walk kills them meanwhile, rather than after the caller may have given up waiting
+// for this process and killed it with them still alive.
 void clear_descendants(pid_t self) {
   for (int round = 0; round < 10000; ++round) {
     while (::waitpid(-1, nullptr, WNOHANG) > 0) {
     }
-    const auto children = children_of(self);  // the orphans adopted here as a subreaper too
-    if (children.empty()) return;
-    for (const auto& child : children) ::kill(child.first, SIGKILL);
+    std::vector<pid_t> tree;
+    for (const auto& child : children_of(self)) tree.push_back(child.first);  // adopted orphans too
+    if (tree.empty()) return;
+    for (size_t i = 0; i < tree.size() && tree.size() < 100000; ++i)
+      for (const auto& grandchild : children_of(tree[i])) tree.push_back(grandchild.first);
+    for (const pid_t pid : tree) ::kill(pid, SIGKILL);
     ::usleep(1000);
   }
 }
@@ -697,6 +703,14 @@ int exec_confined(const ConfinementPlan& plan, const std::vector<std::string>& c
   const bool supervise = ::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0;
   if (supervise) {
     for (int s : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(s, &stop, nullptr);
+    // Under bubblewrap (--die-with-parent) this process is SIGKILLed when bwrap goes, and a stop
+    // of the command's group (a background shell ended before the final score, KillBash, a
+    // timeout) ends bwrap at once: killed so, this process never cleared what the command
+    // started, and a daemon in a session of its own lived on, into the episode's scoring and
+    // after it. The parent's death is a SIGTERM here instead, which clears them first.
+    int on_parent_death = 0;
+    if (::prctl(PR_GET_PDEATHSIG, &on_parent_death) == 0 && on_parent_death == SIGKILL)
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     // The disk watch: what the watched folders hold when the command starts, and the bound it
     // may not pass (the limit, or what they held already when that was more).
     const bool watch = plan.max_watched_bytes > 0 && !plan.watched.empty();

@@ -328,7 +328,7 @@ std::vector<pid_t> lock_holders(const std::filesystem::path& path) {
   while (std::getline(in, line)) {
     std::istringstream fields(line);
     std::string number, kind, advisory, mode, pid, id;
-    if (!(fields >> number >> kind) || kind == "->") continue;
+    if (!(fields >> number >> kind) || kind != "FLOCK") continue;  // a waiter's "->" too
     if (!(fields >> advisory >> mode >> pid >> id) || id != file_id) continue;
     char* end = nullptr;
     const long value = std::strtol(pid.c_str(), &end, 10);

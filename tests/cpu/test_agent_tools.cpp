@@ -784,6 +784,42 @@ TEST_P(AgentConfinement, BashRunsConfined) {
   fs::remove(root() / "big.bin");
 }
 
+// A background command that leaves a daemon in a session of its own and stays alive itself: the
+// stop of the shells before the episode's final score ends the daemon too. Under bubblewrap the
+// stop's SIGTERM ended bwrap at once, whose --die-with-parent SIGKILLed the command's supervisor
+// before it cleared what the command started: the daemon lived on, into the scoring and after it,
+// free to take the GPU's memory or its lock so that a failing solution's score ends masked (found
+// by an adversarial review, 2026-12-06).
+TEST_P(AgentConfinement, ADaemonOfABackgroundCommandEndsWhenTheShellsAreStopped) {
+  const ToolResult started = call("Bash", {{"command",
+                                            "setsid bash -c 'echo $$ > daemon.pid; exec sleep 300' "
+                                            "</dev/null >/dev/null 2>&1 & sleep 1000"},
+                                           {"run_in_background", true}});
+  ASSERT_TRUE(started.ok) << started.output;
+  pid_t daemon = 0;
+  for (int i = 0; i < 200 && daemon <= 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    std::error_code ec;
+    if (fs::exists(root() / "daemon.pid", ec)) daemon = std::atoi(read("daemon.pid").c_str());
+  }
+  ASSERT_GT(daemon, 0) << "the daemon wrote no pid";
+  const auto alive = [](pid_t pid) {  // a zombie waiting for its reaper has ended
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t close = text.rfind(')');
+    return close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z';
+  };
+  ASSERT_TRUE(alive(daemon));
+  registry_->stop_background();  // as the episode does before its final score
+  bool lives = true;
+  for (int i = 0; i < 150 && lives; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    lives = alive(daemon);
+  }
+  EXPECT_FALSE(lives) << "the background command's daemon " << daemon << " outlived the stop of the shells";
+  if (lives) ::kill(daemon, SIGKILL);
+}
+
 // Seen from outside the confinement's namespaces, as the episode's trainer sees a verify.sh's judge.
 TEST_P(AgentConfinement, WaitsForTheGpuLockDoNotCountAgainstTheTimeout) {
   expect_gpu_waits_do_not_count(registry_, *workspace_, tool_options_);

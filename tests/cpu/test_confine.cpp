@@ -169,6 +169,33 @@ void expect_confined(const nlohmann::json& r) {
 // The candidate's private /tmp and /dev/shm hold at most 4 GiB each (or host_memory_gb, when
 // less): their pages count in no process's resident memory, so the memory limit does not bound
 // them; at host_memory_gb (32 GiB) each a solution could hold three times the limit.
+// Who holds a lock file: flock() holders only. A POSIX or OFD lock (fcntl) does not exclude
+// flock(), which every lock of the project takes, so it keeps nobody waiting; counted, it let a
+// command of the agent's pass as an evaluation (its GPU memory exempt from its bound) by taking a
+// read lock on a GPU's lock file, while the judges' flock() went on at once (found by an
+// adversarial review, 2026-12-06).
+TEST(LockHolders, AreTheFlockHoldersOnly) {
+  TempDir dir("lock-holders-");
+  const fs::path posix = dir.path() / "posix.lock", flocked = dir.path() / "flock.lock";
+  write_file_atomic(posix, "");
+  write_file_atomic(flocked, "");
+  const int p = ::open(posix.c_str(), O_RDONLY | O_CLOEXEC), f = ::open(flocked.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(p, 0);
+  ASSERT_GE(f, 0);
+  struct flock shared {};
+  shared.l_type = F_RDLCK;
+  shared.l_whence = SEEK_SET;
+  ASSERT_EQ(::fcntl(p, F_SETLK, &shared), 0) << "a read lock on a file opened read-only";
+  ASSERT_EQ(::flock(f, LOCK_SH), 0);
+  EXPECT_TRUE(lock_holders(posix).empty()) << "a POSIX lock holds nobody up";
+  EXPECT_EQ(lock_holders(flocked), std::vector<pid_t>{::getpid()});
+  const int other = ::open(posix.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_EQ(::flock(other, LOCK_EX | LOCK_NB), 0) << "flock is not excluded by the POSIX lock";
+  ::close(other);
+  ::close(p);
+  ::close(f);
+}
+
 TEST_F(Confine, TheCandidatesTmpfsAreSmallerThanTheMemoryLimit) {
   auto r = verify(
       "for _d in ('/tmp', '/dev/shm'):\n    _s = os.statvfs(_d)\n"

@@ -76,10 +76,13 @@ std::filesystem::path default_cache_dir();
 int lock_file(const std::filesystem::path& path, bool exclusive, double max_wait_s = -1,
               const std::function<void()>& check = {});
 
-// The processes that hold a lock (flock, POSIX or OFD) on `path`, as /proc/locks names them (in
-// this process's PID namespace; waiters left out): for saying who keeps a lock file that a wait
-// gave up on. A lock taken by a process that has since ended, its descriptor inherited, names the
-// ended one. Empty when the file or /proc/locks cannot be read. Never throws.
+// The processes that hold a flock() lock on `path`, as /proc/locks names them (in this process's
+// PID namespace; waiters left out): for saying who keeps a lock file that a wait gave up on, and
+// whose GPU memory is an evaluation's. POSIX and OFD locks (fcntl) are left out: they do not
+// exclude flock(), which every lock of the project takes, so holding one keeps nobody waiting, and
+// a command of the agent's that took one on a GPU's lock file was counted as an evaluation (its
+// GPU memory exempt from its bound) without holding anyone up. A lock taken by a process that has since ended, its
+// descriptor inherited, names the ended one. Empty when the file or /proc/locks cannot be read. Never throws.
 std::vector<pid_t> lock_holders(const std::filesystem::path& path);
 
 // SHA-256 (hex) of a file's content, or "" when it cannot be read. Never throws.
