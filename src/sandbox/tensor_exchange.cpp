@@ -263,7 +263,7 @@ void changed_walk(py::handle tree, const nlohmann::json& spec, Builder& builder,
 struct TensorMethods {
   py::object tensor_type, parameter_type, data_ptr, numel, element_size, size, stride, dtype, device, is_meta,
       function_modes, dispatch_modes, contiguous, dispatch_dump;
-  // For outputs_read_inputs(): the comparison of an output with its export, and the input block's
+  // For check_outputs_after_export(): the comparison of an output with its export, and the input block's
   // bits flipped and flipped back.
   py::object view, reshape, equal, bitwise_not_;
   // The dispatcher's registrations of the operators the harness calls on the solution's output
