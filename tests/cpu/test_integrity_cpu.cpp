@@ -342,6 +342,25 @@ alias = inputs[:256].view(torch.float32).view(8, 8).t()
   f = check("(own, wide)");
   EXPECT_EQ(f.changed, "output[0]");
   EXPECT_EQ(f.reads_inputs, "") << "nothing more is checked once an output changed on its own";
+  // Conjugate and negative views are compared on the bits the export copied (a bit view of a
+  // flagged tensor is refused: the check must not fail a legitimate output on it).
+  f = check(
+      "(torch.randn(4, 3, dtype=torch.complex64).conj(), torch.randn(4, 3, dtype=torch.complex128).conj(), "
+      "torch.randn(4, 3, dtype=torch.complex64).conj().imag)");
+  EXPECT_EQ(f.changed, "");
+  EXPECT_EQ(f.reads_inputs, "");
+  // An output larger than one comparison's piece (2^24 elements) is compared piece by piece, to its
+  // last element.
+  py::exec("big = torch.randn(4097, 4097)\nout_block = torch.zeros(4097 * 4097 * 4 + 4096, dtype=torch.uint8)\n",
+           scope);
+  f = check("[big]");
+  EXPECT_EQ(f.changed, "");
+  const py::object outputs = py::eval("[big]", scope);
+  const auto block = scope["out_block"];
+  const nlohmann::json spec = export_tree(outputs, block, block.attr("data_ptr")().cast<uint64_t>(),
+                                          block.attr("numel")().cast<size_t>(), /*device=*/false);
+  py::exec("big[4096, 4096] += 1\n", scope);
+  EXPECT_EQ(check_outputs_after_export(outputs, spec, block, scope["inputs"], false).changed, "output[0]");
 }
 
 TEST(FusedComparison, ItsKernelsCompileWithoutAGpu) {
