@@ -232,32 +232,6 @@ struct Builder {
   }
 };
 
-void changed_walk(py::handle tree, const nlohmann::json& spec, Builder& builder, const std::string& path,
-                  std::string& first) {
-  if (!first.empty()) return;
-  if (is_tensor(tree)) {
-    py::object staged = builder.tensor(spec);
-    // In logical order (a copy where the layout is not contiguous: a flat view of one with a
-    // stride of two elements cannot be read as bytes).
-    py::object want = tree.attr("contiguous")().attr("reshape")(-1).attr("view")(torch().attr("uint8"));
-    py::object have = staged.attr("contiguous")().attr("reshape")(-1).attr("view")(torch().attr("uint8"));
-    if (!torch().attr("equal")(want, have).cast<bool>()) first = path;
-    return;
-  }
-  if (py::isinstance<py::tuple>(tree) || py::isinstance<py::list>(tree)) {
-    size_t i = 0;
-    for (py::handle x : tree) {
-      changed_walk(x, spec["items"][i], builder, path + "[" + std::to_string(i) + "]", first);
-      ++i;
-    }
-  } else if (py::isinstance<py::dict>(tree)) {
-    for (auto kv : py::reinterpret_borrow<py::dict>(tree)) {
-      const std::string key = kv.first.cast<std::string>();
-      changed_walk(kv.second, spec["items"][key], builder, path + "['" + key + "']", first);
-    }
-  }
-}
-
 // torch's C-level tensor methods and types, taken before any solution code ran: a solution can
 // replace torch.Tensor's Python attributes, not these.
 struct TensorMethods {
@@ -265,7 +239,8 @@ struct TensorMethods {
       function_modes, dispatch_modes, contiguous, dispatch_dump;
   // For check_outputs_after_export(): the comparison of an output with its export, and the input block's
   // bits flipped and flipped back.
-  py::object view, reshape, narrow, select, view_as_real, equal, bitwise_not_, is_conj, conj, is_neg, neg_view;
+  py::object view, reshape, narrow, select, view_as_real, equal, bitwise_not_, is_conj, conj, is_neg, neg_view,
+      resolve_conj, resolve_neg;
   // The dispatcher's registrations of the operators the harness calls on the solution's output
   // and in its own steps (a dense copy: clone, copy_, the empties; the poisoning's fill), as torch
   // registered them: a solution's torch.library kernel for one would run inside those calls.
@@ -277,7 +252,8 @@ constexpr const char* kWatchedOperators[] = {"aten::clone",        "aten::copy_"
                                              "aten::fill_.Scalar", "aten::equal",         "aten::view.dtype",
                                              "aten::bitwise_not_", "aten::reshape",       "aten::narrow",
                                              "aten::select.int",   "aten::view_as_real",  "aten::eq.Tensor",
-                                             "aten::all",          "aten::conj",          "aten::_neg_view"};
+                                             "aten::all",          "aten::conj",          "aten::_neg_view",
+                                             "aten::resolve_conj", "aten::resolve_neg"};
 
 TensorMethods& methods() {
   static TensorMethods m;
@@ -394,102 +370,23 @@ struct Exporter {
   }
 };
 
-}  // namespace
-
-size_t staged_bytes(py::handle tree, bool padded) { return staged_bytes_of(tree, padded, 0); }
-
-nlohmann::json stage_tree(py::handle tree, py::handle block) {
-  Stager s{block, block.attr("numel")().cast<size_t>()};
-  return s.stage(tree, "input", 0);
-}
-
-py::object build_tree(const nlohmann::json& spec, py::handle block) {
-  Builder b{block, block.attr("numel")().cast<size_t>()};
-  return b.build(spec, 0);
-}
-
-std::string changed_tensor(py::handle tree, const nlohmann::json& spec, py::handle block) {
-  Builder b{block, block.attr("numel")().cast<size_t>()};
-  std::string first;
-  changed_walk(tree, spec, b, "input", first);
-  return first;
-}
-
-void capture_tensor_methods() {
-  TensorMethods& m = methods();
-  if (m.data_ptr) return;
-  py::object base = torch().attr("_C").attr("TensorBase");
-  py::dict props = base.attr("__dict__");
-  m.tensor_type = torch().attr("Tensor");
-  m.parameter_type = torch().attr("nn").attr("Parameter");
-  m.data_ptr = base.attr("data_ptr");
-  m.numel = base.attr("numel");
-  m.element_size = base.attr("element_size");
-  m.size = base.attr("size");
-  m.stride = base.attr("stride");
-  m.dtype = props["dtype"].attr("__get__");
-  m.device = props["device"].attr("__get__");
-  m.is_meta = props["is_meta"].attr("__get__");
-  m.function_modes = torch().attr("_C").attr("_len_torch_function_stack");
-  m.dispatch_modes = torch().attr("_C").attr("_len_torch_dispatch_stack");
-  m.dispatch_dump = torch().attr("_C").attr("_dispatch_dump");
-  for (const char* op : kWatchedOperators) m.registrations.emplace_back(op, m.dispatch_dump(op).cast<std::string>());
-  m.contiguous = base.attr("contiguous");
-  m.view = base.attr("view");
-  m.reshape = base.attr("reshape");
-  m.narrow = base.attr("narrow");
-  m.select = base.attr("select");
-  m.view_as_real = torch().attr("view_as_real");
-  m.is_conj = base.attr("is_conj");
-  m.conj = base.attr("conj");
-  m.is_neg = base.attr("is_neg");
-  m.neg_view = torch().attr("_neg_view");
-  m.equal = torch().attr("equal");
-  m.bitwise_not_ = base.attr("bitwise_not_");
-}
-
-std::string torch_interception() {
-  const TensorMethods& m = methods();
-  CA_ASSERT(m.data_ptr, "capture_tensor_methods() must run before torch_interception()");
-  if (m.function_modes().cast<int64_t>() > 0) return "a TorchFunctionMode of the solution's is still active";
-  if (m.dispatch_modes().cast<int64_t>() > 0) return "a TorchDispatchMode of the solution's is still active";
-  for (const auto& [op, registered] : m.registrations)
-    if (m.dispatch_dump(op).cast<std::string>() != registered)
-      return fmt::format("torch's kernels for {} were replaced or added to (torch.library)", op);
-  return "";
-}
-
-nlohmann::json export_tree(py::handle outputs, py::handle block, uint64_t block_address, size_t block_bytes,
-                           bool device, uint64_t input_address, size_t input_bytes, std::string* input_view) {
-  CA_ASSERT(methods().data_ptr, "capture_tensor_methods() must run before export_tree()");
-  if (const std::string why = torch_interception(); !why.empty())
-    throw OutputError{"tampering", why + " after forward returned"};
-  Exporter e{block, block_address, block_bytes, device, input_address, input_bytes, {}, 0, 0, {}};
-  nlohmann::json spec = e.walk(outputs, "output", 0);
-  if (input_view) *input_view = e.input_view;
-  if (device) CA_CU_CHECK(driver().cuCtxSynchronize());
-  e.compacted.clear();
-  return spec;
-}
-
-namespace {
-
-// An output tree's tensors beside their exports (views of the output block, built from the spec
-// export_tree returned), with their paths. The tree is the one export_tree walked: exact lists,
-// tuples and dicts with string keys, plain tensors.
-void exported_leaves(py::handle tree, const nlohmann::json& spec, Builder& builder, const std::string& path,
-                     std::vector<std::tuple<std::string, py::object, py::object>>& out) {
-  if (PyTuple_CheckExact(tree.ptr()) || PyList_CheckExact(tree.ptr())) {
+// A tree's tensors beside their copies in a shared block (views built from the tree's spec), with
+// their paths: the judge's inputs beside what the candidate left of them, the candidate's outputs
+// beside their export. Lists, tuples and dicts (string keys) are followed as stage_tree and
+// export_tree walked them; empty tensors have no bytes to compare.
+void tensors_beside_spec(py::handle tree, const nlohmann::json& spec, Builder& builder, const std::string& path,
+                         std::vector<std::tuple<std::string, py::object, py::object>>& out) {
+  if (PyTuple_Check(tree.ptr()) || PyList_Check(tree.ptr())) {
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(tree.ptr());
     for (Py_ssize_t i = 0; i < n; ++i)
-      exported_leaves(PySequence_Fast_GET_ITEM(tree.ptr(), i), spec.at("items").at(i), builder,
-                      path + "[" + std::to_string(i) + "]", out);
-  } else if (PyDict_CheckExact(tree.ptr())) {
+      tensors_beside_spec(PySequence_Fast_GET_ITEM(tree.ptr(), i), spec.at("items").at(i), builder,
+                          path + "[" + std::to_string(i) + "]", out);
+  } else if (PyDict_Check(tree.ptr())) {
     PyObject *key, *value;
     Py_ssize_t pos = 0;
     while (PyDict_Next(tree.ptr(), &pos, &key, &value)) {
       const std::string k = py::handle(key).cast<std::string>();
-      exported_leaves(value, spec.at("items").at(k), builder, path + "['" + k + "']", out);
+      tensors_beside_spec(value, spec.at("items").at(k), builder, path + "['" + k + "']", out);
     }
   } else if (PyType_IsSubtype(Py_TYPE(tree.ptr()), reinterpret_cast<PyTypeObject*>(methods().tensor_type.ptr())) &&
              methods().numel(tree).cast<int64_t>() > 0) {
@@ -522,17 +419,20 @@ bool equal_in_pieces(py::handle a, py::handle b) {
   return true;
 }
 
+// How a conjugate or negative view of `a` was copied: its values (staging copies them), or the
+// bits in its memory (the export copies those, the view's flag dropped).
+enum class Copied { kValues, kStoredBits };
+
 // Whether two tensors of one shape and dtype hold the same bits, element by element: read as
 // integers of the element's size (any strides, no copy, NaN payloads compared too); a complex128
-// as the int64 bits of its two parts.
-bool same_bits(py::handle a, py::handle b) {
+// as the int64 bits of its two parts. A bit view of a flagged tensor is refused, so `a`'s
+// conjugate or negative flag is resolved (a copy) or dropped (a view) first, as `copied` says.
+bool same_bits(py::handle a, py::handle b, Copied copied) {
   const TensorMethods& m = methods();
   const char* as = "int64";
   py::object x = py::reinterpret_borrow<py::object>(a), y = py::reinterpret_borrow<py::object>(b);
-  // The bits in memory, as the export copied them: a conjugate or negative view's flag dropped
-  // (flipping it back is a view too; a bit view of a flagged tensor is refused).
-  if (m.is_conj(x).cast<bool>()) x = m.conj(x);
-  if (m.is_neg(x).cast<bool>()) x = m.neg_view(x);
+  if (m.is_conj(x).cast<bool>()) x = copied == Copied::kValues ? m.resolve_conj(x) : m.conj(x);
+  if (m.is_neg(x).cast<bool>()) x = copied == Copied::kValues ? m.resolve_neg(x) : m.neg_view(x);
   switch (m.element_size(a).cast<int64_t>()) {
     case 1:
       as = "uint8";
@@ -553,7 +453,93 @@ bool same_bits(py::handle a, py::handle b) {
   return equal_in_pieces(m.view(x, torch().attr(as)), m.view(y, torch().attr(as)));
 }
 
+// The path of the first tensor of `leaves` whose bits differ from its copy's; "" when none does.
+std::string first_changed(const std::vector<std::tuple<std::string, py::object, py::object>>& leaves, Copied copied) {
+  for (const auto& [path, tensor, copy] : leaves)
+    if (!same_bits(tensor, copy, copied)) return path;
+  return "";
+}
+
 }  // namespace
+
+size_t staged_bytes(py::handle tree, bool padded) { return staged_bytes_of(tree, padded, 0); }
+
+nlohmann::json stage_tree(py::handle tree, py::handle block) {
+  Stager s{block, block.attr("numel")().cast<size_t>()};
+  return s.stage(tree, "input", 0);
+}
+
+py::object build_tree(const nlohmann::json& spec, py::handle block) {
+  Builder b{block, block.attr("numel")().cast<size_t>()};
+  return b.build(spec, 0);
+}
+
+std::string changed_tensor(py::handle tree, const nlohmann::json& spec, py::handle block) {
+  capture_tensor_methods();  // the judge's own process: no solution code has run there
+  Builder b{block, block.attr("numel")().cast<size_t>()};
+  std::vector<std::tuple<std::string, py::object, py::object>> leaves;
+  tensors_beside_spec(tree, spec, b, "input", leaves);
+  return first_changed(leaves, Copied::kValues);
+}
+
+void capture_tensor_methods() {
+  TensorMethods& m = methods();
+  if (m.data_ptr) return;
+  py::object base = torch().attr("_C").attr("TensorBase");
+  py::dict props = base.attr("__dict__");
+  m.tensor_type = torch().attr("Tensor");
+  m.parameter_type = torch().attr("nn").attr("Parameter");
+  m.data_ptr = base.attr("data_ptr");
+  m.numel = base.attr("numel");
+  m.element_size = base.attr("element_size");
+  m.size = base.attr("size");
+  m.stride = base.attr("stride");
+  m.dtype = props["dtype"].attr("__get__");
+  m.device = props["device"].attr("__get__");
+  m.is_meta = props["is_meta"].attr("__get__");
+  m.function_modes = torch().attr("_C").attr("_len_torch_function_stack");
+  m.dispatch_modes = torch().attr("_C").attr("_len_torch_dispatch_stack");
+  m.dispatch_dump = torch().attr("_C").attr("_dispatch_dump");
+  for (const char* op : kWatchedOperators) m.registrations.emplace_back(op, m.dispatch_dump(op).cast<std::string>());
+  m.contiguous = base.attr("contiguous");
+  m.view = base.attr("view");
+  m.reshape = base.attr("reshape");
+  m.narrow = base.attr("narrow");
+  m.select = base.attr("select");
+  m.view_as_real = torch().attr("view_as_real");
+  m.is_conj = base.attr("is_conj");
+  m.conj = base.attr("conj");
+  m.is_neg = base.attr("is_neg");
+  m.neg_view = torch().attr("_neg_view");
+  m.resolve_conj = base.attr("resolve_conj");
+  m.resolve_neg = base.attr("resolve_neg");
+  m.equal = torch().attr("equal");
+  m.bitwise_not_ = base.attr("bitwise_not_");
+}
+
+std::string torch_interception() {
+  const TensorMethods& m = methods();
+  CA_ASSERT(m.data_ptr, "capture_tensor_methods() must run before torch_interception()");
+  if (m.function_modes().cast<int64_t>() > 0) return "a TorchFunctionMode of the solution's is still active";
+  if (m.dispatch_modes().cast<int64_t>() > 0) return "a TorchDispatchMode of the solution's is still active";
+  for (const auto& [op, registered] : m.registrations)
+    if (m.dispatch_dump(op).cast<std::string>() != registered)
+      return fmt::format("torch's kernels for {} were replaced or added to (torch.library)", op);
+  return "";
+}
+
+nlohmann::json export_tree(py::handle outputs, py::handle block, uint64_t block_address, size_t block_bytes,
+                           bool device, uint64_t input_address, size_t input_bytes, std::string* input_view) {
+  CA_ASSERT(methods().data_ptr, "capture_tensor_methods() must run before export_tree()");
+  if (const std::string why = torch_interception(); !why.empty())
+    throw OutputError{"tampering", why + " after forward returned"};
+  Exporter e{block, block_address, block_bytes, device, input_address, input_bytes, {}, 0, 0, {}};
+  nlohmann::json spec = e.walk(outputs, "output", 0);
+  if (input_view) *input_view = e.input_view;
+  if (device) CA_CU_CHECK(driver().cuCtxSynchronize());
+  e.compacted.clear();
+  return spec;
+}
 
 OutputsAfterExport check_outputs_after_export(py::handle outputs, const nlohmann::json& spec, py::handle output_block,
                                               py::handle input_block, bool device) {
@@ -561,20 +547,15 @@ OutputsAfterExport check_outputs_after_export(py::handle outputs, const nlohmann
   CA_ASSERT(m.equal, "capture_tensor_methods() must run before check_outputs_after_export()");
   Builder builder{output_block, m.numel(output_block).cast<size_t>()};
   std::vector<std::tuple<std::string, py::object, py::object>> leaves;
-  exported_leaves(outputs, spec, builder, "output", leaves);
+  tensors_beside_spec(outputs, spec, builder, "output", leaves);
   OutputsAfterExport found;
-  const auto first_changed = [&] {
-    for (const auto& [path, output, exported] : leaves)
-      if (!same_bits(output, exported)) return path;
-    return std::string();
-  };
-  found.changed = first_changed();
+  found.changed = first_changed(leaves, Copied::kStoredBits);
   if (!found.changed.empty() || leaves.empty() || m.numel(input_block).cast<int64_t>() == 0) return found;
   // Every bit of the inputs' block flipped in place (no copy: flipping again restores it exactly):
   // an output that reads any byte of it, through whichever mapping, now differs from its export.
   m.bitwise_not_(input_block);
   try {
-    found.reads_inputs = first_changed();
+    found.reads_inputs = first_changed(leaves, Copied::kStoredBits);
   } catch (...) {
     m.bitwise_not_(input_block);
     throw;
