@@ -190,6 +190,7 @@ void Candidate::start(std::string& phase) {
     set_process_environment(env);
     register_python_module();
     set_runtime_cache_dir(req_.nvrtc_dir);
+    set_runtime_trusted_entries(req_.nvrtc_trusted);
     start_python();
     preload_solution_modules();  // a forked candidate has it from its judge
   } catch (const std::exception& e) {
@@ -510,6 +511,7 @@ nlohmann::json Candidate::finish() {
     }
   }
   reply["runtime"] = runtime_json();
+  reply["nvrtc_written"] = runtime_written_entries();
   reply["idle"] = {{"cpu_s", idle_cpu_s_}, {"wall_s", idle_wall_s_}};
   return reply;
 }
@@ -580,7 +582,7 @@ nlohmann::json CandidateRequest::to_json() const {
   return {{"task_path", task_path}, {"solution_path", solution_path}, {"device", device},
           {"confine", confine},     {"scope_signals", scope_signals}, {"nvrtc_dir", nvrtc_dir}, {"build_dir", build_dir},
           {"hidden", hidden},       {"shown", shown},                 {"visible", visible}, {"tmpfs_bytes", tmpfs_bytes},
-          {"scratch_dir", scratch_dir}};
+          {"scratch_dir", scratch_dir}, {"nvrtc_trusted", nvrtc_trusted}};
 }
 
 CandidateRequest CandidateRequest::from_json(const nlohmann::json& j) {
@@ -597,6 +599,7 @@ CandidateRequest CandidateRequest::from_json(const nlohmann::json& j) {
   r.visible = j.value("visible", std::vector<std::string>{});
   r.tmpfs_bytes = j.value("tmpfs_bytes", uint64_t{0});
   r.scratch_dir = j.value("scratch_dir", "");
+  r.nvrtc_trusted = j.value("nvrtc_trusted", std::map<std::string, std::string>{});
   return r;
 }
 

@@ -12,7 +12,7 @@
 //   run {inputs, guard, poison, full_checks}
 //                    -> ran {ms, outputs, kernels, outside, host_copy_bytes, fallback, tampering}
 //   warmup {inputs, runs, ms} -> warmed {runs, outside}
-//   finish           -> finished {runtime, tampering}           then the process exits
+//   finish           -> finished {runtime, tampering, nvrtc_written}  then the process exits
 //   any              -> failed {category, message, phase}
 //
 // Everything the process reports after "ready" is a claim of code that shares a process with
@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,9 @@ struct CandidateRequest {
   // unconfined candidate under confine: auto is scoped where the kernel can.
   bool scope_signals = false;
   std::string nvrtc_dir;        // the solution's own NVRTC cache folder (writable when confined)
+  // The entries of nvrtc_dir the candidate may read (key -> NvrtcCompiler::entry_digest): those
+  // its earlier evaluations compiled, as the judge recorded them (judge_nvrtc_record).
+  std::map<std::string, std::string> nvrtc_trusted;
   std::string build_dir;        // the solution's own nvcc builds (kernels/, TORCH_EXTENSIONS_DIR)
   std::vector<std::string> hidden;  // folders the confinement empties (the cache's secret, the task's answers)
   std::vector<std::string> shown;   // folders inside hidden ones that stay readable (the solution's own)

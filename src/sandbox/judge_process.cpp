@@ -5,6 +5,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
+#include "cuda_agent/core/log.h"
 #include "cuda_agent/core/proc_stat.h"
 #include "cuda_agent/sandbox/baseline_cache.h"
 #include "cuda_agent/sandbox/compare.h"
@@ -51,10 +53,60 @@ constexpr uint64_t kCandidateTmpfsBytes = 4ULL << 30;
 // that the cache, other evaluations and the trainer's checkpoints share.
 constexpr uint64_t kCandidateDiskBytes = 8ULL << 30;
 
+// A solution's folders in the cache: by the first 16 hex digits of its fingerprint.
+std::string solution_scope(const std::string& fingerprint) {
+  return fingerprint.empty() ? "unreadable" : fingerprint.substr(0, 16);
+}
+
+// The NVRTC entries a solution's evaluations compiled, as their judges recorded them, where no
+// candidate can write (the cache's secret folder): the only entries of the solution's NVRTC
+// folder (which its candidates write) that a later candidate reads.
+fs::path nvrtc_trust_file(const fs::path& cache, const std::string& fingerprint) {
+  return cache_secret_dir(cache) / "nvrtc" / (solution_scope(fingerprint) + ".json");
+}
+
+constexpr size_t kMaxTrustedNvrtcEntries = 1024;
+
+std::map<std::string, std::string> read_nvrtc_trust(const fs::path& file) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return {};
+  try {
+    return nlohmann::json::parse(read_file(file)).get<std::map<std::string, std::string>>();
+  } catch (const std::exception& e) {
+    CA_LOG_WARN("sandbox", "ignoring the unreadable NVRTC record {}: {}", file.string(), e.what());
+    return {};
+  }
+}
+
+bool is_sha256_hex(const std::string& s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) && !std::isupper(static_cast<unsigned char>(c)); });
+}
+
+// Adds what a candidate compiled (its `finished` reply's nvrtc_written) to the solution's record.
+// A claim of the process the solution shares: taken only after an evaluation that ended well,
+// and only well formed (key and digest each a SHA-256); a solution that compiles more than the
+// record holds compiles again next time. Two judges of one solution at once may each drop the
+// other's additions: a compile again, nothing trusted that was not compiled.
+void judge_nvrtc_record(const fs::path& file, const nlohmann::json& written) {
+  if (!written.is_object() || written.empty()) return;
+  std::map<std::string, std::string> trusted = read_nvrtc_trust(file);
+  for (const auto& [key, digest] : written.items()) {
+    if (!digest.is_string() || !is_sha256_hex(key) || !is_sha256_hex(digest.get<std::string>())) return;
+    trusted[key] = digest.get<std::string>();
+  }
+  if (trusted.size() > kMaxTrustedNvrtcEntries) return;
+  try {
+    fs::create_directories(file.parent_path());
+    write_file_atomic(file, nlohmann::json(trusted).dump());
+  } catch (const std::exception& e) {
+    CA_LOG_WARN("sandbox", "cannot record the solution's NVRTC entries in {}: {}", file.string(), e.what());
+  }
+}
+
 // What the candidate process may write and what it must not see.
 CandidateRequest candidate_request(const EvalRequest& req, const std::string& fingerprint) {
   const fs::path cache = req.options.resolved_cache_dir();
-  const std::string scope = fingerprint.empty() ? "unreadable" : fingerprint.substr(0, 16);
+  const std::string scope = solution_scope(fingerprint);
   CandidateRequest c;
   c.task_path = req.task_path;
   c.solution_path = req.solution_path;
@@ -69,6 +121,7 @@ CandidateRequest candidate_request(const EvalRequest& req, const std::string& fi
     fs::create_directories(dir, ec);
     CA_CHECK(!ec, "cannot create the solution's cache folder {}: {}", dir, ec.message());
   }
+  c.nvrtc_trusted = read_nvrtc_trust(nvrtc_trust_file(cache, fingerprint));
   // Other solutions' caches are hidden (shown empty; this one's own folders are bound inside):
   // an evaluated reference solution's cubins, or the sources a load_inline solution writes into
   // its build folder, are answers.
@@ -486,6 +539,9 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
   }
 
   record_memory_peaks(j, finished);
+  if (result.ok && finished.is_object())
+    judge_nvrtc_record(nvrtc_trust_file(opt.resolved_cache_dir(), result.solution_sha256),
+                       finished.value("nvrtc_written", nlohmann::json()));
   if (start && start->client()) {
     CandidateClient& c = *start->client();
     if (c.runtime().is_object()) runtime = c.runtime();

@@ -167,17 +167,33 @@ CompiledProgram NvrtcCompiler::compile(const std::string& source, const CompileO
   const fs::path bin_path = cache_dir_.empty() ? fs::path() : cache_dir_ / (result.cache_key + ".cubin");
   const fs::path meta_path = cache_dir_.empty() ? fs::path() : cache_dir_ / (result.cache_key + ".json");
   std::error_code ec;
-  if (!cache_dir_.empty() && fs::exists(bin_path, ec) && fs::exists(meta_path, ec)) {
+  std::string trusted_digest;
+  bool readable = !cache_dir_.empty();
+  if (readable) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!trust_all_) {
+      auto it = trusted_.find(result.cache_key);
+      readable = it != trusted_.end();
+      if (readable) trusted_digest = it->second;
+    }
+  }
+  if (readable && fs::exists(bin_path, ec) && fs::exists(meta_path, ec)) {
     try {
       auto meta = nlohmann::json::parse(read_file(meta_path));
-      result.cubin = read_file(bin_path);
-      result.lowered_names = meta.at("lowered_names").get<std::map<std::string, std::string>>();
-      result.log = meta.value("log", "");
-      result.ok = true;
-      result.from_cache = true;
-      std::lock_guard<std::mutex> lock(mutex_);
-      memory_cache_[result.cache_key] = result;
-      return result;
+      CompiledProgram read = result;
+      read.cubin = read_file(bin_path);
+      read.lowered_names = meta.at("lowered_names").get<std::map<std::string, std::string>>();
+      read.log = meta.value("log", "");
+      // The bytes checked are the bytes used: a file swapped after the check is not read again.
+      if (trusted_digest.empty() || entry_digest(read.cubin, read.lowered_names) == trusted_digest) {
+        read.ok = true;
+        read.from_cache = true;
+        std::lock_guard<std::mutex> lock(mutex_);
+        memory_cache_[read.cache_key] = read;
+        return read;
+      }
+      CA_LOG_WARN("sandbox", "NVRTC cache entry {} is not the one compiled under its key; compiling again",
+                  bin_path.string());
     } catch (const std::exception& e) {
       CA_LOG_WARN("sandbox", "ignoring unreadable NVRTC cache entry {}: {}", bin_path.string(), e.what());
     }
@@ -223,6 +239,8 @@ CompiledProgram NvrtcCompiler::compile(const std::string& source, const CompileO
                                                   {"nvrtc_version", version},
                                                   {"arch", options.arch}}
                                        .dump());
+      std::lock_guard<std::mutex> lock(mutex_);
+      written_[result.cache_key] = entry_digest(result.cubin, result.lowered_names);
     } catch (const std::exception& e) {
       CA_LOG_WARN("sandbox", "cannot write NVRTC cache entry in {}: {}", cache_dir_.string(), e.what());
     }
@@ -230,6 +248,26 @@ CompiledProgram NvrtcCompiler::compile(const std::string& source, const CompileO
   std::lock_guard<std::mutex> lock(mutex_);
   memory_cache_[result.cache_key] = result;
   return result;
+}
+
+void NvrtcCompiler::trust_only(std::map<std::string, std::string> digests) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  trust_all_ = false;
+  trusted_ = std::move(digests);
+}
+
+std::map<std::string, std::string> NvrtcCompiler::written_entries() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return written_;
+}
+
+std::string NvrtcCompiler::entry_digest(const std::string& cubin, const std::map<std::string, std::string>& lowered_names) {
+  Sha256 hash;
+  hash.update(std::to_string(cubin.size()));
+  hash.update(std::string(1, '\0'));
+  hash.update(cubin);
+  hash.update(nlohmann::json(lowered_names).dump());
+  return hash.hex_digest();
 }
 
 }  // namespace cuda_agent::sandbox

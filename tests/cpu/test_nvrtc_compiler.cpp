@@ -3,6 +3,7 @@
 #include "cuda_agent/sandbox/nvrtc_compiler.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 
@@ -254,6 +255,53 @@ TEST(Nvrtc, CorruptDiskEntryIsIgnoredAndRecompiled) {
   EXPECT_TRUE(again.ok) << again.error_report();
   EXPECT_FALSE(again.from_cache);
   EXPECT_EQ(again.cubin, first.cubin);
+}
+
+// A folder the solution may write (the candidate's): an entry is read only when its owner trusts
+// that key with that entry's digest; a cubin planted under a decoy source's key is compiled over.
+TEST(Nvrtc, UnderTrustOnlyAPlantedEntryIsCompiledOverAndATrustedOneRead) {
+  TempDir cache;
+  NvrtcCompiler honest(cache.path());
+  CompiledProgram first = honest.compile(kGoodSource, CompileOptions{});
+  ASSERT_TRUE(first.ok) << first.error_report();
+  const auto written = honest.written_entries();
+  ASSERT_EQ(written.size(), 1u);
+  EXPECT_EQ(written.at(first.cache_key), NvrtcCompiler::entry_digest(first.cubin, first.lowered_names));
+
+  // Another kernel's cubin, planted under the key of the decoy source.
+  CompiledProgram foreign = NvrtcCompiler().compile(
+      "extern \"C\" __global__ void other(float* y) { y[threadIdx.x] = 1.0f; }\n", CompileOptions{});
+  ASSERT_TRUE(foreign.ok);
+  const fs::path bin = cache.path() / (first.cache_key + ".cubin");
+  write_file_atomic(bin, foreign.cubin);
+  // Trusting nothing, or the key with the honest digest: compiled again, and the entry restored.
+  for (const auto& trusted : {std::map<std::string, std::string>{}, written}) {
+    NvrtcCompiler candidate(cache.path());
+    candidate.trust_only(trusted);
+    CompiledProgram p = candidate.compile(kGoodSource, CompileOptions{});
+    ASSERT_TRUE(p.ok);
+    EXPECT_FALSE(p.from_cache);
+    EXPECT_EQ(p.cubin, first.cubin);
+    EXPECT_EQ(read_file(bin), first.cubin);
+    EXPECT_EQ(candidate.written_entries(), written);
+    write_file_atomic(bin, foreign.cubin);
+  }
+  // Lowered names are part of what is trusted.
+  write_file_atomic(bin, first.cubin);
+  write_file_atomic(cache.path() / (first.cache_key + ".json"), R"({"lowered_names": {"x": "other"}})");
+  NvrtcCompiler renamed(cache.path());
+  renamed.trust_only(written);
+  EXPECT_FALSE(renamed.compile(kGoodSource, CompileOptions{}).from_cache);
+  // The honest entry, trusted: read, nothing written.
+  NvrtcCompiler trusting(cache.path());
+  trusting.trust_only(written);
+  CompiledProgram hit = trusting.compile(kGoodSource, CompileOptions{});
+  EXPECT_TRUE(hit.from_cache);
+  EXPECT_EQ(hit.cubin, first.cubin);
+  EXPECT_TRUE(trusting.written_entries().empty());
+  // Without trust_only (a folder only its owner writes), every entry is read, as before.
+  write_file_atomic(bin, foreign.cubin);
+  EXPECT_EQ(NvrtcCompiler(cache.path()).compile(kGoodSource, CompileOptions{}).cubin, foreign.cubin);
 }
 
 TEST(Nvrtc, CacheKeyCoversSourceOptionsArchAndNameExpressions) {

@@ -418,6 +418,23 @@ TEST_F(PythonCpu, KernelCompiledAtImportWorksAndIsCachedAcrossWorkers) {
   ASSERT_EQ(again["ok"], true) << dump(again);
   EXPECT_EQ(again["runtime"]["nvrtc_compiles"], 0) << dump(again["runtime"]);
   EXPECT_EQ(again["runtime"]["nvrtc_cache_hits"], 1) << dump(again["runtime"]);
+
+  // The folder is the solution's to write: a cubin planted under its source's key (another
+  // kernel's, launched as its own) is not read; the judge's record of what it compiled decides.
+  fs::path cubin;
+  for (const auto& e : fs::directory_iterator(own))
+    if (e.path().extension() == ".cubin") cubin = e.path();
+  const std::string honest = read_file(cubin);
+  write_file_atomic(cubin, honest.substr(0, honest.size() / 2) + "planted");
+  nlohmann::json planted = verify(small_task_, sol);
+  ASSERT_EQ(planted["ok"], true) << dump(planted);
+  EXPECT_EQ(planted["runtime"]["nvrtc_compiles"], 1) << dump(planted["runtime"]);
+  EXPECT_EQ(planted["runtime"]["nvrtc_cache_hits"], 0) << dump(planted["runtime"]);
+  EXPECT_EQ(read_file(cubin), honest);
+  // A cache folder from before the record (or a record lost): compiled again, then trusted.
+  fs::remove_all(cache_.path() / "secret" / "nvrtc");
+  EXPECT_EQ(verify(small_task_, sol)["runtime"]["nvrtc_compiles"], 1);
+  EXPECT_EQ(verify(small_task_, sol)["runtime"]["nvrtc_cache_hits"], 1);
 }
 
 // Regression test (was a bug in src/sandbox/python_module.cpp, compile(), the parse_extern_c_kernels call): a kernel whose

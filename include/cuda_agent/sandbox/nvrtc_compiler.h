@@ -5,6 +5,12 @@
 // included), the name expressions, the target architecture and the NVRTC version. Entries live
 // in memory and, when a cache directory is given, on disk (written to a temp file and renamed).
 // Failed compiles are not cached: they are cheap and their logs must stay fresh.
+//
+// A folder that untrusted code may write (a candidate's, which its solution shares) makes a disk
+// entry a claim: a cubin planted under the key of a decoy source would be launched as the
+// solution's own kernel. There the owner names the entries it trusts (trust_only: key -> the
+// digest of the entry's contents, recorded where the writer cannot reach, from what this compiler
+// compiled itself: written_entries); any other entry is compiled again and overwritten.
 #pragma once
 
 #include <filesystem>
@@ -56,10 +62,23 @@ class NvrtcCompiler {
   // "  1 | first line\n  2 | ..."
   static std::string number_lines(const std::string& source);
 
+  // From now on a disk entry is read only when its key is in `digests` and its contents'
+  // entry_digest() is the one named there; every other is compiled again and overwritten.
+  void trust_only(std::map<std::string, std::string> digests);
+
+  // The entries this compiler compiled itself (not read) and wrote to disk: key -> entry_digest.
+  std::map<std::string, std::string> written_entries() const;
+
+  // SHA-256 over what an entry hands out: the cubin and the lowered names.
+  static std::string entry_digest(const std::string& cubin, const std::map<std::string, std::string>& lowered_names);
+
  private:
   std::filesystem::path cache_dir_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::map<std::string, CompiledProgram> memory_cache_;
+  bool trust_all_ = true;
+  std::map<std::string, std::string> trusted_;  // under trust_only
+  std::map<std::string, std::string> written_;
 };
 
 }  // namespace cuda_agent::sandbox

@@ -42,6 +42,15 @@ RuntimeStats& runtime_stats();
 // Where compiled CUBINs are cached (default: <cache dir>/nvrtc). Call before the first compile.
 void set_runtime_cache_dir(const std::filesystem::path& dir);
 
+// The candidate's cache folder is the solution's to write: only these of its entries (key ->
+// NvrtcCompiler::entry_digest, the judge's record of what earlier evaluations compiled) are read
+// from it; every other compile runs NVRTC. Call after set_runtime_cache_dir, before solution code.
+void set_runtime_trusted_entries(std::map<std::string, std::string> digests);
+
+// The entries cuda_agent.compile compiled (NVRTC ran) and wrote to its cache folder in this
+// process: key -> entry digest, for the judge to trust in later evaluations.
+std::map<std::string, std::string> runtime_written_entries();
+
 // Forces the target architecture (default: the current GPU's, or sm_90 without a GPU).
 void set_runtime_arch(const std::string& arch);
 
