@@ -21,8 +21,10 @@ std::string solution_fingerprint(const std::string& solution_path) {
     return "";
   }
   // Every other file of the folder (helpers it imports, kernels/, data it reads): by relative
-  // path, in path order; a link by its target, never followed. Hidden entries and Python's
-  // byte-code caches are left out (they follow from the rest). A folder that cannot be read whole
+  // path, in path order; a link by its target, never followed. Hidden entries and __pycache__
+  // too: the candidate's loader compiles the folder's modules from their source, but a program
+  // may read any file beside it (an exec of a hidden file, a .pyc unmarshalled by hand), and two
+  // folders that differ in any byte are two programs. A folder that cannot be read whole
   // (too large, a file gone or unreadable meanwhile) gets a fingerprint of its own: nothing cached
   // for another solution is taken for it.
   fs::path folder = fs::path(solution_path).parent_path();
@@ -37,10 +39,6 @@ std::string solution_fingerprint(const std::string& solution_path) {
     const fs::path& p = it->path();
     const std::string name = p.filename().string();
     const bool link = it->is_symlink(ec);
-    if (name.empty() || name[0] == '.' || name == "__pycache__") {
-      if (!link && it->is_directory(ec)) it.disable_recursion_pending();
-      continue;
-    }
     if (!link && !it->is_regular_file(ec)) continue;
     if (fs::equivalent(p, solution_path, ec)) continue;
     if (!link) bytes += it->file_size(ec);

@@ -93,7 +93,7 @@ py::module_ load_solution(const std::string& solution_path, const std::string& b
   py::module_ solution;
   try {
     guarded(Category::kLoadError, "importing the solution " + solution_path,
-            [&] { solution = load_python_file(solution_path, "cuda_agent_solution"); });
+            [&] { solution = load_python_file(solution_path, "cuda_agent_solution", true); });
   } catch (Failure& f) {
     // An extension that torch.utils.cpp_extension failed to build is a compile error too.
     if (runtime_stats().nvcc_used && f.message.find("Error building extension") != std::string::npos)

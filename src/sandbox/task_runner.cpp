@@ -15,14 +15,56 @@ namespace fs = std::filesystem;
 
 namespace cuda_agent::sandbox {
 
-py::module_ load_python_file(const std::string& path, const std::string& module_name) {
+namespace {
+
+// A path hook for `folder` and what lies below it: Python's own finder with a source loader that
+// compiles from the source each time (no __pycache__ read or written). Returns the loader class.
+py::object install_source_only_imports(const std::string& folder) {
+  py::dict scope;
+  py::exec(R"(
+import os, sys
+import importlib.machinery as machinery
+
+class SourceOnlyLoader(machinery.SourceFileLoader):
+    def get_code(self, fullname):
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
+
+def install(folder):
+    root = os.path.realpath(folder)
+    def hook(path):
+        real = os.path.realpath(path or '.')
+        if real != root and not real.startswith(root + os.sep):
+            raise ImportError('not the solution folder')
+        return machinery.FileFinder(path, (machinery.ExtensionFileLoader, machinery.EXTENSION_SUFFIXES),
+                                    (SourceOnlyLoader, machinery.SOURCE_SUFFIXES),
+                                    (machinery.SourcelessFileLoader, machinery.BYTECODE_SUFFIXES))
+    sys.path_hooks.insert(0, hook)
+    for path in list(sys.path_importer_cache):
+        try:
+            hook(path)
+        except ImportError:
+            continue
+        del sys.path_importer_cache[path]
+)",
+           scope);
+  scope["install"](folder);
+  return scope["SourceOnlyLoader"];
+}
+
+}  // namespace
+
+py::module_ load_python_file(const std::string& path, const std::string& module_name, bool source_only) {
   CA_CHECK(fs::is_regular_file(path), "no such file: {}", path);
   py::module_ sys = py::module_::import("sys");
   const std::string folder = fs::absolute(path).parent_path().string();
   py::list sys_path = sys.attr("path");
   if (!sys_path.contains(folder)) sys_path.insert(0, folder);
   py::module_ util = py::module_::import("importlib.util");
-  py::object spec = util.attr("spec_from_file_location")(module_name, fs::absolute(path).string());
+  const std::string file = fs::absolute(path).string();
+  py::object spec = source_only ? util.attr("spec_from_file_location")(
+                                      module_name, file, py::arg("loader") = install_source_only_imports(folder)(module_name, file))
+                                : util.attr("spec_from_file_location")(module_name, file);
   py::object module = util.attr("module_from_spec")(spec);
   sys.attr("modules")[py::str(module_name)] = module;
   try {

@@ -1277,7 +1277,7 @@ TEST(KernelProvenance, AFunctionIsFoundInALoadedLibrarysSymbols) {
   std::filesystem::remove(text);
 }
 
-TEST(SolutionFingerprint, CoversEveryFileOfTheSolutionsFolderButHiddenOnesAndByteCode) {
+TEST(SolutionFingerprint, CoversEveryFileOfTheSolutionsFolderHiddenOnesAndByteCodeToo) {
   namespace fs = std::filesystem;
   TempDir tmp("fingerprint-");
   auto make = [&](const std::string& name) {
@@ -1304,10 +1304,16 @@ TEST(SolutionFingerprint, CoversEveryFileOfTheSolutionsFolderButHiddenOnesAndByt
   fs::rename(b / "helpers.py", b / "kernels" / "helpers.py");
   EXPECT_NE(fa, solution_fingerprint((b / "model_new.py").string()));
   fs::rename(b / "kernels" / "helpers.py", b / "helpers.py");
-  // Hidden entries and Python's byte code follow from the rest: left out.
-  write_file_atomic(b / ".notes", "scratch");
-  write_file_atomic(b / "__pycache__" / "helpers.cpython-312.pyc", "bytes");
-  write_file_atomic(b / ".git" / "HEAD", "ref");
+  // Hidden entries and Python's byte code count: the program may read them (exec of a hidden
+  // file, a .pyc unmarshalled by hand), though the loader compiles from the source.
+  for (const fs::path& extra : {b / ".notes", b / "__pycache__" / "helpers.cpython-312.pyc", b / ".git" / "HEAD"}) {
+    write_file_atomic(extra, "bytes");
+    EXPECT_NE(fa, solution_fingerprint((b / "model_new.py").string())) << extra;
+    fs::remove(extra);
+    EXPECT_EQ(fa, solution_fingerprint((b / "model_new.py").string())) << extra;
+  }
+  fs::remove_all(b / "__pycache__");
+  fs::remove_all(b / ".git");
   EXPECT_EQ(fa, solution_fingerprint((b / "model_new.py").string()));
   // A link counts by its target, not followed.
   fs::create_symlink("/etc/hostname", b / "data");

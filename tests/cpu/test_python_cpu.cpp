@@ -14,7 +14,9 @@
 #include <gtest/gtest.h>
 
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/core/subprocess.h"
 #include "cuda_agent/sandbox/evaluation.h"
+#include "cuda_agent/sandbox/python_runtime.h"
 
 namespace cuda_agent::sandbox {
 namespace {
@@ -435,6 +437,43 @@ TEST_F(PythonCpu, KernelCompiledAtImportWorksAndIsCachedAcrossWorkers) {
   fs::remove_all(cache_.path() / "secret" / "nvrtc");
   EXPECT_EQ(verify(small_task_, sol)["runtime"]["nvrtc_compiles"], 1);
   EXPECT_EQ(verify(small_task_, sol)["runtime"]["nvrtc_cache_hits"], 1);
+}
+
+// Byte code planted in the solution's __pycache__ (unchecked-hash .pyc files, which Python runs
+// without looking at the source) for model_new.py and a helper it imports: the program that runs
+// must be the sources the fingerprint hashes, so the candidate compiles the folder from source.
+TEST_F(PythonCpu, PlantedByteCodeDoesNotRunInPlaceOfTheSolutionsSources) {
+  const fs::path sol = write("planted_pyc/model_new.py", model_new_with_forward("        return combine(a, b)",
+                                                                                "from helpers import combine\n"));
+  write("planted_pyc/helpers.py", "def combine(a, b):\n    return a + b\n");
+  // The wrong programs, compiled to the cache files the sources' own byte code would use.
+  const fs::path planter = write("planter.py", R"(
+import importlib.util, py_compile, sys, os
+folder = sys.argv[1]
+wrong = {'helpers': 'def combine(a, b):\n    return a - b\n',
+         'model_new': 'import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, a, b):\n        return a * b\n'}
+for name, text in wrong.items():
+    decoy = os.path.join(folder, '.' + name + '.py')
+    with open(decoy, 'w') as f:
+        f.write(text)
+    py_compile.compile(decoy, cfile=importlib.util.cache_from_source(os.path.join(folder, name + '.py')),
+                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH, doraise=True)
+    os.remove(decoy)
+)");
+  SubprocessOptions o;
+  o.argv = {python_executable(), planter.string(), sol.parent_path().string()};
+  o.stdout_path = o.stderr_path = (work_.path() / "planter.log").string();
+  o.timeout_s = 120;
+  ASSERT_EQ(run_subprocess(o).exit_code, 0) << read_file(work_.path() / "planter.log");
+  int planted = 0;
+  for (const auto& e : fs::directory_iterator(sol.parent_path() / "__pycache__")) planted += e.path().extension() == ".pyc";
+  ASSERT_EQ(planted, 2);
+  const auto before = fs::last_write_time(sol.parent_path() / "__pycache__");
+  nlohmann::json r = verify(small_task_, sol);
+  ASSERT_EQ(r["ok"], true) << dump(r);
+  EXPECT_EQ(r["correct"], true) << dump(r);
+  // Nothing written there either.
+  EXPECT_EQ(fs::last_write_time(sol.parent_path() / "__pycache__"), before);
 }
 
 // Regression test (was a bug in src/sandbox/python_module.cpp, compile(), the parse_extern_c_kernels call): a kernel whose

@@ -192,7 +192,8 @@ struct EvalRequest {
 
 // SHA-256 over what a solution's result depends on: model_new.py and every other file of its
 // folder, recursively (relative paths and contents in path order, a link by its target; hidden
-// entries and __pycache__ left out): helpers it imports and kernels/ alike. A folder of more than
+// entries and __pycache__ included: the program may read them): helpers it imports and kernels/
+// alike. A folder of more than
 // 4096 files or 64 MiB gets a fingerprint of its own each time (nothing cached is shared with
 // it). It names the solution's cache folders and lets a bench's --resume reuse a result. Empty
 // when model_new.py is unreadable.

@@ -12,7 +12,12 @@ namespace cuda_agent::sandbox {
 
 // Imports the file at `path` as a fresh module named `module_name`, with its folder first on
 // sys.path. Python exceptions propagate as pybind11::error_already_set.
-pybind11::module_ load_python_file(const std::string& path, const std::string& module_name);
+// source_only (a solution): the file and every module imported from its folder or below are
+// compiled from their source; byte code in their __pycache__ is neither read nor written (an
+// unchecked-hash .pyc planted there would run in place of the source that the solution's
+// fingerprint hashes). A bare .pyc in the folder still imports, as Python's own: it is a file
+// the fingerprint covers.
+pybind11::module_ load_python_file(const std::string& path, const std::string& module_name, bool source_only = false);
 
 // Builds a solution folder's kernels/*.cu and kernels/*.cpp (the CUDA-Agent layout) with
 // torch.utils.cpp_extension.load as the importable module `cuda_extension`. No-op without a
