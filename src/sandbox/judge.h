@@ -10,11 +10,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 #include <pybind11/pybind11.h>
 
 #include "candidate_client.h"
+#include "cuda_agent/sandbox/baseline_cache.h"
 #include "cuda_agent/sandbox/compare.h"
 #include "cuda_agent/sandbox/eval_result.h"
 #include "cuda_agent/sandbox/evaluation.h"
@@ -91,6 +93,12 @@ struct __attribute__((visibility("hidden"))) Judge {
   // memory, say). run_judge_process charges it to the solution (runtime_error).
   bool solution_started = false;
   bool reference_ran = false;
+
+  // The baselines this evaluation timed beside the candidate (eager, torch.compile), for the
+  // baseline cache: written by run_judge_process only once the evaluation has ended well, after
+  // the candidate's last audits, so that a solution charged for disturbing its judge leaves no
+  // timing of its making in the cache.
+  std::optional<std::pair<BaselineKey, nlohmann::json>> baselines_to_cache;
 
   // The memory plan (judge_plan_memory), and the least device memory seen free since.
   std::optional<MemoryPlan> plan;

@@ -516,6 +516,8 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       j.audit_records(finished, "finishing", "after its last forward");
       j.audit_idle(finished);
     }
+    if (j.baselines_to_cache)
+      BaselineCache::of(opt.resolved_cache_dir()).put(j.baselines_to_cache->first, j.baselines_to_cache->second);
     progress.close(result.phase_seconds);
     result.ok = true;
     result.category = Category::kNone;

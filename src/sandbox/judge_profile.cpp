@@ -365,7 +365,7 @@ void judge_profile(Judge& j) {
     compile_source = "timed in this evaluation's rounds";
     rounds.compile = timings.compile;
     rounds.compile_kernels = kernels["compile"];
-    if (opt.use_baseline_cache) cache.put(key, cache_entry(rounds, backends["judge"]));
+    if (opt.use_baseline_cache) j.baselines_to_cache.emplace(key, cache_entry(rounds, backends["judge"]));
   } else if (cached_compile) {
     TimingStats reference_eager = *cached_eager;
     TimingStats compile_stats = *stats_of(*cached, "compile");
@@ -383,7 +383,7 @@ void judge_profile(Judge& j) {
       if (b.compile) {
         reference_eager = *b.eager;
         compile_stats = *b.compile;
-        cache.put(key, cache_entry(b, backends["judge"]));
+        j.baselines_to_cache.emplace(key, cache_entry(b, backends["judge"]));
         kernels["compile"] = b.compile_kernels;
       } else {
         // It timed before, without a solution beside it; failing now, beside one, is no fact of
@@ -406,7 +406,7 @@ void judge_profile(Judge& j) {
                            : "re-timed (eager drifted beyond the band), carried over by eager's drift";
     }
   } else if (opt.use_baseline_cache && !compile_error && (!cached_eager || drifted)) {
-    cache.put(key, cache_entry(rounds, backends["judge"]));  // eager alone: the cross-check's reference
+    j.baselines_to_cache.emplace(key, cache_entry(rounds, backends["judge"]));  // eager alone: the cross-check's reference
   }
   if (compile_error) timings.compile_error = *compile_error;
   result.timings = timings;

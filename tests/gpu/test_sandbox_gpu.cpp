@@ -359,6 +359,39 @@ TEST(SandboxGpu, BaselinesAreCachedAcrossEvaluations) {
   EXPECT_LT(second["worker_seconds"].get<double>(), first["worker_seconds"].get<double>());
 }
 
+// What an evaluation leaves in the cache for later ones is written once it has ended well: a
+// solution charged for disturbing its judge (here a native thread beside the judge's timing)
+// leaves no baseline timing; an honest one leaves its baselines, and its NVRTC cubins, which the
+// next evaluation reads because the judge recorded them (the folder is the candidate's to write).
+TEST(SandboxGpu, OnlyAnEvaluationThatEndedWellLeavesTimingsAndCubinsForTheNext) {
+  CA_REQUIRE_GPU();
+  TempDir cache("ca-gpu-cache-");
+  auto options = fast_options();
+  options.cache_dir = cache.path().string();
+  auto entries = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (std::filesystem::recursive_directory_iterator it(cache.path() / "baselines", ec), end; !ec && it != end;
+         it.increment(ec))
+      n += it->is_regular_file();
+    return n;
+  };
+  const auto hack = run_eval(kAdd, "tests/data/redteam/hacks/tp_native_thread_beside_judge/model_new.py",
+                             EvalMode::kEvaluate, options);
+  EXPECT_EQ(category_of(hack), "tampering") << hack.dump(2);
+  EXPECT_TRUE(hack["timings"].is_object() && hack["timings"]["eager"].is_object())
+      << "the hack was meant to be charged after its timing: " << hack.dump(2);
+  EXPECT_EQ(entries(), 0);
+  const auto first = run_eval(kAdd, solution("add_ok"), EvalMode::kEvaluate, options);
+  ASSERT_TRUE(first["ok"].get<bool>()) << first.dump(2);
+  EXPECT_GE(entries(), 1);
+  EXPECT_EQ(first["runtime"]["nvrtc_compiles"], 1) << first["runtime"].dump();
+  const auto second = run_eval(kAdd, solution("add_ok"), EvalMode::kEvaluate, options);
+  ASSERT_TRUE(second["ok"].get<bool>()) << second.dump(2);
+  EXPECT_EQ(second["runtime"]["nvrtc_compiles"], 0) << second["runtime"].dump();
+  EXPECT_EQ(second["runtime"]["nvrtc_cache_hits"], 1) << second["runtime"].dump();
+}
+
 TEST(SandboxGpu, BaselinesModeFillsTheCacheWithoutASolution) {
   CA_REQUIRE_GPU();
   auto options = fast_options();
