@@ -239,8 +239,9 @@ struct TensorMethods {
       function_modes, dispatch_modes, contiguous, dispatch_dump;
   // For check_outputs_after_export(): the comparison of an output with its export, and the input block's
   // bits flipped and flipped back.
-  py::object view, reshape, narrow, select, view_as_real, equal, bitwise_not_, is_conj, conj, is_neg, neg_view,
-      resolve_conj, resolve_neg;
+  // The export resolves conjugate and negative views (their values, a copy) with the last two.
+  py::object view, reshape, narrow, select, view_as_real, equal, bitwise_not_, is_conj, is_neg, resolve_conj,
+      resolve_neg;
   // The dispatcher's registrations of the operators the harness calls on the solution's output
   // and in its own steps (a dense copy: clone, copy_, the empties; the poisoning's fill), as torch
   // registered them: a solution's torch.library kernel for one would run inside those calls.
@@ -301,12 +302,21 @@ struct Exporter {
         input_view = path;
     }
     py::handle source = t;
+    if (m.is_conj(t).cast<bool>() || m.is_neg(t).cast<bool>()) {
+      // A conjugate or negative view holds the other sign in its storage: its values are copied
+      // first (a harness copy, outside the forward), as a reader of the output sees them.
+      compacted.push_back(m.resolve_neg(m.resolve_conj(t)));
+      source = compacted.back();
+      if (device) CA_CU_CHECK(driver().cuCtxSynchronize());
+      strides = m.stride(source).cast<std::vector<int64_t>>();
+      reach = view_elements(shape, strides) * esize;
+    }
     if (static_cast<__int128>(offset) + reach > static_cast<__int128>(capacity) &&
         static_cast<__int128>(offset) + dense <= static_cast<__int128>(capacity)) {
       // A view whose gaps do not fit (a slice of a larger tensor): its elements are copied
       // dense first (a harness copy, outside the forward), so a correct output is not rejected
       // for its layout.
-      compacted.push_back(m.contiguous(t));
+      compacted.push_back(m.contiguous(source));
       source = compacted.back();
       // On whatever stream torch has current: finished before the copy below reads it.
       if (device) CA_CU_CHECK(driver().cuCtxSynchronize());
@@ -419,20 +429,17 @@ bool equal_in_pieces(py::handle a, py::handle b) {
   return true;
 }
 
-// How a conjugate or negative view of `a` was copied: its values (staging copies them), or the
-// bits in its memory (the export copies those, the view's flag dropped).
-enum class Copied { kValues, kStoredBits };
-
 // Whether two tensors of one shape and dtype hold the same bits, element by element: read as
 // integers of the element's size (any strides, no copy, NaN payloads compared too); a complex128
 // as the int64 bits of its two parts. A bit view of a flagged tensor is refused, so `a`'s
-// conjugate or negative flag is resolved (a copy) or dropped (a view) first, as `copied` says.
-bool same_bits(py::handle a, py::handle b, Copied copied) {
+// conjugate or negative flag is resolved first (a copy): staging and the export both copy a
+// flagged tensor's values.
+bool same_bits(py::handle a, py::handle b) {
   const TensorMethods& m = methods();
   const char* as = "int64";
   py::object x = py::reinterpret_borrow<py::object>(a), y = py::reinterpret_borrow<py::object>(b);
-  if (m.is_conj(x).cast<bool>()) x = copied == Copied::kValues ? m.resolve_conj(x) : m.conj(x);
-  if (m.is_neg(x).cast<bool>()) x = copied == Copied::kValues ? m.resolve_neg(x) : m.neg_view(x);
+  if (m.is_conj(x).cast<bool>()) x = m.resolve_conj(x);
+  if (m.is_neg(x).cast<bool>()) x = m.resolve_neg(x);
   switch (m.element_size(a).cast<int64_t>()) {
     case 1:
       as = "uint8";
@@ -454,9 +461,9 @@ bool same_bits(py::handle a, py::handle b, Copied copied) {
 }
 
 // The path of the first tensor of `leaves` whose bits differ from its copy's; "" when none does.
-std::string first_changed(const std::vector<std::tuple<std::string, py::object, py::object>>& leaves, Copied copied) {
+std::string first_changed(const std::vector<std::tuple<std::string, py::object, py::object>>& leaves) {
   for (const auto& [path, tensor, copy] : leaves)
-    if (!same_bits(tensor, copy, copied)) return path;
+    if (!same_bits(tensor, copy)) return path;
   return "";
 }
 
@@ -479,7 +486,7 @@ std::string changed_tensor(py::handle tree, const nlohmann::json& spec, py::hand
   Builder b{block, block.attr("numel")().cast<size_t>()};
   std::vector<std::tuple<std::string, py::object, py::object>> leaves;
   tensors_beside_spec(tree, spec, b, "input", leaves);
-  return first_changed(leaves, Copied::kValues);
+  return first_changed(leaves);
 }
 
 void capture_tensor_methods() {
@@ -508,9 +515,7 @@ void capture_tensor_methods() {
   m.select = base.attr("select");
   m.view_as_real = torch().attr("view_as_real");
   m.is_conj = base.attr("is_conj");
-  m.conj = base.attr("conj");
   m.is_neg = base.attr("is_neg");
-  m.neg_view = torch().attr("_neg_view");
   m.resolve_conj = base.attr("resolve_conj");
   m.resolve_neg = base.attr("resolve_neg");
   m.equal = torch().attr("equal");
@@ -549,13 +554,13 @@ OutputsAfterExport check_outputs_after_export(py::handle outputs, const nlohmann
   std::vector<std::tuple<std::string, py::object, py::object>> leaves;
   tensors_beside_spec(outputs, spec, builder, "output", leaves);
   OutputsAfterExport found;
-  found.changed = first_changed(leaves, Copied::kStoredBits);
+  found.changed = first_changed(leaves);
   if (!found.changed.empty() || leaves.empty() || m.numel(input_block).cast<int64_t>() == 0) return found;
   // Every bit of the inputs' block flipped in place (no copy: flipping again restores it exactly):
   // an output that reads any byte of it, through whichever mapping, now differs from its export.
   m.bitwise_not_(input_block);
   try {
-    found.reads_inputs = first_changed(leaves, Copied::kStoredBits);
+    found.reads_inputs = first_changed(leaves);
   } catch (...) {
     m.bitwise_not_(input_block);
     throw;

@@ -342,13 +342,29 @@ alias = inputs[:256].view(torch.float32).view(8, 8).t()
   f = check("(own, wide)");
   EXPECT_EQ(f.changed, "output[0]");
   EXPECT_EQ(f.reads_inputs, "") << "nothing more is checked once an output changed on its own";
-  // Conjugate and negative views are compared on the bits the export copied (a bit view of a
+  // Conjugate and negative views are exported as their values (their storage holds the other
+  // sign; exported as stored, a correct x.conj() read as x) and compared so (a bit view of a
   // flagged tensor is refused: the check must not fail a legitimate output on it).
-  f = check(
+  const char* flagged =
       "(torch.randn(4, 3, dtype=torch.complex64).conj(), torch.randn(4, 3, dtype=torch.complex128).conj(), "
-      "torch.randn(4, 3, dtype=torch.complex64).conj().imag)");
+      "torch.randn(4, 3, dtype=torch.complex64).conj().imag)";
+  f = check(flagged);
   EXPECT_EQ(f.changed, "");
   EXPECT_EQ(f.reads_inputs, "");
+  {
+    const py::object outputs = py::eval(flagged, scope);
+    const auto block = scope["out_block"];
+    const nlohmann::json spec = export_tree(outputs, block, block.attr("data_ptr")().cast<uint64_t>(),
+                                            block.attr("numel")().cast<size_t>(), /*device=*/false);
+    const py::object built = build_tree(spec, block);
+    const py::object resolve_neg = py::module_::import("torch").attr("Tensor").attr("resolve_neg");
+    const py::object resolve_conj = py::module_::import("torch").attr("Tensor").attr("resolve_conj");
+    for (int i = 0; i < 3; ++i) {
+      const py::object want = resolve_neg(resolve_conj(outputs[py::int_(i)])), got = built[py::int_(i)];
+      EXPECT_TRUE(py::module_::import("torch").attr("equal")(want, got).cast<bool>())
+          << "output " << i << " exported as " << py::str(got).cast<std::string>();
+    }
+  }
   // An output larger than one comparison's piece (2^24 elements) is compared piece by piece, to its
   // last element.
   py::exec("big = torch.randn(4097, 4097)\nout_block = torch.zeros(4097 * 4097 * 4 + 4096, dtype=torch.uint8)\n",
