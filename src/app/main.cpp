@@ -575,6 +575,7 @@ struct TrainFlags {
   int parallel = 1;                   // ablate --parallel
   bool train_only = false;            // ablate --train-only: one variant's process of a parallel call
   bool shared_gpu = false;            // --shared-gpu: other processes use the GPU
+  int gpu_processes = 1;              // ablate --gpu-processes: a parallel call's variant processes
   CommonFlags common;
 };
 
@@ -640,6 +641,7 @@ void add_ablate(CLI::App& app, Verbs& verbs) {
                   "(default 1: one after another)");
   // A variant's process of a parallel call: it trains, the caller compares.
   cmd->add_flag("--train-only", f->train_only)->group("");
+  cmd->add_option("--gpu-processes", f->gpu_processes)->group("");  // how many such processes share the GPU
   cmd->add_option("--device", f->device, "cuda (default) or cpu");
   cmd->add_option("--gpu", f->gpu, "GPU index of the model and the episodes' checks");
   cmd->add_flag("--shared-gpu", f->shared_gpu, kSharedGpuHelp);
@@ -662,6 +664,7 @@ void add_ablate(CLI::App& app, Verbs& verbs) {
          opts.train.device = f->device;
          opts.train.gpu = f->gpu;
          opts.train.shared_gpu = f->shared_gpu;
+         opts.train.gpu_processes = f->gpu_processes;
          opts.train.skill_file = f->skill;
          (void)rl::ablation_variants(opts);  // every variant's config checked before the GPU is
          if (f->device == "cuda") require_gpu("ablate");

@@ -313,9 +313,10 @@ bool sets_key(const std::vector<std::string>& sets, const std::string& key) {
 }
 
 // The command that trains the variant `name` alone, in a process of its own, as this call would,
-// beside other processes on its GPU; `concurrent`: its rollout.concurrent_episodes there (0: the
-// config's, or the caller's --set).
-std::vector<std::string> variant_command(const AblationOptions& o, const std::string& name, int concurrent) {
+// beside `processes` - 1 other such processes on its GPU; `concurrent`: its
+// rollout.concurrent_episodes there (0: the config's, or the caller's --set).
+std::vector<std::string> variant_command(const AblationOptions& o, const std::string& name, int concurrent,
+                                         size_t processes) {
   std::vector<std::string> argv = {self_executable(),
                                    "ablate",
                                    "--config",
@@ -333,7 +334,9 @@ std::vector<std::string> variant_command(const AblationOptions& o, const std::st
                                    "--skill",  // an empty value (no skill file) as its own argument
                                    o.train.skill_file.string(),
                                    "--train-only",
-                                   "--shared-gpu"};
+                                   "--shared-gpu",
+                                   "--gpu-processes",
+                                   std::to_string(processes)};
   for (const std::string& set : o.set_overrides) argv.insert(argv.end(), {"--set", set});
   if (concurrent > 0) argv.insert(argv.end(), {"--set", fmt::format("rollout.concurrent_episodes={}", concurrent)});
   return argv;
@@ -387,7 +390,7 @@ std::map<std::string, std::string> train_in_processes(const AblationOptions& opt
           const int episodes = c == concurrent.end() || sets_key(options.set_overrides, "rollout.concurrent_episodes")
                                    ? 0
                                    : episodes_at_once(c->second, workers);
-          sp.argv = variant_command(options, name, episodes);
+          sp.argv = variant_command(options, name, episodes, workers);
           sp.stdout_path = sp.stderr_path = log_path.string();
           sp.cancel = &cancel;
           sp.kill_grace_s = kVariantStopGraceS;

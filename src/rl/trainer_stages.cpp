@@ -69,10 +69,8 @@ std::vector<std::vector<float>> critic_values(RunContext& ctx, const std::vector
   return values;
 }
 
-// What one episode's commands may hold of GPU `gpu`'s memory outside evaluations while
-// `concurrent` episodes share it: an equal share, the trainer's own process (the learner, the
-// decoder) counted as one more. 0 (no bound) where the driver does not say the GPU's size.
-uint64_t episode_gpu_share(int gpu, int concurrent) {
+// GPU `gpu`'s memory in bytes; 0 where the driver does not say (no bound then).
+uint64_t gpu_total_bytes(int gpu) {
   static std::mutex mutex;
   static std::map<int, uint64_t> totals;
   std::lock_guard<std::mutex> lock(mutex);
@@ -90,7 +88,7 @@ uint64_t episode_gpu_share(int gpu, int concurrent) {
     }
     it = totals.emplace(gpu, bytes).first;
   }
-  return it->second / static_cast<uint64_t>(std::max(concurrent, 1) + 1);
+  return it->second;
 }
 
 // One episode of a step: which, where, and how it went.
@@ -155,7 +153,8 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
     // outside evaluations (a background shell that allocates and sleeps would leave the others'
     // evaluations short of it).
     if (beside_others && on_gpu)
-      spec.tools.max_gpu_memory_bytes = episode_gpu_share(ctx.gpu, ctx.config.rollout.concurrent_episodes);
+      spec.tools.max_gpu_memory_bytes = episode_gpu_share(gpu_total_bytes(ctx.gpu), ctx.config.rollout.concurrent_episodes,
+                                                          ctx.options.gpu_processes);
     spec.agent.single_turn = stage.single_turn;
     spec.agent.max_turns = stage.single_turn ? 1 : rollout.max_turns;
     spec.agent.max_invalid_turns = rollout.max_invalid_turns;

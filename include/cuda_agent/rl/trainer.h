@@ -107,7 +107,16 @@ struct TrainRunOptions {
   // take the GPU's locks even one at a time, and the learner's GPU work holds its quiet lock
   // (shared), so that no other process's evaluation times beside it.
   bool shared_gpu = false;
+  // Training processes on this GPU, this one included (ablate --parallel's variants): the GPU
+  // memory an episode's commands may hold outside evaluations is shared out among all of their
+  // episodes (episode_gpu_share).
+  int gpu_processes = 1;
 };
+
+// What one episode's commands may hold of a GPU of `gpu_bytes` outside evaluations while
+// `processes` training processes each run `concurrent` episodes on it: an equal share, each
+// process's own work (the learner, the decoder) counted as one more episode. 0 when gpu_bytes is.
+uint64_t episode_gpu_share(uint64_t gpu_bytes, int concurrent, int processes);
 
 struct TrainRunSummary {
   std::filesystem::path run_dir;

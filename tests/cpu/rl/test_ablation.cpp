@@ -27,6 +27,18 @@ std::vector<json> ppo_records(const std::vector<double>& rewards, const std::vec
   return out;
 }
 
+// The GPU memory an episode's commands may hold outside evaluations: shared among every episode
+// of every training process on the GPU (ablate --parallel's variants each thought the GPU theirs),
+// each process's own work counted as one more episode.
+TEST(Ablation, ParallelVariantsShareTheGpuMemoryOfTheirEpisodesOut) {
+  const uint64_t gib = 1ULL << 30;
+  EXPECT_EQ(episode_gpu_share(80 * gib, 3, 1), 20 * gib);
+  EXPECT_EQ(episode_gpu_share(80 * gib, 3, 2), 10 * gib);
+  EXPECT_EQ(episode_gpu_share(80 * gib, 1, 5), 8 * gib);
+  EXPECT_EQ(episode_gpu_share(80 * gib, 0, 0), 40 * gib);  // at least one episode and one process
+  EXPECT_EQ(episode_gpu_share(0, 4, 5), 0u);                // the GPU's size unknown: no bound
+}
+
 TEST(Ablation, CollapseFlagsFallingRewardAndLengthBlowup) {
   json s = summarize_variant(ppo_records({1.0, 1.2, 1.1, 1.3}, {300, 310, 290, 320}));
   EXPECT_EQ(s["ppo_steps"], 4);
