@@ -297,7 +297,8 @@ TrainRunSummary run_training(const json& config, const TrainRunOptions& options,
 }
 
 uint64_t episode_gpu_share(uint64_t gpu_bytes, int concurrent, int processes) {
-  return gpu_bytes / (static_cast<uint64_t>(std::max(processes, 1)) * static_cast<uint64_t>(std::max(concurrent, 1) + 1));
+  return gpu_bytes /
+         (static_cast<uint64_t>(std::max(processes, 1)) * static_cast<uint64_t>(std::max(concurrent, 1) + 1));
 }
 
 }  // namespace cuda_agent::rl

@@ -153,8 +153,8 @@ void run_one_episode(const RunContext& ctx, const Stage& stage, int64_t step, bo
     // outside evaluations (a background shell that allocates and sleeps would leave the others'
     // evaluations short of it).
     if (beside_others && on_gpu)
-      spec.tools.max_gpu_memory_bytes = episode_gpu_share(gpu_total_bytes(ctx.gpu), ctx.config.rollout.concurrent_episodes,
-                                                          ctx.options.gpu_processes);
+      spec.tools.max_gpu_memory_bytes = episode_gpu_share(
+          gpu_total_bytes(ctx.gpu), ctx.config.rollout.concurrent_episodes, ctx.options.gpu_processes);
     spec.agent.single_turn = stage.single_turn;
     spec.agent.max_turns = stage.single_turn ? 1 : rollout.max_turns;
     spec.agent.max_invalid_turns = rollout.max_invalid_turns;

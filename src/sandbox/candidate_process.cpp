@@ -579,10 +579,19 @@ int Candidate::serve() {
 }  // namespace
 
 nlohmann::json CandidateRequest::to_json() const {
-  return {{"task_path", task_path}, {"solution_path", solution_path}, {"device", device},
-          {"confine", confine},     {"scope_signals", scope_signals}, {"nvrtc_dir", nvrtc_dir}, {"build_dir", build_dir},
-          {"hidden", hidden},       {"shown", shown},                 {"visible", visible}, {"tmpfs_bytes", tmpfs_bytes},
-          {"scratch_dir", scratch_dir}, {"nvrtc_trusted", nvrtc_trusted}};
+  return {{"task_path", task_path},
+          {"solution_path", solution_path},
+          {"device", device},
+          {"confine", confine},
+          {"scope_signals", scope_signals},
+          {"nvrtc_dir", nvrtc_dir},
+          {"build_dir", build_dir},
+          {"hidden", hidden},
+          {"shown", shown},
+          {"visible", visible},
+          {"tmpfs_bytes", tmpfs_bytes},
+          {"scratch_dir", scratch_dir},
+          {"nvrtc_trusted", nvrtc_trusted}};
 }
 
 CandidateRequest CandidateRequest::from_json(const nlohmann::json& j) {

@@ -79,7 +79,9 @@ std::map<std::string, std::string> read_nvrtc_trust(const fs::path& file) {
 }
 
 bool is_sha256_hex(const std::string& s) {
-  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) && !std::isupper(static_cast<unsigned char>(c)); });
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return std::isxdigit(static_cast<unsigned char>(c)) && !std::isupper(static_cast<unsigned char>(c));
+         });
 }
 
 // Adds what a candidate compiled (its `finished` reply's nvrtc_written) to the solution's record.

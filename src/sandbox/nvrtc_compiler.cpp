@@ -261,7 +261,8 @@ std::map<std::string, std::string> NvrtcCompiler::written_entries() const {
   return written_;
 }
 
-std::string NvrtcCompiler::entry_digest(const std::string& cubin, const std::map<std::string, std::string>& lowered_names) {
+std::string NvrtcCompiler::entry_digest(const std::string& cubin,
+                                        const std::map<std::string, std::string>& lowered_names) {
   Sha256 hash;
   hash.update(std::to_string(cubin.size()));
   hash.update(std::string(1, '\0'));

@@ -289,8 +289,12 @@ RuntimeStats& runtime_stats() {
 }
 
 void set_runtime_cache_dir(const std::filesystem::path& dir) { g_cache_dir = dir; }
-void set_runtime_trusted_entries(std::map<std::string, std::string> digests) { compiler().trust_only(std::move(digests)); }
-std::map<std::string, std::string> runtime_written_entries() { return compiler().written_entries(); }
+void set_runtime_trusted_entries(std::map<std::string, std::string> digests) {
+  compiler().trust_only(std::move(digests));
+}
+std::map<std::string, std::string> runtime_written_entries() {
+  return compiler().written_entries();
+}
 void set_runtime_arch(const std::string& arch) { g_arch = arch; }
 void register_python_module() {}
 

@@ -62,9 +62,10 @@ py::module_ load_python_file(const std::string& path, const std::string& module_
   if (!sys_path.contains(folder)) sys_path.insert(0, folder);
   py::module_ util = py::module_::import("importlib.util");
   const std::string file = fs::absolute(path).string();
-  py::object spec = source_only ? util.attr("spec_from_file_location")(
-                                      module_name, file, py::arg("loader") = install_source_only_imports(folder)(module_name, file))
-                                : util.attr("spec_from_file_location")(module_name, file);
+  py::object spec =
+      source_only ? util.attr("spec_from_file_location")(
+                        module_name, file, py::arg("loader") = install_source_only_imports(folder)(module_name, file))
+                  : util.attr("spec_from_file_location")(module_name, file);
   py::object module = util.attr("module_from_spec")(spec);
   sys.attr("modules")[py::str(module_name)] = module;
   try {

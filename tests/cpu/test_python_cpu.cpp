@@ -443,8 +443,8 @@ TEST_F(PythonCpu, KernelCompiledAtImportWorksAndIsCachedAcrossWorkers) {
 // without looking at the source) for model_new.py and a helper it imports: the program that runs
 // must be the sources the fingerprint hashes, so the candidate compiles the folder from source.
 TEST_F(PythonCpu, PlantedByteCodeDoesNotRunInPlaceOfTheSolutionsSources) {
-  const fs::path sol = write("planted_pyc/model_new.py", model_new_with_forward("        return combine(a, b)",
-                                                                                "from helpers import combine\n"));
+  const fs::path sol = write("planted_pyc/model_new.py",
+                             model_new_with_forward("        return combine(a, b)", "from helpers import combine\n"));
   write("planted_pyc/helpers.py", "def combine(a, b):\n    return a + b\n");
   // The wrong programs, compiled to the cache files the sources' own byte code would use.
   const fs::path planter = write("planter.py", R"(
@@ -466,7 +466,8 @@ for name, text in wrong.items():
   o.timeout_s = 120;
   ASSERT_EQ(run_subprocess(o).exit_code, 0) << read_file(work_.path() / "planter.log");
   int planted = 0;
-  for (const auto& e : fs::directory_iterator(sol.parent_path() / "__pycache__")) planted += e.path().extension() == ".pyc";
+  for (const auto& e : fs::directory_iterator(sol.parent_path() / "__pycache__"))
+    planted += e.path().extension() == ".pyc";
   ASSERT_EQ(planted, 2);
   const auto before = fs::last_write_time(sol.parent_path() / "__pycache__");
   nlohmann::json r = verify(small_task_, sol);

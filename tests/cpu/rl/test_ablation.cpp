@@ -36,7 +36,7 @@ TEST(Ablation, ParallelVariantsShareTheGpuMemoryOfTheirEpisodesOut) {
   EXPECT_EQ(episode_gpu_share(80 * gib, 3, 2), 10 * gib);
   EXPECT_EQ(episode_gpu_share(80 * gib, 1, 5), 8 * gib);
   EXPECT_EQ(episode_gpu_share(80 * gib, 0, 0), 40 * gib);  // at least one episode and one process
-  EXPECT_EQ(episode_gpu_share(0, 4, 5), 0u);                // the GPU's size unknown: no bound
+  EXPECT_EQ(episode_gpu_share(0, 4, 5), 0u);               // the GPU's size unknown: no bound
 }
 
 TEST(Ablation, CollapseFlagsFallingRewardAndLengthBlowup) {
