@@ -406,8 +406,8 @@ void judge_profile(Judge& j) {
                            : "re-timed (eager drifted beyond the band), carried over by eager's drift";
     }
   } else if (opt.use_baseline_cache && !compile_error && (!cached_eager || drifted)) {
-    j.baselines_to_cache.emplace(key,
-                                 cache_entry(rounds, backends["judge"]));  // eager alone: the cross-check's reference
+    // Eager alone: the cross-check's reference.
+    j.baselines_to_cache.emplace(key, cache_entry(rounds, backends["judge"]));
   }
   if (compile_error) timings.compile_error = *compile_error;
   result.timings = timings;

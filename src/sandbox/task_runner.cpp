@@ -34,8 +34,8 @@ def install(folder):
     root = os.path.realpath(folder)
     def hook(path):
         real = os.path.realpath(path or '.')
-        if real != root and not real.startswith(root + os.sep):
-            raise ImportError('not the solution folder')
+        if (real != root and not real.startswith(root + os.sep)) or not os.path.isdir(real):
+            raise ImportError('not a folder of the solution')  # (a zip there: zipimport's)
         return machinery.FileFinder(path, (machinery.ExtensionFileLoader, machinery.EXTENSION_SUFFIXES),
                                     (SourceOnlyLoader, machinery.SOURCE_SUFFIXES),
                                     (machinery.SourcelessFileLoader, machinery.BYTECODE_SUFFIXES))
