@@ -635,11 +635,8 @@ void clear_descendants(pid_t self) {
   for (int round = 0; round < 10000; ++round) {
     while (::waitpid(-1, nullptr, WNOHANG) > 0) {
     }
-    std::vector<pid_t> tree;
-    for (const auto& child : children_of(self)) tree.push_back(child.first);  // adopted orphans too
+    const std::vector<pid_t> tree = descendants_of(self);  // adopted orphans too
     if (tree.empty()) return;
-    for (size_t i = 0; i < tree.size() && tree.size() < 100000; ++i)
-      for (const auto& grandchild : children_of(tree[i])) tree.push_back(grandchild.first);
     for (const pid_t pid : tree) ::kill(pid, SIGKILL);
     ::usleep(1000);
   }

@@ -92,6 +92,14 @@ bool live(const ProcStat& s) {
 
 }  // namespace
 
+std::vector<pid_t> descendants_of(pid_t ancestor) {
+  const std::unordered_map<pid_t, ProcStat> all = process_table();
+  std::vector<pid_t> out;
+  for (const auto& [pid, s] : all)
+    if (pid != ancestor && descends_in(all, s, ancestor)) out.push_back(pid);
+  return out;
+}
+
 unsigned long long descendants_rss_bytes(pid_t ancestor) {
   const std::unordered_map<pid_t, ProcStat> all = process_table();
   static const unsigned long long page = static_cast<unsigned long long>(::sysconf(_SC_PAGESIZE));

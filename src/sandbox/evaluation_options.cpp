@@ -37,7 +37,6 @@ std::string solution_fingerprint(const std::string& solution_path) {
   for (; !walk && it != fs::recursive_directory_iterator(); it.increment(walk)) {
     std::error_code ec;
     const fs::path& p = it->path();
-    const std::string name = p.filename().string();
     const bool link = it->is_symlink(ec);
     if (!link && !it->is_regular_file(ec)) continue;
     if (fs::equivalent(p, solution_path, ec)) continue;

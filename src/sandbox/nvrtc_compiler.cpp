@@ -167,14 +167,14 @@ CompiledProgram NvrtcCompiler::compile(const std::string& source, const CompileO
   const fs::path bin_path = cache_dir_.empty() ? fs::path() : cache_dir_ / (result.cache_key + ".cubin");
   const fs::path meta_path = cache_dir_.empty() ? fs::path() : cache_dir_ / (result.cache_key + ".json");
   std::error_code ec;
-  std::string trusted_digest;
+  std::optional<std::string> required_digest;  // under trust_only, what the entry must hold
   bool readable = !cache_dir_.empty();
   if (readable) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!trust_all_) {
-      auto it = trusted_.find(result.cache_key);
-      readable = it != trusted_.end();
-      if (readable) trusted_digest = it->second;
+    if (trusted_) {
+      auto it = trusted_->find(result.cache_key);
+      readable = it != trusted_->end();
+      if (readable) required_digest = it->second;
     }
   }
   if (readable && fs::exists(bin_path, ec) && fs::exists(meta_path, ec)) {
@@ -185,7 +185,7 @@ CompiledProgram NvrtcCompiler::compile(const std::string& source, const CompileO
       read.lowered_names = meta.at("lowered_names").get<std::map<std::string, std::string>>();
       read.log = meta.value("log", "");
       // The bytes checked are the bytes used: a file swapped after the check is not read again.
-      if (trusted_digest.empty() || entry_digest(read.cubin, read.lowered_names) == trusted_digest) {
+      if (!required_digest || entry_digest(read.cubin, read.lowered_names) == *required_digest) {
         read.ok = true;
         read.from_cache = true;
         std::lock_guard<std::mutex> lock(mutex_);
@@ -252,7 +252,6 @@ CompiledProgram NvrtcCompiler::compile(const std::string& source, const CompileO
 
 void NvrtcCompiler::trust_only(std::map<std::string, std::string> digests) {
   std::lock_guard<std::mutex> lock(mutex_);
-  trust_all_ = false;
   trusted_ = std::move(digests);
 }
 

@@ -240,7 +240,7 @@ struct TensorMethods {
   // For check_outputs_after_export(): the comparison of an output with its export, and the input block's
   // bits flipped and flipped back.
   // The export resolves conjugate and negative views (their values, a copy) with the last two.
-  py::object view, reshape, narrow, select, view_as_real, equal, bitwise_not_, is_conj, is_neg, resolve_conj,
+  py::object view, narrow, select, view_as_real, equal, bitwise_not_, is_conj, is_neg, resolve_conj,
       resolve_neg;
   // The dispatcher's registrations of the operators the harness calls on the solution's output
   // and in its own steps (a dense copy: clone, copy_, the empties; the poisoning's fill), as torch
@@ -510,7 +510,6 @@ void capture_tensor_methods() {
   for (const char* op : kWatchedOperators) m.registrations.emplace_back(op, m.dispatch_dump(op).cast<std::string>());
   m.contiguous = base.attr("contiguous");
   m.view = base.attr("view");
-  m.reshape = base.attr("reshape");
   m.narrow = base.attr("narrow");
   m.select = base.attr("select");
   m.view_as_real = torch().attr("view_as_real");

@@ -45,6 +45,9 @@ bool descends_from(pid_t pid, pid_t ancestor);
 // each. Never throws.
 unsigned long long descendants_rss_bytes(pid_t ancestor);
 
+// Every descendant of `ancestor` (children, theirs, ... by ppid; zombies too), from one walk of /proc.
+std::vector<pid_t> descendants_of(pid_t ancestor);
+
 // The GPU memory `held` (by pid, as gpu_memory_by_process gives it) of the live processes that
 // descend from `ancestor` (itself left out), from one walk of /proc; a process of `exempt`, and
 // every process below one, left out (an evaluation's judge, which holds the GPU's lock, and its

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,8 +77,7 @@ class NvrtcCompiler {
   std::filesystem::path cache_dir_;
   mutable std::mutex mutex_;
   std::map<std::string, CompiledProgram> memory_cache_;
-  bool trust_all_ = true;
-  std::map<std::string, std::string> trusted_;  // under trust_only
+  std::optional<std::map<std::string, std::string>> trusted_;  // set by trust_only
   std::map<std::string, std::string> written_;
 };
 
