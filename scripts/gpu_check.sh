@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything that needs the GPU host, in one go: build with CMake there, doctor, the GPU tests,
 # the demo bench. Logs go to $OUT (or ./gpu-check-out).
-#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|warm|lm|engine|multi|train|train-2gpu|learning|learning-report|ablate|kernelbench|timing|synth|ppo64|precompile|initlock]
+#   scripts/gpu_check.sh [tests|bench|all|core|core-cached|agreement|warm|lm|engine|multi|train|train-2gpu|learning|learning-report|ablate|kernelbench|timing|synth|ppo64|precompile|initlock|rate]
 # agreement: issue 17's repeatability: the baselines of data/core's solved tasks cached, then
 # AGREE_RUNS (default 5) benches of their reference solutions, each a fresh evaluation per task;
 # scripts/reward_agreement.py compares their rewards pair by pair and the speedups' CV.
@@ -15,6 +15,7 @@
 # precompile: sandbox.compile_before_lock against without, the baselines of ten tasks (below).
 # initlock: sandbox.init_before_lock against without, a bench of data/core's solved tasks with
 # cached baselines, four evaluations in flight (below).
+# rate: issue 19's evaluations a GPU-minute in the steady state (below).
 # kernelbench: every task of a KernelBench checkout (KB_DIR, default kb: its level1/ level2/
 # level3/ folders and solutions/<id>.py, each the task with `ModelNew = Model` appended), one
 # bench per level (KB_LEVELS, default "1 2 3"), provenance warn and no torch.compile baseline, so
@@ -162,6 +163,53 @@ if [ "$what" = warm ]; then
       'wall %.2f s' % r['wall_seconds'], {k: round(v, 2) for k, v in r['phase_seconds'].items()}, r.get('processes'))" \
       | tee -a "$out/warm.txt"
   done
+fi
+if [ "$what" = rate ]; then
+  # Issue 19's evaluations a GPU-minute in the steady state: data/core's solved tasks, each
+  # RATE_REPEATS times (default 3; the copies share the task, so its cached baselines), eager
+  # baselines cached first (no torch.compile), then one bench with RATE_WORKERS (default 4)
+  # evaluations in flight and the default judges started ahead; scripts/eval_rate.py counts the
+  # evaluations that ended after the first RATE_WORKERS (the judges' first start left out).
+  make_core_solved
+  rate=/tmp/core-rate; rm -rf $rate; mkdir -p $rate/solutions; ln -s "$root/data/core/tasks" $rate/tasks
+  { echo "name: core-rate"; echo "tasks:"
+    for r in $(seq 1 "${RATE_REPEATS:-3}"); do
+      sed -n '3,$p' $sub/split.yaml | sed "s/^  - id: \(.*\)$/  - id: \1-r$r/"
+    done; } > $rate/split.yaml
+  for d in data/core/solutions/*/; do
+    for r in $(seq 1 "${RATE_REPEATS:-3}"); do cp -r "$d" "$rate/solutions/$(basename "$d")-r$r"; done
+  done
+  nocompile=(--set sandbox.profile_compile=false)
+  timeout "${CORE_BASELINES_TIMEOUT:-300}" $build/cuda-agent baselines --split $sub "${nocompile[@]}" \
+    --workers-per-gpu 4 --output "$out/rate-baselines" > "$out/rate_baselines.txt" 2>&1
+  start=$SECONDS
+  timeout "${RATE_TIMEOUT:-400}" $build/cuda-agent bench --split $rate --solutions $rate/solutions \
+    "${nocompile[@]}" --workers-per-gpu "${RATE_WORKERS:-4}" --output "$out/rate" > "$out/rate.txt" 2> "$out/rate.err"
+  echo "bench: exit $?, $((SECONDS - start)) s" | tee -a "$out/rate_summary.txt"
+  python3 scripts/eval_rate.py "$out/rate" --skip "${RATE_WORKERS:-4}" | tee -a "$out/rate_summary.txt"
+  python3 scripts/eval_wall.py "$out/rate" 2>&1 | tail -14 | tee -a "$out/rate_summary.txt"
+  # The floor under the tasks' own GPU work: a task of small inputs (tests/data/tasks/add, two
+  # vectors of 4M floats) with a correct solution, 12 evaluations one at a time and then 24 with
+  # RATE_WORKERS in flight, judges started ahead.
+  small=/tmp/add-rate; rm -rf $small; mkdir -p $small/solutions; ln -s "$root/tests/data/tasks" $small/tasks
+  { echo "name: add-rate"; echo "tasks:"
+    for i in $(seq 1 24); do
+      echo "  - id: add-$i"; echo "    path: tasks/add/model.py"; echo "    level: 1"
+      cp -r tests/data/solutions/add_ok $small/solutions/add-$i
+    done; } > $small/split.yaml
+  part() {  # part NAME COUNT: a split of the first COUNT copies
+    mkdir -p $small/$1 && ln -s "$root/tests/data/tasks" $small/$1/tasks
+    head -n $((2 + 3 * $2)) $small/split.yaml > $small/$1/split.yaml
+  }
+  part base 1; part one 12
+  timeout 120 $build/cuda-agent baselines --split $small/base "${nocompile[@]}" --output "$out/add-baselines" \
+    > "$out/add_baselines.txt" 2>&1
+  timeout 200 $build/cuda-agent bench --split $small/one --solutions $small/solutions "${nocompile[@]}" \
+    --workers-per-gpu 1 --output "$out/add-one" > "$out/add_one.txt" 2> "$out/add_one.err"
+  timeout 200 $build/cuda-agent bench --split $small --solutions $small/solutions "${nocompile[@]}" \
+    --workers-per-gpu "${RATE_WORKERS:-4}" --output "$out/add-rate" > "$out/add_rate.txt" 2> "$out/add_rate.err"
+  python3 scripts/eval_wall.py "$out/add-one" 2>&1 | tail -14 | tee -a "$out/rate_summary.txt"
+  python3 scripts/eval_rate.py "$out/add-rate" --skip "${RATE_WORKERS:-4}" | tee -a "$out/rate_summary.txt"
 fi
 if [ "$what" = lm ]; then
   timeout "${LM_BENCH_TIMEOUT:-3000}" scripts/bench_lm.sh $build "$out/lm-bench" > "$out/lm_bench.md" 2> "$out/lm_bench.err"
