@@ -387,10 +387,16 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
   reply["host_ms"] = run.host_ms;
   reply["joined"] = run.joined;
   reply["held"] = run.held;
-  // Straight after the forward, before any Python-level code of ours could let another thread
-  // run: the outputs' bytes go to the judge's block through C-level calls only.
+  // Straight after the forward: the outputs' bytes go to the judge's block through torch's C-level
+  // methods, captured before the solution loaded (its replacement of a torch.Tensor attribute would
+  // run here, untimed and counted as the harness's work). Some of those calls let go of the GIL (a
+  // copy, a comparison on the GPU): a Python thread of the solution's, even one only waiting to
+  // run, could then change an output between its export and the checks below, so none may be alive.
   try {
     GcPause pause;
+    if (checks_)
+      if (const std::string why = checks_->threads_started(); !why.empty())
+        throw OutputError{"tampering", why + " when its outputs were exported"};
     LaunchScope harness(LaunchOrigin::kHarness);
     std::string input_view;
     reply["outputs"] = export_tree(run.output, out_tensor_, out_block_->address(), out_block_->bytes(), gpu_,
@@ -402,6 +408,8 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
       reply["output_changed_after_export"] = after.changed;
       reply["output_reads_inputs"] = after.reads_inputs;
     }
+    if (const std::string why = torch_interception(); !why.empty())
+      throw OutputError{"tampering", why + " while the outputs were exported"};
   } catch (const OutputError& e) {
     throw Failure{category_from_string(e.category), e.message};
   } catch (const std::exception& e) {

@@ -21,7 +21,7 @@ std::string solution_fingerprint(const std::string& solution_path) {
     return "";
   }
   // Every other file of the folder (helpers it imports, kernels/, data it reads): by relative
-  // path, in path order; a link by its target, never followed. Hidden entries and __pycache__
+  // path, in path order; a link by its target and the bytes it reads as. Hidden entries and __pycache__
   // too: the candidate's loader compiles the folder's modules from their source, but a program
   // may read any file beside it (an exec of a hidden file, a .pyc unmarshalled by hand), and two
   // folders that differ in any byte are two programs. A folder that cannot be read whole
@@ -56,7 +56,22 @@ std::string solution_fingerprint(const std::string& solution_path) {
     std::error_code ec;
     try {
       if (fs::is_symlink(path, ec)) {
-        hash.update("link:" + fs::read_symlink(path, ec).string());
+        // The link's text, framed by its length, and what it reads as: the loader follows links,
+        // so a link to a file outside the folder is that file's bytes. A link to a folder (its
+        // files are not walked) leaves the folder without a fingerprint to share.
+        const std::string target = fs::read_symlink(path, ec).string();
+        hash.update("link:" + std::to_string(target.size()) + ":" + target);
+        hash.update(std::string(1, '\0'));
+        if (fs::is_directory(path, ec)) whole = false;
+        if (fs::is_regular_file(path, ec)) {
+          const std::string content = read_file(path);
+          bytes += content.size();
+          if (bytes > kMaxBytes) whole = false;
+          hash.update(std::to_string(content.size()));
+          hash.update(std::string(1, '\0'));
+          hash.update(content);
+        }
+        ec.clear();  // a dangling link is its text alone
       } else {
         const std::string content = read_file(path);
         hash.update(std::to_string(content.size()));

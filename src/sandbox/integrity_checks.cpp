@@ -1,5 +1,7 @@
 #include "cuda_agent/sandbox/integrity_checks.h"
 
+#include <algorithm>
+
 #include <pybind11/embed.h>
 
 #include "cuda_agent/core/error.h"
@@ -44,6 +46,10 @@ def _watched():
 
 def snapshot():
     return {"functions": _watched(), "threads": {t.ident for t in threading.enumerate()}}
+
+def new_thread_names(snap):
+    # For a message only (threading's list is the solution's to replace): the names it gives.
+    return [t.name for t in threading.enumerate() if t.ident not in snap["threads"]]
 
 def rebaseline_threads(snap):
     snap["threads"] = {t.ident for t in threading.enumerate()}
@@ -117,23 +123,30 @@ def padded_clone(inputs):
         return inputs.clone()
     return inputs
 
-def poison(device):
-    if not device.startswith("cuda"):
+# poison() runs in the candidate's process after the solution loaded, in the harness's launch scope:
+# torch's C-level functions and the builtins it calls are bound here, before the solution's code
+# ran, so that a replacement of torch.empty (say) does not run there counted as the harness's work.
+_synchronize = torch._C._cuda_synchronize if hasattr(torch._C, "_cuda_synchronize") else None
+_memory_snapshot = torch._C._cuda_memorySnapshot if hasattr(torch._C, "_cuda_memorySnapshot") else None
+
+def poison(device, _empty=torch.empty, _fill=torch._C.TensorBase.fill_, _float32=torch.float32,
+           _sorted=sorted, _float=float, _error=RuntimeError):
+    if device != "cuda" and not device.startswith("cuda:"):
         return
-    torch.cuda.synchronize()
+    _synchronize()
     # Every cached free block, largest first, so each allocation lands in the block of its size.
-    sizes = sorted((b["size"] for seg in torch.cuda.memory_snapshot() for b in seg["blocks"]
-                    if b["state"] == "inactive"), reverse=True)
+    sizes = _sorted((b["size"] for seg in _memory_snapshot((0, 0, False))["segments"] for b in seg["blocks"]
+                     if b["state"] == "inactive"), reverse=True)
     blocks = []
     for size in sizes:
         if size >= 512:
             try:
-                blocks.append(torch.empty(size // 4, dtype=torch.float32, device=device))
-            except RuntimeError:
+                blocks.append(_empty(size // 4, dtype=_float32, device=device))
+            except _error:
                 break
     for b in blocks:
-        b.fill_(float("nan"))
-    torch.cuda.synchronize()
+        _fill(b, _float("nan"))
+    _synchronize()
     del blocks
 )PY";
 
@@ -146,18 +159,53 @@ py::dict& scope() {
   return d;
 }
 
+// The interpreter's thread states by id: every thread that runs or waits to run Python (one
+// started with threading or _thread, even before it first ran; a native thread while it holds
+// one). Read with the GIL held.
+std::set<uint64_t> python_thread_states() {
+  std::set<uint64_t> ids;
+  for (PyThreadState* t = PyInterpreterState_ThreadHead(PyInterpreterState_Get()); t != nullptr; t = PyThreadState_Next(t))
+    ids.insert(PyThreadState_GetID(t));
+  return ids;
+}
+
 }  // namespace
 
 IntegrityChecks::IntegrityChecks(bool cuda) {
   snapshot_ = scope()["snapshot"]();
+  thread_states_ = python_thread_states();
   if (cuda) driver().cuCtxGetLimit(&persisting_limit_, CU_LIMIT_PERSISTING_L2_CACHE_SIZE);
 }
 
-void IntegrityChecks::accept_current_threads() { scope()["rebaseline_threads"](snapshot_); }
+void IntegrityChecks::accept_current_threads() {
+  scope()["rebaseline_threads"](snapshot_);
+  thread_states_ = python_thread_states();
+}
+
+std::string IntegrityChecks::threads_started() const {
+  size_t started = 0;
+  for (const uint64_t id : python_thread_states()) started += thread_states_.count(id) == 0;
+  if (started == 0) return "";
+  std::string names;
+  try {  // a failing solution's threads named, where threading knows them
+    for (const auto& name : scope()["new_thread_names"](snapshot_).cast<std::vector<std::string>>())
+      names += (names.empty() ? " (" : ", ") + name.substr(0, 64);
+    if (!names.empty()) names += ")";
+  } catch (const std::exception&) {
+  }
+  return fmt::format("{} Python thread{} the solution started {} alive{} (counted from the interpreter's thread "
+                     "states: started with threading or _thread, running or waiting to run)",
+                     started, started == 1 ? "" : "s", started == 1 ? "is" : "are", names);
+}
 
 std::string IntegrityChecks::tampering(bool cuda, bool threads, bool functions) const {
   std::vector<std::string> problems =
       scope()["tampering"](snapshot_, threads, functions).cast<std::vector<std::string>>();
+  // threading's list (with the threads' names) is the solution's to fool; the interpreter's is not.
+  const bool named = std::any_of(problems.begin(), problems.end(),
+                                 [](const std::string& p) { return p.rfind("background threads", 0) == 0; });
+  if (threads && !named)
+    if (std::string why = threads_started(); !why.empty()) problems.push_back(why + " after forward");
   if (cuda) {
     const DriverApi& api = driver();
     size_t persisting = 0;

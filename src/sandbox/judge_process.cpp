@@ -518,7 +518,10 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       j.audit_records(finished, "finishing", "after its last forward");
       j.audit_idle(finished);
     }
-    if (j.baselines_to_cache)
+    // Timings made beside a candidate go to the cache only where its checks ran: without them an
+    // evaluation that ended well says nothing of what the solution did to the baselines' rounds
+    // (a thread that slowed them), and a checked evaluation would read them.
+    if (j.baselines_to_cache && (!j.candidate || opt.integrity_checks))
       BaselineCache::of(opt.resolved_cache_dir()).put(j.baselines_to_cache->first, j.baselines_to_cache->second);
     progress.close(result.phase_seconds);
     result.ok = true;

@@ -9,6 +9,7 @@
 #include "cuda_agent/core/hash.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/sandbox/python_module.h"
+#include "cuda_agent/sandbox/tensor_exchange.h"
 
 namespace py = pybind11;
 namespace fs = std::filesystem;
@@ -203,8 +204,10 @@ py::object to_device(py::handle obj, const std::string& device) {
 }
 
 py::object clone_tree(py::handle obj) {
-  static py::object tensor_type = py::module_::import("torch").attr("Tensor");
-  if (py::isinstance(obj, tensor_type)) return obj.attr("clone")();
+  // torch's C-level clone: in a candidate process this runs after the solution loaded (the
+  // warm-up's copies, in the harness's launch scope), where torch.Tensor.clone is the solution's
+  // to replace.
+  if (is_torch_tensor(obj)) return clone_tensor(obj);
   if (py::isinstance<py::list>(obj)) {
     py::list out;
     for (auto item : obj) out.append(clone_tree(item));

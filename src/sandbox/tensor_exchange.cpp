@@ -28,10 +28,60 @@ py::module_& torch() {
   return t;
 }
 
-bool is_tensor(py::handle obj) {
-  static py::object type = torch().attr("Tensor");
-  return py::isinstance(obj, type);
+// torch's C-level tensor methods and types, taken before any solution code ran: a solution can
+// replace torch.Tensor's Python attributes, not these.
+struct TensorMethods {
+  py::object tensor_type, parameter_type, data_ptr, numel, element_size, size, stride, dtype, device, is_meta,
+      function_modes, dispatch_modes, contiguous, dispatch_dump;
+  // For check_outputs_after_export(): the comparison of an output with its export, and the input block's
+  // bits flipped and flipped back.
+  // The export resolves conjugate and negative views (their values, a copy) with the last two.
+  py::object view, narrow, select, view_as_real, equal, bitwise_not_, is_conj, is_neg, resolve_conj,
+      resolve_neg;
+  // For the views the Builder makes of a shared block, and clone_tree(): a solution's replacement
+  // of torch.Tensor.as_strided (say) would run inside the harness's own steps, after the timer
+  // stopped and counted as the harness's work.
+  py::object as_strided, clone;
+  std::map<std::string, py::object> dtypes;  // torch.float32 and the rest, by short name
+  // The dispatcher's registrations of the operators the harness calls on the solution's output
+  // and in its own steps (a dense copy: clone, copy_, the empties; the poisoning's fill), as torch
+  // registered them: a solution's torch.library kernel for one would run inside those calls.
+  std::vector<std::pair<std::string, std::string>> registrations;
+};
+
+constexpr const char* kWatchedOperators[] = {"aten::clone",        "aten::copy_",         "aten::contiguous",
+                                             "aten::empty_like",   "aten::empty_strided", "aten::empty.memory_format",
+                                             "aten::fill_.Scalar", "aten::equal",         "aten::view.dtype",
+                                             "aten::bitwise_not_", "aten::reshape",       "aten::narrow",
+                                             "aten::select.int",   "aten::view_as_real",  "aten::eq.Tensor",
+                                             "aten::all",          "aten::conj",          "aten::_neg_view",
+                                             "aten::resolve_conj", "aten::resolve_neg"};
+
+TensorMethods& methods() {
+  static TensorMethods m;
+  return m;
 }
+
+// The methods, captured now if they were not: in the judge's process, where no solution code
+// runs, at the first use; a candidate process captures them before the solution loads.
+const TensorMethods& captured() {
+  capture_tensor_methods();
+  return methods();
+}
+
+bool is_tensor(py::handle obj) {
+  // The C-level subtype test against the captured type: torch.Tensor's name in the torch module
+  // is the solution's to rebind, and isinstance() could run a __class__ property of its.
+  return PyType_IsSubtype(Py_TYPE(obj.ptr()), reinterpret_cast<PyTypeObject*>(captured().tensor_type.ptr()));
+}
+
+const py::object& dtype_object(const std::string& name) {
+  const auto& dtypes = captured().dtypes;
+  const auto it = dtypes.find(name);
+  CA_CHECK(it != dtypes.end(), "tensors of dtype {} cannot be passed between the judge and the candidate", name);
+  return it->second;
+}
+
 
 const std::map<std::string, int>& element_sizes() {
   static const std::map<std::string, int> sizes = {
@@ -193,9 +243,10 @@ struct Builder {
     const __int128 elements = view_elements(shape, strides);
     CA_CHECK(static_cast<__int128>(offset) + elements * esize <= static_cast<__int128>(capacity),
              "a tensor spec that reaches past the end of its shared block");
-    py::object dt = torch().attr(dtype.c_str());
-    py::object flat = block.attr("narrow")(0, offset, static_cast<int64_t>(elements * esize)).attr("view")(dt);
-    return flat.attr("as_strided")(shape, strides);
+    const TensorMethods& m = captured();
+    py::object flat =
+        m.view(m.narrow(block, 0, offset, static_cast<int64_t>(elements * esize)), dtype_object(dtype));
+    return m.as_strided(flat, shape, strides);
   }
 
   py::object build(const nlohmann::json& spec, int depth) {
@@ -218,7 +269,8 @@ struct Builder {
     if (t == "float") {
       CA_CHECK(spec.contains("value") && spec["value"].is_string() && spec["value"].get<std::string>().size() < 64,
                "a float spec without its value");
-      return py::module_::import("builtins").attr("float")(spec["value"].get<std::string>());
+      // The C-level conversion: builtins.float is the solution's to rebind.
+      return py::reinterpret_steal<py::object>(PyFloat_FromString(py::str(spec["value"].get<std::string>()).ptr()));
     }
     if (t == "value") {
       const nlohmann::json& v = spec.value("value", nlohmann::json());
@@ -231,35 +283,6 @@ struct Builder {
     CA_FAIL("a spec node of the unknown type '{}'", t);
   }
 };
-
-// torch's C-level tensor methods and types, taken before any solution code ran: a solution can
-// replace torch.Tensor's Python attributes, not these.
-struct TensorMethods {
-  py::object tensor_type, parameter_type, data_ptr, numel, element_size, size, stride, dtype, device, is_meta,
-      function_modes, dispatch_modes, contiguous, dispatch_dump;
-  // For check_outputs_after_export(): the comparison of an output with its export, and the input block's
-  // bits flipped and flipped back.
-  // The export resolves conjugate and negative views (their values, a copy) with the last two.
-  py::object view, narrow, select, view_as_real, equal, bitwise_not_, is_conj, is_neg, resolve_conj,
-      resolve_neg;
-  // The dispatcher's registrations of the operators the harness calls on the solution's output
-  // and in its own steps (a dense copy: clone, copy_, the empties; the poisoning's fill), as torch
-  // registered them: a solution's torch.library kernel for one would run inside those calls.
-  std::vector<std::pair<std::string, std::string>> registrations;
-};
-
-constexpr const char* kWatchedOperators[] = {"aten::clone",        "aten::copy_",         "aten::contiguous",
-                                             "aten::empty_like",   "aten::empty_strided", "aten::empty.memory_format",
-                                             "aten::fill_.Scalar", "aten::equal",         "aten::view.dtype",
-                                             "aten::bitwise_not_", "aten::reshape",       "aten::narrow",
-                                             "aten::select.int",   "aten::view_as_real",  "aten::eq.Tensor",
-                                             "aten::all",          "aten::conj",          "aten::_neg_view",
-                                             "aten::resolve_conj", "aten::resolve_neg"};
-
-TensorMethods& methods() {
-  static TensorMethods m;
-  return m;
-}
 
 struct Exporter {
   py::handle block;
@@ -457,7 +480,7 @@ bool same_bits(py::handle a, py::handle b) {
       y = m.view_as_real(y);
       break;
   }
-  return equal_in_pieces(m.view(x, torch().attr(as)), m.view(y, torch().attr(as)));
+  return equal_in_pieces(m.view(x, dtype_object(as)), m.view(y, dtype_object(as)));
 }
 
 // The path of the first tensor of `leaves` whose bits differ from its copy's; "" when none does.
@@ -477,13 +500,16 @@ nlohmann::json stage_tree(py::handle tree, py::handle block) {
 }
 
 py::object build_tree(const nlohmann::json& spec, py::handle block) {
-  Builder b{block, block.attr("numel")().cast<size_t>()};
+  Builder b{block, captured().numel(block).cast<size_t>()};
   return b.build(spec, 0);
 }
 
+py::object clone_tensor(py::handle tensor) { return captured().clone(tensor); }
+
+bool is_torch_tensor(py::handle obj) { return is_tensor(obj); }
+
 std::string changed_tensor(py::handle tree, const nlohmann::json& spec, py::handle block) {
-  capture_tensor_methods();  // the judge's own process: no solution code has run there
-  Builder b{block, block.attr("numel")().cast<size_t>()};
+  Builder b{block, captured().numel(block).cast<size_t>()};  // the judge's own process
   std::vector<std::tuple<std::string, py::object, py::object>> leaves;
   tensors_beside_spec(tree, spec, b, "input", leaves);
   return first_changed(leaves);
@@ -519,6 +545,9 @@ void capture_tensor_methods() {
   m.resolve_neg = base.attr("resolve_neg");
   m.equal = torch().attr("equal");
   m.bitwise_not_ = base.attr("bitwise_not_");
+  m.as_strided = base.attr("as_strided");
+  m.clone = base.attr("clone");
+  for (const auto& [name, size] : element_sizes()) m.dtypes[name] = torch().attr(name.c_str());
 }
 
 std::string torch_interception() {

@@ -270,6 +270,62 @@ class ModelNew(nn.Module):
   EXPECT_TRUE(copy["ok"].get<bool>()) << copy.dump(2);
 }
 
+// The harness's steps after a forward (the export's check builds views of the output block) call
+// torch through the C-level methods it captured before the solution loaded: a replacement of a
+// torch.Tensor attribute that computed the output there, untimed and counted as the harness's work,
+// and wrote it into the block the judge reads, made a forward that does nothing pass (found by an
+// adversarial review, 2026-12-07).
+TEST_F(Integrity, ASolutionsTorchAttributesDoNotRunInsideTheHarnesssSteps) {
+  const std::string task = task_of_x("relu", "torch.relu(x)", "torch.randn(64, 32)");
+  const std::string hook = write("hook.py", std::string(kModelNewHeader) + R"(_as_strided = torch.Tensor.as_strided
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        out = torch.empty_like(x)  # nothing computed while timed
+
+        def late(view, size, stride, *rest):
+            torch.Tensor.as_strided = _as_strided  # gone before any check of torch's functions
+            made = _as_strided(view, size, stride, *rest)
+            if made.numel() == out.numel():
+                real = torch.relu(x)
+                made.copy_(real)
+                out.copy_(real)
+            return made
+
+        torch.Tensor.as_strided = late
+        return out
+)");
+  auto r = verify(task, hook);
+  EXPECT_FALSE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_TRUE(r["category"] == "mismatch" || r["category"] == "tampering") << r.dump(2);
+  auto honest = verify(task, solution_of_x("relu.py", "torch.relu(x)"));
+  EXPECT_TRUE(honest["ok"].get<bool>()) << honest.dump(2);
+}
+
+// A Python thread of the solution's alive when the outputs are exported could change an output in
+// the moments the export's torch calls let go of the GIL (between its copy and the checks of it),
+// even one only waiting to run; one started with _thread is not in threading.enumerate(). Counted
+// from the interpreter's thread states, it is tampering.
+TEST_F(Integrity, APythonThreadAliveAtTheExportIsTamperingHowEverItWasStarted) {
+  const std::string task = task_of_x("relu", "torch.relu(x)", "torch.randn(64, 32)");
+  const std::string waiting = write("waiting.py", std::string(kModelNewHeader) + R"(import _thread
+
+_gate = _thread.allocate_lock()
+_gate.acquire()
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        _thread.start_new_thread(_gate.acquire, ())  # waits for good, invisible to threading
+        return torch.relu(x)
+)");
+  auto r = verify(task, waiting);
+  EXPECT_FALSE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_EQ(r["category"], "tampering") << r.dump(2);
+  EXPECT_NE(r.value("message", "").find("Python thread"), std::string::npos) << r.dump(2);
+}
+
 // A reference that returns a view of its input does no work there, and a solution cannot return
 // one (above): it must copy and can only be slower, so the task is flagged, with the output named.
 // A reference whose output is computed (a transposed copy) is not.
@@ -1331,7 +1387,7 @@ TEST(SolutionFingerprint, CoversEveryFileOfTheSolutionsFolderHiddenOnesAndByteCo
   fs::remove_all(b / "__pycache__");
   fs::remove_all(b / ".git");
   EXPECT_EQ(fa, solution_fingerprint((b / "model_new.py").string()));
-  // A link counts by its target, not followed.
+  // A link counts by its target and by the bytes it reads as (the loader follows it).
   fs::create_symlink("/etc/hostname", b / "data");
   const std::string linked = solution_fingerprint((b / "model_new.py").string());
   EXPECT_NE(fa, linked);
@@ -1339,6 +1395,27 @@ TEST(SolutionFingerprint, CoversEveryFileOfTheSolutionsFolderHiddenOnesAndByteCo
   fs::create_symlink("/etc/hosts", b / "data");
   EXPECT_NE(linked, solution_fingerprint((b / "model_new.py").string()));
   fs::remove(b / "data");
+  const fs::path outside = tmp.path() / "outside.py";
+  write_file_atomic(outside, "SCALE = 2\n");
+  fs::create_symlink(outside, b / "extra.py");
+  const std::string through = solution_fingerprint((b / "model_new.py").string());
+  write_file_atomic(outside, "SCALE = 5\n");
+  EXPECT_NE(through, solution_fingerprint((b / "model_new.py").string())) << "the linked file's bytes changed";
+  fs::remove(b / "extra.py");
+  // The link's text is framed: a link "x" beside a file "yz" is not a link "xy" beside a file "z".
+  const fs::path c = tmp.path() / "c", d = tmp.path() / "d";
+  write_file_atomic(c / "model_new.py", "import helpers\n");
+  write_file_atomic(d / "model_new.py", "import helpers\n");
+  fs::create_symlink("x", c / "a");
+  write_file_atomic(c / "yz", "same");
+  fs::create_symlink("xy", d / "a");
+  write_file_atomic(d / "z", "same");
+  EXPECT_NE(solution_fingerprint((c / "model_new.py").string()), solution_fingerprint((d / "model_new.py").string()));
+  // A link to a folder (whose files are not walked) leaves the solution without a shared fingerprint.
+  fs::create_symlink(tmp.path() / "a", b / "linked_folder");
+  EXPECT_NE(solution_fingerprint((b / "model_new.py").string()), solution_fingerprint((b / "model_new.py").string()));
+  fs::remove(b / "linked_folder");
+  EXPECT_EQ(fa, solution_fingerprint((b / "model_new.py").string()));
   // A folder too large to hash is never shared: a fingerprint of its own each time; so is one
   // with a file it cannot read.
   fs::create_directories(b / "many");

@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,6 +32,11 @@ class __attribute__((visibility("hidden"))) IntegrityChecks {
   std::string tampering(bool cuda, bool threads = true, bool functions = true) const;
   // Threads alive now are the sandbox's own (torch.compile's workers after the baselines ran).
   void accept_current_threads();
+  // Python threads alive now that were not at the snapshot, counted from the interpreter's own
+  // list of thread states (C-level: threading.enumerate is the solution's to replace, and a
+  // thread started with _thread is not in it, nor is one still waiting to run); empty when none.
+  // A thread that merely waits can run whenever the harness's torch calls let go of the GIL.
+  std::string threads_started() const;
 
   // Empty when `outputs` is a tensor or a (nested) tuple/list of plain torch.Tensor objects with
   // real storage; else what is wrong and where.
@@ -50,6 +57,7 @@ class __attribute__((visibility("hidden"))) IntegrityChecks {
 
  private:
   pybind11::object snapshot_;
+  std::set<uint64_t> thread_states_;  // the interpreter's thread states at the snapshot
   size_t persisting_limit_ = 0;  // as the driver set it, before the solution ran
 };
 

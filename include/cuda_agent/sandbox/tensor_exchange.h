@@ -38,6 +38,11 @@ nlohmann::json stage_tree(pybind11::handle tree, pybind11::handle block);
 // spec that does not fit the block or is not a spec.
 pybind11::object build_tree(const nlohmann::json& spec, pybind11::handle block);
 
+// A tensor's clone, and whether an object is a torch.Tensor, through torch's C-level methods and
+// type (clone_tree()'s, which runs in a candidate process after the solution loaded).
+pybind11::object clone_tensor(pybind11::handle tensor);
+bool is_torch_tensor(pybind11::handle obj);
+
 // The path of the first staged tensor whose bytes in `block` differ from `tree`'s (NaN equal
 // NaN), or "" when the candidate left its inputs as they were given.
 std::string changed_tensor(pybind11::handle tree, const nlohmann::json& spec, pybind11::handle block);
