@@ -7,6 +7,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/sandbox/cuda_libs.h"
 #include "cuda_agent/sandbox/python_tensor.h"
+#include "cuda_agent/sandbox/tensor_exchange.h"
 
 namespace py = pybind11;
 
@@ -199,6 +200,9 @@ std::string IntegrityChecks::threads_started() const {
 }
 
 std::string IntegrityChecks::tampering(bool cuda, bool threads, bool functions) const {
+  // The checks below are Python: a hook of the solution's that runs inside them could empty their
+  // findings, so none may be set (tensor_exchange.h).
+  if (std::string hooked = python_hooks(); !hooked.empty()) return hooked;
   std::vector<std::string> problems =
       scope()["tampering"](snapshot_, threads, functions).cast<std::vector<std::string>>();
   // threading's list (with the threads' names) is the solution's to fool; the interpreter's is not.

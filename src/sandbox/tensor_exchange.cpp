@@ -43,6 +43,12 @@ struct TensorMethods {
   // stopped and counted as the harness's work.
   py::object as_strided, clone;
   std::map<std::string, py::object> dtypes;  // torch.float32 and the rest, by short name
+  // What runs Python of the solution's inside the harness's own Python (the integrity checks, the
+  // memory's poisoning) with no thread of its own, as they were before it loaded: sys.monitoring's
+  // tools (Python 3.12 on; get_tool is None before) and the Python-level signal handlers.
+  py::object get_tool, getsignal;
+  std::vector<py::object> tools;
+  std::vector<std::pair<int, py::object>> handlers;
   // The dispatcher's registrations of the operators the harness calls on the solution's output
   // and in its own steps (a dense copy: clone, copy_, the empties; the poisoning's fill), as torch
   // registered them: a solution's torch.library kernel for one would run inside those calls.
@@ -548,11 +554,44 @@ void capture_tensor_methods() {
   m.as_strided = base.attr("as_strided");
   m.clone = base.attr("clone");
   for (const auto& [name, size] : element_sizes()) m.dtypes[name] = torch().attr(name.c_str());
+  py::module_ sys = py::module_::import("sys");
+  m.get_tool = py::none();
+  if (py::hasattr(sys, "monitoring")) {
+    m.get_tool = sys.attr("monitoring").attr("get_tool");
+    for (int id = 0; id < 6; ++id) m.tools.push_back(m.get_tool(id));  // the tools a program may use
+  }
+  py::module_ signal = py::module_::import("_signal");  // C-level: signal.getsignal is Python
+  m.getsignal = signal.attr("getsignal");
+  for (py::handle number : signal.attr("valid_signals")()) {
+    const int n = number.cast<int>();
+    try {
+      m.handlers.emplace_back(n, m.getsignal(n));
+    } catch (const py::error_already_set&) {
+    }
+  }
+}
+
+std::string python_hooks() {
+  const TensorMethods& m = captured();  // a candidate process captured them before the solution loaded
+  const PyThreadState* thread = PyThreadState_Get();
+  if (thread->c_tracefunc != nullptr || thread->c_profilefunc != nullptr)
+    return "a trace or profile function of the solution's is set (sys.settrace, sys.setprofile): it runs inside the "
+           "harness's own Python";
+  for (size_t id = 0; id < m.tools.size(); ++id)
+    if (!m.get_tool(id).is(m.tools[id]))
+      return fmt::format("a sys.monitoring tool (id {}) was registered or freed: its callbacks run inside the "
+                         "harness's own Python",
+                         id);
+  for (const auto& [number, handler] : m.handlers)
+    if (!m.getsignal(number).is(handler))
+      return fmt::format("a Python handler of signal {} was installed: it runs inside the harness's own Python", number);
+  return "";
 }
 
 std::string torch_interception() {
   const TensorMethods& m = methods();
   CA_ASSERT(m.data_ptr, "capture_tensor_methods() must run before torch_interception()");
+  if (std::string hooked = python_hooks(); !hooked.empty()) return hooked;
   if (m.function_modes().cast<int64_t>() > 0) return "a TorchFunctionMode of the solution's is still active";
   if (m.dispatch_modes().cast<int64_t>() > 0) return "a TorchDispatchMode of the solution's is still active";
   for (const auto& [op, registered] : m.registrations)

@@ -326,6 +326,44 @@ class ModelNew(nn.Module):
   EXPECT_NE(r.value("message", "").find("Python thread"), std::string::npos) << r.dump(2);
 }
 
+// The integrity checks' own Python (the watch list of torch's functions) and the memory's poisoning
+// run on the main thread after the solution's code: a profile or trace function of the solution's,
+// a sys.monitoring tool or a Python signal handler runs inside them, handed their frames. A profile
+// function that emptied the checks' list of problems hid a replaced torch.tanh (found 2026-12-07).
+TEST_F(Integrity, AHookThatWouldRunInsideTheHarnesssPythonIsTampering) {
+  const std::string task = task_of_x("relu", "torch.relu(x)", "torch.randn(64, 32)");
+  const std::string profiled = write("profiled.py", std::string(kModelNewHeader) + R"(import sys
+
+
+def _quiet(frame, event, arg):
+    if event == "return" and frame.f_code.co_name == "tampering":
+        problems = frame.f_locals.get("problems")
+        if isinstance(problems, list):
+            problems.clear()
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        torch.tanh = lambda t: t
+        sys.setprofile(_quiet)
+        return torch.relu(x)
+)");
+  auto r = verify(task, profiled);
+  EXPECT_EQ(r["category"], "tampering") << r.dump(2);
+  EXPECT_NE(r.value("message", "").find("profile function"), std::string::npos) << r.dump(2);
+  const std::string handler = write("handler.py", std::string(kModelNewHeader) + R"(import signal
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        signal.signal(signal.SIGUSR2, lambda number, frame: None)
+        return torch.relu(x)
+)");
+  auto h = verify(task, handler);
+  EXPECT_EQ(h["category"], "tampering") << h.dump(2);
+  EXPECT_NE(h.value("message", "").find("handler of signal"), std::string::npos) << h.dump(2);
+}
+
 // A reference that returns a view of its input does no work there, and a solution cannot return
 // one (above): it must copy and can only be slower, so the task is flagged, with the output named.
 // A reference whose output is computed (a transposed copy) is not.

@@ -67,6 +67,12 @@ void capture_tensor_methods();
 // a kernel of its own registered (torch.library) for one of the operators the harness uses. ""
 // when nothing does; else what. After capture_tensor_methods().
 std::string torch_interception();
+// Whether something of the solution's would run its Python inside the harness's own Python-level
+// work on this thread, no thread of its own needed (checked first by torch_interception()): a
+// trace or profile function, a sys.monitoring tool, a Python signal handler, each compared with
+// what was there before the solution loaded; "" when none. Such a function is handed the
+// harness's frames (the integrity checks' list of problems, say, to empty).
+std::string python_hooks();
 nlohmann::json export_tree(pybind11::handle outputs, pybind11::handle block, uint64_t block_address, size_t block_bytes,
                            bool device, uint64_t input_address = 0, size_t input_bytes = 0,
                            std::string* input_view = nullptr);
