@@ -88,7 +88,6 @@ const py::object& dtype_object(const std::string& name) {
   return it->second;
 }
 
-
 const std::map<std::string, int>& element_sizes() {
   static const std::map<std::string, int> sizes = {
       {"float32", 4}, {"float64", 8}, {"float16", 2}, {"bfloat16", 2}, {"complex64", 8}, {"complex128", 16},
@@ -276,7 +275,9 @@ struct Builder {
       CA_CHECK(spec.contains("value") && spec["value"].is_string() && spec["value"].get<std::string>().size() < 64,
                "a float spec without its value");
       // The C-level conversion: builtins.float is the solution's to rebind.
-      return py::reinterpret_steal<py::object>(PyFloat_FromString(py::str(spec["value"].get<std::string>()).ptr()));
+      PyObject* value = PyFloat_FromString(py::str(spec["value"].get<std::string>()).ptr());
+      if (value == nullptr) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(value);
     }
     if (t == "value") {
       const nlohmann::json& v = spec.value("value", nlohmann::json());
