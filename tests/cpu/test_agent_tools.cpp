@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -803,12 +804,21 @@ TEST_P(AgentConfinement, ADaemonOfABackgroundCommandEndsWhenTheShellsAreStopped)
     if (fs::exists(root() / "daemon.pid", ec)) daemon = std::atoi(read("daemon.pid").c_str());
   }
   ASSERT_GT(daemon, 0) << "the daemon wrote no pid";
-  const auto alive = [](pid_t pid) {  // a zombie waiting for its reaper has ended
+  // The process's start time (field 22 of its stat): a pid the suite's other processes reuse once
+  // the daemon has gone is another process.
+  const auto started_at = [](pid_t pid) -> std::string {
     std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
     std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
     const size_t close = text.rfind(')');
-    return close != std::string::npos && close + 2 < text.size() && text[close + 2] != 'Z';
+    if (close == std::string::npos || close + 2 >= text.size() || text[close + 2] == 'Z') return "";  // gone or a zombie
+    std::istringstream fields(text.substr(close + 2));
+    std::string field;
+    for (int i = 3; i <= 22 && fields >> field; ++i) {
+    }
+    return field;
   };
+  const std::string daemon_start = started_at(daemon);
+  const auto alive = [&](pid_t pid) { return !daemon_start.empty() && started_at(pid) == daemon_start; };
   ASSERT_TRUE(alive(daemon));
   registry_->stop_background();  // as the episode does before its final score
   bool lives = true;
