@@ -144,7 +144,7 @@ if [ "$what" = warm ]; then
   # with (the default), one evaluation at a time; scripts/eval_wall.py compares them.
   make_core_solved
   head -n $((2 + 3 * ${WARM_TASKS:-12})) $sub/split.yaml > $sub/split.tmp && mv $sub/split.tmp $sub/split.yaml
-  nocompile=(--set sandbox.profile_compile=false)
+  nocompile=(--set sandbox.profile_compile=false ${RATE_SET:-})
   timeout "${CORE_BASELINES_TIMEOUT:-300}" $build/cuda-agent baselines --split $sub "${nocompile[@]}" \
     --output "$out/warm-baselines" > "$out/warm_baselines.txt" 2>&1
   for w in 0 2; do
@@ -179,7 +179,7 @@ if [ "$what" = rate ]; then
   for d in data/core/solutions/*/; do
     for r in $(seq 1 "${RATE_REPEATS:-3}"); do cp -r "$d" "$rate/solutions/$(basename "$d")-r$r"; done
   done
-  nocompile=(--set sandbox.profile_compile=false)
+  nocompile=(--set sandbox.profile_compile=false ${RATE_SET:-})
   timeout "${CORE_BASELINES_TIMEOUT:-300}" $build/cuda-agent baselines --split $sub "${nocompile[@]}" \
     --workers-per-gpu 4 --output "$out/rate-baselines" > "$out/rate_baselines.txt" 2>&1
   start=$SECONDS
@@ -433,7 +433,7 @@ if [ "$what" = initlock ]; then
   # (scripts/eval_wall.py: `cuda_init` leaves the exclusive lock's share when on).
   make_core_solved
   head -n $((2 + 3 * ${INITLOCK_TASKS:-24})) $sub/split.yaml > $sub/split.tmp && mv $sub/split.tmp $sub/split.yaml
-  nocompile=(--set sandbox.profile_compile=false)
+  nocompile=(--set sandbox.profile_compile=false ${RATE_SET:-})
   timeout "${CORE_BASELINES_TIMEOUT:-300}" $build/cuda-agent baselines --split $sub "${nocompile[@]}" --workers-per-gpu 4 \
     --output "$out/initlock-baselines" > "$out/initlock_baselines.txt" 2>&1
   for on in false true; do

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -179,6 +180,49 @@ nlohmann::json CandidateClient::call(const std::string& what, const nlohmann::js
     died(what, started_);
   }
   ChannelMessage m = receive(what, timeout_s, started_);
+  return reply_of(m, what, expect);
+}
+
+nlohmann::json CandidateClient::call_bracketed(const std::string& what, const nlohmann::json& op,
+                                               const std::string& expect, double timeout_s, double queued_wait_s,
+                                               const std::function<void()>& go, bool* went, bool* in_time) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto left = [&] {
+    return timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  try {
+    channel_.send(op);
+  } catch (const ChannelError&) {
+    died(what, started_);
+  }
+  *went = *in_time = false;
+  const uint32_t ticket = op.at("bracket").get<uint32_t>();
+  const auto is_queued = [&](const ChannelMessage& m) {
+    if (m.body.value("op", "") != "queued") return false;
+    if (!m.body.contains("ticket") || !m.body["ticket"].is_number_unsigned() ||
+        m.body["ticket"].get<uint64_t>() != ticket)
+      throw Failure{Category::kTampering,
+                    fmt::format("{}: the candidate process said another run than this one was queued", what)};
+    return true;
+  };
+  std::optional<ChannelMessage> m;
+  if (channel_.spin_until_readable(std::min(queued_wait_s, std::max(left(), 0.0)))) {
+    m = receive(what, left(), started_);
+    if (is_queued(*m)) {
+      *went = *in_time = true;
+      go();
+      m.reset();
+    }
+  } else {
+    *went = true;
+    go();
+  }
+  if (!m) m = receive(what, left(), started_);
+  if (!*in_time && is_queued(*m)) m = receive(what, left(), started_);  // late
+  return reply_of(*m, what, expect);
+}
+
+nlohmann::json CandidateClient::reply_of(ChannelMessage& m, const std::string& what, const std::string& expect) {
   const std::string reply = m.body.value("op", "");
   if (m.body.contains("runtime") && m.body["runtime"].is_object()) runtime_ = m.body["runtime"];
   if (reply == "failed") {

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -64,6 +65,15 @@ class CandidateClient {
   nlohmann::json call(const std::string& what, const nlohmann::json& op, const std::string& expect, double timeout_s,
                       const std::vector<int>& fds = {});
 
+  // call() for an op that runs in the judge's bracket (judge_bracket.h): the candidate process
+  // says "queued" (with the op's ticket) once it has queued the run, before its reply. `go` is
+  // called once that message came, or, when it has not within `queued_wait_s` (a forward that
+  // waits on the GPU before it returns: it waits for the go), at that point; not at all when the
+  // reply came first. Returns the reply and whether `go` ran (*went) and in time (*in_time).
+  nlohmann::json call_bracketed(const std::string& what, const nlohmann::json& op, const std::string& expect,
+                                double timeout_s, double queued_wait_s, const std::function<void()>& go, bool* went,
+                                bool* in_time);
+
   // Waits up to timeout_s for the process to end (after "finish") and reports how it ended.
   ProcessReport wait(double timeout_s);
   // The end of what the process printed.
@@ -80,6 +90,8 @@ class CandidateClient {
 
  private:
   ChannelMessage receive(const std::string& what, double timeout_s, bool started);
+  // The reply `m` to an op: a failure thrown, one not `expect`ed tampering.
+  nlohmann::json reply_of(ChannelMessage& m, const std::string& what, const std::string& expect);
   [[noreturn]] void died(const std::string& what, bool started);
   // Stops the process and waits (a while) for it to end.
   void stop();

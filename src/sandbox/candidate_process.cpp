@@ -84,6 +84,12 @@ class Candidate {
   nlohmann::json load(const nlohmann::json& body);
   nlohmann::json map_blocks(const nlohmann::json& body, std::vector<UniqueFd>& fds);
   nlohmann::json run(const nlohmann::json& body);
+  // One bracketed run of an empty forward, before the solution loads: the judge's calibration of
+  // its bracket (judge_bracket.h).
+  nlohmann::json probe(const nlohmann::json& body);
+  // This run's half of the judge's bracket when the op asks for one (its "bracket" ticket), with
+  // `export_outputs` queued after the end event; null otherwise.
+  std::unique_ptr<BracketSide> bracket_side(const nlohmann::json& body, std::function<void(py::handle)> export_outputs);
   nlohmann::json warmup(const nlohmann::json& body);
   nlohmann::json prerun();
   nlohmann::json finish();
@@ -111,6 +117,8 @@ class Candidate {
   py::object model_;
   std::unique_ptr<SharedBlock> in_block_, out_block_;
   py::object in_tensor_, out_tensor_;
+  std::unique_ptr<SharedBlock> bracket_block_;  // the judge's go and done words (judge_bracket.h)
+  py::object probe_scratch_;                    // the bracket's probes' memory, freed at the load
   // The windows of timed runs whose kernel records are reported together ("report"): flushing
   // CUPTI after every run would put its cost into the next run's timed region.
   std::vector<Window> pending_;
@@ -244,6 +252,10 @@ nlohmann::json Candidate::load(const nlohmann::json& body) {
   // Where the load's time goes (the reply's load_seconds: a claim, for the record only; the
   // judge's load_solution phase is what it saw).
   Laps laps;
+  if (probe_scratch_) {  // the bracket's calibration is over
+    probe_scratch_ = py::object();
+    py::module_::import("torch").attr("cuda").attr("empty_cache")();
+  }
   const int64_t seed = body.at("seed").get<int64_t>();
   if (body.value("integrity_checks", true)) checks_.emplace(gpu_);  // before the solution's code runs
   guard_ = std::make_unique<FallbackGuard>(body.value("fallback", std::string("warn")));
@@ -297,6 +309,11 @@ nlohmann::json Candidate::map_blocks(const nlohmann::json& body, std::vector<Uni
   for (size_t i = 0; i < blocks.size(); ++i) {
     const std::string role = blocks[i].at("role");
     auto block = SharedBlock::import(kind, std::move(fds[i]), blocks[i].at("bytes").get<size_t>());
+    if (role == "bracket") {
+      CA_CHECK(gpu_, "a bracket block on the CPU");
+      bracket_block_ = std::move(block);
+      continue;
+    }
     py::object tensor = block->byte_tensor();
     if (role == "input") in_block_ = std::move(block), in_tensor_ = tensor;
     else out_block_ = std::move(block), out_tensor_ = tensor;
@@ -378,29 +395,48 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
   const bool guard = body.value("guard", false);
   auto forward = [&]() -> py::object { return guard ? guard_->call(model_, inputs) : call_model(model_, inputs); };
   nlohmann::json reply = {{"op", "ran"}, {"ms", 0.0}};
-  TimedRun run;
-  guarded(Category::kRuntimeError, "ModelNew.forward", [&] {
-    if (gpu_) run = timed_call(forward, flush_l2_);
-    else run.output = forward();
-  });
-  reply["ms"] = run.ms;
-  reply["host_ms"] = run.host_ms;
-  reply["joined"] = run.joined;
-  reply["held"] = run.held;
   // Straight after the forward: the outputs' bytes go to the judge's block through torch's C-level
   // methods, captured before the solution loaded (its replacement of a torch.Tensor attribute would
   // run here, untimed and counted as the harness's work). Some of those calls let go of the GIL (a
   // copy, a comparison on the GPU): a Python thread of the solution's, even one only waiting to
   // run, could then change an output between its export and the checks below, so none may be alive.
+  // Under the judge's bracket the export is queued inside the timed call, before the done word
+  // (its failure kept for below); otherwise it follows it.
+  std::string input_view;
+  std::vector<py::object> pending;  // dense copies the bracket's queued export reads
+  std::exception_ptr export_error;
+  auto export_outputs = [&](py::handle output) {
+    try {
+      GcPause pause;
+      if (checks_)
+        if (const std::string why = checks_->threads_started(); !why.empty())
+          throw OutputError{"tampering", why + " when its outputs were exported"};
+      LaunchScope harness(LaunchOrigin::kHarness);
+      reply["outputs"] =
+          export_tree(output, out_tensor_, out_block_->address(), out_block_->bytes(), gpu_, in_block_->address(),
+                      in_block_->bytes(), &input_view, body.contains("bracket") ? &pending : nullptr);
+    } catch (...) {
+      export_error = std::current_exception();
+    }
+  };
+  TimedRun run;
+  std::unique_ptr<BracketSide> bracket = bracket_side(body, export_outputs);
+  guarded(Category::kRuntimeError, "ModelNew.forward", [&] {
+    if (gpu_)
+      run = timed_call(forward, flush_l2_, bracket.get());
+    else
+      run.output = forward();
+  });
+  pending.clear();  // timed_call synchronized
+  reply["ms"] = run.ms;
+  reply["host_ms"] = run.host_ms;
+  reply["joined"] = run.joined;
+  reply["held"] = run.held;
   try {
+    if (!bracket) export_outputs(run.output);
+    if (export_error) std::rethrow_exception(export_error);
     GcPause pause;
-    if (checks_)
-      if (const std::string why = checks_->threads_started(); !why.empty())
-        throw OutputError{"tampering", why + " when its outputs were exported"};
     LaunchScope harness(LaunchOrigin::kHarness);
-    std::string input_view;
-    reply["outputs"] = export_tree(run.output, out_tensor_, out_block_->address(), out_block_->bytes(), gpu_,
-                                   in_block_->address(), in_block_->bytes(), &input_view);
     reply["output_view_of_input"] = input_view;
     if (input_view.empty()) {
       const OutputsAfterExport after =
@@ -433,6 +469,53 @@ nlohmann::json Candidate::run(const nlohmann::json& body) {
     guarded(Category::kRuntimeError, "releasing cached GPU memory", [&] { empty_cache_(); });
   }
   return reply;
+}
+
+std::unique_ptr<BracketSide> Candidate::bracket_side(const nlohmann::json& body,
+                                                     std::function<void(py::handle)> export_outputs) {
+  if (!body.contains("bracket")) return nullptr;
+  CA_CHECK(gpu_ && bracket_block_, "a bracketed run before the bracket's block was mapped");
+  auto side = std::make_unique<BracketSide>();
+  side->go = bracket_block_->address() + kBracketGoOffset;
+  side->done = bracket_block_->address() + kBracketDoneOffset;
+  side->ticket = body.at("bracket").get<uint32_t>();
+  side->export_outputs = std::move(export_outputs);
+  side->queued = [this, ticket = side->ticket] { channel_.send({{"op", "queued"}, {"ticket", ticket}}); };
+  return side;
+}
+
+nlohmann::json Candidate::probe(const nlohmann::json& body) {
+  CA_CHECK(!loaded_, "the bracket's probe runs before the solution loads");
+  // A run's GPU work without a forward's: a fill of as many bytes as the reference's outputs hold
+  // (the "forward", so that they are as fresh in the L2 as a forward's outputs), copied device to
+  // device after the end event, where a run's export copies its outputs. The judge takes the
+  // events' interval, this harness's own before any solution code, off the span.
+  const size_t bytes = body.value("bytes", size_t{0});
+  uint64_t base = 0;
+  if (bytes > 0) {
+    py::module_ torch = py::module_::import("torch");
+    if (!probe_scratch_ || probe_scratch_.attr("numel")().cast<size_t>() < 2 * bytes)
+      probe_scratch_ =
+          torch.attr("empty")(2 * bytes, py::arg("dtype") = torch.attr("uint8"), py::arg("device") = "cuda");
+    base = probe_scratch_.attr("data_ptr")().cast<uint64_t>();
+  }
+  std::unique_ptr<BracketSide> bracket = bracket_side(body, [&](py::handle) {
+    if (bytes == 0) return;
+    LaunchScope harness(LaunchOrigin::kHarness);
+    CA_CU_CHECK(driver().cuMemcpyDtoDAsync(static_cast<CUdeviceptr>(base + bytes), static_cast<CUdeviceptr>(base),
+                                           bytes, nullptr));
+  });
+  CA_CHECK(bracket != nullptr, "a probe without its bracket ticket");
+  const TimedRun run = timed_call(
+      [&] {
+        if (bytes > 0) {
+          LaunchScope harness(LaunchOrigin::kHarness);
+          CA_CU_CHECK(driver().cuMemsetD8Async(static_cast<CUdeviceptr>(base), 1, bytes, nullptr));
+        }
+        return py::object(py::none());
+      },
+      false, bracket.get());
+  return {{"op", "probed"}, {"ms", run.ms}};
 }
 
 nlohmann::json Candidate::report() {
@@ -565,6 +648,8 @@ int Candidate::serve() {
       } else if (phase == "blocks")
         reply = map_blocks(m.body, m.fds);
       else if (phase == "run") reply = run(m.body);
+      else if (phase == "probe")
+        reply = probe(m.body);
       else if (phase == "warmup") reply = warmup(m.body);
       else if (phase == "prerun")
         reply = prerun();

@@ -113,6 +113,7 @@ nlohmann::json SandboxOptions::to_json() const {
           {"quiet_start", quiet_start},
           {"compile_before_lock", compile_before_lock},
           {"init_before_lock", init_before_lock},
+          {"judge_bracket", judge_bracket},
           {"warm_workers", warm_workers},
           {"reward", reward},
           {"speedup_margin", speedup_margin},
@@ -158,6 +159,7 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.quiet_start = merged["quiet_start"];
   o.compile_before_lock = merged["compile_before_lock"];
   o.init_before_lock = merged["init_before_lock"];
+  o.judge_bracket = merged["judge_bracket"];
   o.warm_workers = merged["warm_workers"];
   o.reward = merged["reward"];
   o.speedup_margin = merged["speedup_margin"];

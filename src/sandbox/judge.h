@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,7 @@
 #include "cuda_agent/sandbox/memory_plan.h"
 #include "cuda_agent/sandbox/shared_block.h"
 #include "cuda_agent/sandbox/timing_stats.h"
+#include "judge_bracket.h"
 
 namespace cuda_agent::sandbox {
 
@@ -35,6 +37,9 @@ struct __attribute__((visibility("hidden"))) CandidateRun {
   bool joined = true;          // its claim that every stream was joined to the timing stream
   bool held = true;            // its claim that the host, not the timeout, released the hold (timer.h)
   double round_trip_ms = 0;    // the judge's own clock: inputs sent to outputs back
+  // The judge's bracket of the run (judge_bracket.h): its span, go event to end event; 0 where the
+  // run had none.
+  double bracket_ms = 0;
   pybind11::object outputs;    // views into the output block: compare before the next run
   std::vector<KernelUse> kernels;  // what ran inside the forward, by origin (claims)
   nlohmann::json reply;
@@ -48,6 +53,8 @@ struct RunFlags {
   // The run's kernel records come later, with every deferred run's (report_deferred_runs()):
   // the candidate process flushes CUPTI's buffers once, after the timed runs, not after each.
   bool defer_report = false;
+  // In the judge's bracket (judge_bracket.h), where the evaluation has one.
+  bool bracket = false;
 };
 
 struct __attribute__((visibility("hidden"))) Judge {
@@ -110,13 +117,23 @@ struct __attribute__((visibility("hidden"))) Judge {
   // The candidate process's PyTorch settings after the solution loaded (its warm-up reply: a claim).
   nlohmann::json candidate_backends;
 
+  // The bracket of the candidate's timed runs (sandbox.judge_bracket on the GPU): made and
+  // calibrated before the solution loads (calibrate_bracket()); null without one.
+  std::unique_ptr<JudgeBracket> bracket;
+  BracketCalibration bracket_calibration;
+  // Empty bracketed runs of the candidate process, its harness alone, each copying the
+  // reference's output bytes (the memory plan's): the calibration. Before the solution loads.
+  void calibrate_bracket();
+
   double remaining() const;
   // One call of the candidate that runs `forwards` forwards of the loaded solution (plus
   // `extra_s`): bounded by sandbox.forward_timeout_s a forward as well as by the evaluation's
   // deadline, so that a hung kernel does not keep the GPU's exclusive lock to the deadline. A call
   // stopped by that bound is a `timeout` naming the option. Throws Failure.
+  // `call` (given the call's timeout) in place of the candidate's call().
   nlohmann::json call_forwards(const std::string& where, const nlohmann::json& op, const std::string& expect,
-                               int forwards, double extra_s = 0);
+                               int forwards, double extra_s = 0,
+                               const std::function<nlohmann::json(double)>& call = nullptr);
 
   // The reference's output on a clone of `inputs` (synchronized; the cache released under a plan
   // that says so). `view_of_input` (may be null): the path of an output that is a view of the
@@ -172,10 +189,21 @@ struct __attribute__((visibility("hidden"))) Judge {
   }
 
  private:
-  nlohmann::json stage(pybind11::handle inputs);
+  // Stages `inputs` into the input block, or, with `bracket_bytes`, into the bracket's staging
+  // copy (*bracket_bytes: how many of its bytes the run's inputs take).
+  nlohmann::json stage(pybind11::handle inputs, size_t* bracket_bytes = nullptr);
+  // call_forwards() for an op in the bracket: the judge's half queued when the candidate says its
+  // run is queued (judge_bracket.h); *span_ms the bracket's span, *held whether the message came
+  // before the hold's timeout. Throws Failure.
+  nlohmann::json call_in_bracket(const std::string& where, nlohmann::json op, const std::string& expect, int forwards,
+                                 size_t in_bytes, size_t out_bytes, double* span_ms, bool* held);
   void send_blocks(bool input, bool output);
   std::unique_ptr<SharedBlock> in_block_, out_block_;
   pybind11::object in_tensor_, out_tensor_;
+  // The bracket's copies in the judge's own memory: each bracketed run's inputs, staged here
+  // and copied into the input block after the bracket's first event; the output block as the
+  // done word found it.
+  pybind11::object staging_, snapshot_;
 };
 
 // The phases after the models are built. Each throws Failure.

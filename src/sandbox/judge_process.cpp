@@ -484,6 +484,11 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       enter("memory_plan");
       judge_plan_memory(j);
     }
+    // The bracket's calibration: the candidate process's harness alone, before solution code runs.
+    if (j.candidate && j.gpu && opt.judge_bracket && req.mode != EvalMode::kVerify) {
+      enter("bracket_calibration");
+      guarded(Category::kInfrastructure, "calibrating the judge's bracket", [&] { j.calibrate_bracket(); });
+    }
     if (j.candidate) {
       enter("load_solution");
       j.solution_started = true;

@@ -259,7 +259,7 @@ void judge_profile(Judge& j) {
   laps.lap("warmup_candidate");
 
   // The rounds: eager, torch.compile, the candidate, one after the other on one input set.
-  std::vector<double> claimed, host_ms, round_trips;
+  std::vector<double> claimed, host_ms, round_trips, spans;
   std::vector<std::string> wheres;
   int unjoined = 0, cand_hold_timeouts = 0;
   int64_t traffic_bytes = 0;
@@ -296,6 +296,7 @@ void judge_profile(Judge& j) {
     if (pre_runs) j.pre_run_candidate(where);
     RunFlags flags;
     flags.defer_report = true;
+    flags.bracket = true;
     CandidateRun run = j.run_candidate(inputs, flags, where);
     wheres.push_back(where);
     laps.lap("rounds_candidate");
@@ -311,6 +312,7 @@ void judge_profile(Judge& j) {
     claimed.push_back(run.ms);
     host_ms.push_back(run.host_ms);
     round_trips.push_back(run.round_trip_ms);
+    spans.push_back(run.bracket_ms);
     if (!run.joined) ++unjoined;
     if (!run.held) ++cand_hold_timeouts;
     if (k == 0) traffic_bytes = tree_tensor_bytes(inputs) + tree_tensor_bytes(ref);
@@ -329,6 +331,22 @@ void judge_profile(Judge& j) {
   for (size_t k = 0; k < cand_gpu.size() && k < cand_ms.size(); ++k) {
     if (cand_gpu[k].span_ms > cand_ms[k]) cand_ms[k] = cand_gpu[k].span_ms, ++cand_extended;
     cand_gpu_ms.push_back(cand_gpu[k].busy_ms);
+  }
+  // Then the judge's own floor (judge_bracket.h): what its context saw the run take, less the
+  // calibrated hand-overs. Everything above is the candidate process's claim.
+  nlohmann::json bracket_report = nullptr;
+  if (j.bracket) {
+    const std::vector<double> floors = bracket_floors(spans, j.bracket_calibration);
+    int raised = 0;
+    for (size_t k = 0; k < floors.size() && k < cand_ms.size(); ++k)
+      if (floors[k] > cand_ms[k]) cand_ms[k] = floors[k], ++raised;
+    bracket_report = {{"calibration",
+                       {{"median_ms", j.bracket_calibration.median_ms},
+                        {"spread_ms", j.bracket_calibration.spread_ms},
+                        {"runs", j.bracket_calibration.runs}}},
+                      {"span_median_ms", median(spans)},
+                      {"floor_median_ms", median(floors)},
+                      {"runs_raised_to_floor", raised}};
   }
   TimingSummary timings;
   timings.eager = TimingStats::from_samples(base[kEager].ms, base[kEager].gpu_ms);
@@ -422,7 +440,9 @@ void judge_profile(Judge& j) {
       {"interval",
        "CUDA events around the forward on the timing stream, every stream it used joined; L2 flushed "
        "and the device synchronized before; the timing stream held until the host had queued the "
-       "forward, so that the interval is its GPU time, not the host's launch latency"},
+       "forward, so that the interval is its GPU time, not the host's launch latency; under the judge's bracket "
+       "(timing.bracket) the timing stream waits for the judge's go instead of the hold, and each sample is at "
+       "least the judge's span of the run less the calibrated hand-overs"},
       {"compile_source", compile_source},
       {"baseline_check", baseline_check},
       {"runs_extended_by_gpu_span",
@@ -433,6 +453,7 @@ void judge_profile(Judge& j) {
         {"candidate", cand_hold_timeouts}}},
       {"pre_runs", pre_runs},
       {"candidate_unjoined_runs", unjoined},
+      {"bracket", bracket_report},
       {"candidate_host_median_ms", median(host_ms)}};
 
   // The candidate's timings are its process's claims; the judge's own clock around each run

@@ -184,4 +184,33 @@ TimingStats TimingStats::from_json(const nlohmann::json& j) {
   return from_samples(j.at("samples_ms").get<std::vector<double>>(), j.value("gpu_samples_ms", std::vector<double>{}));
 }
 
+BracketCalibration calibration_of(std::vector<double> spans_ms) {
+  BracketCalibration c;
+  c.runs = static_cast<int>(spans_ms.size());
+  if (spans_ms.empty()) return c;
+  std::sort(spans_ms.begin(), spans_ms.end());
+  const auto at = [&](double q) {
+    const double pos = q * static_cast<double>(spans_ms.size() - 1);
+    const size_t lo = static_cast<size_t>(std::floor(pos));
+    const size_t hi = std::min(lo + 1, spans_ms.size() - 1);
+    return spans_ms[lo] + (spans_ms[hi] - spans_ms[lo]) * (pos - static_cast<double>(lo));
+  };
+  c.median_ms = at(0.5);
+  // Tukey's fence: a hiccup in one or two of the empty runs (a context switch of the machine's)
+  // does not widen it, as a high percentile would.
+  c.spread_ms = 1.5 * (at(0.75) - at(0.25));
+  return c;
+}
+
+bool calibration_noisy(const BracketCalibration& c) {
+  return c.spread_ms > std::max(0.020, 0.05 * c.median_ms);
+}
+
+std::vector<double> bracket_floors(const std::vector<double>& spans_ms, const BracketCalibration& c) {
+  std::vector<double> floors;
+  floors.reserve(spans_ms.size());
+  for (double span : spans_ms) floors.push_back(span > 0 ? std::max(0.0, span - c.median_ms - c.spread_ms) : 0.0);
+  return floors;
+}
+
 }  // namespace cuda_agent::sandbox

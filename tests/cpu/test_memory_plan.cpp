@@ -124,3 +124,21 @@ TEST(MemoryPlan, TaskTooLargeIsATaskFault) {
                                  nlohmann::json("no_such_category")})
     EXPECT_FALSE(is_task_fault(c)) << c;
 }
+
+// The judge's bracket keeps a copy of one input set (staged before its go) and of the output
+// block (what the done word found) in the judge's own memory: both count in the judge's peak.
+TEST(MemoryPlan, TheJudgesBracketCountsItsCopiesOfTheInputsAndTheOutputBlock) {
+  MemoryNeeds n = h200(1, 1, false);
+  const MemoryPlan without = plan_memory(n);
+  n.bracket = true;
+  const MemoryPlan with = plan_memory(n);
+  ASSERT_TRUE(without.fits() && with.fits());
+  ASSERT_EQ(without.output_block_factor, with.output_block_factor);
+  EXPECT_EQ(with.judge_peak_bytes - without.judge_peak_bytes, n.input_bytes + with.output_block_bytes);
+  EXPECT_EQ(with.need_bytes - without.need_bytes, n.input_bytes + with.output_block_bytes);
+  // Baselines alone have no candidate to bracket.
+  n.candidate = false;
+  MemoryNeeds alone = n;
+  alone.bracket = false;
+  EXPECT_EQ(plan_memory(n).judge_peak_bytes, plan_memory(alone).judge_peak_bytes);
+}

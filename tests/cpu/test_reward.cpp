@@ -295,5 +295,33 @@ TEST(EvalResult, TimingReportsRoundTripThroughItsJson) {
   EXPECT_EQ(back.reports.at("speedup_interval"), r.reports.at("speedup_interval"));
 }
 
+// The judge's bracket (judge_bracket.h): the calibration is the empty runs' median and 1.5 times
+// their interquartile range (an outlier among them does not widen it); a timed run's floor is its
+// span less both, and a run without a span has none.
+TEST(BracketFloor, TheFloorIsTheSpanLessTheCalibratedHandOversAndTheirSpread) {
+  std::vector<double> empty;
+  for (int i = 0; i < 10; ++i) empty.push_back(0.300 + 0.001 * i);  // 0.300 .. 0.309 ms
+  const BracketCalibration c = calibration_of(empty);
+  EXPECT_EQ(c.runs, 10);
+  EXPECT_NEAR(c.median_ms, 0.3045, 1e-9);
+  EXPECT_NEAR(c.spread_ms, 1.5 * (0.30675 - 0.30225), 1e-9);
+  std::vector<double> hiccup = empty;
+  hiccup.back() = 1.3;  // one empty run a millisecond late
+  EXPECT_NEAR(calibration_of(hiccup).spread_ms, c.spread_ms, 1e-9);
+  // A 16 us run claimed as 2 us: its span still holds the 16 us, so its floor is near them.
+  const std::vector<double> floors = bracket_floors({0.3045 + 0.016, 0.0, 0.2}, c);
+  ASSERT_EQ(floors.size(), 3u);
+  EXPECT_NEAR(floors[0], 0.016 - c.spread_ms, 1e-9);
+  EXPECT_GT(floors[0], 4 * 0.002);  // far above the claim of 2 us
+  EXPECT_EQ(floors[1], 0.0);        // no span
+  EXPECT_EQ(floors[2], 0.0);        // below the calibration: never negative
+  EXPECT_EQ(calibration_of({}).runs, 0);
+  // Noisy: a spread beyond 20 us, or 5% of the median where that is more.
+  EXPECT_FALSE(calibration_noisy(c));
+  EXPECT_TRUE(calibration_noisy({0.3, 0.021, 16}));
+  EXPECT_FALSE(calibration_noisy({1.7, 0.080, 16}));
+  EXPECT_TRUE(calibration_noisy({1.7, 0.34, 16}));
+}
+
 }  // namespace
 }  // namespace cuda_agent::sandbox

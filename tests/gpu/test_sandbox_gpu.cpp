@@ -457,6 +457,36 @@ TEST(SandboxGpu, AnEvaluationInitialisedBeforeTheExclusiveLockPassesAsBefore) {
   EXPECT_GT(phases["gpu_wait"].get<double>(), 1.0) << phases.dump();   // the exclusive take waited for it
 }
 
+// The judge's bracket (judge_bracket.h): calibrated before the solution loads, each timed run of
+// an honest softmax gets a span in the judge's context; the floor under its sample (span less the
+// calibration) stays at or under what the honest run takes, so few of its runs are raised.
+TEST(SandboxGpu, TheJudgesBracketFloorsEachTimedRunAndLeavesAnHonestOneAsItWas) {
+  CA_REQUIRE_GPU();
+  sandbox::SandboxOptions o = fast_options();
+  o.judge_bracket = true;
+  auto r = run_eval("tests/data/redteam/tasks/softmax_rows/model.py",
+                    "tests/data/redteam/legit/softmax_smem_row/model_new.py", EvalMode::kEvaluate, o);
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  const nlohmann::json& b = r["timing"]["bracket"];
+  ASSERT_TRUE(b.is_object()) << r["timing"].dump(2);
+  const int calibration_runs = b["calibration"]["runs"].get<int>();
+  EXPECT_TRUE(calibration_runs == 16 || calibration_runs == 32) << b.dump();  // 32: calibrated twice (noisy)
+  const double hand_over = b["calibration"]["median_ms"].get<double>();
+  EXPECT_GT(hand_over, 0.0) << b.dump();
+  EXPECT_LT(hand_over, 5.0) << b.dump();
+  const double candidate = r["timings"]["candidate"]["median_ms"].get<double>();
+  EXPECT_GT(b["span_median_ms"].get<double>(), candidate) << b.dump();
+  EXPECT_LE(b["floor_median_ms"].get<double>(), candidate * 1.25 + 0.005) << b.dump() << " candidate " << candidate;
+  EXPECT_LE(b["runs_raised_to_floor"].get<int>(), o.timed_runs / 2) << b.dump();
+  EXPECT_TRUE(r["phase_seconds"].contains("bracket_calibration")) << r["phase_seconds"].dump();
+  // Without it: no bracket, no calibration.
+  o.judge_bracket = false;
+  auto off = run_eval("tests/data/redteam/tasks/softmax_rows/model.py",
+                      "tests/data/redteam/legit/softmax_smem_row/model_new.py", EvalMode::kEvaluate, o);
+  ASSERT_TRUE(off["ok"].get<bool>()) << off.dump(2);
+  EXPECT_TRUE(off["timing"]["bracket"].is_null()) << off["timing"].dump(2);
+}
+
 // strict on a model whose float64 copy needs its tensor attributes converted (KernelBench L3 35's
 // LSTM shape of the problem): verified against a float64 reference, not a task_error.
 TEST(SandboxGpu, StrictReferenceForAnLstmWithItsStateAsAttributes) {

@@ -36,7 +36,8 @@ namespace cuda_agent::sandbox {
   X(cuMemUnmap) X(cuMemSetAccess) X(cuMemGetAllocationGranularity)                          \
   X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle) X(cuMemcpyDtoH)      \
   X(cuStreamWaitEvent) X(cuMemHostAlloc) X(cuMemHostGetDevicePointer) X(cuMemFreeHost) \
-  X(cuKernelGetName)
+  X(cuKernelGetName) X(cuStreamWaitValue32) X(cuStreamWriteValue32) X(cuStreamCreate)      \
+  X(cuStreamDestroy) X(cuEventQuery)
 
 #define CA_NVRTC_FUNCTIONS(X)                                                            \
   X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram)    \

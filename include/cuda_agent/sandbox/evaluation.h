@@ -100,6 +100,10 @@ struct SandboxOptions {
   // used. (Shared holders arriving one after another cannot keep an exclusive taker waiting
   // without end: the GPU's lock has a turnstile, GpuLock.)
   bool init_before_lock = false;
+  // The judge's bracket of the candidate's timed runs (judge_bracket.h): each run's sample is at
+  // least the GPU time the judge's own CUDA context saw it take, less the calibrated cost of the
+  // hand-overs (docs/integrity.md, "Trust"). On the GPU, for evaluations that time.
+  bool judge_bracket = true;
   // Judge processes a process keeps started ahead of its evaluations, per GPU (judge_pool.h):
   // Python and torch imported, CUDA untouched, each taking one evaluation and exiting. From a
   // process's second evaluation on; 0: each evaluation starts its own judge.

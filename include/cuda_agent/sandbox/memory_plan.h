@@ -45,6 +45,9 @@ struct MemoryNeeds {
   int64_t reference_peak_bytes = 0;    // the most the float32 reference allocated beyond its weights and inputs
   int64_t reference64_peak_bytes = 0;  // the same for the float64 reference (its float64 inputs included)
   bool candidate = true;               // a candidate process shares the GPU (not for baselines)
+  // The judge's bracket times the candidate (judge_bracket.h): the judge keeps a copy of one
+  // input set and of the output block of its own.
+  bool bracket = false;
 };
 
 struct MemoryPlan {

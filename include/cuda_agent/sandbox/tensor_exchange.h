@@ -55,7 +55,10 @@ std::string changed_tensor(pybind11::handle tree, const nlohmann::json& spec, py
 // first output whose data lies in [input_address, + input_bytes), the block the forward's inputs
 // were built on: a view of an input (a transpose of it, say) was not computed, and the forward's
 // time does not include the work its materialised copy takes. The judge rejects it
-// (invalid_output) after its own check of the inputs.
+// (invalid_output) after its own check of the inputs. With `pending` (the bracket's export,
+// queued before the judge lets the GPU go) nothing waits on the host: the copies go to the legacy
+// stream, which waits for the streams a densified copy ran on, and the dense copies are handed to
+// *pending, to be kept until the caller synchronized.
 struct OutputError {
   std::string category;  // "invalid_output" or "mismatch"
   std::string message;
@@ -75,7 +78,7 @@ std::string torch_interception();
 std::string python_hooks();
 nlohmann::json export_tree(pybind11::handle outputs, pybind11::handle block, uint64_t block_address, size_t block_bytes,
                            bool device, uint64_t input_address = 0, size_t input_bytes = 0,
-                           std::string* input_view = nullptr);
+                           std::string* input_view = nullptr, std::vector<pybind11::object>* pending = nullptr);
 
 // After export_tree(), the candidate's side: each output compared bit for bit with its export in
 // `output_block` (`spec`, what export_tree returned). `changed`: the path of the first output that

@@ -72,11 +72,37 @@ struct __attribute__((visibility("hidden"))) TimedRun {
   Window window;
 };
 
+// The words' places in the judge's bracket's shared block (judge_bracket.h).
+inline constexpr uint64_t kBracketGoOffset = 0, kBracketDoneOffset = 256;
+
+// The candidate process's half of the judge's bracket (judge_bracket.h). In place of the hold,
+// the timing stream waits (cuStreamWaitValue32, in the GPU's front end) until the judge's go word
+// reaches `ticket`; the judge writes it, after its own first event, the run's inputs and an L2
+// flush, once the candidate said the run is queued (or the hold's timeout passed). After the end
+// event the outputs' copies into the shared output block are queued (export_outputs, which must
+// not synchronize: nothing runs before the go) and then the done word; only then is the judge told
+// (queued). A forward that throws still gets its done word and its message, so that neither side
+// waits for the other. The host synchronizes after that, as without the bracket.
+struct __attribute__((visibility("hidden"))) BracketSide {
+  uint64_t go = 0, done = 0;  // device addresses of the two words (the shared bracket block)
+  uint32_t ticket = 0;
+  std::function<void(pybind11::handle output)> export_outputs;
+  std::function<void()> queued;
+};
+
 // One timed run of model(*inputs). Exceptions from the model propagate
 // (pybind11::error_already_set); CUDA errors throw Error.
 TimedRun timed_forward(pybind11::handle model, pybind11::handle inputs, bool flush_l2);
-// The same around any forward (the candidate's under the fallback guard).
-TimedRun timed_call(const std::function<pybind11::object()>& forward, bool flush_l2);
+// The same around any forward (the candidate's under the fallback guard); with `bracket`, its
+// half of the judge's bracket (flush_l2 is then the judge's to do).
+TimedRun timed_call(const std::function<pybind11::object()>& forward, bool flush_l2, BracketSide* bracket = nullptr);
+
+// Queues the L2 flush of timed_call (persisting lines dropped, a memset four times the L2) on
+// `stream` (a CUstream; null: the legacy stream), as harness work.
+void queue_l2_flush(void* stream);
+// Makes the legacy stream wait for every stream work was sent to since the last call (events,
+// no host synchronization). False when one could not be joined (destroyed meanwhile).
+bool join_launched_streams();
 
 // Untimed forwards of model(*inputs), each after an L2 flush, until warmup_runs ran and
 // warmup_ms passed (at most 10000 runs): compilation, autotuning, allocator growth and clock

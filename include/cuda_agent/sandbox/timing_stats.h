@@ -68,4 +68,20 @@ bool drifted_beyond(const std::vector<double>& now_ms, const std::vector<double>
 
 double median(std::vector<double> v);  // 0 for an empty vector
 
+// The calibration of the judge's bracket (judge_bracket.h) from the spans of empty runs: what the
+// hand-overs between the two processes and the outputs' copy add to a run (the median), and how
+// much that varies (the spread: 1.5 times the interquartile range, so that one or two outliers
+// among the empty runs do not widen it).
+struct BracketCalibration {
+  double median_ms = 0, spread_ms = 0;
+  int runs = 0;
+};
+BracketCalibration calibration_of(std::vector<double> spans_ms);
+// Whether a calibration's spread is wider than its runs' usual noise (20 µs, or 5% of the median
+// where that is more): something else disturbed them, and the judge calibrates again.
+bool calibration_noisy(const BracketCalibration& c);
+// Each timed run's floor: its span less the calibration's median and spread, never below 0; a
+// run without a span (0) has none (0).
+std::vector<double> bracket_floors(const std::vector<double>& spans_ms, const BracketCalibration& c);
+
 }  // namespace cuda_agent::sandbox
