@@ -121,6 +121,11 @@ struct __attribute__((visibility("hidden"))) Judge {
   // calibrated before the solution loads (calibrate_bracket()); null without one.
   std::unique_ptr<JudgeBracket> bracket;
   BracketCalibration bracket_calibration;
+  // Whether this evaluation's timed runs are bracketed: a candidate's, on the GPU, timed
+  // (not verify), under sandbox.judge_bracket.
+  bool wants_bracket() const {
+    return candidate != nullptr && gpu && opt.judge_bracket && req.mode != EvalMode::kVerify;
+  }
   // Empty bracketed runs of the candidate process, its harness alone, each copying the
   // reference's output bytes (the memory plan's): the calibration. Before the solution loads.
   void calibrate_bracket();

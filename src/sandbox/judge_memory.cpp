@@ -52,7 +52,7 @@ void judge_plan_memory(Judge& j) {
   const CudaMemory m;
   MemoryNeeds n;
   n.candidate = j.candidate != nullptr;
-  n.bracket = j.opt.judge_bracket && j.req.mode != EvalMode::kVerify;
+  n.bracket = j.wants_bracket();
   n.weights_bytes = module_bytes(j.reference);
   py::object inputs, out, out64;
   measured(m, "drawing one input set", [&] {

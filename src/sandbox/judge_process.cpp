@@ -485,7 +485,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       judge_plan_memory(j);
     }
     // The bracket's calibration: the candidate process's harness alone, before solution code runs.
-    if (j.candidate && j.gpu && opt.judge_bracket && req.mode != EvalMode::kVerify) {
+    if (j.wants_bracket()) {
       enter("bracket_calibration");
       guarded(Category::kInfrastructure, "calibrating the judge's bracket", [&] { j.calibrate_bracket(); });
     }

@@ -189,16 +189,10 @@ BracketCalibration calibration_of(std::vector<double> spans_ms) {
   c.runs = static_cast<int>(spans_ms.size());
   if (spans_ms.empty()) return c;
   std::sort(spans_ms.begin(), spans_ms.end());
-  const auto at = [&](double q) {
-    const double pos = q * static_cast<double>(spans_ms.size() - 1);
-    const size_t lo = static_cast<size_t>(std::floor(pos));
-    const size_t hi = std::min(lo + 1, spans_ms.size() - 1);
-    return spans_ms[lo] + (spans_ms[hi] - spans_ms[lo]) * (pos - static_cast<double>(lo));
-  };
-  c.median_ms = at(0.5);
+  c.median_ms = percentile(spans_ms, 0.5);
   // Tukey's fence: a hiccup in one or two of the empty runs (a context switch of the machine's)
   // does not widen it, as a high percentile would.
-  c.spread_ms = 1.5 * (at(0.75) - at(0.25));
+  c.spread_ms = 1.5 * (percentile(spans_ms, 0.75) - percentile(spans_ms, 0.25));
   return c;
 }
 
