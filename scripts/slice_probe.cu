@@ -6,7 +6,7 @@
 //   slice_probe hog <ms> <spin|sleep|wide|wait>   the other process: a one-thread spin, a
 //       one-thread nanosleep loop, a full-GPU spin, or a stream waiting on a word for <ms>
 //   slice_probe watch <sleep_ns> <label> [nvml]   this process: 15 x 2 runs of each work (one
-//       2.7 ms kernel; 50 short kernels), plain and watched, then a 200 ms watch alone; with
+//       2.5 ms kernel; 50 short kernels), plain and watched, then a 200 ms watch alone; with
 //       `nvml`, NVML's per-process utilisation samples
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
     if (with_watch) watch<<<1, 32, 0, ws>>>(stop, o, sleep_ns, 2000000000ull);
     cudaEventRecord(a, ts);
     if (which == 0)
-      spin_cycles<<<132 * 4, 256, 0, ts>>>(5000000ull, sink);  // ~2.7 ms of cycles
+      spin_cycles<<<132 * 4, 256, 0, ts>>>(5000000ull, sink);  // ~2.5 ms of cycles
     else
       for (int i = 0; i < 50; ++i) spin_cycles<<<132, 128, 0, ts>>>(50000ull, sink);  // 50 short kernels
     cudaEventRecord(b, ts);
