@@ -32,6 +32,7 @@
 #include "cuda_agent/sandbox/nvrtc_compiler.h"
 #include "cuda_agent/sandbox/python_module.h"
 #include "cuda_agent/sandbox/python_runtime.h"
+#include "cuda_agent/sandbox/python_tensor.h"
 #include "cuda_agent/sandbox/shared_block.h"
 #include "cuda_agent/sandbox/solution_processes.h"
 #include "cuda_agent/sandbox/task_runner.h"
@@ -491,14 +492,7 @@ nlohmann::json Candidate::probe(const nlohmann::json& body) {
   // device after the end event, where a run's export copies its outputs. The judge takes the
   // events' interval, this harness's own before any solution code, off the span.
   const size_t bytes = body.value("bytes", size_t{0});
-  uint64_t base = 0;
-  if (bytes > 0) {
-    py::module_ torch = py::module_::import("torch");
-    if (!probe_scratch_ || probe_scratch_.attr("numel")().cast<size_t>() < 2 * bytes)
-      probe_scratch_ =
-          torch.attr("empty")(2 * bytes, py::arg("dtype") = torch.attr("uint8"), py::arg("device") = "cuda");
-    base = probe_scratch_.attr("data_ptr")().cast<uint64_t>();
-  }
+  const uint64_t base = bytes > 0 ? grow_byte_buffer(probe_scratch_, 2 * bytes, "cuda") : 0;
   std::unique_ptr<BracketSide> bracket = bracket_side(body, [&](py::handle) {
     if (bytes == 0) return;
     LaunchScope harness(LaunchOrigin::kHarness);

@@ -198,8 +198,8 @@ struct __attribute__((visibility("hidden"))) Judge {
   // copy (*bracket_bytes: how many of its bytes the run's inputs take).
   nlohmann::json stage(pybind11::handle inputs, size_t* bracket_bytes = nullptr);
   // call_forwards() for an op in the bracket: the judge's half queued when the candidate says its
-  // run is queued (judge_bracket.h); *span_ms the bracket's span, *held whether the message came
-  // before the hold's timeout. Throws Failure.
+  // run is queued (judge_bracket.h); *span_ms the bracket's span, *held (when given) whether the
+  // message came before the hold's timeout. Throws Failure.
   nlohmann::json call_in_bracket(const std::string& where, nlohmann::json op, const std::string& expect, int forwards,
                                  size_t in_bytes, size_t out_bytes, double* span_ms, bool* held);
   void send_blocks(bool input, bool output);

@@ -7,6 +7,7 @@
 #include <pybind11/embed.h>
 #include <pybind11/stl.h>
 
+#include "cuda_agent/sandbox/python_tensor.h"
 #include "cuda_agent/sandbox/task_check.h"
 #include "cuda_agent/sandbox/task_runner.h"
 #include "cuda_agent/sandbox/tensor_exchange.h"
@@ -270,22 +271,6 @@ void Judge::send_blocks(bool input, bool output) {
   candidate->call("sharing the input and output blocks", {{"op", "blocks"}, {"blocks", blocks}}, "mapped", remaining(), fds);
 }
 
-namespace {
-
-py::object device_bytes(size_t bytes, const std::string& device) {
-  py::module_ torch = py::module_::import("torch");
-  return torch.attr("empty")(bytes, py::arg("dtype") = torch.attr("uint8"), py::arg("device") = device);
-}
-
-size_t tensor_bytes(py::handle t) {
-  return t.attr("numel")().cast<size_t>();
-}
-uint64_t data_address(py::handle t) {
-  return t.attr("data_ptr")().cast<uint64_t>();
-}
-
-}  // namespace
-
 nlohmann::json Judge::stage(py::handle inputs, size_t* bracket_bytes) {
   const size_t need = std::max<size_t>(staged_bytes(inputs, /*padded=*/true), 1);
   if (!in_block_ || in_block_->bytes() < need) {
@@ -296,7 +281,7 @@ nlohmann::json Judge::stage(py::handle inputs, size_t* bracket_bytes) {
   // In the bracket the inputs reach the input block only after the bracket's first event.
   py::handle into = in_tensor_;
   if (bracket_bytes) {
-    if (!staging_ || tensor_bytes(staging_) < in_block_->bytes()) staging_ = device_bytes(in_block_->bytes(), device);
+    (void)grow_byte_buffer(staging_, in_block_->bytes(), device);
     into = staging_;
     *bracket_bytes = need;
   }
@@ -391,8 +376,8 @@ nlohmann::json Judge::call_in_bracket(const std::string& where, nlohmann::json o
     ~Abandon() { b.abandon(); }
   } abandon{*bracket};
   const auto go = [&] {
-    bracket->queue(staging_ ? data_address(staging_) : 0, in_block_ ? in_block_->address() : 0, in_bytes,
-                   out_block_ ? out_block_->address() : 0, snapshot_ ? data_address(snapshot_) : 0, out_bytes);
+    bracket->queue(data_address(staging_), in_block_ ? in_block_->address() : 0, in_bytes,
+                   out_block_ ? out_block_->address() : 0, data_address(snapshot_), out_bytes);
   };
   bool went = false, in_time = false;
   const nlohmann::json reply = call_forwards(where, op, expect, forwards, 0, [&](double timeout_s) {
@@ -409,7 +394,7 @@ nlohmann::json Judge::call_in_bracket(const std::string& where, nlohmann::json o
                       ": the candidate process never wrote the bracket's done word, which its run queues after "
                       "the outputs' copies: its outputs cannot be taken as written"};
   *span_ms = bracket->span_ms();
-  *held = in_time;
+  if (held) *held = in_time;
   return reply;
 }
 
@@ -426,9 +411,8 @@ void Judge::calibrate_bracket() {
     std::vector<double> spans;
     for (int i = 0; i < warm + kRuns; ++i) {
       double span = 0;
-      bool held = true;
       const nlohmann::json reply =
-          call_in_bracket(where, {{"op", "probe"}, {"bytes", bytes}}, "probed", 1, 0, 0, &span, &held);
+          call_in_bracket(where, {{"op", "probe"}, {"bytes", bytes}}, "probed", 1, 0, 0, &span, nullptr);
       // The probe's own interval (its fill) is the "forward": not the bracket's cost. The process
       // has run no solution code yet, so its timing is the harness's.
       if (i >= warm) spans.push_back(span - reply.value("ms", 0.0));
@@ -464,10 +448,8 @@ CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, cons
   bool held = true;
   if (bracketed) {
     CA_CHECK(out_block_ != nullptr, "a bracketed run before the output block exists");
-    guarded(Category::kRuntimeError, where + ": the judge's copy of the outputs", [&] {
-      if (!snapshot_ || tensor_bytes(snapshot_) < out_block_->bytes())
-        snapshot_ = device_bytes(out_block_->bytes(), device);
-    });
+    guarded(Category::kRuntimeError, where + ": the judge's copy of the outputs",
+            [&] { (void)grow_byte_buffer(snapshot_, out_block_->bytes(), device); });
   }
   const auto sent = Clock::now();
   run.reply = bracketed ? call_in_bracket(where, op, "ran", 1, in_bytes, out_block_->bytes(), &run.bracket_ms, &held)

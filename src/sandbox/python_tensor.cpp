@@ -32,6 +32,18 @@ std::string type_name(py::handle obj) { return py::str(py::type::of(obj).attr("_
 
 bool is_tensor(py::handle obj) { return py::isinstance(obj, tensor_type()); }
 
+uint64_t grow_byte_buffer(py::object& buffer, size_t bytes, const std::string& device) {
+  if (!buffer || buffer.is_none() || buffer.attr("numel")().cast<size_t>() < bytes) {
+    py::module_ torch = py::module_::import("torch");
+    buffer = torch.attr("empty")(bytes, py::arg("dtype") = torch.attr("uint8"), py::arg("device") = device);
+  }
+  return data_address(buffer);
+}
+
+uint64_t data_address(py::handle tensor) {
+  return !tensor || tensor.is_none() ? 0 : tensor.attr("data_ptr")().cast<uint64_t>();
+}
+
 TensorInfo tensor_info(py::handle obj, const std::string& what) {
   CA_CHECK(is_tensor(obj), "{}: expected a torch.Tensor, got {}", what, type_name(obj));
   TensorInfo info;

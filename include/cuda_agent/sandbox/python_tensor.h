@@ -27,6 +27,12 @@ struct TensorInfo {
 };
 
 bool is_tensor(pybind11::handle obj);
+
+// `buffer`, a torch uint8 tensor of at least `bytes` on `device` ("cuda", "cpu"), made anew when it
+// is none or smaller (scratch memory kept across calls). Returns its data address.
+uint64_t grow_byte_buffer(pybind11::object& buffer, size_t bytes, const std::string& device);
+// A tensor's data address (data_ptr()); 0 for none.
+uint64_t data_address(pybind11::handle tensor);
 // Throws Error naming `what` when obj is not a tensor.
 TensorInfo tensor_info(pybind11::handle obj, const std::string& what);
 
