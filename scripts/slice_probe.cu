@@ -3,11 +3,14 @@
 // kernel beside it that reads the GPU's clock (%globaltimer) and counts the steps longer than
 // 20 us (stretches in which this context was switched out). scripts/slice_probe.sh builds it and
 // runs each case; docs/benchmarks.md section 20 has the figures.
-//   slice_probe hog <ms> <spin|sleep|wide|wait>   the other process: a one-thread spin, a
-//       one-thread nanosleep loop, a full-GPU spin, or a stream waiting on a word for <ms>
+//   slice_probe hog <ms> <spin|sleep|wide|wait|copy|h2d>   the other process: a one-thread spin,
+//       a one-thread nanosleep loop, a full-GPU spin, a stream waiting on a word, device-to-device
+//       copies of 1 GiB (the copy engines, no kernel of its own), or host-to-device copies of
+//       256 MiB from pinned memory, for <ms>
 //   slice_probe watch <sleep_ns> <label> [nvml]   this process: 15 x 2 runs of each work (one
-//       2.5 ms kernel; 50 short kernels), plain and watched, then a 200 ms watch alone; with
-//       `nvml`, NVML's per-process utilisation samples
+//       2.5 ms kernel; 50 short kernels; a memory-bound kernel that moves 2 GiB, shorter than a
+//       slice, for what the copies take of the memory's bandwidth), plain and watched, then a
+//       200 ms watch alone; with `nvml`, NVML's per-process utilisation samples
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <dlfcn.h>
@@ -68,6 +71,10 @@ __global__ void spin_cycles(unsigned long long cycles, float* sink) {  // fixed 
   while (clock64() - c0 < (long long)cycles) x = x * 1.0001f + 0.5f;
   if (x == 12345.f) sink[0] = x;
 }
+__global__ void stream_copy(const float4* __restrict__ in, float4* __restrict__ out, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    out[i] = in[i];
+}
 __global__ void hog_spin(unsigned long long ns) {
   unsigned long long t0 = gtimer();
   while (gtimer() - t0 < ns) {
@@ -126,6 +133,30 @@ int main(int argc, char** argv) {
       cuStreamWaitValue32(0, d, 1, CU_STREAM_WAIT_VALUE_GEQ);
       usleep((useconds_t)(ms * 1000));
       *(volatile unsigned*)h = 1;
+    } else if (!strcmp(argv[3], "copy") || !strcmp(argv[3], "h2d")) {
+      const bool d2d = !strcmp(argv[3], "copy");
+      const size_t bytes = d2d ? (1ull << 30) : (256ull << 20);
+      void *src, *dst;
+      if (d2d)
+        CK(cudaMalloc(&src, bytes));
+      else
+        CK(cudaHostAlloc(&src, bytes, cudaHostAllocDefault));
+      CK(cudaMalloc(&dst, bytes));
+      cudaEvent_t e0, e1;
+      cudaEventCreate(&e0);
+      cudaEventCreate(&e1);
+      double done_ms = 0, copied = 0;
+      while (done_ms < ms) {
+        cudaEventRecord(e0);
+        for (int i = 0; i < 8; ++i) CK(cudaMemcpyAsync(dst, src, bytes, d2d ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice));
+        cudaEventRecord(e1);
+        CK(cudaEventSynchronize(e1));
+        float t;
+        cudaEventElapsedTime(&t, e0, e1);
+        done_ms += t;
+        copied += 8.0 * bytes;
+      }
+      printf("[hog %s] %.1f GB/s over %.0f ms\n", argv[3], copied / (done_ms * 1e6), done_ms);
     }
     CK(cudaDeviceSynchronize());
     return 0;
@@ -138,6 +169,11 @@ int main(int argc, char** argv) {
   CK(cudaHostAlloc(&stop, 4, cudaHostAllocMapped));
   CK(cudaHostAlloc(&o, sizeof(WatchOut), cudaHostAllocMapped));
   CK(cudaMalloc(&sink, 4));
+  const size_t stream_n = (1ull << 30) / sizeof(float4);  // 1 GiB read, 1 GiB written
+  float4 *stream_in, *stream_out;
+  CK(cudaMalloc(&stream_in, stream_n * sizeof(float4)));
+  CK(cudaMalloc(&stream_out, stream_n * sizeof(float4)));
+  CK(cudaMemset(stream_in, 0, stream_n * sizeof(float4)));
   cudaStream_t ws, ts;
   CK(cudaStreamCreateWithFlags(&ws, cudaStreamNonBlocking));
   CK(cudaStreamCreateWithFlags(&ts, cudaStreamNonBlocking));
@@ -151,8 +187,10 @@ int main(int argc, char** argv) {
     cudaEventRecord(a, ts);
     if (which == 0)
       spin_cycles<<<132 * 4, 256, 0, ts>>>(5000000ull, sink);  // ~2.5 ms of cycles
-    else
+    else if (which == 1)
       for (int i = 0; i < 50; ++i) spin_cycles<<<132, 128, 0, ts>>>(50000ull, sink);  // 50 short kernels
+    else
+      stream_copy<<<132 * 8, 256, 0, ts>>>(stream_in, stream_out, stream_n);  // 2 GiB moved
     cudaEventRecord(b, ts);
     CK(cudaEventSynchronize(b));
     *(volatile unsigned*)stop = 1;
@@ -161,7 +199,7 @@ int main(int argc, char** argv) {
     *w = *o;
   };
   for (int rep = 0; rep < 2; ++rep) {
-    for (int which = 0; which < 2; ++which) {
+    for (int which = 0; which < 3; ++which) {
       std::vector<float> plain, watched;
       WatchOut w{}, worst{};
       for (int i = 0; i < 15; ++i) {

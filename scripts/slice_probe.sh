@@ -9,7 +9,7 @@ nvidia-smi --query-gpu=name,compute_mode --format=csv,noheader
 nvidia-smi compute-policy -l 2>&1 | grep -i timeslice
 $probe watch 1000 alone
 $probe watch 0 alone-nosleep
-for kind in spin sleep wide wait; do
+for kind in spin sleep wide wait copy h2d; do
   $probe hog 6000 $kind & hog=$!
   sleep 0.5
   $probe watch 1000 $kind nvml
