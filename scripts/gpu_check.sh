@@ -61,15 +61,27 @@ fi
 $build/cuda-agent doctor > "$out/doctor.txt" 2>&1; cat "$out/doctor.txt"
 export CUDA_AGENT_PYTHON=${CUDA_AGENT_PYTHON:-$(sed -n 's/^CUDA_AGENT_PYTHON:FILEPATH=//p' $build/CMakeCache.txt)}
 if [ "$what" = tests ] || [ "$what" = all ]; then
+  # Each group's log also goes to $OUT as soon as the group ends, so that a call cut at its limit
+  # still brings back what ran.
+  group() {
+    local name=$1; shift
+    (cd $build && ctest -L gpu "$@" --output-on-failure --timeout ${GPU_TEST_TIMEOUT:-500}) > "$out/$name.log" 2>&1
+    [ -n "${OUT:-}" ] && cp "$out/$name.log" "$OUT/" 2>/dev/null
+    return 0
+  }
+  rm -f "$out"/gpu_tests*.log  # an earlier call's, on a warm machine
+  # GPU_TESTS_FIRST: a ctest regex run alone before the groups (what a call short of device time
+  # must see first); those tests run again in their group.
+  [ -n "${GPU_TESTS_FIRST:-}" ] && group gpu_tests_first -R "$GPU_TESTS_FIRST"
   # Functional tests in parallel; the timing-sensitive ones and those that need most of the
   # GPU's memory alone afterwards.
-  (cd $build && ctest -L gpu -E 'Timer|Baselines|LargeTask|oom_hog' -j8 --output-on-failure --timeout ${GPU_TEST_TIMEOUT:-500}) > "$out/gpu_tests.log" 2>&1
+  group gpu_tests -E 'Timer|Baselines|LargeTask|oom_hog' -j8
   # Red-team entries that take the whole GPU's memory: alone, always.
-  (cd $build && ctest -L gpu -R 'oom_hog' --output-on-failure --timeout ${GPU_TEST_TIMEOUT:-500}) > "$out/gpu_tests_alone.log" 2>&1
+  group gpu_tests_alone -R 'oom_hog'
   # TESTS_TIMING=0: the functional group alone (a change that leaves the timer alone).
-  [ "${TESTS_TIMING:-1}" = 1 ] && (cd $build && ctest -L gpu -R 'Timer|Baselines|LargeTask' --output-on-failure --timeout ${GPU_TEST_TIMEOUT:-500}) > "$out/gpu_tests_timing.log" 2>&1
-  grep -E "tests passed|Failed|\*\*\*|Passed|Skipped" "$out/gpu_tests.log" "$out/gpu_tests_alone.log" \
-    "$out/gpu_tests_timing.log" 2>/dev/null | tail -40
+  [ "${TESTS_TIMING:-1}" = 1 ] && group gpu_tests_timing -R 'Timer|Baselines|LargeTask'
+  grep -E "tests passed|Failed|\*\*\*|Passed|Skipped" "$out/gpu_tests_first.log" "$out/gpu_tests.log" \
+    "$out/gpu_tests_alone.log" "$out/gpu_tests_timing.log" 2>/dev/null | tail -40
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   $build/cuda-agent bench --split data/demo --solutions data/demo/solutions --output "$out/demo-bench" \
