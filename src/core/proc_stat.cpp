@@ -76,14 +76,21 @@ std::unordered_map<pid_t, ProcStat> process_table() {
   return all;
 }
 
-// Whether `ancestor` is an ancestor of the process whose stat is `s` (by ppid, in `all`).
-bool descends_in(const std::unordered_map<pid_t, ProcStat>& all, const ProcStat& s, pid_t ancestor) {
+// How many generations below `ancestor` the process whose stat is `s` is (1: a child), by ppid in
+// `all`; 0 where `ancestor` is not one of its ancestors.
+int depth_below(const std::unordered_map<pid_t, ProcStat>& all, const ProcStat& s, pid_t ancestor) {
   pid_t up = s.ppid;
-  for (int depth = 0; depth < 4096 && up > 1 && up != ancestor; ++depth) {
+  int depth = 1;
+  for (; depth < 4096 && up > 1 && up != ancestor; ++depth) {
     const auto it = all.find(up);
     up = it == all.end() ? 0 : it->second.ppid;
   }
-  return up == ancestor;
+  return up == ancestor ? depth : 0;
+}
+
+// Whether `ancestor` is an ancestor of the process whose stat is `s` (by ppid, in `all`).
+bool descends_in(const std::unordered_map<pid_t, ProcStat>& all, const ProcStat& s, pid_t ancestor) {
+  return depth_below(all, s, ancestor) > 0;
 }
 
 bool live(const ProcStat& s) {
@@ -94,9 +101,14 @@ bool live(const ProcStat& s) {
 
 std::vector<pid_t> descendants_of(pid_t ancestor) {
   const std::unordered_map<pid_t, ProcStat> all = process_table();
-  std::vector<pid_t> out;
+  std::vector<std::pair<int, pid_t>> by_depth;
   for (const auto& [pid, s] : all)
-    if (pid != ancestor && descends_in(all, s, ancestor)) out.push_back(pid);
+    if (const int depth = pid == ancestor ? 0 : depth_below(all, s, ancestor); depth > 0)
+      by_depth.emplace_back(depth, pid);
+  std::sort(by_depth.begin(), by_depth.end());
+  std::vector<pid_t> out;
+  out.reserve(by_depth.size());
+  for (const auto& [depth, pid] : by_depth) out.push_back(pid);
   return out;
 }
 

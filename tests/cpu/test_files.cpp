@@ -402,6 +402,24 @@ TEST(ProcStat, DescendantsGpuBytesSumsTheTreeButWhatLiesBelowAnExemptProcess) {
   EXPECT_EQ(descendants_gpu_bytes(::getpid(), held, {}), 0u);
 }
 
+// The processes a confined command leaves are killed in descendants_of's order: parents first,
+// so that no shell sees its background job killed and goes on to its next command.
+TEST(ProcStat, DescendantsComeParentsFirst) {
+  std::function<pid_t(int)> chain = [&](int below) -> pid_t {
+    return below == 0 ? pid_t{0} : fork_waiting_child([&] { return chain(below - 1); }).first;
+  };
+  const pid_t child = chain(5);
+  ASSERT_GT(child, 0);
+  const std::vector<pid_t> tree = descendants_of(child);
+  EXPECT_EQ(tree.size(), 4u);
+  const auto at = [&](pid_t pid) { return std::find(tree.begin(), tree.end(), pid) - tree.begin(); };
+  for (const pid_t pid : tree)
+    for (const auto& [below, stat] : children_of(pid)) EXPECT_LT(at(pid), at(below)) << pid << " before " << below;
+  ::kill(child, SIGKILL);
+  for (const pid_t pid : tree) ::kill(pid, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+}
+
 TEST(FileLock, AnUnopenableFileIsAnErrorNamingIt) {
   try {
     lock_file("/nonexistent-dir-for-ca/x.lock", true);

@@ -45,7 +45,9 @@ bool descends_from(pid_t pid, pid_t ancestor);
 // each. Never throws.
 unsigned long long descendants_rss_bytes(pid_t ancestor);
 
-// Every descendant of `ancestor` (children, theirs, ... by ppid; zombies too), from one walk of /proc.
+// Every descendant of `ancestor` (children, theirs, ... by ppid; zombies too), from one walk of
+// /proc, parents before their children: a process killed in this order cannot see a child of its
+// own die first and go on (a shell's `wait; echo done` after its background job is killed).
 std::vector<pid_t> descendants_of(pid_t ancestor);
 
 // The GPU memory `held` (by pid, as gpu_memory_by_process gives it) of the live processes that
