@@ -18,7 +18,6 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/progress.h"
-#include "cuda_agent/sandbox/baseline_cache.h"
 
 namespace fs = std::filesystem;
 
@@ -51,35 +50,22 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
   const bool beside_others = spec.episodes_per_gpu > 1;  // (on the CPU the locks order nothing, and cost nothing)
   fs::create_directories(spec.output_dir / "results");
   std::vector<nlohmann::json> results(split.tasks.size());
-  // The tasks whose baselines the scoring cache holds already (BaselineCache::holds): a judge that
-  // finds them still takes the GPU's lock, so none is started when every task has them.
-  const auto cached = [&] {
-    return std::all_of(split.tasks.begin(), split.tasks.end(), [&](const bench::TaskEntry& task) {
-      sandbox::SandboxOptions o = spec.episode.sandbox;
-      bench::apply_task_options(o, task);
-      return sandbox::baselines_cached(task.path, o);
-    });
-  };
   if (spec.episode.device == "cuda" && !spec.baselines_first) {
     progress << "[eval] baselines timed where a solution needs them (--baselines lazy)\n";
-  } else if (spec.episode.device == "cuda" && cached()) {
-    progress << fmt::format("[eval] baselines of the split's {} tasks found in the scoring cache\n",
-                            split.tasks.size());
   } else if (spec.episode.device == "cuda") {
     // Every task's baselines (eager, torch.compile) timed first into the scoring cache, as bench
     // `baselines` does, so that an episode's profile.sh finds them (its tools' cache is seeded
     // from the scoring cache) and its final score does not time them again, under the GPU's lock
-    // while the other episodes wait.
+    // while the other episodes wait. A judge that finds them still takes the GPU's lock, so none
+    // is started when every task has them.
     bench::BenchOptions b;
     b.split = spec.split;
     b.output_dir = spec.output_dir / "baselines";
     b.gpus = spec.gpus;
     b.workers_per_gpu = std::max(spec.episodes_per_gpu, 2);
-    b.mode = sandbox::EvalMode::kBaselines;
     b.sandbox = spec.episode.sandbox;
     b.interactive_progress = spec.interactive_progress;
-    progress << "[eval] baselines of the split's tasks first\n";
-    bench::run_bench(b, progress);
+    bench::time_baselines_first(b, progress, "[eval]");
   }
   // One source of policies per GPU, made before any episode starts (a local model is loaded here,
   // once per GPU, and its episodes share it; a model that cannot load fails the run before its

@@ -299,6 +299,7 @@ struct BenchFlags {
   std::string split, solutions, gpus = "0", output, run_a, run_b;
   bool no_resume = false, json = false;
   int workers_per_gpu = 2;
+  std::string baselines = "first";
   CommonFlags common;
 };
 
@@ -326,6 +327,11 @@ void add_bench(CLI::App& app, Verbs& verbs) {
   bench->add_option("--output", f->output, "run folder (default runs/bench-<split>)");
   bench->add_flag("--no-resume", f->no_resume, "re-evaluate tasks that already have a result");
   bench->add_option("--workers-per-gpu", f->workers_per_gpu, kWorkersHelp)->check(CLI::Range(1, 16));
+  bench
+      ->add_option("--baselines", f->baselines,
+                   "first (default): the baselines the scoring cache lacks timed before any solution runs, by "
+                   "judges without a candidate; lazy: each evaluation times those it lacks, beside its solution")
+      ->check(CLI::IsMember({"first", "lazy"}));
   add_common(bench, f->common);
   CLI::App* compare = bench->add_subcommand("compare", "show two bench runs side by side, per task and per level");
   compare->add_option("run_a", f->run_a, "the first run folder (holding results/)")->required();
@@ -343,6 +349,7 @@ void add_bench(CLI::App& app, Verbs& verbs) {
                      bench::BenchOptions opts = bench_options(*f, "bench");
                      opts.solutions = f->solutions;
                      opts.resume = !f->no_resume;
+                     opts.baselines_first = f->baselines == "first";
                      require_gpu("bench");
                      nlohmann::json report = bench::run_bench(opts, std::cerr);
                      std::cout << bench::format_table(report["results"], report["summary"]);

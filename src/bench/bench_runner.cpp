@@ -1,5 +1,6 @@
 #include "cuda_agent/bench/bench_runner.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -16,6 +17,7 @@
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
 #include "cuda_agent/core/progress.h"
+#include "cuda_agent/sandbox/baseline_cache.h"
 
 namespace fs = std::filesystem;
 
@@ -189,12 +191,43 @@ nlohmann::json run_meta(const Split& split, const nlohmann::json& results, const
   return meta;
 }
 
+void time_baselines_first(BenchOptions options, std::ostream& progress, const std::string& tag) {
+  if (options.device != "cuda") return;
+  if (!options.sandbox.use_baseline_cache) {
+    progress << tag << " the scoring cache is off (sandbox.use_baseline_cache): each evaluation times its baselines\n";
+    return;
+  }
+  const Split split = load_any_split(options.split, options.output_dir / "imported");
+  const bool cached = std::all_of(split.tasks.begin(), split.tasks.end(), [&](const TaskEntry& task) {
+    sandbox::SandboxOptions o = options.sandbox;
+    apply_task_options(o, task);
+    return sandbox::baselines_cached(task.path, o);
+  });
+  if (cached) {
+    progress << fmt::format("{} baselines of the split's {} tasks found in the scoring cache\n", tag,
+                            split.tasks.size());
+    return;
+  }
+  progress << tag << " baselines of the split's tasks first\n";
+  options.mode = sandbox::EvalMode::kBaselines;
+  run_bench(options, progress);
+}
+
 nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
   // Own splits, KernelBench folders, and Ops-6K style rows (imported beside the run).
   Split split = load_any_split(options.split, options.output_dir / "imported");
   if (options.mode != sandbox::EvalMode::kBaselines)
     CA_CHECK(fs::is_directory(options.solutions), "solutions folder {} does not exist", options.solutions.string());
   CA_CHECK(!options.gpus.empty(), "no GPUs to run on: pass --gpus 0,1,...");
+  if (options.mode == sandbox::EvalMode::kEvaluate && options.device == "cuda") {
+    if (options.baselines_first) {
+      BenchOptions b = options;
+      b.output_dir = options.output_dir / "baselines";
+      time_baselines_first(b, progress, "[bench]");
+    } else {
+      progress << "[bench] baselines timed where an evaluation needs them (--baselines lazy)\n";
+    }
+  }
   const fs::path results_dir = options.output_dir / "results";
   fs::create_directories(results_dir);
   write_file_atomic(options.output_dir / "manifest.json", split_manifest(split).dump(2));

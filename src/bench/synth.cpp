@@ -321,6 +321,7 @@ nlohmann::json run_synth(const SynthOptions& o, std::ostream& progress) {
   b.output_dir = work / "bench";
   b.mode = b.device == "cpu" ? sandbox::EvalMode::kVerify : sandbox::EvalMode::kEvaluate;
   b.gpu_lock = o.exclusive_timing;
+  b.baselines_first = false;  // each candidate is its own solution: one judge times both sides
   b.sandbox.fallback = "off";
   b.sandbox.provenance = "off";
   b.sandbox.trials = std::min(b.sandbox.trials, 3);

@@ -15,6 +15,7 @@
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/core/hash.h"
+#include "cuda_agent/sandbox/baseline_cache.h"
 #include "cuda_agent/sandbox/evaluation.h"
 
 namespace cuda_agent::bench {
@@ -419,6 +420,65 @@ TEST_F(BenchRun, ResumesMatchingResultsAndReportsMissingSolutions) {
   report = run_bench(opts_, progress2);
   EXPECT_EQ(by_id(report, "b")["category"], "infrastructure_error");
   EXPECT_EQ(progress2.str().find("[cached]"), std::string::npos) << progress2.str();
+}
+
+// On a GPU, the baselines the scoring cache lacks are timed before any solution runs, by a
+// `baselines` run (judges without a candidate) into the run's baselines/ folder, so that no
+// eager or torch.compile timing (Inductor's autotuning) runs beside a solution's process; none
+// where the cache holds them all, is off, or with --baselines lazy.
+TEST_F(BenchRun, BaselinesTheCacheLacksAreTimedBeforeAnySolution) {
+  opts_.sandbox.cache_dir = (root() / "cache").string();
+  std::ostringstream first;
+  run_bench(opts_, first);
+  EXPECT_NE(first.str().find("[bench] baselines of the split's tasks first"), std::string::npos) << first.str();
+  for (const char* id : {"a", "b", "c", "d"})  // c too: a task without a solution still has baselines
+    EXPECT_TRUE(fs::exists(root() / "run" / "baselines" / "results" / (std::string(id) + ".json"))) << id;
+  // Each task twice in the progress, timed then scored, the timing after the heading.
+  const std::string text = first.str();
+  const size_t heading = text.find("baselines of the split's tasks first"), timed = text.find("a (gpu 0)");
+  EXPECT_LT(heading, timed) << text;
+  EXPECT_NE(text.find("a (gpu 0)", timed + 1), std::string::npos) << text;
+
+  // Every task's baselines in the cache (as a judge writes them): no judge is started for them.
+  const sandbox::BaselineCache scoring = sandbox::BaselineCache::of(root() / "cache");
+  for (const char* id : {"a", "b", "c", "d"}) {
+    sandbox::SandboxOptions o = opts_.sandbox;
+    if (std::string(id) == "a") o.atol = 0.5;
+    sandbox::BaselineKey key = sandbox::baseline_key_of(file_sha256(root() / "tasks" / id / "model.py"), o);
+    key.gpu_name = "NVIDIA H200";
+    scoring.put(key, {{"eager", {{"median_ms", 1.5}}}});
+  }
+  opts_.output_dir = root() / "run2";
+  std::ostringstream cached;
+  run_bench(opts_, cached);
+  EXPECT_NE(cached.str().find("[bench] baselines of the split's 4 tasks found in the scoring cache"), std::string::npos)
+      << cached.str();
+  EXPECT_FALSE(fs::exists(root() / "run2" / "baselines" / "results"));
+
+  opts_.sandbox.cache_dir = (root() / "empty-cache").string();
+  opts_.baselines_first = false;
+  opts_.output_dir = root() / "run3";
+  std::ostringstream lazy;
+  run_bench(opts_, lazy);
+  EXPECT_NE(lazy.str().find("--baselines lazy"), std::string::npos) << lazy.str();
+  EXPECT_FALSE(fs::exists(root() / "run3" / "baselines"));
+
+  opts_.baselines_first = true;
+  opts_.sandbox.use_baseline_cache = false;
+  opts_.output_dir = root() / "run4";
+  std::ostringstream off;
+  run_bench(opts_, off);
+  EXPECT_NE(off.str().find("the scoring cache is off"), std::string::npos) << off.str();
+  EXPECT_FALSE(fs::exists(root() / "run4" / "baselines" / "results"));
+
+  // Without a GPU (verify-only runs) there are no baselines to time.
+  opts_.sandbox.use_baseline_cache = true;
+  opts_.device = "cpu";
+  opts_.output_dir = root() / "run5";
+  std::ostringstream cpu;
+  run_bench(opts_, cpu);
+  EXPECT_EQ(cpu.str().find("baselines"), std::string::npos) << cpu.str();
+  EXPECT_FALSE(fs::exists(root() / "run5" / "baselines"));
 }
 
 TEST_F(BenchRun, BadOptionsThrow) {

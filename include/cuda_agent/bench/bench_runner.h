@@ -35,8 +35,20 @@ struct BenchOptions {
   // kEvaluate scores solutions; kBaselines only times eager and torch.compile per task into
   // the shared baseline cache (`cuda-agent baselines`), so later benches reuse them.
   sandbox::EvalMode mode = sandbox::EvalMode::kEvaluate;
+  // On a GPU, when scoring solutions: every task's baselines timed into the scoring cache first,
+  // by judges without a candidate (time_baselines_first), so that no eager or torch.compile
+  // timing (Inductor's autotuning included) runs beside a solution's process; false (`bench
+  // --baselines lazy`): each evaluation times the baselines it does not find, beside its candidate.
+  bool baselines_first = true;
   sandbox::SandboxOptions sandbox;
 };
+
+// On a GPU, the baselines (eager, torch.compile) of every task of `options.split` that the
+// scoring cache does not hold yet, timed into it by a `baselines` run (options.mode set so) into
+// `options.output_dir`; nothing where the cache holds them all or is off
+// (sandbox.use_baseline_cache). One line of what it did goes to `progress`, after `tag`
+// ("[bench]", "[eval]").
+void time_baselines_first(BenchOptions options, std::ostream& progress, const std::string& tag);
 
 // Runs the split and returns {"split", "results": [...], "summary": {...}}. Progress lines
 // go to `progress`. Tasks without a solution are reported as missing and score -1. Throws
