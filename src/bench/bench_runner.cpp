@@ -191,13 +191,12 @@ nlohmann::json run_meta(const Split& split, const nlohmann::json& results, const
   return meta;
 }
 
-void time_baselines_first(BenchOptions options, std::ostream& progress, const std::string& tag) {
+void time_baselines_first(BenchOptions options, const Split& split, std::ostream& progress, const std::string& tag) {
   if (options.device != "cuda") return;
   if (!options.sandbox.use_baseline_cache) {
     progress << tag << " the scoring cache is off (sandbox.use_baseline_cache): each evaluation times its baselines\n";
     return;
   }
-  const Split split = load_any_split(options.split, options.output_dir / "imported");
   const bool cached = std::all_of(split.tasks.begin(), split.tasks.end(), [&](const TaskEntry& task) {
     sandbox::SandboxOptions o = options.sandbox;
     apply_task_options(o, task);
@@ -223,7 +222,7 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
     if (options.baselines_first) {
       BenchOptions b = options;
       b.output_dir = options.output_dir / "baselines";
-      time_baselines_first(b, progress, "[bench]");
+      time_baselines_first(b, split, progress, "[bench]");
     } else {
       progress << "[bench] baselines timed where an evaluation needs them (--baselines lazy)\n";
     }

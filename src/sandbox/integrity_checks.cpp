@@ -52,9 +52,6 @@ def new_thread_names(snap):
     # For a message only (threading's list is the solution's to replace): the names it gives.
     return [t.name for t in threading.enumerate() if t.ident not in snap["threads"]]
 
-def rebaseline_threads(snap):
-    snap["threads"] = {t.ident for t in threading.enumerate()}
-
 def tampering(snap, with_threads, with_functions):
     problems = []
     now = _watched() if with_functions else {}
@@ -176,11 +173,6 @@ IntegrityChecks::IntegrityChecks(bool cuda) {
   snapshot_ = scope()["snapshot"]();
   thread_states_ = python_thread_states();
   if (cuda) driver().cuCtxGetLimit(&persisting_limit_, CU_LIMIT_PERSISTING_L2_CACHE_SIZE);
-}
-
-void IntegrityChecks::accept_current_threads() {
-  scope()["rebaseline_threads"](snapshot_);
-  thread_states_ = python_thread_states();
 }
 
 std::string IntegrityChecks::threads_started() const {

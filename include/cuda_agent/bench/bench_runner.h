@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cuda_agent/bench/split.h"
 #include "cuda_agent/sandbox/evaluation.h"
 
 namespace cuda_agent::bench {
@@ -43,12 +44,12 @@ struct BenchOptions {
   sandbox::SandboxOptions sandbox;
 };
 
-// On a GPU, the baselines (eager, torch.compile) of every task of `options.split` that the
-// scoring cache does not hold yet, timed into it by a `baselines` run (options.mode set so) into
-// `options.output_dir`; nothing where the cache holds them all or is off
-// (sandbox.use_baseline_cache). One line of what it did goes to `progress`, after `tag`
+// On a GPU, the baselines (eager, torch.compile) of the tasks of `split` (loaded from
+// `options.split`) when the scoring cache lacks any, timed into it by a `baselines` run
+// (options.mode set so) into `options.output_dir`; nothing where the cache holds them all or is
+// off (sandbox.use_baseline_cache). One line of what it did goes to `progress`, after `tag`
 // ("[bench]", "[eval]").
-void time_baselines_first(BenchOptions options, std::ostream& progress, const std::string& tag);
+void time_baselines_first(BenchOptions options, const Split& split, std::ostream& progress, const std::string& tag);
 
 // Runs the split and returns {"split", "results": [...], "summary": {...}}. Progress lines
 // go to `progress`. Tasks without a solution are reported as missing and score -1. Throws

@@ -30,8 +30,6 @@ class __attribute__((visibility("hidden"))) IntegrityChecks {
   // Names of patched functions (with `functions`), new threads still alive (with `threads`),
   // persisting-L2 settings of the context or the current stream; empty when clean.
   std::string tampering(bool cuda, bool threads = true, bool functions = true) const;
-  // Threads alive now are the sandbox's own (torch.compile's workers after the baselines ran).
-  void accept_current_threads();
   // Python threads alive now that were not at the snapshot, counted from the interpreter's own
   // list of thread states (C-level: threading.enumerate is the solution's to replace, and a
   // thread started with _thread is not in it, nor is one still waiting to run); empty when none.
