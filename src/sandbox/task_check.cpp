@@ -33,6 +33,20 @@ void floating_leaves(py::handle obj, std::vector<py::object>& out, ComplexLeaves
     for (auto item : obj) floating_leaves(item, out, complex, integers);
   } else if (py::isinstance<py::dict>(obj)) {
     for (auto kv : py::reinterpret_borrow<py::dict>(obj)) floating_leaves(kv.second, out, complex, integers);
+  } else if (integers && (PyFloat_Check(obj.ptr()) || PyLong_Check(obj.ptr()) || PyComplex_Check(obj.ptr()))) {
+    // A Python number (`x.sum().item()`) as a 0-d tensor: float64, complex128, int64 or bool; an
+    // int beyond int64 is left out.
+    py::object dtype = PyFloat_Check(obj.ptr())     ? torch.attr("float64")
+                       : PyComplex_Check(obj.ptr()) ? torch.attr("complex128")
+                       : PyBool_Check(obj.ptr())    ? torch.attr("bool")
+                                                    : torch.attr("int64");
+    py::object number;
+    try {
+      number = torch.attr("tensor")(obj, py::arg("dtype") = dtype);
+    } catch (const py::error_already_set&) {
+      return;
+    }
+    floating_leaves(number, out, complex, integers);
   }
 }
 
@@ -90,8 +104,10 @@ void TaskCheck::add(py::handle ref_out, py::handle inputs) {
     match_inputs(whole, inputs);
   }
   static py::object aminmax = py::module_::import("torch").attr("aminmax");
-  for (auto& t : leaves) {
-    if (t.attr("numel")().cast<int64_t>() == 0) continue;
+  for (size_t k = 0; k < leaves.size(); ++k) {
+    const py::object& t = leaves[k];
+    const int64_t numel = t.attr("numel")().cast<int64_t>();
+    if (numel == 0) continue;
     // In the tensor's own dtype, without a full-size temporary (the memory plan).
     py::object plain = t.attr("detach")();
     py::tuple mm = aminmax(plain);
@@ -119,10 +135,15 @@ void TaskCheck::add(py::handle ref_out, py::handle inputs) {
       if (lo > hi) continue;  // no finite element
     }
     const double max_abs = std::max(std::fabs(lo), std::fabs(hi));
-    const double spread = hi - lo;
     max_abs_ = std::max(max_abs_, max_abs);
-    // A constant at the midpoint is within spread / 2 of every element.
-    if (spread / 2 > atol_ && spread > 1e-6 * std::max(max_abs, 1e-30)) any_varying_ = true;
+    if (numel == 1) {  // one element is narrow in any one trial: its range is over the trials
+      SingleRange& r = single_ranges_[k];
+      r.lo = r.trials == 0 ? lo : std::min(r.lo, lo);
+      r.hi = r.trials == 0 ? hi : std::max(r.hi, hi);
+      ++r.trials;
+      continue;
+    }
+    if (!narrow(lo, hi)) any_varying_ = true;
   }
   if (first_.empty()) {
     for (auto& t : leaves) first_.push_back(t.attr("detach")().attr("clone")());
@@ -185,11 +206,22 @@ void TaskCheck::match_inputs(const std::vector<py::object>& leaves, py::handle i
   }
 }
 
+bool TaskCheck::narrow(double lo, double hi) const {
+  // A constant at the midpoint is within spread / 2 of every element.
+  const double spread = hi - lo, max_abs = std::max(std::fabs(lo), std::fabs(hi));
+  return !(spread / 2 > atol_ && spread > 1e-6 * std::max(max_abs, 1e-30));
+}
+
 nlohmann::json TaskCheck::to_json() const {
   // Zeros pass |0 - ref| <= atol + rtol * |ref| exactly when |ref| <= atol / (1 - rtol).
   // Judged on the finite elements; a NaN is its own flag, and zeros never match an infinity.
   const bool near_zero = trials_ > 0 && !any_nan_ && !any_inf_ && (rtol_ >= 1 || max_abs_ <= atol_ / (1 - rtol_) || max_abs_ < 1e-6);
-  const bool near_constant = trials_ > 0 && !any_varying_ && !any_nan_;
+  // An output of one element (a loss, a Python number) passes a constant only where it stayed
+  // within the tolerance of one value over two trials or more.
+  const bool singles_constant = std::all_of(single_ranges_.begin(), single_ranges_.end(), [&](const auto& kv) {
+    return kv.second.trials >= 2 && narrow(kv.second.lo, kv.second.hi);
+  });
+  const bool near_constant = trials_ > 0 && !any_varying_ && !any_nan_ && singles_constant;
   const bool input_independent = compared_ && all_close_to_first_;
   const auto some_input = [](const std::vector<bool>& row) {
     return std::find(row.begin(), row.end(), true) != row.end();

@@ -133,6 +133,32 @@ TEST_F(Integrity, ConstantIntegerAndBoolOutputsAreFlaggedDegenerate) {
   }
 }
 
+// An output of one element, a 0-d tensor (a loss) or a Python number (`.item()`), is narrow in
+// any one trial: it is judged by its range over the trials. One that is the same for every input
+// is flagged; one that follows the inputs is not (every loss task was flagged near_constant, and
+// Python numbers were not checked at all).
+TEST_F(Integrity, AnOutputOfOneElementIsJudgedOverTheTrials) {
+  const std::string loss = task_of_x("loss", "torch.mean(x * x)", "torch.randn(64, 32)");
+  auto m = verify(loss, solution_of_x("loss.py", "torch.mean(x * x)"));
+  ASSERT_TRUE(m["ok"].get<bool>()) << m.dump(2);
+  EXPECT_FALSE(m["task_check"]["near_constant"].get<bool>()) << m["task_check"];
+  EXPECT_FALSE(m["task_check"]["degenerate"].get<bool>()) << m["task_check"];
+  const std::string flat = task_of_x("flatloss", "torch.mean(x * 0) + 1.0", "torch.randn(64, 32)");
+  auto f = verify(flat, solution_of_x("one.py", "torch.ones((), dtype=x.dtype)"));
+  EXPECT_TRUE(f["ok"].get<bool>()) << f.dump(2);
+  EXPECT_TRUE(f["task_check"]["degenerate"].get<bool>()) << f["task_check"];
+  const std::string fixed = task_of_x("pyconst", "float((x * 0).sum()) + 3.0", "torch.randn(64, 32)");
+  auto c = verify(fixed, solution_of_x("three.py", "3.0"));
+  EXPECT_TRUE(c["ok"].get<bool>()) << c.dump(2);
+  EXPECT_EQ(c["task_check"]["trials_checked"], 3) << c["task_check"];
+  EXPECT_TRUE(c["task_check"]["degenerate"].get<bool>()) << c["task_check"];
+  const std::string live = task_of_x("pylive", "(float(x.sum()), int((x > 0).sum()))", "torch.randn(64, 32)");
+  auto l = verify(live, solution_of_x("pylive.py", "(float(x.sum()), int((x > 0).sum()))"));
+  ASSERT_TRUE(l["ok"].get<bool>()) << l.dump(2);
+  EXPECT_EQ(l["task_check"]["trials_checked"], 3) << l["task_check"];
+  EXPECT_FALSE(l["task_check"]["degenerate"].get<bool>()) << l["task_check"];
+}
+
 TEST_F(Integrity, ZerosPassingASoftmaxTaskIsFlaggedDegenerate) {
   const std::string task = task_of_x("softmax", "torch.softmax(x, dim=1)", "torch.randn(8, 16384) * 0.5");
   const std::string zeros = solution_of_x("zeros.py", "torch.zeros_like(x)");

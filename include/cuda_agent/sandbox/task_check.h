@@ -2,6 +2,7 @@
 // filters), and float64 copies of inputs for the strict precision policy. Call with the GIL held.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,9 +13,9 @@ namespace cuda_agent::sandbox {
 
 // Accumulates the reference's outputs over verify's trials and judges them against the
 // tolerance in use: all outputs so close to zero that a zeros kernel passes, every output
-// tensor so narrow that a constant kernel passes, or outputs for different inputs all within the
-// tolerance of the first trial's (input-independent: an output computed once, in __init__ say,
-// passes every trial). Such a task cannot tell a real kernel from a trivial one. A reference
+// tensor so narrow that a constant kernel passes (one of a single element: over the trials), or
+// outputs for different inputs all within the tolerance of the first trial's (input-independent: an output computed
+// once, in __init__ say, passes every trial). Such a task cannot tell a real kernel from a trivial one. A reference
 // whose output holds NaN for the task's own inputs (log of a normal draw, 0/0) is flagged too:
 // NaN never matches, so no kernel, the reference itself included, passes it. So is a task with an
 // output that is, within the tolerance, one of its inputs as it was given (a residual whose added
@@ -48,6 +49,14 @@ class __attribute__((visibility("hidden"))) TaskCheck {
   bool compared_ = false;
   bool all_close_to_first_ = true;
   std::vector<pybind11::object> first_;
+  // The range over the trials of each output leaf of one element (by its place among the leaves).
+  struct SingleRange {
+    double lo = 0, hi = 0;
+    int trials = 0;
+  };
+  std::map<size_t, SingleRange> single_ranges_;
+  // Whether a constant at the midpoint of [lo, hi] is within the tolerance of both ends.
+  bool narrow(double lo, double hi) const;
   // For each output leaf, which input leaves (same element count) it has been within the
   // tolerance of in every trial so far; empty until the first trial with inputs (which has an
   // output leaf: add returns before otherwise).
@@ -66,7 +75,7 @@ pybind11::object to_float64(pybind11::handle obj);
 enum class ComplexLeaves { kParts, kPairs };
 
 // The floating tensors of an output tree, in order, complex ones as `complex` says; with
-// `integers`, integer and bool tensors as well (bool as uint8).
+// `integers`, integer and bool tensors as well (bool as uint8), and Python numbers as 0-d tensors.
 void floating_leaves(pybind11::handle obj, std::vector<pybind11::object>& out,
                      ComplexLeaves complex = ComplexLeaves::kParts, bool integers = false);
 
