@@ -11,19 +11,19 @@
 
 namespace cuda_agent::sandbox {
 
-// Accumulates the reference's outputs over verify's trials and judges them against the
-// tolerance in use: all outputs so close to zero that a zeros kernel passes, every output
-// tensor so narrow that a constant kernel passes (one of a single element: over the trials), or
-// outputs for different inputs all within the tolerance of the first trial's (input-independent: an output computed
-// once, in __init__ say, passes every trial). Such a task cannot tell a real kernel from a trivial one. A reference
-// whose output holds NaN for the task's own inputs (log of a normal draw, 0/0) is flagged too:
-// NaN never matches, so no kernel, the reference itself included, passes it. So is a task with an
-// output that is, within the tolerance, one of its inputs as it was given (a residual whose added
-// term stays under atol, say): returning the input there (or a view of it with the output's
+// Accumulates the reference's outputs over verify's trials and judges them against the tolerance in
+// use: all outputs so close to zero that a zeros kernel passes, every output tensor so narrow that
+// a constant kernel passes (one of a single element: over the trials), or outputs for different
+// inputs all within the tolerance of the first trial's (input-independent: an output computed once,
+// in __init__ say, passes every trial). Such a task cannot tell a real kernel from a trivial one. A
+// reference whose output holds NaN for the task's own inputs (log of a normal draw, 0/0) is flagged
+// too: NaN never matches, so no kernel, the reference itself included, passes it. So is a task with
+// an output that is, within the tolerance, one of its inputs as it was given (a residual whose
+// added term stays under atol, say): returning the input there (or a view of it with the output's
 // shape) passes every trial without computing that output. And a task whose reference returns a
 // view of one of its inputs (`x.t()`, `x[1:]`): the reference does no work there, and a solution
-// cannot either (an output that is a view of an input is invalid), so it must copy and can only
-// be slower.
+// cannot either (an output that is a view of an input is invalid), so it must copy and can only be
+// slower.
 // Hidden visibility, as pybind11 requires for types holding Python objects.
 class __attribute__((visibility("hidden"))) TaskCheck {
  public:
