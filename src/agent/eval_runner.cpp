@@ -65,7 +65,7 @@ nlohmann::json run_eval(const EvalSpec& spec, std::ostream& progress) {
     b.workers_per_gpu = std::max(spec.episodes_per_gpu, 2);
     b.sandbox = spec.episode.sandbox;
     b.interactive_progress = spec.interactive_progress;
-    bench::time_baselines_first(b, split, progress, "[eval]");
+    bench::time_baselines_first(std::move(b), split, progress, "[eval]");
   }
   // One source of policies per GPU, made before any episode starts (a local model is loaded here,
   // once per GPU, and its episodes share it; a model that cannot load fails the run before its

@@ -222,7 +222,7 @@ nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
     if (options.baselines_first) {
       BenchOptions b = options;
       b.output_dir = options.output_dir / "baselines";
-      time_baselines_first(b, split, progress, "[bench]");
+      time_baselines_first(std::move(b), split, progress, "[bench]");
     } else {
       progress << "[bench] baselines timed where an evaluation needs them (--baselines lazy)\n";
     }

@@ -103,8 +103,7 @@ std::vector<pid_t> descendants_of(pid_t ancestor) {
   const std::unordered_map<pid_t, ProcStat> all = process_table();
   std::vector<std::pair<int, pid_t>> by_depth;
   for (const auto& [pid, s] : all)
-    if (const int depth = pid == ancestor ? 0 : depth_below(all, s, ancestor); depth > 0)
-      by_depth.emplace_back(depth, pid);
+    if (const int depth = depth_below(all, s, ancestor); depth > 0) by_depth.emplace_back(depth, pid);
   std::sort(by_depth.begin(), by_depth.end());
   std::vector<pid_t> out;
   out.reserve(by_depth.size());
