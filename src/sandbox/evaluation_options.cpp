@@ -114,6 +114,7 @@ nlohmann::json SandboxOptions::to_json() const {
           {"compile_before_lock", compile_before_lock},
           {"init_before_lock", init_before_lock},
           {"judge_bracket", judge_bracket},
+          {"slice_watch", slice_watch},
           {"warm_workers", warm_workers},
           {"reward", reward},
           {"speedup_margin", speedup_margin},
@@ -160,6 +161,7 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.compile_before_lock = merged["compile_before_lock"];
   o.init_before_lock = merged["init_before_lock"];
   o.judge_bracket = merged["judge_bracket"];
+  o.slice_watch = merged["slice_watch"];
   o.warm_workers = merged["warm_workers"];
   o.reward = merged["reward"];
   o.speedup_margin = merged["speedup_margin"];

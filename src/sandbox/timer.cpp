@@ -57,6 +57,90 @@ $L_done:
 }
 )";
 
+// The slice watch: one thread of the judge's context beside a baseline's timed run, from the
+// moment the timing stream writes the run's ticket into flags[0] (device memory; just before the
+// start event) to the moment it writes it into flags[1] (just after the end event). It reads the
+// GPU's clock about every microsecond; a step longer than gap_ns is a stretch in which the judge's
+// context was not running (the GPU time-sliced it with another process's context): their count,
+// their sum and the longest step go to out[0..2] (device memory: bytes 16-47 of the flags' block),
+// then the ticket to byte 24 of out (byte 28: bit 0, limit_ns passed first; bit 1, the run never
+// started).
+constexpr const char* kWatchName = "cuda_agent_timer_watch";
+constexpr const char* kWatchPtx = R"(.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry cuda_agent_timer_watch(.param .u64 flags, .param .u64 out, .param .u32 ticket, .param .u64 gap_ns,
+	.param .u64 limit_ns)
+{
+	.reg .pred %p<6>;
+	.reg .b32 %r<6>;
+	.reg .b64 %rd<16>;
+	ld.param.u64 %rd1, [flags];
+	cvta.to.global.u64 %rd1, %rd1;
+	ld.param.u64 %rd12, [out];
+	cvta.to.global.u64 %rd12, %rd12;
+	ld.param.u32 %r1, [ticket];
+	ld.param.u64 %rd2, [gap_ns];
+	ld.param.u64 %rd3, [limit_ns];
+	mov.u64 %rd4, %globaltimer;
+	mov.u32 %r4, 0;
+$L_start:
+	ld.volatile.global.u32 %r2, [%rd1];
+	setp.eq.u32 %p1, %r2, %r1;
+	@%p1 bra $L_run;
+	ld.volatile.global.u32 %r3, [%rd1+4];
+	setp.eq.u32 %p2, %r3, %r1;
+	@%p2 bra $L_nostart;
+	mov.u64 %rd5, %globaltimer;
+	sub.u64 %rd6, %rd5, %rd4;
+	setp.ge.u64 %p3, %rd6, %rd3;
+	@%p3 bra $L_limit_nostart;
+	nanosleep.u32 256;
+	bra.uni $L_start;
+$L_run:
+	mov.u64 %rd7, %globaltimer;
+	mov.u64 %rd8, 0;
+	mov.u64 %rd9, 0;
+	mov.u64 %rd10, 0;
+$L_loop:
+	mov.u64 %rd5, %globaltimer;
+	sub.u64 %rd11, %rd5, %rd7;
+	max.u64 %rd10, %rd10, %rd11;
+	setp.gt.u64 %p4, %rd11, %rd2;
+	@!%p4 bra $L_small;
+	add.u64 %rd8, %rd8, 1;
+	add.u64 %rd9, %rd9, %rd11;
+$L_small:
+	mov.u64 %rd7, %rd5;
+	ld.volatile.global.u32 %r3, [%rd1+4];
+	setp.eq.u32 %p2, %r3, %r1;
+	@%p2 bra $L_end;
+	sub.u64 %rd6, %rd5, %rd4;
+	setp.ge.u64 %p3, %rd6, %rd3;
+	@%p3 bra $L_limit;
+	nanosleep.u32 256;
+	bra.uni $L_loop;
+$L_limit:
+	mov.u32 %r4, 1;
+	bra.uni $L_end;
+$L_limit_nostart:
+	mov.u32 %r4, 1;
+$L_nostart:
+	or.b32 %r4, %r4, 2;
+	mov.u64 %rd8, 0;
+	mov.u64 %rd9, 0;
+	mov.u64 %rd10, 0;
+$L_end:
+	st.volatile.global.u64 [%rd12], %rd8;
+	st.volatile.global.u64 [%rd12+8], %rd9;
+	st.volatile.global.u64 [%rd12+16], %rd10;
+	st.volatile.global.u32 [%rd12+28], %r4;
+	membar.sys;
+	st.volatile.global.u32 [%rd12+24], %r1;
+	ret;
+}
+)";
+
 // A device buffer larger than the L2, the timing events, the streams' join events and the hold's
 // kernel and words, kept for the process.
 struct TimerState {
@@ -69,6 +153,12 @@ struct TimerState {
   uint32_t* hold_words = nullptr;  // [0]: the released ticket; [1]: the last ticket the timeout released
   CUdeviceptr hold_words_device = 0;
   uint32_t ticket = 0;
+  // The slice watch's, made at its first run (the judge's only): its kernel, its stream
+  // (non-blocking: beside the timing stream) and its words (kWatchPtx's flags, then its out).
+  CUfunction watch = nullptr;
+  CUstream watch_stream = nullptr;
+  CUdeviceptr watch_words = 0;
+  uint32_t watch_ticket = 0;
 };
 
 TimerState& timer_state() {
@@ -106,6 +196,49 @@ void release_hold(TimerState& s) { __atomic_store_n(&s.hold_words[0], s.ticket, 
 
 // Whether the timeout, not the host, released the current run's hold (valid once it ran).
 bool hold_timed_out(const TimerState& s) { return __atomic_load_n(&s.hold_words[1], __ATOMIC_SEQ_CST) == s.ticket; }
+
+// The slice watch (kWatchPtx) of the next timed run, on its own stream, ahead of the hold.
+void launch_watch(TimerState& s) {
+  const DriverApi& api = driver();
+  LaunchScope harness(LaunchOrigin::kHarness);
+  if (s.watch == nullptr) {
+    CUmodule module = nullptr;
+    CA_CU_CHECK(api.cuModuleLoadData(&module, kWatchPtx));
+    CA_CU_CHECK(api.cuModuleGetFunction(&s.watch, module, kWatchName));
+    CA_CU_CHECK(api.cuStreamCreate(&s.watch_stream, CU_STREAM_NON_BLOCKING));
+    CA_CU_CHECK(api.cuMemAlloc(&s.watch_words, 64));
+    CA_CU_CHECK(api.cuMemsetD32Async(s.watch_words, 0, 16, s.watch_stream));
+  }
+  if (++s.watch_ticket == 0) ++s.watch_ticket;
+  uint64_t gap_ns = kSliceGapNs, limit_ns = kWatchLimitNs;
+  CUdeviceptr out = s.watch_words + 16;
+  void* args[] = {&s.watch_words, &out, &s.watch_ticket, &gap_ns, &limit_ns};
+  CA_CU_CHECK(api.cuLaunchKernel(s.watch, 1, 1, 1, 1, 1, 1, 0, s.watch_stream, args, nullptr));
+}
+
+// The watch's start (byte 0) or stop (byte 4) flag, written by the timing stream where it stands.
+void mark_watch(TimerState& s, size_t byte) {
+  LaunchScope harness(LaunchOrigin::kHarness);
+  CA_CU_CHECK(driver().cuStreamWriteValue32(nullptr, s.watch_words + byte, s.watch_ticket, 0));
+}
+
+// What the watch of the last run saw; read once the device was synchronized.
+SliceGaps read_watch(const TimerState& s) {
+  struct {
+    uint64_t count, gap_ns, longest_ns;
+    uint32_t ticket, flags;
+  } out{};
+  static_assert(sizeof out == 32);
+  LaunchScope harness(LaunchOrigin::kHarness);
+  CA_CU_CHECK(driver().cuMemcpyDtoH(&out, s.watch_words + 16, sizeof out));
+  SliceGaps g;
+  if (out.ticket != s.watch_ticket) return g;
+  g.watched = out.flags == 0;
+  g.count = out.count;
+  g.ms = static_cast<double>(out.gap_ns) / 1e6;
+  g.longest_us = static_cast<double>(out.longest_ns) / 1e3;
+  return g;
+}
 
 void flush_l2(TimerState& s, CUstream stream = nullptr) {
   const DriverApi& api = driver();
@@ -154,8 +287,12 @@ bool is_timer_hold(const KernelRecord& r) {
   return r.name == kHoldName && (r.origin == LaunchOrigin::kHarness || !launch_origins_installed());
 }
 
-TimedRun timed_forward(py::handle model, py::handle inputs, bool flush) {
-  return timed_call([&] { return call_model(model, inputs); }, flush);
+bool is_timer_watch(const KernelRecord& r) {
+  return r.name == kWatchName && (r.origin == LaunchOrigin::kHarness || !launch_origins_installed());
+}
+
+TimedRun timed_forward(py::handle model, py::handle inputs, bool flush, bool watch) {
+  return timed_call([&] { return call_model(model, inputs); }, flush, nullptr, watch);
 }
 
 void queue_l2_flush(void* stream) {
@@ -166,7 +303,7 @@ bool join_launched_streams() {
   return wait_for_launch_streams(timer_state());
 }
 
-TimedRun timed_call(const std::function<py::object()>& forward, bool flush, BracketSide* bracket) {
+TimedRun timed_call(const std::function<py::object()>& forward, bool flush, BracketSide* bracket, bool watch) {
   const DriverApi& api = driver();
   TimerState& s = timer_state();
   if (flush && !bracket) flush_l2(s);
@@ -179,18 +316,24 @@ TimedRun timed_call(const std::function<py::object()>& forward, bool flush, Brac
     CA_CU_CHECK(api.cuStreamWaitValue32(nullptr, static_cast<CUdeviceptr>(bracket->go), bracket->ticket,
                                         CU_STREAM_WAIT_VALUE_GEQ));
   } else {
+    if (watch) launch_watch(s);
     hold(s);
+    if (watch) mark_watch(s, 0);
   }
   // Released however the forward ends (an exception included), so that nothing waits on it:
-  // the hold, or the bracket's done word and the judge's message.
+  // the hold and the watch, or the bracket's done word and the judge's message.
   struct Release {
     TimerState& s;
     BracketSide* bracket;
+    bool watch;
     bool released = false;
     void operator()() {
       if (released) return;
       released = true;
-      if (!bracket) return release_hold(s);
+      if (!bracket) {
+        if (watch) mark_watch(s, 4);
+        return release_hold(s);
+      }
       LaunchScope harness(LaunchOrigin::kHarness);
       CA_CU_CHECK(driver().cuStreamWriteValue32(nullptr, static_cast<CUdeviceptr>(bracket->done), bracket->ticket, 0));
       bracket->queued();
@@ -201,7 +344,7 @@ TimedRun timed_call(const std::function<py::object()>& forward, bool flush, Brac
       } catch (...) {  // the exception in flight says more; the judge's own timeout covers the rest
       }
     }
-  } release{s, bracket};
+  } release{s, bracket, watch && !bracket};
   const auto host_start = std::chrono::steady_clock::now();
   CA_CU_CHECK(api.cuEventRecord(s.start.e, nullptr));
   run.output = forward();
@@ -216,6 +359,7 @@ TimedRun timed_call(const std::function<py::object()>& forward, bool flush, Brac
   // count (runs_gpu).
   CA_CU_CHECK(api.cuCtxSynchronize());
   run.window.end_ns = now_ns();
+  if (release.watch) run.slices = read_watch(s);
   float ms = 0;
   CA_CU_CHECK(api.cuEventElapsedTime(&ms, s.start.e, s.end.e));
   run.ms = ms;
@@ -276,6 +420,7 @@ std::vector<RunGpu> runs_gpu(const std::vector<Window>& windows, const std::vect
   std::vector<uint64_t> hold_end(windows.size(), 0);  // when each run's hold let the timing stream go
   for (auto& k : kernels) {
     if (CuptiKernelRecorder::is_probe(k)) continue;
+    if (is_timer_watch(k)) continue;  // beside the run, not its work
     if (is_timer_hold(k)) {
       if (const int w = window_of(k.start_ns, k.end_ns); w >= 0)
         hold_end[static_cast<size_t>(w)] = std::max(hold_end[static_cast<size_t>(w)], k.end_ns);
@@ -316,7 +461,10 @@ std::vector<RunGpu> runs_gpu(const std::vector<Window>& windows, const std::vect
 }
 
 TimedSeries::TimedSeries(int series, bool record_kernels)
-    : windows_(static_cast<size_t>(series)), ms_(static_cast<size_t>(series)), hold_timeouts_(static_cast<size_t>(series)) {
+    : windows_(static_cast<size_t>(series)),
+      ms_(static_cast<size_t>(series)),
+      hold_timeouts_(static_cast<size_t>(series)),
+      slices_(static_cast<size_t>(series)) {
   if (record_kernels) {
     // Switched on before the warm-ups, so that CUPTI's own start-up cost lands there.
     CuptiKernelRecorder::instance().start();
@@ -332,12 +480,30 @@ TimedSeries::~TimedSeries() {
   }
 }
 
-TimedRun TimedSeries::run(int s, py::handle model, py::handle inputs, bool flush) {
-  TimedRun run = timed_forward(model, inputs, flush);
+TimedRun TimedSeries::run(int s, py::handle model, py::handle inputs, bool flush, bool watch) {
+  TimedRun run = timed_forward(model, inputs, flush, watch);
   if (!run.held) ++hold_timeouts_.at(static_cast<size_t>(s));
   windows_.at(static_cast<size_t>(s)).push_back(run.window);
   ms_.at(static_cast<size_t>(s)).push_back(run.ms);
+  slices_.at(static_cast<size_t>(s)).push_back(run.slices);
   return run;
+}
+
+void take_off_slices(TimedSeries::Series& series, const std::vector<SliceGaps>& slices) {
+  for (size_t i = 0; i < series.ms.size() && i < slices.size(); ++i) {
+    const SliceGaps& g = slices[i];
+    if (!g.watched) {
+      series.sliced_ms.push_back(0);
+      continue;
+    }
+    ++series.watched_runs;
+    series.sliced_ms.push_back(g.ms);
+    series.slices += g.count;
+    series.longest_step_us = std::max(series.longest_step_us, g.longest_us);
+    if (g.count == 0) continue;
+    ++series.sliced_runs;
+    series.ms[i] = std::max(0.0, series.ms[i] - g.ms);
+  }
 }
 
 std::vector<TimedSeries::Series> TimedSeries::finish() {
@@ -353,6 +519,7 @@ std::vector<TimedSeries::Series> TimedSeries::finish() {
     series.hold_timeouts = hold_timeouts_[s];
     if (kernels.empty() && transfers.empty()) {
       series.ms = ms_[s];
+      take_off_slices(series, slices_[s]);
       continue;
     }
     std::vector<std::vector<KernelRecord>> inside;
@@ -363,6 +530,7 @@ std::vector<TimedSeries::Series> TimedSeries::finish() {
     }
     for (auto& run : inside)
       for (auto& k : run) series.kernels.push_back(std::move(k));
+    take_off_slices(series, slices_[s]);
   }
   return out;
 }

@@ -248,6 +248,51 @@ TEST(GpuActivity, WorkStartedDuringTheHoldCountsUntilTheHoldLetGo) {
   EXPECT_NEAR(r.sample_ms, 1.1, 1e-9) << "first record to last, which already passes the hold";
 }
 
+// The slice watch's account (timer.h, SliceGaps): each watched run's sample less the time the GPU
+// gave other contexts during it; a run not watched (or whose watch did not see it through) keeps
+// its sample; nothing goes below zero; a series in which a watched run lost time is contended.
+TEST(SliceWatch, EachWatchedSampleLosesTheTimeOtherContextsTook) {
+  TimedSeries::Series s;
+  s.ms = {5.0, 9.0, 5.1, 12.0, 0.5};
+  auto gaps = [](bool watched, uint64_t count, double ms, double longest_us) {
+    SliceGaps g;
+    g.watched = watched, g.count = count, g.ms = ms, g.longest_us = longest_us;
+    return g;
+  };
+  take_off_slices(s, {gaps(true, 0, 0, 2.5), gaps(true, 2, 4.0, 2100), gaps(true, 0, 0, 3.0),
+                      gaps(false, 0, 0, 0), gaps(true, 1, 0.8, 800)});
+  EXPECT_EQ(s.ms, (std::vector<double>{5.0, 5.0, 5.1, 12.0, 0.0}));
+  EXPECT_EQ(s.sliced_ms, (std::vector<double>{0, 4.0, 0, 0, 0.8}));
+  EXPECT_EQ(s.watched_runs, 4);
+  EXPECT_EQ(s.sliced_runs, 2);
+  EXPECT_EQ(s.slices, 3u);
+  EXPECT_DOUBLE_EQ(s.longest_step_us, 2100);
+  EXPECT_TRUE(s.contended());
+
+  TimedSeries::Series quiet;
+  quiet.ms = {5.0, 9.0};
+  take_off_slices(quiet, {gaps(true, 0, 0, 4.0), gaps(false, 0, 0, 0)});
+  EXPECT_EQ(quiet.ms, (std::vector<double>{5.0, 9.0}));
+  EXPECT_FALSE(quiet.contended()) << "a run not watched says nothing";
+}
+
+// The watch's kernel is beside a run, not in it: its record neither stretches the run's span nor
+// joins its kernels.
+TEST(SliceWatch, TheWatchsRecordIsNoneOfTheRunsWork) {
+  KernelRecord watch, kernel;
+  watch.name = "cuda_agent_timer_watch", watch.start_ns = 1'000, watch.end_ns = 9'000'000;
+  watch.origin = LaunchOrigin::kHarness;
+  kernel.name = "softmax", kernel.start_ns = 2'000'000, kernel.end_ns = 2'500'000, kernel.origin = LaunchOrigin::kOwn;
+  ASSERT_TRUE(is_timer_watch(watch));
+  std::vector<KernelRecord> records = {watch, kernel};
+  std::vector<std::vector<KernelRecord>> inside;
+  const RunGpu r = runs_gpu({{0, 10'000'000}}, {0.5}, records, {}, &inside).front();
+  EXPECT_NEAR(r.sample_ms, 0.5, 1e-9);
+  EXPECT_FALSE(r.extended);
+  ASSERT_EQ(inside.front().size(), 1u);
+  EXPECT_EQ(inside.front().front().name, "softmax");
+}
+
 // A baseline carried over by drift: every time scaled, the GPU times too.
 TEST(TimingStats, ScaledAndTheGpuTimeInItsJson) {
   const TimingStats s = TimingStats::from_samples({1.0, 2.0, 3.0}, {0.5, 0.5, 0.7});

@@ -2,16 +2,20 @@
 // isolates, the timer against memory bandwidth, the baseline cache.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 #include "cuda_agent/core/files.h"
 #include "cuda_agent/sandbox/cuda_device.h"
+#include "cuda_agent/sandbox/python_runtime.h"
 #include "cuda_agent/sandbox/worker_confinement.h"
 #include "gpu_test_util.h"
 
@@ -485,6 +489,94 @@ TEST(SandboxGpu, TheJudgesBracketFloorsEachTimedRunAndLeavesAnHonestOneAsItWas) 
                       "tests/data/redteam/legit/softmax_smem_row/model_new.py", EvalMode::kEvaluate, o);
   ASSERT_TRUE(off["ok"].get<bool>()) << off.dump(2);
   EXPECT_TRUE(off["timing"]["bracket"].is_null()) << off["timing"].dump(2);
+}
+
+namespace {
+
+// A process of its own that keeps a kernel of its CUDA context on the GPU (torch.cuda._sleep, 50 ms
+// each) until killed: without MPS the GPU time-slices its context with every other.
+class ForeignGpuWork {
+ public:
+  explicit ForeignGpuWork(const TempDir& dir) {
+    const std::string ready = (dir.path() / "hog.ready").string();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const std::string code = "import os, torch\n"
+                               "torch.cuda._sleep(1000)\n"
+                               "torch.cuda.synchronize()\n"
+                               "open('" + ready + "', 'w').write(str(os.getpid()))\n"
+                               "while True:\n"
+                               "    for _ in range(4): torch.cuda._sleep(100_000_000)\n"
+                               "    torch.cuda.synchronize()\n";
+      const std::string python = sandbox::python_executable();
+      ::execl(python.c_str(), python.c_str(), "-c", code.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    for (int i = 0; i < 600 && !std::filesystem::exists(ready); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    started_ = std::filesystem::exists(ready);
+  }
+  ~ForeignGpuWork() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+  }
+  bool started() const { return started_; }
+
+ private:
+  pid_t pid_ = -1;
+  bool started_ = false;
+};
+
+double eager_median(const nlohmann::json& r) { return r["timings"]["eager"]["median_ms"].get<double>(); }
+
+}  // namespace
+
+// The slice watch (timer.h): another process's kernel on the GPU time-slices with the judge's
+// context and stretches the eager baseline's events (a slower baseline is a larger speedup for the
+// solution beside it); under the watch, the stretches the GPU gave the other context come off each
+// sample, so the baseline reads about what it reads alone. The task's forward is a 5 ms kernel,
+// longer than a time slice. Named Baselines: it runs alone (scripts/gpu_check.sh).
+TEST(SandboxGpu, BaselinesUnderTheSliceWatchLeaveOutTheTimeOtherContextsTook) {
+  CA_REQUIRE_GPU();
+  TempDir dir("slice-watch-");
+  const std::string task = (dir.path() / "model.py").string();
+  write_file_atomic(task, "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                          "    def forward(self, x):\n        torch.cuda._sleep(10_000_000)\n        return x * 2.0\n\n"
+                          "def get_inputs():\n    return [torch.rand(4096)]\n\n"
+                          "def get_init_inputs():\n    return []\n");
+  sandbox::SandboxOptions o = fast_options();
+  o.use_baseline_cache = false;
+  o.slice_watch = true;
+  auto alone = run_eval(task, "", EvalMode::kBaselines, o);
+  ASSERT_TRUE(alone["ok"].get<bool>()) << alone.dump(2);
+  const nlohmann::json& quiet = alone["timing"]["slice_watch"]["eager"];
+  ASSERT_TRUE(quiet.is_object()) << alone["timing"].dump(2);
+  EXPECT_GE(quiet["runs_watched"].get<int>(), 3) << quiet.dump();
+  EXPECT_EQ(quiet["runs_sliced"].get<int>(), 0) << quiet.dump() << ": another process used the GPU meanwhile?";
+  EXPECT_FALSE(alone["timing"]["slice_watch"]["every_run_watched"].get<bool>());
+
+  ForeignGpuWork hog(dir);
+  ASSERT_TRUE(hog.started());
+  o.slice_watch = false;
+  auto stretched = run_eval(task, "", EvalMode::kBaselines, o);
+  o.slice_watch = true;
+  auto watched = run_eval(task, "", EvalMode::kBaselines, o);
+  ASSERT_TRUE(stretched["ok"].get<bool>()) << stretched.dump(2);
+  ASSERT_TRUE(watched["ok"].get<bool>()) << watched.dump(2);
+  EXPECT_TRUE(stretched["timing"]["slice_watch"].is_null()) << stretched["timing"].dump(2);
+  // A few rounds watched saw the other context; every round was then timed again, watched.
+  ASSERT_TRUE(watched["timing"]["slice_watch"]["every_run_watched"].get<bool>()) << watched["timing"].dump(2);
+  const nlohmann::json& seen = watched["timing"]["slice_watch"]["eager"];
+  std::fprintf(stderr, "eager median alone %.3f ms, beside another context %.3f ms, watched %.3f ms; %s\n",
+               eager_median(alone), eager_median(stretched), eager_median(watched), seen.dump().c_str());
+  EXPECT_GT(eager_median(stretched), eager_median(alone) * 1.3) << "the other context did not stretch the baseline";
+  EXPECT_EQ(seen["runs_watched"].get<int>(), o.timed_runs) << seen.dump();
+  EXPECT_GE(seen["runs_sliced"].get<int>(), o.timed_runs / 2) << seen.dump();
+  EXPECT_GT(seen["sliced_ms_total"].get<double>(), 0.0) << seen.dump();
+  EXPECT_LT(eager_median(watched), eager_median(alone) * 1.15) << seen.dump();
+  EXPECT_GT(eager_median(watched), eager_median(alone) * 0.85) << seen.dump();
 }
 
 // strict on a model whose float64 copy needs its tensor attributes converted (KernelBench L3 35's

@@ -104,6 +104,11 @@ struct SandboxOptions {
   // least the GPU time the judge's own CUDA context saw it take, less the calibrated cost of the
   // hand-overs (docs/integrity.md, "Trust"). On the GPU, for evaluations that time.
   bool judge_bracket = true;
+  // The slice watch beside the judge's timed runs of eager and torch.compile (timer.h): the
+  // stretches in which the GPU ran another process's context instead of the judge's (a kernel the
+  // candidate process keeps running, say) are taken off each baseline sample (reports.timing.
+  // slice_watch). On the GPU.
+  bool slice_watch = true;
   // Judge processes a process keeps started ahead of its evaluations, per GPU (judge_pool.h):
   // Python and torch imported, CUDA untouched, each taking one evaluation and exiting. From a
   // process's second evaluation on; 0: each evaluation starts its own judge.

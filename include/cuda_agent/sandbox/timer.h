@@ -44,9 +44,19 @@ namespace cuda_agent::sandbox {
 // How long the hold waits for the host to queue a forward before it lets the GPU go.
 inline constexpr uint64_t kHoldTimeoutNs = 10'000'000;
 
+// The slice watch (timed_call's `watch`, the judge's baselines): a step of the GPU's clock longer
+// than this, seen by a thread of the timing process's context beside the run, is time the GPU gave
+// another context (its time slices are about 2.4 ms on an H100; a step of the watch alone takes
+// 1-8 us: docs/benchmarks.md section 20). The watch ends itself after kWatchLimitNs whatever
+// happens (the run is then unwatched).
+inline constexpr uint64_t kSliceGapNs = 20'000;
+inline constexpr uint64_t kWatchLimitNs = 10'000'000'000;
+
 // Whether a kernel record is the timer's hold (the harness's launch of it where launches are
 // attributed, as in every sandbox process; by its name alone elsewhere).
 bool is_timer_hold(const KernelRecord& r);
+// The same for the slice watch's kernel.
+bool is_timer_watch(const KernelRecord& r);
 
 struct TimingOptions {
   int warmup_runs = 3;
@@ -62,6 +72,16 @@ struct Window {
   bool contains(uint64_t start, uint64_t end) const { return start >= start_ns && end <= end_ns; }
 };
 
+// What the slice watch saw of one run: the stretches from the start event to the end event in
+// which the GPU ran another process's context instead of this one (the time-slicing of contexts
+// without MPS). Each stretch is in the events' interval though none of the run's work ran in it.
+struct SliceGaps {
+  bool watched = false;   // the watch saw the run start and end
+  uint64_t count = 0;     // clock steps longer than kSliceGapNs
+  double ms = 0;          // their sum
+  double longest_us = 0;  // the longest step (short ones included)
+};
+
 // Hidden visibility, as pybind11 requires for types holding Python objects.
 struct __attribute__((visibility("hidden"))) TimedRun {
   pybind11::object output;
@@ -70,6 +90,7 @@ struct __attribute__((visibility("hidden"))) TimedRun {
   bool joined = true;  // every stream was joined (false: a device-wide synchronize ended it)
   bool held = true;    // the host released the hold (false: the timeout did; the forward waited on the GPU)
   Window window;
+  SliceGaps slices;    // with `watch` (timed_call)
 };
 
 // The words' places in the judge's bracket's shared block (judge_bracket.h).
@@ -91,11 +112,13 @@ struct __attribute__((visibility("hidden"))) BracketSide {
 };
 
 // One timed run of model(*inputs). Exceptions from the model propagate
-// (pybind11::error_already_set); CUDA errors throw Error.
-TimedRun timed_forward(pybind11::handle model, pybind11::handle inputs, bool flush_l2);
+// (pybind11::error_already_set); CUDA errors throw Error. With `watch`, the slice watch runs
+// beside it (TimedRun::slices).
+TimedRun timed_forward(pybind11::handle model, pybind11::handle inputs, bool flush_l2, bool watch = false);
 // The same around any forward (the candidate's under the fallback guard); with `bracket`, its
-// half of the judge's bracket (flush_l2 is then the judge's to do).
-TimedRun timed_call(const std::function<pybind11::object()>& forward, bool flush_l2, BracketSide* bracket = nullptr);
+// half of the judge's bracket (flush_l2 is then the judge's to do; no watch).
+TimedRun timed_call(const std::function<pybind11::object()>& forward, bool flush_l2, BracketSide* bracket = nullptr,
+                    bool watch = false);
 
 // Queues the L2 flush of timed_call (persisting lines dropped, a memset four times the L2) on
 // `stream` (a CUstream; null: the legacy stream), as harness work.
@@ -142,6 +165,16 @@ class __attribute__((visibility("hidden"))) TimedSeries {
     int extended = 0;                   // runs whose GPU span was longer than their events' interval
     int hold_timeouts = 0;              // runs whose hold the timeout released (TimedRun::held)
     std::vector<KernelRecord> kernels;  // inside this series' runs
+    // The runs timed under the slice watch: each run's time given to other contexts
+    // (SliceGaps::ms; 0 for a run not watched), already taken off its sample in `ms`; how many
+    // were watched to their end, how many of those lost time so, the stretches, the longest step.
+    std::vector<double> sliced_ms;
+    int watched_runs = 0, sliced_runs = 0;
+    uint64_t slices = 0;
+    double longest_step_us = 0;
+    // Whether a watched run saw the GPU run another context: the runs not watched may then hold
+    // such stretches too, which nothing took off.
+    bool contended() const { return sliced_runs > 0; }
   };
 
   TimedSeries(int series, bool record_kernels);
@@ -149,8 +182,10 @@ class __attribute__((visibility("hidden"))) TimedSeries {
   TimedSeries(const TimedSeries&) = delete;
   TimedSeries& operator=(const TimedSeries&) = delete;
 
-  // One timed run of series `s` (0-based). Returns the run (its output, for comparisons).
-  TimedRun run(int s, pybind11::handle model, pybind11::handle inputs, bool flush_l2);
+  // One timed run of series `s` (0-based), under the slice watch when `watch` (its sample then less
+  // the stretches in which the GPU ran another context). Returns the run (its output, for
+  // comparisons).
+  TimedRun run(int s, pybind11::handle model, pybind11::handle inputs, bool flush_l2, bool watch = false);
   // Stops recording and returns each series' runs.
   std::vector<Series> finish();
 
@@ -159,7 +194,13 @@ class __attribute__((visibility("hidden"))) TimedSeries {
   std::vector<std::vector<Window>> windows_;
   std::vector<std::vector<double>> ms_;
   std::vector<int> hold_timeouts_;
+  std::vector<std::vector<SliceGaps>> slices_;
 };
+
+// Each watched run's sample in series.ms less the time it gave other contexts (never below 0),
+// and the series' account of it (Series::sliced_ms and the counts); a run not watched, or whose
+// watch did not see it through, is left as it was.
+void take_off_slices(TimedSeries::Series& series, const std::vector<SliceGaps>& slices);
 
 struct TimingResult {
   TimingStats stats;                  // of the samples (RunGpu::sample_ms)
