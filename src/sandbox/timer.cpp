@@ -308,6 +308,9 @@ TimedRun timed_call(const std::function<py::object()>& forward, bool flush, Brac
   TimerState& s = timer_state();
   if (flush && !bracket) flush_l2(s);
   CA_CU_CHECK(api.cuCtxSynchronize());
+  // The watch starts before the streams the run sent work to are taken: the timing stream must not
+  // join its stream (it ends only once the timing stream has passed the end event).
+  if (watch && !bracket) launch_watch(s);
   (void)take_launch_streams();  // what was sent before this run is not its work
   TimedRun run;
   run.window.start_ns = now_ns();
@@ -316,7 +319,6 @@ TimedRun timed_call(const std::function<py::object()>& forward, bool flush, Brac
     CA_CU_CHECK(api.cuStreamWaitValue32(nullptr, static_cast<CUdeviceptr>(bracket->go), bracket->ticket,
                                         CU_STREAM_WAIT_VALUE_GEQ));
   } else {
-    if (watch) launch_watch(s);
     hold(s);
     if (watch) mark_watch(s, 0);
   }
