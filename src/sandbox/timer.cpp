@@ -64,16 +64,19 @@ $L_done:
 // context was not running (the GPU time-sliced it with another process's context): their count,
 // their sum and the longest step go to out[0..2] (device memory: bytes 16-47 of the flags' block),
 // then the ticket to byte 24 of out (byte 28: bit 0, limit_ns passed first; bit 1, the run never
-// started).
+// started; bit 2, the run's hold timed out). The hold's timeout ends the watch at once: a forward
+// that waits for the whole device (a synchronize inside it) would otherwise wait for the watch,
+// which waits for a stop word queued only after that forward returned; the run is then unwatched
+// and, as without the watch, waits the hold's 10 ms.
 constexpr const char* kWatchName = "cuda_agent_timer_watch";
 constexpr const char* kWatchPtx = R"(.version 7.0
 .target sm_75
 .address_size 64
 .visible .entry cuda_agent_timer_watch(.param .u64 flags, .param .u64 out, .param .u32 ticket, .param .u64 gap_ns,
-	.param .u64 limit_ns)
+	.param .u64 limit_ns, .param .u64 held, .param .u32 hold_ticket)
 {
-	.reg .pred %p<6>;
-	.reg .b32 %r<6>;
+	.reg .pred %p<8>;
+	.reg .b32 %r<8>;
 	.reg .b64 %rd<16>;
 	ld.param.u64 %rd1, [flags];
 	cvta.to.global.u64 %rd1, %rd1;
@@ -82,6 +85,9 @@ constexpr const char* kWatchPtx = R"(.version 7.0
 	ld.param.u32 %r1, [ticket];
 	ld.param.u64 %rd2, [gap_ns];
 	ld.param.u64 %rd3, [limit_ns];
+	ld.param.u64 %rd13, [held];
+	cvta.to.global.u64 %rd13, %rd13;
+	ld.param.u32 %r6, [hold_ticket];
 	mov.u64 %rd4, %globaltimer;
 	mov.u32 %r4, 0;
 $L_start:
@@ -91,6 +97,9 @@ $L_start:
 	ld.volatile.global.u32 %r3, [%rd1+4];
 	setp.eq.u32 %p2, %r3, %r1;
 	@%p2 bra $L_nostart;
+	ld.volatile.global.u32 %r5, [%rd13];
+	setp.eq.u32 %p5, %r5, %r6;
+	@%p5 bra $L_held;
 	mov.u64 %rd5, %globaltimer;
 	sub.u64 %rd6, %rd5, %rd4;
 	setp.ge.u64 %p3, %rd6, %rd3;
@@ -115,6 +124,9 @@ $L_small:
 	ld.volatile.global.u32 %r3, [%rd1+4];
 	setp.eq.u32 %p2, %r3, %r1;
 	@%p2 bra $L_end;
+	ld.volatile.global.u32 %r5, [%rd13];
+	setp.eq.u32 %p5, %r5, %r6;
+	@%p5 bra $L_held;
 	sub.u64 %rd6, %rd5, %rd4;
 	setp.ge.u64 %p3, %rd6, %rd3;
 	@%p3 bra $L_limit;
@@ -122,6 +134,9 @@ $L_small:
 	bra.uni $L_loop;
 $L_limit:
 	mov.u32 %r4, 1;
+	bra.uni $L_end;
+$L_held:
+	mov.u32 %r4, 4;
 	bra.uni $L_end;
 $L_limit_nostart:
 	mov.u32 %r4, 1;
@@ -211,8 +226,9 @@ void launch_watch(TimerState& s) {
   }
   if (++s.watch_ticket == 0) ++s.watch_ticket;
   uint64_t gap_ns = kSliceGapNs, limit_ns = kWatchLimitNs;
-  CUdeviceptr out = s.watch_words + 16;
-  void* args[] = {&s.watch_words, &out, &s.watch_ticket, &gap_ns, &limit_ns};
+  CUdeviceptr out = s.watch_words + 16, held = s.hold_words_device + 4;
+  uint32_t hold_ticket = s.ticket + 1 == 0 ? 1 : s.ticket + 1;  // what hold() gives the run next
+  void* args[] = {&s.watch_words, &out, &s.watch_ticket, &gap_ns, &limit_ns, &held, &hold_ticket};
   CA_CU_CHECK(api.cuLaunchKernel(s.watch, 1, 1, 1, 1, 1, 1, 0, s.watch_stream, args, nullptr));
 }
 
@@ -267,12 +283,13 @@ bool wait_for_launch_streams(TimerState& s) {
 }
 
 // The forward's streams joined to the timing stream; when one cannot be, the device is
-// synchronized instead (the hold released first, so that nothing waits on it). Under the bracket
-// nothing may wait on the host before the go: the unjoined stream's work is then left to the
-// GPU span rule (runs_gpu), as work on a stream nobody joined.
-bool join_streams(TimerState& s, bool bracket) {
+// synchronized instead (the hold released and the watch stopped first, so that nothing waits on
+// them). Under the bracket nothing may wait on the host before the go: the unjoined stream's work
+// is then left to the GPU span rule (runs_gpu), as work on a stream nobody joined.
+bool join_streams(TimerState& s, bool bracket, bool watch) {
   if (wait_for_launch_streams(s)) return true;
   if (!bracket) {
+    if (watch) mark_watch(s, 4);  // the synchronize below would wait for the watch
     release_hold(s);
     CA_CU_CHECK(driver().cuCtxSynchronize());
   }
@@ -351,7 +368,7 @@ TimedRun timed_call(const std::function<py::object()>& forward, bool flush, Brac
   CA_CU_CHECK(api.cuEventRecord(s.start.e, nullptr));
   run.output = forward();
   run.host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start).count();
-  run.joined = join_streams(s, bracket != nullptr);
+  run.joined = join_streams(s, bracket != nullptr, release.watch);
   CA_CU_CHECK(api.cuEventRecord(s.end.e, nullptr));
   if (bracket) bracket->export_outputs(run.output);
   release();

@@ -579,6 +579,30 @@ TEST(SandboxGpu, BaselinesUnderTheSliceWatchLeaveOutTheTimeOtherContextsTook) {
   EXPECT_GT(eager_median(watched), eager_median(alone) * 0.85) << seen.dump();
 }
 
+// A reference whose forward waits for the whole device (torch.cuda.synchronize inside it) would
+// wait for the slice watch beside it, which waits for a stop word queued after that forward: the
+// hold's timeout ends the watch (the run is then unwatched), so the run waits the hold's 10 ms, as
+// without the watch, and not the watch's own limit of 10 s.
+TEST(SandboxGpu, AForwardThatSynchronizesTheDeviceIsNotHeldUpByTheSliceWatch) {
+  CA_REQUIRE_GPU();
+  TempDir dir("slice-watch-sync-");
+  const std::string task = (dir.path() / "model.py").string();
+  write_file_atomic(task, "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                          "    def forward(self, x):\n        y = x * 2.0\n        torch.cuda.synchronize()\n"
+                          "        return y + 1.0\n\n"
+                          "def get_inputs():\n    return [torch.rand(4096)]\n\n"
+                          "def get_init_inputs():\n    return []\n");
+  sandbox::SandboxOptions o = fast_options();
+  o.use_baseline_cache = false;
+  o.slice_watch = true;
+  auto r = run_eval(task, "", EvalMode::kBaselines, o);
+  ASSERT_TRUE(r["ok"].get<bool>()) << r.dump(2);
+  EXPECT_LT(eager_median(r), 100.0) << r["timings"].dump(2);
+  const nlohmann::json& w = r["timing"]["slice_watch"]["eager"];
+  EXPECT_EQ(w["runs_watched"].get<int>(), 0) << w.dump() << ": each watched run ended by the hold's timeout";
+  EXPECT_LT(r["phase_seconds"]["profile"].get<double>(), 30.0) << r["phase_seconds"].dump();
+}
+
 // strict on a model whose float64 copy needs its tensor attributes converted (KernelBench L3 35's
 // LSTM shape of the problem): verified against a float64 reference, not a task_error.
 TEST(SandboxGpu, StrictReferenceForAnLstmWithItsStateAsAttributes) {
