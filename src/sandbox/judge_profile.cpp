@@ -7,7 +7,6 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
-#include <numeric>
 #include <random>
 #include <string>
 
@@ -111,24 +110,15 @@ struct BaselineRounds {
   nlohmann::json slice_watch = nullptr;  // slice_watch_report()
 };
 
-// Which rounds' baseline runs the slice watch sees (timer.h): half the rounds (at least three),
-// drawn at random (from the seed where seeds are not secret), so that a process cannot tell them
-// apart; every round with `all`. A process that slowed a fraction f of the rounds, at random,
-// escapes being seen with a chance of about (1 - f)^(rounds / 2): with 20 rounds, 0.1% at
-// f = 0.5, where its gain on the median begins. The watch's kernel beside a run costs the run
-// about 0.3 us a kernel launch (H100, docs/benchmarks.md section 20), so the other half stay as
-// they were timed before it.
-std::vector<bool> watched_rounds(Judge& j, int rounds, bool all) {
-  std::vector<bool> watched(static_cast<size_t>(std::max(rounds, 0)), all && j.opt.slice_watch);
-  if (all || !j.opt.slice_watch || rounds <= 0) return watched;
-  std::vector<int> order(watched.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::mt19937_64 rng(j.opt.secret_seeds ? (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()
-                                          : static_cast<uint64_t>(j.opt.seed) + 0x5eed);
-  std::shuffle(order.begin(), order.end(), rng);
-  const int n = std::min(rounds, std::max(3, rounds / 2));
-  for (int i = 0; i < n; ++i) watched[static_cast<size_t>(order[static_cast<size_t>(i)])] = true;
-  return watched;
+// Which rounds' baseline runs the slice watch sees (timer.h, watched_rounds): half of them, drawn
+// at random where seeds are secret (from the seed otherwise); every round with `all`.
+std::vector<bool> rounds_to_watch(Judge& j, int rounds, bool all) {
+  if (!j.opt.slice_watch) return std::vector<bool>(static_cast<size_t>(std::max(rounds, 0)), false);
+  if (all) return std::vector<bool>(static_cast<size_t>(std::max(rounds, 0)), true);
+  const uint64_t seed = j.opt.secret_seeds
+                            ? (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()
+                            : static_cast<uint64_t>(j.opt.seed) + 0x5eed;
+  return watched_rounds(rounds, seed);
 }
 
 // What the slice watch took off a series' samples (timer.h, SliceGaps).
@@ -161,7 +151,7 @@ BaselineRounds time_baselines(Judge& j, py::handle warm_inputs, bool watch_all =
                         : j.precompiled      ? j.precompiled
                                              : compile_reference(j, &out.compile_error);
   const bool pre_runs = room_for_pre_runs(j);
-  const std::vector<bool> watched = watched_rounds(j, opt.timed_runs, watch_all);
+  const std::vector<bool> watched = rounds_to_watch(j, opt.timed_runs, watch_all);
   TimedSeries series(2, opt.record_kernels);
   guarded(Category::kTaskError, "warming up the eager reference",
           [&] { warm_up(j.reference, warm_inputs, timing_options(opt)); });
@@ -312,7 +302,7 @@ void judge_profile(Judge& j) {
   laps.lap("warmup_candidate");
 
   // The rounds: eager, torch.compile, the candidate, one after the other on one input set.
-  const std::vector<bool> watched = watched_rounds(j, opt.timed_runs, /*all=*/false);
+  const std::vector<bool> watched = rounds_to_watch(j, opt.timed_runs, /*all=*/false);
   std::vector<double> claimed, host_ms, round_trips, spans;
   std::vector<std::string> wheres;
   int unjoined = 0, cand_hold_timeouts = 0;

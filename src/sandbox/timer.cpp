@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <numeric>
+#include <random>
 
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/sandbox/cuda_device.h"
@@ -506,6 +508,17 @@ TimedRun TimedSeries::run(int s, py::handle model, py::handle inputs, bool flush
   ms_.at(static_cast<size_t>(s)).push_back(run.ms);
   slices_.at(static_cast<size_t>(s)).push_back(run.slices);
   return run;
+}
+
+std::vector<bool> watched_rounds(int rounds, uint64_t seed) {
+  std::vector<bool> watched(static_cast<size_t>(std::max(rounds, 0)), false);
+  std::vector<size_t> order(watched.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::mt19937_64 rng(seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  const size_t n = std::min(watched.size(), std::max<size_t>(3, watched.size() / 2));
+  for (size_t i = 0; i < n; ++i) watched[order[i]] = true;
+  return watched;
 }
 
 void take_off_slices(TimedSeries::Series& series, const std::vector<SliceGaps>& slices) {

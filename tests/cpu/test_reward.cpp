@@ -1,6 +1,7 @@
 // Tests for the reward: the milestone scheme (-1/1/2/3) and the raw-speedup ablation.
 #include "cuda_agent/sandbox/reward.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -274,6 +275,19 @@ TEST(SliceWatch, EachWatchedSampleLosesTheTimeOtherContextsTook) {
   take_off_slices(quiet, {gaps(true, 0, 0, 4.0), gaps(false, 0, 0, 0)});
   EXPECT_EQ(quiet.ms, (std::vector<double>{5.0, 9.0}));
   EXPECT_FALSE(quiet.contended()) << "a run not watched says nothing";
+}
+
+// Half the rounds watched (at least three, at most all), the same ones for the same seed.
+TEST(SliceWatch, HalfTheRoundsAreWatchedAtRandom) {
+  auto count = [](const std::vector<bool>& v) { return std::count(v.begin(), v.end(), true); };
+  EXPECT_EQ(count(watched_rounds(20, 1)), 10);
+  EXPECT_EQ(count(watched_rounds(7, 1)), 3);
+  EXPECT_EQ(count(watched_rounds(2, 1)), 2);
+  EXPECT_TRUE(watched_rounds(0, 1).empty());
+  EXPECT_EQ(watched_rounds(20, 5), watched_rounds(20, 5));
+  int differ = 0;
+  for (uint64_t seed = 0; seed < 8; ++seed) differ += watched_rounds(20, seed) != watched_rounds(20, seed + 100);
+  EXPECT_GE(differ, 7) << "the rounds depend on the seed";
 }
 
 // The watch's kernel is beside a run, not in it: its record neither stretches the run's span nor

@@ -197,6 +197,14 @@ class __attribute__((visibility("hidden"))) TimedSeries {
   std::vector<std::vector<SliceGaps>> slices_;
 };
 
+// Which of `rounds` rounds the slice watch sees: half of them (at least three, at most all), drawn
+// with `seed`, so that a process cannot tell them apart. One that slowed a fraction f of the
+// rounds at random escapes being seen with a chance of about (1 - f)^(rounds / 2): with 20
+// rounds, 0.1% at f = 0.5, where its gain on the median begins. The watch's kernel beside a run
+// costs the run about 0.3 us a kernel launch (H100, docs/benchmarks.md section 20), so the other
+// half stay as they were timed without it.
+std::vector<bool> watched_rounds(int rounds, uint64_t seed);
+
 // Each watched run's sample in series.ms less the time it gave other contexts (never below 0),
 // and the series' account of it (Series::sliced_ms and the counts); a run not watched, or whose
 // watch did not see it through, is left as it was.
