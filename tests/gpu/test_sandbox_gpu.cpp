@@ -531,6 +531,18 @@ class ForeignGpuWork {
 
 double eager_median(const nlohmann::json& r) { return r["timings"]["eager"]["median_ms"].get<double>(); }
 
+// DIR/model.py: a task of one 4096-float input whose Model.forward(self, x) is `forward` (its
+// body, indented by eight spaces, lines separated by newlines). Returns its path.
+std::string write_one_input_task(const TempDir& dir, const std::string& forward) {
+  const std::string task = (dir.path() / "model.py").string();
+  const std::string head =
+      "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n";
+  const std::string tail =
+      "\ndef get_inputs():\n    return [torch.rand(4096)]\n\ndef get_init_inputs():\n    return []\n";
+  write_file_atomic(task, head + forward + tail);
+  return task;
+}
+
 }  // namespace
 
 // The slice watch (timer.h): another process's kernel on the GPU time-slices with the judge's
@@ -541,11 +553,8 @@ double eager_median(const nlohmann::json& r) { return r["timings"]["eager"]["med
 TEST(SandboxGpu, BaselinesUnderTheSliceWatchLeaveOutTheTimeOtherContextsTook) {
   CA_REQUIRE_GPU();
   TempDir dir("slice-watch-");
-  const std::string task = (dir.path() / "model.py").string();
-  write_file_atomic(task, "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
-                          "    def forward(self, x):\n        torch.cuda._sleep(10_000_000)\n        return x * 2.0\n\n"
-                          "def get_inputs():\n    return [torch.rand(4096)]\n\n"
-                          "def get_init_inputs():\n    return []\n");
+  const std::string task =
+      write_one_input_task(dir, "        torch.cuda._sleep(10_000_000)\n        return x * 2.0\n");
   sandbox::SandboxOptions o = fast_options();
   o.use_baseline_cache = false;
   o.slice_watch = true;
@@ -586,12 +595,8 @@ TEST(SandboxGpu, BaselinesUnderTheSliceWatchLeaveOutTheTimeOtherContextsTook) {
 TEST(SandboxGpu, AForwardThatSynchronizesTheDeviceIsNotHeldUpByTheSliceWatch) {
   CA_REQUIRE_GPU();
   TempDir dir("slice-watch-sync-");
-  const std::string task = (dir.path() / "model.py").string();
-  write_file_atomic(task, "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
-                          "    def forward(self, x):\n        y = x * 2.0\n        torch.cuda.synchronize()\n"
-                          "        return y + 1.0\n\n"
-                          "def get_inputs():\n    return [torch.rand(4096)]\n\n"
-                          "def get_init_inputs():\n    return []\n");
+  const std::string task = write_one_input_task(
+      dir, "        y = x * 2.0\n        torch.cuda.synchronize()\n        return y + 1.0\n");
   sandbox::SandboxOptions o = fast_options();
   o.use_baseline_cache = false;
   o.slice_watch = true;
