@@ -548,13 +548,15 @@ std::string write_one_input_task(const TempDir& dir, const std::string& forward)
 // The slice watch (timer.h): another process's kernel on the GPU time-slices with the judge's
 // context and stretches the eager baseline's events (a slower baseline is a larger speedup for the
 // solution beside it); under the watch, the stretches the GPU gave the other context come off each
-// sample, so the baseline reads about what it reads alone. The task's forward is a 5 ms kernel,
+// sample, so the baseline reads about what it reads alone. The task's forward is about 5 ms of matmuls,
 // longer than a time slice. Named Baselines: it runs alone (scripts/gpu_check.sh).
 TEST(SandboxGpu, BaselinesUnderTheSliceWatchLeaveOutTheTimeOtherContextsTook) {
   CA_REQUIRE_GPU();
   TempDir dir("slice-watch-");
-  const std::string task =
-      write_one_input_task(dir, "        torch.cuda._sleep(10_000_000)\n        return x * 2.0\n");
+  // Work, not torch.cuda._sleep: a sleep counts the SM's clock, which runs on while another
+  // context has the GPU, so a sleeping forward ends on time however it is sliced.
+  const std::string task = write_one_input_task(
+      dir, "        a = x.view(64, 64).repeat(64, 64)\n        return (a @ a @ a).sum(0)\n");
   sandbox::SandboxOptions o = fast_options();
   o.use_baseline_cache = false;
   o.slice_watch = true;
