@@ -7,6 +7,7 @@
 #include <ctime>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -36,13 +37,37 @@ std::string category_name(const nlohmann::json& r) {
 
 std::string fmt_x(const nlohmann::json& v) { return v.is_number() ? fmt::format("{:.2f}x", v.get<double>()) : "-"; }
 
+// A result of an earlier run of the same task file, solution and options (resume), not one that
+// failed for the machine's sake; none where options.resume is off or there is no solution.
+std::optional<nlohmann::json> reusable_result(const BenchOptions& options, const TaskEntry& task,
+                                              const sandbox::SandboxOptions& task_options,
+                                              const std::optional<fs::path>& solution, const fs::path& result_file) {
+  if (!options.resume || !solution || !fs::exists(result_file)) return std::nullopt;
+  try {
+    auto previous = nlohmann::json::parse(read_file(result_file));
+    if (previous.value("task_sha256", "") == file_sha256(task.path) &&
+        previous.value("solution_sha256", "") == sandbox::solution_fingerprint(solution->string()) &&
+        previous.value("options", nlohmann::json()) == task_options.to_json() &&
+        previous.value("category", nlohmann::json()) !=
+            nlohmann::json(sandbox::to_string(sandbox::Category::kInfrastructure)))
+      return previous;
+  } catch (...) {
+  }
+  return std::nullopt;
+}
+
+sandbox::SandboxOptions options_of(const BenchOptions& options, const TaskEntry& task) {
+  sandbox::SandboxOptions o = options.sandbox;
+  apply_task_options(o, task);
+  return o;
+}
+
 // One task of the split: a reused result (resume) or a fresh evaluation, written to
 // results_dir/<id>.json.
 nlohmann::json evaluate_task(const BenchOptions& options, const TaskEntry& task, int gpu, const fs::path& results_dir,
                              bool* reused) {
   const fs::path result_file = results_dir / (task.id + ".json");
-  sandbox::SandboxOptions task_options = options.sandbox;
-  apply_task_options(task_options, task);
+  const sandbox::SandboxOptions task_options = options_of(options, task);
   sandbox::EvalRequest req;
   req.task_path = task.path.string();
   req.task_id = task.id;
@@ -57,19 +82,10 @@ nlohmann::json evaluate_task(const BenchOptions& options, const TaskEntry& task,
     result = sandbox::evaluate(req).to_json();  // the baseline cache makes a repeat cheap
   } else {
     auto solution = find_solution(options.solutions, task.id);
-    if (options.resume && solution && fs::exists(result_file)) {
-      try {
-        auto previous = nlohmann::json::parse(read_file(result_file));
-        if (previous.value("task_sha256", "") == file_sha256(task.path) &&
-            previous.value("solution_sha256", "") == sandbox::solution_fingerprint(solution->string()) &&
-            previous.value("options", nlohmann::json()) == task_options.to_json() &&
-            previous.value("category", nlohmann::json()) != nlohmann::json(sandbox::to_string(sandbox::Category::kInfrastructure))) {
-          *reused = true;
-          previous["level"] = task.level;
-          return previous;
-        }
-      } catch (...) {
-      }
+    if (auto previous = reusable_result(options, task, task_options, solution, result_file)) {
+      *reused = true;
+      (*previous)["level"] = task.level;
+      return *previous;
     }
     if (!solution) {
       result = {{"task_id", task.id}, {"task_path", task.path.string()}, {"ok", false},
@@ -197,17 +213,23 @@ void time_baselines_first(BenchOptions options, const Split& split, std::ostream
     progress << tag << " the scoring cache is off (sandbox.use_baseline_cache): each evaluation times its baselines\n";
     return;
   }
-  const bool cached = std::all_of(split.tasks.begin(), split.tasks.end(), [&](const TaskEntry& task) {
-    sandbox::SandboxOptions o = options.sandbox;
-    apply_task_options(o, task);
-    return sandbox::baselines_cached(task.path, o);
-  });
-  if (cached) {
-    progress << fmt::format("{} baselines of the split's {} tasks found in the scoring cache\n", tag,
+  // A judge that finds a task's baselines cached still takes the GPU's lock (and starts Python):
+  // only the tasks the cache lacks are timed.
+  options.only_tasks.clear();
+  for (const TaskEntry& task : split.tasks)
+    if (!sandbox::baselines_cached(task.path, options_of(options, task))) options.only_tasks.push_back(task.id);
+  const size_t cached = split.tasks.size() - options.only_tasks.size();
+  if (split.tasks.empty()) {
+    progress << tag << " no task to evaluate: no baselines to time first\n";
+    return;
+  }
+  if (options.only_tasks.empty()) {
+    progress << fmt::format("{} baselines of the {} task(s) to evaluate found in the scoring cache\n", tag,
                             split.tasks.size());
     return;
   }
-  progress << tag << " baselines of the split's tasks first\n";
+  progress << fmt::format("{} baselines of {} task(s) first ({} found in the scoring cache)\n", tag,
+                          options.only_tasks.size(), cached);
   options.mode = sandbox::EvalMode::kBaselines;
   run_bench(options, progress);
 }
@@ -215,14 +237,26 @@ void time_baselines_first(BenchOptions options, const Split& split, std::ostream
 nlohmann::json run_bench(const BenchOptions& options, std::ostream& progress) {
   // Own splits, KernelBench folders, and Ops-6K style rows (imported beside the run).
   Split split = load_any_split(options.split, options.output_dir / "imported");
+  if (!options.only_tasks.empty())
+    std::erase_if(split.tasks, [&](const TaskEntry& task) {
+      return std::find(options.only_tasks.begin(), options.only_tasks.end(), task.id) == options.only_tasks.end();
+    });
   if (options.mode != sandbox::EvalMode::kBaselines)
     CA_CHECK(fs::is_directory(options.solutions), "solutions folder {} does not exist", options.solutions.string());
   CA_CHECK(!options.gpus.empty(), "no GPUs to run on: pass --gpus 0,1,...");
   if (options.mode == sandbox::EvalMode::kEvaluate && options.device == "cuda") {
     if (options.baselines_first) {
+      // The tasks this run evaluates: not those without a solution (nothing to time against),
+      // nor those whose earlier result it reuses.
+      Split to_evaluate = split;
+      std::erase_if(to_evaluate.tasks, [&](const TaskEntry& task) {
+        const auto solution = find_solution(options.solutions, task.id);
+        return !solution || reusable_result(options, task, options_of(options, task), solution,
+                                            options.output_dir / "results" / (task.id + ".json"));
+      });
       BenchOptions b = options;
       b.output_dir = options.output_dir / "baselines";
-      time_baselines_first(std::move(b), split, progress, "[bench]");
+      time_baselines_first(std::move(b), to_evaluate, progress, "[bench]");
     } else {
       progress << "[bench] baselines timed where an evaluation needs them (--baselines lazy)\n";
     }

@@ -428,16 +428,35 @@ TEST_F(BenchRun, ResumesMatchingResultsAndReportsMissingSolutions) {
 // where the cache holds them all, is off, or with --baselines lazy.
 TEST_F(BenchRun, BaselinesTheCacheLacksAreTimedBeforeAnySolution) {
   opts_.sandbox.cache_dir = (root() / "cache").string();
+  // b's result of an earlier run of this folder is reused: its baselines are not timed.
+  store_previous("b", root() / "solutions" / "b.py", opts_.sandbox);
   std::ostringstream first;
   run_bench(opts_, first);
-  EXPECT_NE(first.str().find("[bench] baselines of the split's tasks first"), std::string::npos) << first.str();
-  for (const char* id : {"a", "b", "c", "d"})  // c too: a task without a solution still has baselines
+  EXPECT_NE(first.str().find("[bench] baselines of 2 task(s) first (0 found in the scoring cache)"), std::string::npos)
+      << first.str();
+  for (const char* id : {"a", "d"})
     EXPECT_TRUE(fs::exists(root() / "run" / "baselines" / "results" / (std::string(id) + ".json"))) << id;
-  // Each task twice in the progress, timed then scored, the timing after the heading.
+  // Nothing to time for c (no solution, so nothing is evaluated) nor for b (reused).
+  for (const char* id : {"b", "c"})
+    EXPECT_FALSE(fs::exists(root() / "run" / "baselines" / "results" / (std::string(id) + ".json"))) << id;
+  // a twice in the progress, timed then scored, the timing after the heading.
   const std::string text = first.str();
-  const size_t heading = text.find("baselines of the split's tasks first"), timed = text.find("a (gpu 0)");
+  const size_t heading = text.find("baselines of 2 task(s) first"), timed = text.find("a (gpu 0)");
   EXPECT_LT(heading, timed) << text;
   EXPECT_NE(text.find("a (gpu 0)", timed + 1), std::string::npos) << text;
+  EXPECT_NE(text.find("b (gpu 0): pass, reward 2 [cached]"), std::string::npos) << text;
+
+  // Every result reusable (c has none to reuse, and no solution): no judge is started.
+  sandbox::SandboxOptions a_options = opts_.sandbox;
+  a_options.atol = 0.5;  // the split's override for a
+  store_previous("a", root() / "solutions" / "a" / "model_new.py", a_options);
+  store_previous("d", root() / "solutions" / "d.py", opts_.sandbox);
+  fs::remove_all(root() / "run" / "baselines");
+  std::ostringstream resumed;
+  run_bench(opts_, resumed);
+  EXPECT_NE(resumed.str().find("[bench] no task to evaluate: no baselines to time first"), std::string::npos)
+      << resumed.str();
+  EXPECT_FALSE(fs::exists(root() / "run" / "baselines"));
 
   // Every task's baselines in the cache (as a judge writes them): no judge is started for them.
   const sandbox::BaselineCache scoring = sandbox::BaselineCache::of(root() / "cache");
@@ -451,7 +470,8 @@ TEST_F(BenchRun, BaselinesTheCacheLacksAreTimedBeforeAnySolution) {
   opts_.output_dir = root() / "run2";
   std::ostringstream cached;
   run_bench(opts_, cached);
-  EXPECT_NE(cached.str().find("[bench] baselines of the split's 4 tasks found in the scoring cache"), std::string::npos)
+  EXPECT_NE(cached.str().find("[bench] baselines of the 3 task(s) to evaluate found in the scoring cache"),
+            std::string::npos)
       << cached.str();
   EXPECT_FALSE(fs::exists(root() / "run2" / "baselines" / "results"));
 

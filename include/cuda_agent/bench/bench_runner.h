@@ -41,13 +41,17 @@ struct BenchOptions {
   // timing (Inductor's autotuning included) runs beside a solution's process; false (`bench
   // --baselines lazy`): each evaluation times the baselines it does not find, beside its candidate.
   bool baselines_first = true;
+  // Not empty: the split's tasks of these ids alone (time_baselines_first's run of the tasks the
+  // scoring cache lacks).
+  std::vector<std::string> only_tasks;
   sandbox::SandboxOptions sandbox;
 };
 
-// On a GPU, the baselines (eager, torch.compile) of the tasks of `split` (loaded from
-// `options.split`) when the scoring cache lacks any, timed into it by a `baselines` run
-// (options.mode set so) into `options.output_dir`; nothing where the cache holds them all or is
-// off (sandbox.use_baseline_cache). One line of what it did goes to `progress`, after `tag`
+// On a GPU, the baselines (eager, torch.compile) of those tasks of `split` (the tasks of
+// `options.split` that the caller will evaluate) that the scoring cache lacks, timed into it by a
+// `baselines` run of them alone (options.mode and options.only_tasks set so) into
+// `options.output_dir`; nothing where the cache holds them all or is off
+// (sandbox.use_baseline_cache). One line of what it did goes to `progress`, after `tag`
 // ("[bench]", "[eval]").
 void time_baselines_first(BenchOptions options, const Split& split, std::ostream& progress, const std::string& tag);
 
