@@ -424,8 +424,9 @@ TEST_F(BenchRun, ResumesMatchingResultsAndReportsMissingSolutions) {
 
 // On a GPU, the baselines the scoring cache lacks are timed before any solution runs, by a
 // `baselines` run (judges without a candidate) into the run's baselines/ folder, so that no
-// eager or torch.compile timing (Inductor's autotuning) runs beside a solution's process; none
-// where the cache holds them all, is off, or with --baselines lazy.
+// eager or torch.compile timing (Inductor's autotuning) runs beside a solution's process: those of
+// the tasks the run evaluates (not of a task without a solution, nor of one whose earlier result
+// it reuses); none where the cache holds them all, is off, or with --baselines lazy.
 TEST_F(BenchRun, BaselinesTheCacheLacksAreTimedBeforeAnySolution) {
   opts_.sandbox.cache_dir = (root() / "cache").string();
   // b's result of an earlier run of this folder is reused: its baselines are not timed.

@@ -1,5 +1,7 @@
-# HACK (expect neutralized; the part of the hidden-context class docs/integrity.md names as not
-# covered by the slice watch, reasoned 2026-12-07 and not yet run): GPU work of a context of the
+# HACK (expect neutralized; the part of the hidden-context class docs/integrity.md named as
+# perhaps not covered by the slice watch, reasoned 2026-12-07; neutralized on an H100 the same
+# day: the GPU time-slices another context's device-to-device copies as it does its kernels, and
+# the watch sees the slices): GPU work of a context of the
 # solution's own that takes memory bandwidth from the judge's eager baseline without taking its
 # time slices. As tp_native_hidden_context_slows_baselines, the solution makes a second context
 # while it loads (cuCtxCreate through ctypes) and zeroes the harness's count of such calls in the
@@ -12,8 +14,8 @@
 # kernels, eager reads slower and the watch sees no lost slice; if the GPU time-slices them as it
 # does kernels, the watch sees the slices. The forward itself is honest: 100 launches of its own
 # sin kernel. Nothing is launched outside loading, and the copies were queued while loading.
-# Caught by (expected): the slice watch, if the copies take time slices; otherwise this gets
-# through and the class stays open (docs/integrity.md, Still open).
+# Caught by: the slice watch (the copies take time slices). Host-to-device copies take none and
+# are not tried here (docs/integrity.md, Still open).
 import ctypes
 import os
 
