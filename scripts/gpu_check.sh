@@ -66,10 +66,13 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   group() {
     local name=$1; shift
     (cd $build && ctest -L gpu "$@" --output-on-failure --timeout ${GPU_TEST_TIMEOUT:-500}) > "$out/$name.log" 2>&1
+    # What every test printed, passed ones included (their figures: ctest shows output only on
+    # failure); it goes into the archive.
+    cp $build/Testing/Temporary/LastTest.log "$out/$name.full.log" 2>/dev/null
     [ -n "${OUT:-}" ] && cp "$out/$name.log" "$OUT/" 2>/dev/null
     return 0
   }
-  rm -f "$out"/gpu_tests*.log  # an earlier call's, on a warm machine
+  rm -f "$out"/gpu_tests*.log  # an earlier call's, on a warm machine (the .full.log ones too)
   # GPU_TESTS_FIRST: a ctest regex run alone before the groups (what a call short of device time
   # must see first); those tests run again in their group.
   [ -n "${GPU_TESTS_FIRST:-}" ] && group gpu_tests_first -R "$GPU_TESTS_FIRST"

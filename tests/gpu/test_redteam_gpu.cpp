@@ -5,6 +5,7 @@
 // time so that each becomes its own test, named after the entry.
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <ostream>
@@ -191,6 +192,14 @@ TEST_P(RedTeamGpu, Verdict) {
   CA_REQUIRE_GPU();
 
   const nlohmann::json r = run_eval(e.task, e.solution, sandbox::EvalMode::kEvaluate, options, e.gpu_lock);
+  // One line an entry, kept in ctest's log whatever the verdict (scripts/gpu_check.sh keeps it):
+  // what the entry got, and how long its evaluation took.
+  const auto field = [&](const char* key) { return r.contains(key) ? r[key].dump() : std::string("-"); };
+  std::printf(
+      "[red team] %s: %s, reward %s, vs eager %s, vs compile %s, %s s; timing.slice_watch %s\n", e.name.c_str(),
+      r.value("ok", false) ? "pass" : category_of(r).c_str(), field("reward").c_str(),
+      field("speedup_vs_eager").c_str(), field("speedup_vs_compile").c_str(), field("wall_seconds").c_str(),
+      r.contains("timing") && r["timing"].contains("slice_watch") ? r["timing"]["slice_watch"].dump().c_str() : "-");
   const std::string context =
       fmt::format("{} ({}; expected {}; defence: {})\noptions: {}\nresult: {}", e.name, e.kind, e.expect, e.defence,
                   options.to_json().dump(), r.dump(2));
