@@ -49,7 +49,7 @@ class __attribute__((visibility("hidden"))) JudgeBracket {
 
   const SharedBlock& words() const { return *words_; }
   // The next run's ticket (the value the go and done words take for it).
-  uint32_t next_ticket() { return ++ticket_ == 0 ? ++ticket_ : ticket_; }
+  uint32_t next_ticket() { return ticket_ = sandbox::next_ticket(ticket_); }
 
   // Queues one run's half on the judge's stream, as above: `in_bytes` from `staging` to
   // `in_block` (0: none), the L2 flush, the go word; the wait for the done word; `out_bytes` from

@@ -113,8 +113,7 @@ struct BaselineRounds {
 // Which rounds' baseline runs the slice watch sees (timer.h, watched_rounds): half of them, drawn
 // at random where seeds are secret (from the seed otherwise); every round with `all`.
 std::vector<bool> rounds_to_watch(Judge& j, int rounds, bool all) {
-  if (!j.opt.slice_watch) return std::vector<bool>(static_cast<size_t>(std::max(rounds, 0)), false);
-  if (all) return std::vector<bool>(static_cast<size_t>(std::max(rounds, 0)), true);
+  if (!j.opt.slice_watch || all) return std::vector<bool>(static_cast<size_t>(std::max(rounds, 0)), j.opt.slice_watch);
   const uint64_t seed = j.opt.secret_seeds
                             ? (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}()
                             : static_cast<uint64_t>(j.opt.seed) + 0x5eed;

@@ -178,6 +178,23 @@ struct TimerState {
   uint32_t watch_ticket = 0;
 };
 
+// A kernel of the harness's own PTX (the hold, the watch), loaded into the current context.
+CUfunction load_harness_kernel(const char* ptx, const char* name) {
+  const DriverApi& api = driver();
+  CUmodule module = nullptr;
+  CUfunction f = nullptr;
+  CA_CU_CHECK(api.cuModuleLoadData(&module, ptx));
+  CA_CU_CHECK(api.cuModuleGetFunction(&f, module, name));
+  return f;
+}
+
+// Whether a kernel record is the harness's launch of its kernel `name` (where launches are
+// attributed, as in every sandbox process; by its name alone elsewhere): a solution's kernel of
+// that name is the solution's work.
+bool is_harness_kernel(const KernelRecord& r, const char* name) {
+  return r.name == name && (r.origin == LaunchOrigin::kHarness || !launch_origins_installed());
+}
+
 TimerState& timer_state() {
   static TimerState* state = [] {
     ensure_context();
@@ -187,9 +204,7 @@ TimerState& timer_state() {
     const size_t bytes = std::max<size_t>(static_cast<size_t>(info.l2_cache_bytes) * 4, 256u << 20);
     CA_CU_CHECK(api.cuMemAlloc(&s->flush, bytes));
     s->words = bytes / 4;
-    CUmodule module = nullptr;
-    CA_CU_CHECK(api.cuModuleLoadData(&module, kHoldPtx));
-    CA_CU_CHECK(api.cuModuleGetFunction(&s->hold, module, kHoldName));
+    s->hold = load_harness_kernel(kHoldPtx, kHoldName);
     void* words = nullptr;
     CA_CU_CHECK(api.cuMemHostAlloc(&words, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
     s->hold_words = static_cast<uint32_t*>(words);
@@ -202,7 +217,7 @@ TimerState& timer_state() {
 
 // Holds the timing stream with the hold kernel until release_hold() or kHoldTimeoutNs.
 void hold(TimerState& s) {
-  if (++s.ticket == 0) ++s.ticket;
+  s.ticket = next_ticket(s.ticket);
   uint64_t timeout_ns = kHoldTimeoutNs;
   void* args[] = {&s.hold_words_device, &s.ticket, &timeout_ns};
   LaunchScope harness(LaunchOrigin::kHarness);
@@ -219,17 +234,15 @@ void launch_watch(TimerState& s) {
   const DriverApi& api = driver();
   LaunchScope harness(LaunchOrigin::kHarness);
   if (s.watch == nullptr) {
-    CUmodule module = nullptr;
-    CA_CU_CHECK(api.cuModuleLoadData(&module, kWatchPtx));
-    CA_CU_CHECK(api.cuModuleGetFunction(&s.watch, module, kWatchName));
+    s.watch = load_harness_kernel(kWatchPtx, kWatchName);
     CA_CU_CHECK(api.cuStreamCreate(&s.watch_stream, CU_STREAM_NON_BLOCKING));
     CA_CU_CHECK(api.cuMemAlloc(&s.watch_words, 64));
     CA_CU_CHECK(api.cuMemsetD32Async(s.watch_words, 0, 16, s.watch_stream));
   }
-  if (++s.watch_ticket == 0) ++s.watch_ticket;
+  s.watch_ticket = next_ticket(s.watch_ticket);
   uint64_t gap_ns = kSliceGapNs, limit_ns = kWatchLimitNs;
   CUdeviceptr out = s.watch_words + 16, held = s.hold_words_device + 4;
-  uint32_t hold_ticket = s.ticket + 1 == 0 ? 1 : s.ticket + 1;  // what hold() gives the run next
+  uint32_t hold_ticket = next_ticket(s.ticket);  // what hold() gives the run next
   void* args[] = {&s.watch_words, &out, &s.watch_ticket, &gap_ns, &limit_ns, &held, &hold_ticket};
   CA_CU_CHECK(api.cuLaunchKernel(s.watch, 1, 1, 1, 1, 1, 1, 0, s.watch_stream, args, nullptr));
 }
@@ -301,13 +314,11 @@ bool join_streams(TimerState& s, bool bracket, bool watch) {
 }  // namespace
 
 bool is_timer_hold(const KernelRecord& r) {
-  // Where launches are attributed (every sandbox process), only the harness's launch of it; a
-  // solution's kernel of that name is the solution's work.
-  return r.name == kHoldName && (r.origin == LaunchOrigin::kHarness || !launch_origins_installed());
+  return is_harness_kernel(r, kHoldName);
 }
 
 bool is_timer_watch(const KernelRecord& r) {
-  return r.name == kWatchName && (r.origin == LaunchOrigin::kHarness || !launch_origins_installed());
+  return is_harness_kernel(r, kWatchName);
 }
 
 TimedRun timed_forward(py::handle model, py::handle inputs, bool flush, bool watch) {

@@ -52,6 +52,12 @@ inline constexpr uint64_t kHoldTimeoutNs = 10'000'000;
 inline constexpr uint64_t kSliceGapNs = 20'000;
 inline constexpr uint64_t kWatchLimitNs = 10'000'000'000;
 
+// The ticket after `t` for the words a run's kernels wait on (the hold's, the watch's, the judge's
+// bracket's): 0 is never one, since the words start at 0.
+inline uint32_t next_ticket(uint32_t t) {
+  return t + 1 == 0 ? 1 : t + 1;
+}
+
 // Whether a kernel record is the timer's hold (the harness's launch of it where launches are
 // attributed, as in every sandbox process; by its name alone elsewhere).
 bool is_timer_hold(const KernelRecord& r);
