@@ -78,10 +78,10 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   [ -n "${GPU_TESTS_FIRST:-}" ] && group gpu_tests_first -R "$GPU_TESTS_FIRST"
   # Functional tests in parallel; the timing-sensitive ones and those that need most of the
   # GPU's memory alone afterwards.
-  group gpu_tests -E 'Timer|Baselines|LargeTask|oom_hog|hidden_context|hidden_copies' -j8
+  group gpu_tests -E 'Timer|Baselines|LargeTask|oom_hog|hidden_' -j8
   # Red-team entries that take the whole GPU's memory, or keep a kernel of their own on it between
   # their forwards (which would stretch every evaluation beside them): alone, always.
-  group gpu_tests_alone -R 'oom_hog|hidden_context|hidden_copies'
+  group gpu_tests_alone -R 'oom_hog|hidden_'
   # TESTS_TIMING=0: the functional group alone (a change that leaves the timer alone).
   [ "${TESTS_TIMING:-1}" = 1 ] && group gpu_tests_timing -R 'Timer|Baselines|LargeTask'
   grep -E "tests passed|Failed|\*\*\*|Passed|Skipped" "$out/gpu_tests_first.log" "$out/gpu_tests.log" \
