@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <pybind11/pybind11.h>
@@ -194,21 +195,24 @@ struct __attribute__((visibility("hidden"))) Judge {
   }
 
  private:
-  // Stages `inputs` into the input block, or, with `bracket_bytes`, into the bracket's staging
-  // copy (*bracket_bytes: how many of its bytes the run's inputs take).
-  nlohmann::json stage(pybind11::handle inputs, size_t* bracket_bytes = nullptr);
+  // Stages `inputs` into the input block, or, `deferred` (a bracketed run), only their spec and
+  // padding: the bracket copies their bytes in after its first event (bracket_inputs_).
+  nlohmann::json stage(pybind11::handle inputs, bool deferred = false);
   // call_forwards() for an op in the bracket: the judge's half queued when the candidate says its
   // run is queued (judge_bracket.h); *span_ms the bracket's span, *held (when given) whether the
   // message came before the hold's timeout. Throws Failure.
   nlohmann::json call_in_bracket(const std::string& where, nlohmann::json op, const std::string& expect, int forwards,
-                                 size_t in_bytes, size_t out_bytes, double* span_ms, bool* held);
+                                 size_t out_bytes, double* span_ms, bool* held);
   void send_blocks(bool input, bool output);
   std::unique_ptr<SharedBlock> in_block_, out_block_;
   pybind11::object in_tensor_, out_tensor_;
-  // The bracket's copies in the judge's own memory: each bracketed run's inputs, staged here
-  // and copied into the input block after the bracket's first event; the output block as the
-  // done word found it.
-  pybind11::object staging_, snapshot_;
+  // A bracketed run's inputs, copied into the input block after the bracket's first event from
+  // where they lie (the judge's inputs themselves, or the copies held for those that do not lie
+  // as staged: stage_tree_deferred); and the bracket's copy of the output block as the done word
+  // found it.
+  std::vector<InputCopy> bracket_inputs_;
+  std::vector<pybind11::object> bracket_held_;
+  pybind11::object snapshot_;
 };
 
 // The phases after the models are built. Each throws Failure.

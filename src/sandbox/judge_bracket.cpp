@@ -33,15 +33,15 @@ JudgeBracket::~JudgeBracket() {
     if (s) api.cuStreamDestroy(s);
 }
 
-void JudgeBracket::queue(uint64_t staging, uint64_t in_block, size_t in_bytes, uint64_t out_block, uint64_t snapshot,
+void JudgeBracket::queue(const std::vector<InputCopy>& inputs, uint64_t in_block, uint64_t out_block, uint64_t snapshot,
                          size_t out_bytes) {
   CA_CHECK(!queued_, "a bracket queued over one that did not finish");
   const DriverApi& api = driver();
   const auto word = [&](uint64_t offset) { return static_cast<CUdeviceptr>(words_->address() + offset); };
   queued_ = true;
-  if (in_bytes > 0)
-    CA_CU_CHECK(api.cuMemcpyDtoDAsync(static_cast<CUdeviceptr>(in_block), static_cast<CUdeviceptr>(staging), in_bytes,
-                                      stream_));
+  for (const InputCopy& c : inputs)
+    CA_CU_CHECK(api.cuMemcpyDtoDAsync(static_cast<CUdeviceptr>(in_block + c.offset), static_cast<CUdeviceptr>(c.source),
+                                      c.bytes, stream_));
   queue_l2_flush(stream_);
   CA_CU_CHECK(api.cuEventRecord(go_, stream_));
   CA_CU_CHECK(api.cuStreamWriteValue32(stream_, word(kBracketGoOffset), ticket_, CU_STREAM_WRITE_VALUE_DEFAULT));

@@ -7,9 +7,10 @@
 // timed run, the candidate's host queues the whole run behind a wait (in the GPU's front end) for
 // the judge's go word, its outputs' copies into the shared output block and a done word after
 // it, and then tells the judge the run is queued. The judge then queues on its own stream: its
-// first event, the run's inputs (kept in memory of its own until then) into the shared input
-// block, the L2 flush, the go event and the go word; then a wait for the done word, the end event
-// and a copy of the output block into memory of its own, which is what it compares. Correct
+// first event, the run's inputs (from where they lie in memory of its own until then) into the
+// shared input block, the L2 flush, the go event and the go word; then a wait for the done word,
+// the end event and a copy of the output block into memory of its own, which is what it
+// compares. Correct
 // outputs in that copy cannot exist before inputs the judge wrote just before its go event, so
 // the span from the go event to the end event holds the run's true GPU time plus the hand-overs
 // between the two contexts and the outputs' copy, whatever the candidate's process claims.
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "cuda_agent/sandbox/shared_block.h"
+#include "cuda_agent/sandbox/tensor_exchange.h"
 #include "cuda_agent/sandbox/timer.h"
 #include "cuda_agent/sandbox/timing_stats.h"
 
@@ -51,10 +53,10 @@ class __attribute__((visibility("hidden"))) JudgeBracket {
   // The next run's ticket (the value the go and done words take for it).
   uint32_t next_ticket() { return ticket_ = sandbox::next_ticket(ticket_); }
 
-  // Queues one run's half on the judge's stream, as above: `in_bytes` from `staging` to
-  // `in_block` (0: none), the L2 flush, the go word; the wait for the done word; `out_bytes` from
-  // `out_block` to `snapshot` (0: none).
-  void queue(uint64_t staging, uint64_t in_block, size_t in_bytes, uint64_t out_block, uint64_t snapshot,
+  // Queues one run's half on the judge's stream, as above: each of `inputs` into `in_block` at its
+  // offset (from where the judge's own copy of it lies: stage_tree_deferred), the L2 flush, the
+  // go word; the wait for the done word; `out_bytes` from `out_block` to `snapshot` (0: none).
+  void queue(const std::vector<InputCopy>& inputs, uint64_t in_block, uint64_t out_block, uint64_t snapshot,
              size_t out_bytes);
   // Waits up to `timeout_s` for the queued run to end (its done word, then the copy). False when
   // the done word did not come: the judge then writes both words itself, so that its stream

@@ -58,6 +58,7 @@ void judge_plan_memory(Judge& j) {
   measured(m, "drawing one input set", [&] {
     inputs = draw_inputs(j.task, j.device, j.input_seed(0));
     n.input_bytes = static_cast<int64_t>(staged_bytes(inputs, /*padded=*/true));
+    if (n.bracket) n.bracket_staging_bytes = static_cast<int64_t>(deferred_staging_bytes(inputs, "cuda"));
     synchronize(j.device);
   });
   measured(m, "the reference's forward", [&] {

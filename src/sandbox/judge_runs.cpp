@@ -271,7 +271,7 @@ void Judge::send_blocks(bool input, bool output) {
   candidate->call("sharing the input and output blocks", {{"op", "blocks"}, {"blocks", blocks}}, "mapped", remaining(), fds);
 }
 
-nlohmann::json Judge::stage(py::handle inputs, size_t* bracket_bytes) {
+nlohmann::json Judge::stage(py::handle inputs, bool deferred) {
   const size_t need = std::max<size_t>(staged_bytes(inputs, /*padded=*/true), 1);
   if (!in_block_ || in_block_->bytes() < need) {
     in_block_ = SharedBlock::create(gpu ? MemoryKind::kDevice : MemoryKind::kHost, need);
@@ -279,13 +279,10 @@ nlohmann::json Judge::stage(py::handle inputs, size_t* bracket_bytes) {
     send_blocks(true, false);
   }
   // In the bracket the inputs reach the input block only after the bracket's first event.
-  py::handle into = in_tensor_;
-  if (bracket_bytes) {
-    (void)grow_byte_buffer(staging_, in_block_->bytes(), device);
-    into = staging_;
-    *bracket_bytes = need;
-  }
-  nlohmann::json spec = stage_tree(inputs, into);
+  bracket_inputs_.clear();
+  bracket_held_.clear();
+  nlohmann::json spec = deferred ? stage_tree_deferred(inputs, in_tensor_, &bracket_inputs_, &bracket_held_)
+                                 : stage_tree(inputs, in_tensor_);
   synchronize(device);
   return spec;
 }
@@ -367,17 +364,24 @@ void Judge::pre_run_candidate(const std::string& where) {
 }
 
 nlohmann::json Judge::call_in_bracket(const std::string& where, nlohmann::json op, const std::string& expect,
-                                      int forwards, size_t in_bytes, size_t out_bytes, double* span_ms, bool* held) {
+                                      int forwards, size_t out_bytes, double* span_ms, bool* held) {
   const uint32_t ticket = bracket->next_ticket();
   op["bracket"] = ticket;
-  // Whatever ends the call, nothing of the bracket stays queued on the judge's stream.
+  // Whatever ends the call, nothing of the bracket stays queued on the judge's stream, and the
+  // copies held for its inputs go with it.
   struct Abandon {
     JudgeBracket& b;
-    ~Abandon() { b.abandon(); }
-  } abandon{*bracket};
+    std::vector<InputCopy>& inputs;
+    std::vector<py::object>& held;
+    ~Abandon() {
+      b.abandon();
+      inputs.clear();
+      held.clear();
+    }
+  } abandon{*bracket, bracket_inputs_, bracket_held_};
   const auto go = [&] {
-    bracket->queue(data_address(staging_), in_block_ ? in_block_->address() : 0, in_bytes,
-                   out_block_ ? out_block_->address() : 0, data_address(snapshot_), out_bytes);
+    bracket->queue(bracket_inputs_, in_block_ ? in_block_->address() : 0, out_block_ ? out_block_->address() : 0,
+                   data_address(snapshot_), out_bytes);
   };
   bool went = false, in_time = false;
   const nlohmann::json reply = call_forwards(where, op, expect, forwards, 0, [&](double timeout_s) {
@@ -412,7 +416,7 @@ void Judge::calibrate_bracket() {
     for (int i = 0; i < warm + kRuns; ++i) {
       double span = 0;
       const nlohmann::json reply =
-          call_in_bracket(where, {{"op", "probe"}, {"bytes", bytes}}, "probed", 1, 0, 0, &span, nullptr);
+          call_in_bracket(where, {{"op", "probe"}, {"bytes", bytes}}, "probed", 1, 0, &span, nullptr);
       // The probe's own interval (its fill) is the "forward": not the bracket's cost. The process
       // has run no solution code yet, so its timing is the harness's.
       if (i >= warm) spans.push_back(span - reply.value("ms", 0.0));
@@ -434,9 +438,8 @@ void Judge::calibrate_bracket() {
 CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, const std::string& where) {
   const bool bracketed = flags.bracket && bracket != nullptr;
   nlohmann::json spec;
-  size_t in_bytes = 0;
   guarded(Category::kTaskError, where + ": handing the inputs to the candidate",
-          [&] { spec = stage(inputs, bracketed ? &in_bytes : nullptr); });
+          [&] { spec = stage(inputs, bracketed); });
   const nlohmann::json op = {{"op", "run"},
                              {"inputs", spec},
                              {"guard", flags.guard},
@@ -452,7 +455,7 @@ CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, cons
             [&] { (void)grow_byte_buffer(snapshot_, out_block_->bytes(), device); });
   }
   const auto sent = Clock::now();
-  run.reply = bracketed ? call_in_bracket(where, op, "ran", 1, in_bytes, out_block_->bytes(), &run.bracket_ms, &held)
+  run.reply = bracketed ? call_in_bracket(where, op, "ran", 1, out_block_->bytes(), &run.bracket_ms, &held)
                         : call_forwards(where, op, "ran", 1);
   run.round_trip_ms = std::chrono::duration<double, std::milli>(Clock::now() - sent).count();
   note_free();

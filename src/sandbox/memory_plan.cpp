@@ -25,7 +25,8 @@ Arrangement cost(const MemoryNeeds& n, double factor, bool release, bool float64
   const int64_t weights = n.weights_bytes + (float64 ? n.weights64_bytes : 0);
   const int64_t output64 = float64 ? n.output64_bytes : 0, peak64 = float64 ? n.reference64_peak_bytes : 0;
   const int64_t out_block = static_cast<int64_t>(factor * static_cast<double>(n.output_bytes)) + kMiB;
-  const int64_t bracket = n.candidate && n.bracket ? n.input_bytes + out_block : 0;  // its staging and snapshot
+  // The bracket's copy of the output block, and of the inputs that do not lie as staged.
+  const int64_t bracket = n.candidate && n.bracket ? n.bracket_staging_bytes + out_block : 0;
   const int64_t fixed = weights + n.input_bytes + n.input_bytes + out_block + bracket;
   const int64_t reference = std::max(n.reference_peak_bytes, n.output_bytes + peak64);
   // The reference's outputs, held through the candidate's run, and the task check's copy of the
@@ -129,6 +130,7 @@ nlohmann::json MemoryPlan::to_json() const {
                       {"release_cached", release_cached},
                       {"float64_reference", float64_reference},
                       {"weights64_bytes", needs.weights64_bytes},
+                      {"bracket_staging_bytes", needs.bracket_staging_bytes},
                       {"judge_peak_bytes", judge_peak_bytes},
                       {"candidate_bytes", candidate_bytes},
                       {"need_bytes", need_bytes},

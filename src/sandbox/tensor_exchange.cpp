@@ -155,10 +155,45 @@ nlohmann::json value_spec(py::handle v, const std::string& path) {
           path, py::str(py::type::of(v).attr("__name__")).cast<std::string>());
 }
 
+// The strides a staged copy of `t` has: the layout torch gives a copy (`.to(device)`, `clone`:
+// preserve_format), which is the layout the reference and the baselines run on: a transposed or
+// channels-last input stays so (dense, its dimensions in the same order), one with gaps is made
+// dense. Worked out on the meta device, which allocates nothing.
+std::vector<int64_t> staged_strides(py::handle t) {
+  return torch().attr("empty_like")(t, py::arg("device") = "meta").attr("stride")().cast<std::vector<int64_t>>();
+}
+
+// Whether `t`'s bytes, as they lie on `device_type`, are already its staged copy's: on that
+// device, in the copy's layout (then dense: its bytes are one range from its data pointer), and
+// without a conjugate or negative flag (whose storage holds the other sign).
+bool lies_as_staged(py::handle t, const std::string& device_type) {
+  return py::str(t.attr("device").attr("type")).cast<std::string>() == device_type &&
+         !t.attr("is_conj")().cast<bool>() && !t.attr("is_neg")().cast<bool>() &&
+         t.attr("stride")().cast<std::vector<int64_t>>() == staged_strides(t);
+}
+
+size_t deferred_staging_bytes_of(py::handle tree, const std::string& device_type, int depth) {
+  CA_CHECK(depth < kMaxDepth, "the tree is nested more than {} levels deep", kMaxDepth);
+  if (is_tensor(tree))
+    return tensor_bytes(tree) > 0 && !lies_as_staged(tree, device_type) ? align_up(tensor_bytes(tree)) : 0;
+  size_t n = 0;
+  if (py::isinstance<py::tuple>(tree) || py::isinstance<py::list>(tree)) {
+    for (py::handle x : tree) n += deferred_staging_bytes_of(x, device_type, depth + 1);
+  } else if (py::isinstance<py::dict>(tree)) {
+    for (auto kv : py::reinterpret_borrow<py::dict>(tree))
+      n += deferred_staging_bytes_of(kv.second, device_type, depth + 1);
+  }
+  return n;
+}
+
 struct Stager {
   py::handle block;
   size_t capacity;
   size_t offset = 0;
+  // Deferred (stage_tree_deferred): the tensors' bytes are not written but listed, with the
+  // copies made for those that do not lie as staged.
+  std::vector<InputCopy>* copies = nullptr;
+  std::vector<py::object>* held = nullptr;
 
   nlohmann::json stage(py::handle tree, const std::string& path, int depth) {
     CA_CHECK(depth < kMaxDepth, "{} is nested more than {} levels deep", path, kMaxDepth);
@@ -168,14 +203,19 @@ struct Stager {
       CA_CHECK(offset + bytes + kPadBytes <= capacity, "the shared block is too small for {}", path);
       py::object shape = tree.attr("shape");
       py::object dt = torch().attr(dtype.c_str());
-      // In the layout torch gives a copy (`.to(device)`, `clone`: preserve_format), which is the
-      // layout the reference and the baselines run on: a transposed or channels-last input stays
-      // so (dense, its dimensions in the same order), one with gaps is made dense. Worked out on
-      // the meta device, which allocates nothing.
-      const std::vector<int64_t> strides =
-          torch().attr("empty_like")(tree, py::arg("device") = "meta").attr("stride")().cast<std::vector<int64_t>>();
-      if (bytes > 0)
+      const std::vector<int64_t> strides = staged_strides(tree);
+      if (bytes > 0 && copies == nullptr) {
         block.attr("narrow")(0, offset, bytes).attr("view")(dt).attr("as_strided")(shape, strides).attr("copy_")(tree);
+      } else if (bytes > 0) {
+        py::object source = py::reinterpret_borrow<py::object>(tree);
+        if (!lies_as_staged(tree, py::str(block.attr("device").attr("type")).cast<std::string>())) {
+          source = torch().attr("empty_strided")(shape, strides, py::arg("dtype") = dt,
+                                                 py::arg("device") = block.attr("device"));
+          source.attr("copy_")(tree);
+          held->push_back(source);
+        }
+        copies->push_back({source.attr("data_ptr")().cast<uint64_t>(), offset, bytes});
+      }
       py::object pad = block.attr("narrow")(0, offset + bytes, kPadBytes).attr("view")(dt);
       if (dtype == "bool") pad.attr("fill_")(true);
       else if (tree.attr("is_floating_point")().cast<bool>() || tree.attr("is_complex")().cast<bool>())
@@ -516,6 +556,17 @@ size_t staged_bytes(py::handle tree, bool padded) { return staged_bytes_of(tree,
 nlohmann::json stage_tree(py::handle tree, py::handle block) {
   Stager s{block, block.attr("numel")().cast<size_t>()};
   return s.stage(tree, "input", 0);
+}
+
+nlohmann::json stage_tree_deferred(py::handle tree, py::handle block, std::vector<InputCopy>* copies,
+                                   std::vector<py::object>* held) {
+  CA_ASSERT(copies != nullptr && held != nullptr, "stage_tree_deferred needs somewhere to put its copies");
+  Stager s{block, block.attr("numel")().cast<size_t>(), 0, copies, held};
+  return s.stage(tree, "input", 0);
+}
+
+size_t deferred_staging_bytes(py::handle tree, const std::string& device_type) {
+  return deferred_staging_bytes_of(tree, device_type, 0);
 }
 
 py::object build_tree(const nlohmann::json& spec, py::handle block) {

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -497,6 +498,55 @@ alias = inputs[:256].view(torch.float32).view(8, 8).t()
                                           block.attr("numel")().cast<size_t>(), /*device=*/false);
   py::exec("big[4096, 4096] += 1\n", scope);
   EXPECT_EQ(check_outputs_after_export(outputs, spec, block, scope["inputs"], false).changed, "output[0]");
+}
+
+// The judge's bracket copies each input tensor into the input block from where it lies
+// (stage_tree_deferred), not from a whole third copy of the input set: once its copies ran, the
+// block holds byte for byte what stage_tree writes, for dense, transposed and channels-last
+// tensors (copied from their own memory), a slice with gaps and a conjugate view (copied first
+// into memory of their own, which deferred_staging_bytes counts), an empty tensor and plain values.
+TEST(InputStaging, TheBracketsCopiesComeFromTheInputsWhereTheyLieAndGiveTheSameBlock) {
+  start_python();
+  capture_tensor_methods();
+  py::dict scope;
+  py::exec(R"PY(
+import torch
+dense = torch.randn(33, 7)
+inputs = [dense, {'t': torch.randn(48, 64).t(), 'cl': torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)},
+          (torch.randn(64, 96)[:, ::2], torch.randn(5, 3, dtype=torch.complex64).conj(), torch.empty(0, 4)),
+          3, 2.5, 'name', None, torch.arange(10, dtype=torch.int16)]
+)PY",
+           scope);
+  const py::object inputs = scope["inputs"];
+  const size_t need = staged_bytes(inputs, /*padded=*/true);
+  const py::object torch = py::module_::import("torch");
+  const py::object whole = torch.attr("zeros")(need, py::arg("dtype") = torch.attr("uint8"));
+  const py::object later = torch.attr("zeros")(need, py::arg("dtype") = torch.attr("uint8"));
+  const nlohmann::json spec = stage_tree(inputs, whole);
+  std::vector<InputCopy> copies;
+  std::vector<py::object> held;
+  const nlohmann::json deferred = stage_tree_deferred(inputs, later, &copies, &held);
+  EXPECT_EQ(spec, deferred);
+  EXPECT_FALSE(torch.attr("equal")(whole, later).cast<bool>()) << "the tensors' bytes were written at once";
+  // Six tensors with bytes: four dense ones (the plain, the transposed, the channels-last and the
+  // int16 one) are copied from where they lie, the slice and the conjugate view from copies of
+  // their own.
+  ASSERT_EQ(copies.size(), 6u);
+  ASSERT_EQ(held.size(), 2u);
+  EXPECT_EQ(copies[0].source, scope["dense"].attr("data_ptr")().cast<uint64_t>());
+  size_t held_bytes = 0;
+  for (const py::object& h : held)
+    held_bytes += (h.attr("numel")().cast<size_t>() * h.attr("element_size")().cast<size_t>() + 255) / 256 * 256;
+  EXPECT_EQ(deferred_staging_bytes(inputs, "cpu"), held_bytes);
+  EXPECT_EQ(deferred_staging_bytes(inputs, "cuda"), staged_bytes(inputs, /*padded=*/false))
+      << "no tensor of a CPU tree lies on the GPU";
+  const uint64_t base = later.attr("data_ptr")().cast<uint64_t>();
+  for (const InputCopy& c : copies) {
+    ASSERT_LE(c.offset + c.bytes, need);
+    std::memcpy(reinterpret_cast<void*>(base + c.offset), reinterpret_cast<const void*>(c.source), c.bytes);
+  }
+  EXPECT_TRUE(torch.attr("equal")(whole, later).cast<bool>());
+  EXPECT_TRUE(changed_tensor(inputs, deferred, later).empty());
 }
 
 TEST(FusedComparison, ItsKernelsCompileWithoutAGpu) {

@@ -125,20 +125,39 @@ TEST(MemoryPlan, TaskTooLargeIsATaskFault) {
     EXPECT_FALSE(is_task_fault(c)) << c;
 }
 
-// The judge's bracket keeps a copy of one input set (staged before its go) and of the output
-// block (what the done word found) in the judge's own memory: both count in the judge's peak.
-TEST(MemoryPlan, TheJudgesBracketCountsItsCopiesOfTheInputsAndTheOutputBlock) {
+// The judge's bracket keeps a copy of the output block (what the done word found) in the judge's
+// own memory, and copies only of the inputs that do not lie as staged (inputs with gaps): the
+// usual dense inputs are copied into the input block from where they lie, so a task whose inputs
+// and outputs are each about 8.5 GiB fits an H100 again.
+TEST(MemoryPlan, TheJudgesBracketCountsItsCopyOfTheOutputBlockAndOfInputsWithGaps) {
   MemoryNeeds n = h200(1, 1, false);
   const MemoryPlan without = plan_memory(n);
   n.bracket = true;
   const MemoryPlan with = plan_memory(n);
   ASSERT_TRUE(without.fits() && with.fits());
   ASSERT_EQ(without.output_block_factor, with.output_block_factor);
-  EXPECT_EQ(with.judge_peak_bytes - without.judge_peak_bytes, n.input_bytes + with.output_block_bytes);
-  EXPECT_EQ(with.need_bytes - without.need_bytes, n.input_bytes + with.output_block_bytes);
+  EXPECT_EQ(with.judge_peak_bytes - without.judge_peak_bytes, with.output_block_bytes);
+  EXPECT_EQ(with.need_bytes - without.need_bytes, with.output_block_bytes);
+  n.bracket_staging_bytes = n.input_bytes / 2;
+  const MemoryPlan gaps = plan_memory(n);
+  EXPECT_EQ(gaps.judge_peak_bytes - with.judge_peak_bytes, n.bracket_staging_bytes);
+  EXPECT_EQ(gaps.to_json()["bracket_staging_bytes"], n.bracket_staging_bytes);
   // Baselines alone have no candidate to bracket.
   n.candidate = false;
   MemoryNeeds alone = n;
   alone.bracket = false;
   EXPECT_EQ(plan_memory(n).judge_peak_bytes, plan_memory(alone).judge_peak_bytes);
+  // SandboxGpu.LargeTaskOfSixteenGibEvaluatesWithoutItsFloat64Reference on an H100 (2026-12-07):
+  // 9.06 GiB in, 9.06 GiB out, 77.95 GiB free; with a whole third input set the bracket needed
+  // 84.11 GiB. Without it the task fits, without its float64 reference.
+  MemoryNeeds h100 = h200(9.06, 9.06, true);
+  h100.total_bytes = 80 * kGiB;
+  h100.free_bytes = static_cast<int64_t>(77.95 * kGiB);
+  h100.judge_limit_bytes = static_cast<int64_t>(0.9 * static_cast<double>(h100.total_bytes));
+  h100.bracket = true;
+  const MemoryPlan large = plan_memory(h100);
+  EXPECT_TRUE(large.fits()) << large.too_large;
+  EXPECT_FALSE(large.float64_reference);
+  h100.bracket_staging_bytes = h100.input_bytes;  // the old third copy
+  EXPECT_FALSE(plan_memory(h100).fits());
 }

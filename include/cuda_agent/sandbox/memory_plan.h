@@ -8,7 +8,8 @@
 //
 //   judge, throughout   the reference's weights, one input set (sets are drawn one at a time,
 //                       on the device), the input block (the staged copy the candidate reads)
-//                       and the output block (where the candidate's outputs land)
+//                       and the output block (where the candidate's outputs land); under the
+//                       bracket its copy of the output block (and of inputs with gaps)
 //   judge, reference    the reference's own working memory: the input clone, temporaries, its
 //                       outputs, and under strict the float64 inputs and outputs
 //   judge, verifying    the task check's copy of the first trial's reference outputs
@@ -45,9 +46,11 @@ struct MemoryNeeds {
   int64_t reference_peak_bytes = 0;    // the most the float32 reference allocated beyond its weights and inputs
   int64_t reference64_peak_bytes = 0;  // the same for the float64 reference (its float64 inputs included)
   bool candidate = true;               // a candidate process shares the GPU (not for baselines)
-  // The judge's bracket times the candidate (judge_bracket.h): the judge keeps a copy of one
-  // input set and of the output block of its own.
+  // The judge's bracket times the candidate (judge_bracket.h): the judge keeps a copy of the
+  // output block of its own, and copies of the input tensors that do not lie as the input block
+  // holds them (bracket_staging_bytes; stage_tree_deferred: 0 for the usual dense inputs).
   bool bracket = false;
+  int64_t bracket_staging_bytes = 0;
 };
 
 struct MemoryPlan {

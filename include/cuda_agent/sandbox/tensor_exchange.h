@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <pybind11/pybind11.h>
@@ -33,6 +34,26 @@ size_t staged_bytes(pybind11::handle tree, bool padded);
 // neither a tensor nor a plain value, or when the block is too small (size it with staged_bytes
 // first).
 nlohmann::json stage_tree(pybind11::handle tree, pybind11::handle block);
+
+// One tensor's bytes for the judge's bracket to copy into the input block (judge_bracket.h): from
+// `source` (device memory of the judge's own) to `offset` in the block.
+struct InputCopy {
+  uint64_t source = 0;
+  size_t offset = 0;
+  size_t bytes = 0;
+};
+
+// stage_tree's spec and padding, but the tensors' bytes are left for the caller to copy in later
+// (the judge's bracket, after its first event): *copies gets one InputCopy a tensor. A tensor
+// whose bytes already lie as stage_tree would write them (on the block's device, in the staged
+// layout, unflagged) is copied from where it lies; any other is first copied into that layout in
+// memory of its own, which *held keeps (until the copies ran). The block then holds what
+// stage_tree would have written once the copies ran.
+nlohmann::json stage_tree_deferred(pybind11::handle tree, pybind11::handle block, std::vector<InputCopy>* copies,
+                                   std::vector<pybind11::object>* held);
+// The bytes stage_tree_deferred would copy into memory of its own for `tree`, staged for a block
+// on `device_type` ("cuda", "cpu"): 0 for a tree whose tensors lie as staged (the usual inputs).
+size_t deferred_staging_bytes(pybind11::handle tree, const std::string& device_type);
 
 // The tree a spec describes, its tensors as views into `block` (no copy). Throws Error for a
 // spec that does not fit the block or is not a spec.
