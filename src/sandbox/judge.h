@@ -202,7 +202,7 @@ struct __attribute__((visibility("hidden"))) Judge {
   // run is queued (judge_bracket.h); *span_ms the bracket's span, *held (when given) whether the
   // message came before the hold's timeout. Throws Failure.
   nlohmann::json call_in_bracket(const std::string& where, nlohmann::json op, const std::string& expect, int forwards,
-                                 size_t out_bytes, double* span_ms, bool* held);
+                                 const std::vector<InputCopy>& inputs, size_t out_bytes, double* span_ms, bool* held);
   void send_blocks(bool input, bool output);
   std::unique_ptr<SharedBlock> in_block_, out_block_;
   pybind11::object in_tensor_, out_tensor_;
