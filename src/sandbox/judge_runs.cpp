@@ -278,7 +278,7 @@ nlohmann::json Judge::stage(py::handle inputs, bool deferred) {
     in_tensor_ = in_block_->byte_tensor();
     send_blocks(true, false);
   }
-  // In the bracket the inputs reach the input block only after the bracket's first event.
+  // In the bracket the inputs reach the input block only after the bracket's go event.
   bracket_inputs_.clear();
   bracket_held_.clear();
   nlohmann::json spec = deferred ? stage_tree_deferred(inputs, in_tensor_, &bracket_inputs_, &bracket_held_)
