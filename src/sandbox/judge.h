@@ -196,17 +196,17 @@ struct __attribute__((visibility("hidden"))) Judge {
 
  private:
   // Stages `inputs` into the input block, or, `deferred` (a bracketed run), only their spec and
-  // padding: the bracket copies their bytes in after its go event (bracket_inputs_).
+  // padding: the bracket copies their bytes in once the run is queued (bracket_inputs_).
   nlohmann::json stage(pybind11::handle inputs, bool deferred = false);
   // call_forwards() for an op in the bracket: the judge's half queued when the candidate says its
   // run is queued (judge_bracket.h); *span_ms the bracket's span, *held (when given) whether the
   // message came before the hold's timeout. Throws Failure.
   nlohmann::json call_in_bracket(const std::string& where, nlohmann::json op, const std::string& expect, int forwards,
-                                 const std::vector<InputCopy>& inputs, size_t out_bytes, double* span_ms, bool* held);
+                                 size_t out_bytes, double* span_ms, bool* held);
   void send_blocks(bool input, bool output);
   std::unique_ptr<SharedBlock> in_block_, out_block_;
   pybind11::object in_tensor_, out_tensor_;
-  // A bracketed run's inputs, copied into the input block after the bracket's go event from
+  // A bracketed run's inputs, copied into the input block by the bracket (before its flush and go event) from
   // where they lie (the judge's inputs themselves, or the copies held for those that do not lie
   // as staged: stage_tree_deferred); and the bracket's copy of the output block as the done word
   // found it.

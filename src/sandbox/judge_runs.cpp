@@ -278,7 +278,8 @@ nlohmann::json Judge::stage(py::handle inputs, bool deferred) {
     in_tensor_ = in_block_->byte_tensor();
     send_blocks(true, false);
   }
-  // In the bracket the inputs reach the input block only after the bracket's go event.
+  // In the bracket the inputs reach the input block only when the bracket's copies run, once the
+  // candidate's run is queued.
   bracket_inputs_.clear();
   bracket_held_.clear();
   nlohmann::json spec = deferred ? stage_tree_deferred(inputs, in_tensor_, &bracket_inputs_, &bracket_held_)
@@ -364,17 +365,23 @@ void Judge::pre_run_candidate(const std::string& where) {
 }
 
 nlohmann::json Judge::call_in_bracket(const std::string& where, nlohmann::json op, const std::string& expect,
-                                      int forwards, const std::vector<InputCopy>& inputs, size_t out_bytes,
-                                      double* span_ms, bool* held) {
+                                      int forwards, size_t out_bytes, double* span_ms, bool* held) {
   const uint32_t ticket = bracket->next_ticket();
   op["bracket"] = ticket;
-  // Whatever ends the call, nothing of the bracket stays queued on the judge's stream.
+  // Whatever ends the call, nothing of the bracket stays queued on the judge's stream, and the
+  // copies held for its inputs go with it.
   struct Abandon {
     JudgeBracket& b;
-    ~Abandon() { b.abandon(); }
-  } abandon{*bracket};
+    std::vector<InputCopy>& inputs;
+    std::vector<py::object>& held;
+    ~Abandon() {
+      b.abandon();
+      inputs.clear();
+      held.clear();
+    }
+  } abandon{*bracket, bracket_inputs_, bracket_held_};
   const auto go = [&] {
-    bracket->queue(inputs, in_block_ ? in_block_->address() : 0, out_block_ ? out_block_->address() : 0,
+    bracket->queue(bracket_inputs_, in_block_ ? in_block_->address() : 0, out_block_ ? out_block_->address() : 0,
                    data_address(snapshot_), out_bytes);
   };
   bool went = false, in_time = false;
@@ -405,31 +412,12 @@ void Judge::calibrate_bracket() {
   blocks.push_back({{"role", "bracket"}, {"bytes", bracket->words().bytes()}});
   candidate->call(where, {{"op", "blocks"}, {"blocks", blocks}}, "mapped", remaining(), {bracket->words().fd()});
   const int64_t bytes = plan ? plan->needs.output_bytes : 0;
-  // The judge copies an input set of the task's into the input block inside each span, as in the
-  // timed runs: one drawn for the calibration alone (a seed of its own, never a round's), whose
-  // copies and the copies held for it go when the calibration ends.
-  py::object inputs;
-  guarded(Category::kTaskError, where + ": drawing an input set", [&] {
-    std::random_device entropy;
-    const int64_t seed = static_cast<int64_t>(((static_cast<uint64_t>(entropy()) << 32) ^ entropy()) >> 1);
-    inputs = draw_inputs(task, device, seed);
-    (void)stage(inputs, /*deferred=*/true);
-  });
-  struct Release {
-    Judge& j;
-    py::object& inputs;
-    ~Release() {
-      j.bracket_inputs_.clear();
-      j.bracket_held_.clear();
-      inputs = py::none();
-    }
-  } release{*this, inputs};
   const auto calibrate = [&](int warm) {
     std::vector<double> spans;
     for (int i = 0; i < warm + kRuns; ++i) {
       double span = 0;
       const nlohmann::json reply =
-          call_in_bracket(where, {{"op", "probe"}, {"bytes", bytes}}, "probed", 1, bracket_inputs_, 0, &span, nullptr);
+          call_in_bracket(where, {{"op", "probe"}, {"bytes", bytes}}, "probed", 1, 0, &span, nullptr);
       // The probe's own interval (its fill) is the "forward": not the bracket's cost. The process
       // has run no solution code yet, so its timing is the harness's.
       if (i >= warm) spans.push_back(span - reply.value("ms", 0.0));
@@ -462,23 +450,14 @@ CandidateRun Judge::run_candidate(py::handle inputs, const RunFlags& flags, cons
                              {"release", plan && plan->release_cached}};
   CandidateRun run;
   bool held = true;
-  // The bracket's copies of these inputs (stage(), deferred) are done with once the call ends.
-  struct Release {
-    Judge& j;
-    ~Release() {
-      j.bracket_inputs_.clear();
-      j.bracket_held_.clear();
-    }
-  } release{*this};
   if (bracketed) {
     CA_CHECK(out_block_ != nullptr, "a bracketed run before the output block exists");
     guarded(Category::kRuntimeError, where + ": the judge's copy of the outputs",
             [&] { (void)grow_byte_buffer(snapshot_, out_block_->bytes(), device); });
   }
   const auto sent = Clock::now();
-  run.reply = bracketed
-                  ? call_in_bracket(where, op, "ran", 1, bracket_inputs_, out_block_->bytes(), &run.bracket_ms, &held)
-                  : call_forwards(where, op, "ran", 1);
+  run.reply = bracketed ? call_in_bracket(where, op, "ran", 1, out_block_->bytes(), &run.bracket_ms, &held)
+                        : call_forwards(where, op, "ran", 1);
   run.round_trip_ms = std::chrono::duration<double, std::milli>(Clock::now() - sent).count();
   note_free();
   const nlohmann::json& r = run.reply;

@@ -44,7 +44,7 @@ struct InputCopy {
 };
 
 // stage_tree's spec and padding, but the tensors' bytes are left for the caller to copy in later
-// (the judge's bracket, after its go event): *copies gets one InputCopy a tensor. A tensor
+// (the judge's bracket, once the candidate's run is queued): *copies gets one InputCopy a tensor. A tensor
 // whose bytes already lie as stage_tree would write them (on the block's device, in the staged
 // layout, unflagged) is copied from where it lies; any other is first copied into that layout in
 // memory of its own, which *held keeps (until the copies ran). The block then holds what

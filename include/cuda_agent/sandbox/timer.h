@@ -104,7 +104,7 @@ inline constexpr uint64_t kBracketGoOffset = 0, kBracketDoneOffset = 256;
 
 // The candidate process's half of the judge's bracket (judge_bracket.h). In place of the hold,
 // the timing stream waits (cuStreamWaitValue32, in the GPU's front end) until the judge's go word
-// reaches `ticket`; the judge writes it, after its own go event, the run's inputs and an L2
+// reaches `ticket`; the judge writes it, after its copy of the run's inputs and an L2
 // flush, once the candidate said the run is queued (or the hold's timeout passed). After the end
 // event the outputs' copies into the shared output block are queued (export_outputs, which must
 // not synchronize: nothing runs before the go) and then the done word; only then is the judge told
