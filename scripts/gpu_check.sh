@@ -29,7 +29,10 @@ cd "$root"
 # stay under the 64 MiB limit).
 out=/tmp/gpu-check-out
 mkdir -p "$out"
-trap '[ -n "${OUT:-}" ] && tar czf "$OUT/gpu-check-$what.tgz" --exclude="*-hf" --exclude="*.safetensors" \
+# A call cut at its limit mid-group keeps what that group's tests printed so far (ctest's log of
+# the group under way: `partial.full.log`).
+trap 'case $what in tests|all) cp "$build/Testing/Temporary/LastTest.log" "$out/partial.full.log" 2>/dev/null;; esac
+  [ -n "${OUT:-}" ] && tar czf "$OUT/gpu-check-$what.tgz" --exclude="*-hf" --exclude="*.safetensors" \
   --exclude=workspace -C "$out" . 2>/dev/null' EXIT
 what=${1:-all}
 build=build-gpu
@@ -72,7 +75,7 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
     [ -n "${OUT:-}" ] && cp "$out/$name.log" "$OUT/" 2>/dev/null
     return 0
   }
-  rm -f "$out"/gpu_tests*.log  # an earlier call's, on a warm machine (the .full.log ones too)
+  rm -f "$out"/gpu_tests*.log "$out/partial.full.log"  # an earlier call's, on a warm machine (the .full.log ones too)
   # GPU_TESTS_FIRST: a ctest regex run alone before the groups (what a call short of device time
   # must see first); those tests run again in their group.
   [ -n "${GPU_TESTS_FIRST:-}" ] && group gpu_tests_first -R "$GPU_TESTS_FIRST"
