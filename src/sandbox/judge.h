@@ -206,10 +206,10 @@ struct __attribute__((visibility("hidden"))) Judge {
   void send_blocks(bool input, bool output);
   std::unique_ptr<SharedBlock> in_block_, out_block_;
   pybind11::object in_tensor_, out_tensor_;
-  // A bracketed run's inputs, copied into the input block by the bracket (before its flush and go event) from
-  // where they lie (the judge's inputs themselves, or the copies held for those that do not lie
-  // as staged: stage_tree_deferred); and the bracket's copy of the output block as the done word
-  // found it.
+  // A bracketed run's inputs, copied into the input block by the bracket (before its flush and go
+  // event) from where they lie (the judge's inputs themselves, or the copies held for those that
+  // do not lie as staged: stage_tree_deferred); and the bracket's copy of the output block as the
+  // done word found it.
   std::vector<InputCopy> bracket_inputs_;
   std::vector<pybind11::object> bracket_held_;
   pybind11::object snapshot_;

@@ -127,14 +127,17 @@ size_t tensor_bytes(py::handle t) {
   return t.attr("numel")().cast<size_t>() * t.attr("element_size")().cast<size_t>();
 }
 
-size_t staged_bytes_of(py::handle tree, bool padded, int depth) {
+// The sum of `fn` over the tensors of `tree` (lists, tuples and dicts followed; other leaves add
+// nothing).
+template <typename Fn>
+size_t sum_over_tensors(py::handle tree, const Fn& fn, int depth = 0) {
   CA_CHECK(depth < kMaxDepth, "the tree is nested more than {} levels deep", kMaxDepth);
-  if (is_tensor(tree)) return align_up(tensor_bytes(tree) + (padded ? kPadBytes : 0));
+  if (is_tensor(tree)) return fn(tree);
   size_t n = 0;
   if (py::isinstance<py::tuple>(tree) || py::isinstance<py::list>(tree)) {
-    for (py::handle x : tree) n += staged_bytes_of(x, padded, depth + 1);
+    for (py::handle x : tree) n += sum_over_tensors(x, fn, depth + 1);
   } else if (py::isinstance<py::dict>(tree)) {
-    for (auto kv : py::reinterpret_borrow<py::dict>(tree)) n += staged_bytes_of(kv.second, padded, depth + 1);
+    for (auto kv : py::reinterpret_borrow<py::dict>(tree)) n += sum_over_tensors(kv.second, fn, depth + 1);
   }
   return n;
 }
@@ -163,27 +166,14 @@ std::vector<int64_t> staged_strides(py::handle t) {
   return torch().attr("empty_like")(t, py::arg("device") = "meta").attr("stride")().cast<std::vector<int64_t>>();
 }
 
-// Whether `t`'s bytes, as they lie on `device_type`, are already its staged copy's: on that
-// device, in the copy's layout (then dense: its bytes are one range from its data pointer), and
-// without a conjugate or negative flag (whose storage holds the other sign).
-bool lies_as_staged(py::handle t, const std::string& device_type) {
+// Whether `t`'s bytes, as they lie on `device_type`, are already its staged copy's (whose strides
+// are `strides`, staged_strides(t)): on that device, in the copy's layout (then dense: its bytes
+// are one range from its data pointer), and without a conjugate or negative flag (whose storage
+// holds the other sign).
+bool lies_as_staged(py::handle t, const std::string& device_type, const std::vector<int64_t>& strides) {
   return py::str(t.attr("device").attr("type")).cast<std::string>() == device_type &&
          !t.attr("is_conj")().cast<bool>() && !t.attr("is_neg")().cast<bool>() &&
-         t.attr("stride")().cast<std::vector<int64_t>>() == staged_strides(t);
-}
-
-size_t deferred_staging_bytes_of(py::handle tree, const std::string& device_type, int depth) {
-  CA_CHECK(depth < kMaxDepth, "the tree is nested more than {} levels deep", kMaxDepth);
-  if (is_tensor(tree))
-    return tensor_bytes(tree) > 0 && !lies_as_staged(tree, device_type) ? align_up(tensor_bytes(tree)) : 0;
-  size_t n = 0;
-  if (py::isinstance<py::tuple>(tree) || py::isinstance<py::list>(tree)) {
-    for (py::handle x : tree) n += deferred_staging_bytes_of(x, device_type, depth + 1);
-  } else if (py::isinstance<py::dict>(tree)) {
-    for (auto kv : py::reinterpret_borrow<py::dict>(tree))
-      n += deferred_staging_bytes_of(kv.second, device_type, depth + 1);
-  }
-  return n;
+         t.attr("stride")().cast<std::vector<int64_t>>() == strides;
 }
 
 struct Stager {
@@ -191,9 +181,10 @@ struct Stager {
   size_t capacity;
   size_t offset = 0;
   // Deferred (stage_tree_deferred): the tensors' bytes are not written but listed, with the
-  // copies made for those that do not lie as staged.
+  // copies made for those that do not lie as staged on the block's device type.
   std::vector<InputCopy>* copies = nullptr;
   std::vector<py::object>* held = nullptr;
+  std::string device_type{};
 
   nlohmann::json stage(py::handle tree, const std::string& path, int depth) {
     CA_CHECK(depth < kMaxDepth, "{} is nested more than {} levels deep", path, kMaxDepth);
@@ -208,7 +199,7 @@ struct Stager {
         block.attr("narrow")(0, offset, bytes).attr("view")(dt).attr("as_strided")(shape, strides).attr("copy_")(tree);
       } else if (bytes > 0) {
         py::object source = py::reinterpret_borrow<py::object>(tree);
-        if (!lies_as_staged(tree, py::str(block.attr("device").attr("type")).cast<std::string>())) {
+        if (!lies_as_staged(tree, device_type, strides)) {
           source = torch().attr("empty_strided")(shape, strides, py::arg("dtype") = dt,
                                                  py::arg("device") = block.attr("device"));
           source.attr("copy_")(tree);
@@ -551,7 +542,9 @@ std::string first_changed(const std::vector<std::tuple<std::string, py::object, 
 
 }  // namespace
 
-size_t staged_bytes(py::handle tree, bool padded) { return staged_bytes_of(tree, padded, 0); }
+size_t staged_bytes(py::handle tree, bool padded) {
+  return sum_over_tensors(tree, [&](py::handle t) { return align_up(tensor_bytes(t) + (padded ? kPadBytes : 0)); });
+}
 
 nlohmann::json stage_tree(py::handle tree, py::handle block) {
   Stager s{block, block.attr("numel")().cast<size_t>()};
@@ -561,12 +554,17 @@ nlohmann::json stage_tree(py::handle tree, py::handle block) {
 nlohmann::json stage_tree_deferred(py::handle tree, py::handle block, std::vector<InputCopy>* copies,
                                    std::vector<py::object>* held) {
   CA_ASSERT(copies != nullptr && held != nullptr, "stage_tree_deferred needs somewhere to put its copies");
-  Stager s{block, block.attr("numel")().cast<size_t>(), 0, copies, held};
+  Stager s{block, block.attr("numel")().cast<size_t>(),
+           0,     copies,
+           held,  py::str(block.attr("device").attr("type")).cast<std::string>()};
   return s.stage(tree, "input", 0);
 }
 
 size_t deferred_staging_bytes(py::handle tree, const std::string& device_type) {
-  return deferred_staging_bytes_of(tree, device_type, 0);
+  return sum_over_tensors(tree, [&](py::handle t) -> size_t {
+    const size_t bytes = tensor_bytes(t);
+    return bytes > 0 && !lies_as_staged(t, device_type, staged_strides(t)) ? align_up(bytes) : 0;
+  });
 }
 
 py::object build_tree(const nlohmann::json& spec, py::handle block) {

@@ -44,11 +44,11 @@ struct InputCopy {
 };
 
 // stage_tree's spec and padding, but the tensors' bytes are left for the caller to copy in later
-// (the judge's bracket, once the candidate's run is queued): *copies gets one InputCopy a tensor. A tensor
-// whose bytes already lie as stage_tree would write them (on the block's device, in the staged
-// layout, unflagged) is copied from where it lies; any other is first copied into that layout in
-// memory of its own, which *held keeps (until the copies ran). The block then holds what
-// stage_tree would have written once the copies ran.
+// (the judge's bracket, once the candidate's run is queued): *copies gets one InputCopy a tensor.
+// A tensor whose bytes already lie as stage_tree would write them (on the block's device, in the
+// staged layout, unflagged) is copied from where it lies; any other is first copied into that
+// layout in memory of its own, which *held keeps (until the copies ran). The block then holds
+// what stage_tree would have written once the copies ran.
 nlohmann::json stage_tree_deferred(pybind11::handle tree, pybind11::handle block, std::vector<InputCopy>* copies,
                                    std::vector<pybind11::object>* held);
 // The bytes stage_tree_deferred would copy into memory of its own for `tree`, staged for a block
