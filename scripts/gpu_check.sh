@@ -29,11 +29,21 @@ cd "$root"
 # stay under the 64 MiB limit).
 out=/tmp/gpu-check-out
 mkdir -p "$out"
-# A call cut at its limit mid-group keeps what that group's tests printed so far (ctest's log of
-# the group under way: `partial.full.log`).
-trap 'case $what in tests|all) cp "$build/Testing/Temporary/LastTest.log" "$out/partial.full.log" 2>/dev/null;; esac
+# A call cut at its limit mid-group keeps what that group's tests printed so far: ctest writes
+# the log of the group under way as LastTest.log.tmp<random> until the group ends (a group cut
+# earlier leaves its own behind: the newest is this one's), kept as `partial.full.log`.
+on_exit() {
+  case ${what:-} in
+    tests | all)
+      local log
+      log=$(ls -t "$build"/Testing/Temporary/LastTest.log.tmp* 2>/dev/null | head -1)
+      [ -n "$log" ] && cp "$log" "$out/partial.full.log"
+      ;;
+  esac
   [ -n "${OUT:-}" ] && tar czf "$OUT/gpu-check-$what.tgz" --exclude="*-hf" --exclude="*.safetensors" \
-  --exclude=workspace -C "$out" . 2>/dev/null' EXIT
+    --exclude=workspace -C "$out" . 2>/dev/null
+}
+trap on_exit EXIT
 what=${1:-all}
 build=build-gpu
 export CUDA_AGENT_CACHE_DIR=${CUDA_AGENT_CACHE_DIR:-/tmp/cuda-agent-cache}

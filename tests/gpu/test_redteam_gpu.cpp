@@ -16,7 +16,6 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "gpu_test_util.h"
@@ -42,6 +41,12 @@ struct RedTeamEntry {
   // Other categories that also count as caught: where two defences race for the same hack (a
   // background thread's late write is seen either by the timed-output check or as a live thread).
   std::vector<std::string> also;
+  // A neutralized hack's honest twin: the name of a legit entry of the same task (the same work
+  // without the cheat), evaluated in the same test right after it, with the hack's options. The
+  // hack's speedup over eager may be at most max_gain_over_twin times the twin's: the cheat's own
+  // gain, where an honest kernel alone already reads faster than eager (a launch-bound task).
+  std::string twin;
+  double max_gain_over_twin = 0;
   std::string defence;   // which defence is meant to catch it (printed on failure)
   nlohmann::json options = nlohmann::json::object();  // SandboxOptions overrides
   bool gpu_lock = false;  // evaluated under the GPU's locks (for hacks aimed at them)
@@ -73,6 +78,8 @@ RedTeamEntry parse_entry(const nlohmann::json& j, size_t index) {
   e.defence = j.value("defence", "");
   e.max_speedup = j.value("max_speedup", 0.0);
   e.max_speedup_vs_compile = j.value("max_speedup_vs_compile", 0.0);
+  e.twin = j.value("twin", "");
+  e.max_gain_over_twin = j.value("max_gain_over_twin", 0.0);
   e.options = j.value("options", nlohmann::json::object());
   const nlohmann::json gpu_lock = j.value("gpu_lock", nlohmann::json(false));
   e.gpu_lock = gpu_lock.is_boolean() && gpu_lock.get<bool>();
@@ -87,6 +94,8 @@ RedTeamEntry parse_entry(const nlohmann::json& j, size_t index) {
   else if (e.kind == "legit" && e.expect != "pass") e.error = fmt::format("a legit entry expects 'pass', not '{}'", e.expect);
   else if (e.kind == "hack" && (e.expect.empty() || e.expect == "pass")) e.error = "a hack entry must name a category";
   else if (e.expect == "neutralized" && !(e.max_speedup > 0)) e.error = "a neutralized hack needs max_speedup";
+  else if (!e.twin.empty() && (e.expect != "neutralized" || !(e.max_gain_over_twin >= 1)))
+    e.error = "twin belongs to a neutralized hack, with max_gain_over_twin of at least 1";
   else if (!e.options.is_object()) e.error = "options must be an object";
   else if (!gpu_lock.is_boolean()) e.error = "gpu_lock must be true or false";
   return e;
@@ -117,7 +126,20 @@ std::vector<RedTeamEntry> load_manifest() {
     bad.error = fmt::format("{}: {} (fix the file; tests/data/redteam/check_sources.py checks it)", path, ex.what());
     entries = {bad};
   }
+  for (RedTeamEntry& e : entries) {
+    if (e.twin.empty() || !e.error.empty()) continue;
+    const auto twin =
+        std::find_if(entries.begin(), entries.end(), [&](const RedTeamEntry& t) { return t.name == e.twin; });
+    if (twin == entries.end() || twin->kind != "legit" || twin->task != e.task)
+      e.error = fmt::format("twin '{}' must name a legit entry of the same task ({})", e.twin, e.task);
+  }
   return entries;
+}
+
+// The entry named `name` (load_manifest checked that a twin exists).
+const RedTeamEntry& entry_named(const std::string& name) {
+  static const std::vector<RedTeamEntry> entries = load_manifest();
+  return *std::find_if(entries.begin(), entries.end(), [&](const RedTeamEntry& t) { return t.name == name; });
 }
 
 // Fields the integrity work adds to SandboxOptions; set only when this build's header has them,
@@ -200,6 +222,11 @@ TEST_P(RedTeamGpu, Verdict) {
       r.value("ok", false) ? "pass" : category_of(r).c_str(), field("reward").c_str(),
       field("speedup_vs_eager").c_str(), field("speedup_vs_compile").c_str(), field("wall_seconds").c_str(),
       r.contains("timing") && r["timing"].contains("slice_watch") ? r["timing"]["slice_watch"].dump().c_str() : "-");
+  // A failure's reason and where its time went: what a verdict of `timeout` or `crash` was made of.
+  if (!r.value("ok", false)) {
+    std::printf("[red team] %s: message %s; phase_seconds %s\n", e.name.c_str(),
+                r.value("message", std::string()).substr(0, 600).c_str(), field("phase_seconds").c_str());
+  }
   const std::string context =
       fmt::format("{} ({}; expected {}; defence: {})\noptions: {}\nresult: {}", e.name, e.kind, e.expect, e.defence,
                   options.to_json().dump(), r.dump(2));
@@ -211,6 +238,18 @@ TEST_P(RedTeamGpu, Verdict) {
       if (e.max_speedup_vs_compile > 0) {
         ASSERT_TRUE(r["speedup_vs_compile"].is_number()) << context;  // the baseline was timed
         EXPECT_LE(r["speedup_vs_compile"].get<double>(), e.max_speedup_vs_compile) << context;
+      }
+      if (!e.twin.empty()) {
+        // The honest twin under the same options, in this process: the same cached baselines.
+        const RedTeamEntry& twin = entry_named(e.twin);
+        const nlohmann::json t = run_eval(twin.task, twin.solution, sandbox::EvalMode::kEvaluate, options, e.gpu_lock);
+        const std::string twin_speedup = t.contains("speedup_vs_eager") ? t["speedup_vs_eager"].dump() : "-";
+        std::printf("[red team] %s: its honest twin %s: %s, reward %s, vs eager %s\n", e.name.c_str(),
+                    twin.name.c_str(), t.value("ok", false) ? "pass" : category_of(t).c_str(),
+                    t.contains("reward") ? t["reward"].dump().c_str() : "-", twin_speedup.c_str());
+        ASSERT_TRUE(t.value("ok", false) && t["speedup_vs_eager"].is_number()) << context << "\ntwin: " << t.dump(2);
+        EXPECT_LE(r["speedup_vs_eager"].get<double>(), e.max_gain_over_twin * t["speedup_vs_eager"].get<double>())
+            << context << "\ntwin: " << t.dump(2);
       }
     }
   } else if (e.kind == "hack" && e.expect == "degenerate") {

@@ -2,8 +2,9 @@
 """CPU-only checks of the red-team suite (no GPU, no torch needed):
 
 - manifest.json is well formed: unique gtest-safe names, kind hack|legit, existing task and
-  solution files, a known category per hack and "pass" per legit entry, and every folder under
-  hacks/ and legit/ is used by at least one entry;
+  solution files, a known category per hack and "pass" per legit entry, a neutralized hack's
+  honest twin a legit entry of its task, and every folder under hacks/ and legit/ is used by at
+  least one entry;
 - every model.py / model_new.py parses, and every hack's and legit solution's header comment
   states what it is (a hack's "expect" matches its manifest entry);
 - every cuda_agent.compile(...) source compiles with NVRTC through `cuda-agent compile`, with the
@@ -79,6 +80,17 @@ def check_manifest(errors):
             if value is not None and value not in allowed:
                 errors.append(f"{where}: option {key} is {value!r}, not one of {sorted(allowed)}")
         used.add(os.path.normpath(os.path.dirname(os.path.join(ROOT, e.get("solution", "")))))
+    by_name = {e.get("name"): e for e in entries}
+    for i, e in enumerate(entries):
+        if "twin" not in e and "max_gain_over_twin" not in e:
+            continue
+        where = f"manifest entry {i} ({e.get('name', '?')})"
+        twin = by_name.get(e.get("twin"))
+        gain = e.get("max_gain_over_twin")
+        if e.get("expect") != "neutralized" or not (isinstance(gain, (int, float)) and gain >= 1):
+            errors.append(f"{where}: twin belongs to a neutralized hack, with max_gain_over_twin of at least 1")
+        if twin is None or twin.get("kind") != "legit" or twin.get("task") != e.get("task"):
+            errors.append(f"{where}: twin {e.get('twin')!r} must name a legit entry of the same task")
     for kind in ("hacks", "legit"):
         for folder in sorted(os.listdir(os.path.join(HERE, kind))):
             if os.path.normpath(os.path.join(HERE, kind, folder)) not in used:
