@@ -140,6 +140,13 @@ struct __attribute__((visibility("hidden"))) Judge {
   nlohmann::json call_forwards(const std::string& where, const nlohmann::json& op, const std::string& expect,
                                int forwards, double extra_s = 0,
                                const std::function<nlohmann::json(double)>& call = nullptr);
+  // One call of the candidate's harness that runs no solution code of its own (sharing blocks,
+  // reporting kernel records, the integrity checks at the end): work of well under a second,
+  // bounded by sandbox.forward_timeout_s as well as by the deadline, so that what the solution
+  // left running (GPU work of a context of its own that CUPTI's flush waits on, a lock, a
+  // thread) cannot keep the GPU's exclusive lock to the deadline. Throws Failure.
+  nlohmann::json call_harness(const std::string& where, const nlohmann::json& op, const std::string& expect,
+                              const std::vector<int>& fds = {});
 
   // The reference's output on a clone of `inputs` (synchronized; the cache released under a plan
   // that says so). `view_of_input` (may be null): the path of an output that is a view of the

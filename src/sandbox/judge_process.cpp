@@ -516,7 +516,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     }
     if (j.candidate) {
       enter("finish");
-      finished = j.candidate->call("finishing", {{"op", "finish"}}, "finished", j.remaining());
+      finished = j.call_harness("finishing", {{"op", "finish"}}, "finished");
       const std::string why = finished.value("tampering", "");
       if (opt.integrity_checks && !why.empty())
         throw Failure{Category::kTampering, "the solution tampered with the sandbox: " + why};

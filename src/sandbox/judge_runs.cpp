@@ -112,25 +112,52 @@ double Judge::remaining() const {
   return std::max(0.0, std::chrono::duration<double>(deadline - Clock::now()).count());
 }
 
-nlohmann::json Judge::call_forwards(const std::string& where, const nlohmann::json& op, const std::string& expect,
-                                    int forwards, double extra_s, const std::function<nlohmann::json(double)>& call) {
-  const double left = remaining();
-  const double bound = opt.forward_timeout_s * std::max(forwards, 1) + extra_s;
-  const auto send = [&](double timeout_s) {
-    return call ? call(timeout_s) : candidate->call(where, op, expect, timeout_s);
-  };
-  if (opt.forward_timeout_s <= 0 || bound >= left) return send(left);
+namespace {
+
+// `send` given the candidate's time: `bound` where it is positive and short of the deadline's
+// `left`, the deadline otherwise; a timeout at the bound becomes `why()`'s timeout.
+nlohmann::json within_bound(double left, bool bounded, double bound, const std::function<nlohmann::json(double)>& send,
+                            const std::function<std::string()>& why) {
+  if (!bounded || bound >= left) return send(left);
   try {
     return send(bound);
   } catch (const Failure& f) {
     if (f.category != Category::kTimeout) throw;
-    throw Failure{Category::kTimeout,
-                  fmt::format("{}: ModelNew.forward did not return within sandbox.forward_timeout_s ({:g} s a forward, "
-                              "{:g} s for this call); the candidate was stopped, so that the GPU's lock goes to the "
-                              "evaluations waiting for it. An endless kernel or a hanging call is the usual cause; a "
-                              "solution this slow needs a larger sandbox.forward_timeout_s",
-                              where, opt.forward_timeout_s, bound)};
+    throw Failure{Category::kTimeout, why()};
   }
+}
+
+}  // namespace
+
+nlohmann::json Judge::call_forwards(const std::string& where, const nlohmann::json& op, const std::string& expect,
+                                    int forwards, double extra_s, const std::function<nlohmann::json(double)>& call) {
+  const double bound = opt.forward_timeout_s * std::max(forwards, 1) + extra_s;
+  return within_bound(
+      remaining(), opt.forward_timeout_s > 0, bound,
+      [&](double timeout_s) { return call ? call(timeout_s) : candidate->call(where, op, expect, timeout_s); },
+      [&] {
+        return fmt::format(
+            "{}: ModelNew.forward did not return within sandbox.forward_timeout_s ({:g} s a forward, "
+            "{:g} s for this call); the candidate was stopped, so that the GPU's lock goes to the "
+            "evaluations waiting for it. An endless kernel or a hanging call is the usual cause; a "
+            "solution this slow needs a larger sandbox.forward_timeout_s",
+            where, opt.forward_timeout_s, bound);
+      });
+}
+
+nlohmann::json Judge::call_harness(const std::string& where, const nlohmann::json& op, const std::string& expect,
+                                   const std::vector<int>& fds) {
+  return within_bound(
+      remaining(), opt.forward_timeout_s > 0, opt.forward_timeout_s,
+      [&](double timeout_s) { return candidate->call(where, op, expect, timeout_s, fds); },
+      [&] {
+        return fmt::format(
+            "{}: the candidate's harness did not answer within sandbox.forward_timeout_s ({:g} s), "
+            "for work that takes it well under a second; something the solution left running held "
+            "it (GPU work of a context of its own, which CUPTI's flush waits on; a lock; a thread). "
+            "The candidate was stopped, so that the GPU's lock goes to the evaluations waiting for it",
+            where, opt.forward_timeout_s);
+      });
 }
 
 namespace {
@@ -268,7 +295,7 @@ void Judge::send_blocks(bool input, bool output) {
   std::vector<int> fds;
   if (input) blocks.push_back({{"role", "input"}, {"bytes", in_block_->bytes()}}), fds.push_back(in_block_->fd());
   if (output) blocks.push_back({{"role", "output"}, {"bytes", out_block_->bytes()}}), fds.push_back(out_block_->fd());
-  candidate->call("sharing the input and output blocks", {{"op", "blocks"}, {"blocks", blocks}}, "mapped", remaining(), fds);
+  call_harness("sharing the input and output blocks", {{"op", "blocks"}, {"blocks", blocks}}, "mapped", fds);
 }
 
 nlohmann::json Judge::stage(py::handle inputs, bool deferred) {
@@ -301,7 +328,7 @@ void Judge::reserve_outputs(py::handle like) {
 
 std::vector<GpuActivity> Judge::report_deferred_runs(const std::vector<std::string>& wheres) {
   if (!gpu) return {};
-  const nlohmann::json reply = candidate->call("reporting the timed runs' kernels", {{"op", "report"}}, "reported", remaining());
+  const nlohmann::json reply = call_harness("reporting the timed runs' kernels", {{"op", "report"}}, "reported");
   audit_records(reply, "the timed runs", "while no forward was running");  // first, as in run_candidate
   const nlohmann::json runs = reply.value("runs", nlohmann::json::array());
   for (size_t i = 0; i < runs.size() && i < wheres.size(); ++i) {
@@ -410,7 +437,7 @@ void Judge::calibrate_bracket() {
   bracket = std::make_unique<JudgeBracket>();
   nlohmann::json blocks = nlohmann::json::array();
   blocks.push_back({{"role", "bracket"}, {"bytes", bracket->words().bytes()}});
-  candidate->call(where, {{"op", "blocks"}, {"blocks", blocks}}, "mapped", remaining(), {bracket->words().fd()});
+  call_harness(where, {{"op", "blocks"}, {"blocks", blocks}}, "mapped", {bracket->words().fd()});
   const int64_t bytes = plan ? plan->needs.output_bytes : 0;
   const auto calibrate = [&](int warm) {
     std::vector<double> spans;

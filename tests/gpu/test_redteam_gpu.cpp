@@ -47,6 +47,9 @@ struct RedTeamEntry {
   // gain, where an honest kernel alone already reads faster than eager (a launch-bound task).
   std::string twin;
   double max_gain_over_twin = 0;
+  // The evaluation's wall time at most this (0: not checked): for a hack that would hold its
+  // judge, and with it the GPU's exclusive lock, past sandbox.forward_timeout_s.
+  double max_wall_s = 0;
   std::string defence;   // which defence is meant to catch it (printed on failure)
   nlohmann::json options = nlohmann::json::object();  // SandboxOptions overrides
   bool gpu_lock = false;  // evaluated under the GPU's locks (for hacks aimed at them)
@@ -80,6 +83,7 @@ RedTeamEntry parse_entry(const nlohmann::json& j, size_t index) {
   e.max_speedup_vs_compile = j.value("max_speedup_vs_compile", 0.0);
   e.twin = j.value("twin", "");
   e.max_gain_over_twin = j.value("max_gain_over_twin", 0.0);
+  e.max_wall_s = j.value("max_wall_s", 0.0);
   e.options = j.value("options", nlohmann::json::object());
   const nlohmann::json gpu_lock = j.value("gpu_lock", nlohmann::json(false));
   e.gpu_lock = gpu_lock.is_boolean() && gpu_lock.get<bool>();
@@ -184,6 +188,8 @@ std::string apply_overrides(sandbox::SandboxOptions& o, const nlohmann::json& ov
       else if (key == "rtol") o.rtol = value.get<double>();
       else if (key == "timed_runs") o.timed_runs = value.get<int>();
       else if (key == "timeout_s") o.timeout_s = value.get<double>();
+      else if (key == "forward_timeout_s")
+        o.forward_timeout_s = value.get<double>();
       else if (key == "gpu_wait_s") o.gpu_wait_s = value.get<double>();
       else if (key == "read_scope") o.read_scope = value.get<std::string>();
       else if (key == "profile_compile")
@@ -230,6 +236,10 @@ TEST_P(RedTeamGpu, Verdict) {
   const std::string context =
       fmt::format("{} ({}; expected {}; defence: {})\noptions: {}\nresult: {}", e.name, e.kind, e.expect, e.defence,
                   options.to_json().dump(), r.dump(2));
+  if (e.max_wall_s > 0) {
+    ASSERT_TRUE(r["wall_seconds"].is_number()) << context;
+    EXPECT_LE(r["wall_seconds"].get<double>(), e.max_wall_s) << context;
+  }
   if (e.kind == "hack" && e.expect == "neutralized") {
     // Scored as an honest solution would be: a failure, or a pass without the cheat's gain.
     if (r.value("ok", false)) {

@@ -29,7 +29,7 @@ CATEGORIES = {
     "nondeterministic", "timing_mismatch", "tampering",
 }
 OPTION_KEYS = {"precision", "fallback", "provenance", "integrity_checks", "secret_seeds", "trials", "atol", "rtol",
-               "timed_runs", "timeout_s", "gpu_wait_s", "read_scope", "profile_compile", "compile_baseline"}
+               "timed_runs", "timeout_s", "forward_timeout_s", "gpu_wait_s", "read_scope", "profile_compile", "compile_baseline"}
 OPTION_VALUES = {"precision": {"loose", "strict", "tf32"}, "fallback": {"off", "warn", "enforce"},
                  "provenance": {"off", "warn", "enforce"}, "read_scope": {"all", "system"},
                  "profile_compile": {True, False}, "compile_baseline": {"cached", "fresh"}}
@@ -65,6 +65,9 @@ def check_manifest(errors):
         bound = e.get("max_speedup_vs_compile")
         if bound is not None and not (expect == "neutralized" and isinstance(bound, (int, float)) and bound > 0):
             errors.append(f"{where}: max_speedup_vs_compile is a positive bound of a neutralized hack")
+        wall = e.get("max_wall_s")
+        if wall is not None and not (isinstance(wall, (int, float)) and wall > 0):
+            errors.append(f"{where}: max_wall_s is a positive number of seconds")
         for other in e.get("also", []):
             if e.get("kind") != "hack" or other not in CATEGORIES:
                 errors.append(f"{where}: 'also' lists {other!r}: only hacks may, and only known categories")
