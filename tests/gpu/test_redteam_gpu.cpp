@@ -205,6 +205,11 @@ std::string apply_overrides(sandbox::SandboxOptions& o, const nlohmann::json& ov
   return "";
 }
 
+// One object of a result's `timing` ("-" where there is none), for the suite's log.
+std::string timing_part(const nlohmann::json& r, const char* key) {
+  return r.contains("timing") && r["timing"].is_object() && r["timing"].contains(key) ? r["timing"][key].dump() : "-";
+}
+
 class RedTeamGpu : public ::testing::TestWithParam<RedTeamEntry> {};
 
 TEST_P(RedTeamGpu, Verdict) {
@@ -224,10 +229,10 @@ TEST_P(RedTeamGpu, Verdict) {
   // what the entry got, and how long its evaluation took.
   const auto field = [&](const char* key) { return r.contains(key) ? r[key].dump() : std::string("-"); };
   std::printf(
-      "[red team] %s: %s, reward %s, vs eager %s, vs compile %s, %s s; timing.slice_watch %s\n", e.name.c_str(),
-      r.value("ok", false) ? "pass" : category_of(r).c_str(), field("reward").c_str(),
+      "[red team] %s: %s, reward %s, vs eager %s, vs compile %s, %s s; timing.slice_watch %s; timing.bracket %s\n",
+      e.name.c_str(), r.value("ok", false) ? "pass" : category_of(r).c_str(), field("reward").c_str(),
       field("speedup_vs_eager").c_str(), field("speedup_vs_compile").c_str(), field("wall_seconds").c_str(),
-      r.contains("timing") && r["timing"].contains("slice_watch") ? r["timing"]["slice_watch"].dump().c_str() : "-");
+      timing_part(r, "slice_watch").c_str(), timing_part(r, "bracket").c_str());
   // A failure's reason and where its time went: what a verdict of `timeout` or `crash` was made of.
   if (!r.value("ok", false)) {
     std::printf("[red team] %s: message %s; phase_seconds %s\n", e.name.c_str(),
@@ -254,9 +259,10 @@ TEST_P(RedTeamGpu, Verdict) {
         const RedTeamEntry& twin = entry_named(e.twin);
         const nlohmann::json t = run_eval(twin.task, twin.solution, sandbox::EvalMode::kEvaluate, options, e.gpu_lock);
         const std::string twin_speedup = t.contains("speedup_vs_eager") ? t["speedup_vs_eager"].dump() : "-";
-        std::printf("[red team] %s: its honest twin %s: %s, reward %s, vs eager %s\n", e.name.c_str(),
-                    twin.name.c_str(), t.value("ok", false) ? "pass" : category_of(t).c_str(),
-                    t.contains("reward") ? t["reward"].dump().c_str() : "-", twin_speedup.c_str());
+        std::printf("[red team] %s: its honest twin %s: %s, reward %s, vs eager %s; timing.bracket %s\n",
+                    e.name.c_str(), twin.name.c_str(), t.value("ok", false) ? "pass" : category_of(t).c_str(),
+                    t.contains("reward") ? t["reward"].dump().c_str() : "-", twin_speedup.c_str(),
+                    timing_part(t, "bracket").c_str());
         ASSERT_TRUE(t.value("ok", false) && t["speedup_vs_eager"].is_number()) << context << "\ntwin: " << t.dump(2);
         EXPECT_LE(r["speedup_vs_eager"].get<double>(), e.max_gain_over_twin * t["speedup_vs_eager"].get<double>())
             << context << "\ntwin: " << t.dump(2);
