@@ -227,13 +227,14 @@ void restore_entries(const UniqueFd& original, const std::vector<Entry>& entries
   }
 }
 
-// /dev: a read-only tmpfs with the few devices programs use, the GPU's, and a private /dev/shm.
-void minimal_dev(uint64_t tmpfs_bytes) {
+// /dev: a read-only tmpfs with the few devices programs use, the GPU's (`gpu_devices`), and a
+// private /dev/shm.
+void minimal_dev(uint64_t tmpfs_bytes, bool gpu_devices) {
   UniqueFd host_dev(open_path("/dev", "device directory"));
   std::vector<Entry> nodes;
   for (Entry& e : list_entries("/dev"))
-    if (!e.symlink && (e.name.rfind("nvidia", 0) == 0 || e.name == "null" || e.name == "zero" || e.name == "full" ||
-                       e.name == "random" || e.name == "urandom" || e.name == "tty"))
+    if (!e.symlink && ((gpu_devices && e.name.rfind("nvidia", 0) == 0) || e.name == "null" || e.name == "zero" ||
+                       e.name == "full" || e.name == "random" || e.name == "urandom" || e.name == "tty"))
       nodes.push_back(std::move(e));
   mount_tmpfs("/dev", 0755, 1 << 20, MS_NOSUID | MS_NODEV | MS_NOEXEC);
   for (const Entry& e : nodes) {
@@ -443,7 +444,7 @@ void confine_this_process(const ConfinementPlan& plan) {
   }
 
   // 3. /dev and the private directories.
-  minimal_dev(plan.tmpfs_bytes);
+  minimal_dev(plan.tmpfs_bytes, plan.gpu_devices);
   for (PrivateDir& p : privates) {
     mount_tmpfs(p.path, p.mode, plan.tmpfs_bytes, MS_NOSUID | MS_NODEV);
     restore_entries(p.original, p.entries, p.path);

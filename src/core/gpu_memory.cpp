@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 
 #include <mutex>
+#include <set>
+#include <string>
 #include <vector>
 
 namespace cuda_agent {
@@ -26,6 +28,7 @@ struct Nvml {
   nvmlReturn_t (*device_count)(unsigned int*) = nullptr;
   nvmlReturn_t (*device_by_index)(unsigned int, nvmlDevice_t*) = nullptr;
   nvmlReturn_t (*compute_processes)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*) = nullptr;
+  nvmlReturn_t (*capability)(nvmlDevice_t, int*, int*) = nullptr;  // optional
 };
 
 const Nvml& nvml() {
@@ -40,6 +43,7 @@ const Nvml& nvml() {
         reinterpret_cast<decltype(api.device_by_index)>(::dlsym(lib, "nvmlDeviceGetHandleByIndex_v2"));
     api.compute_processes =
         reinterpret_cast<decltype(api.compute_processes)>(::dlsym(lib, "nvmlDeviceGetComputeRunningProcesses_v3"));
+    api.capability = reinterpret_cast<decltype(api.capability)>(::dlsym(lib, "nvmlDeviceGetCudaComputeCapability"));
     api.ok = init != nullptr && api.device_count != nullptr && api.device_by_index != nullptr &&
              api.compute_processes != nullptr && init() == kSuccess;
   });
@@ -71,6 +75,22 @@ std::optional<std::map<pid_t, uint64_t>> gpu_memory_by_process() {
         held[static_cast<pid_t>(infos[i].pid)] += infos[i].usedGpuMemory;
   }
   return held;
+}
+
+std::string gpu_compute_capability() {
+  const Nvml& api = nvml();
+  unsigned int devices = 0;
+  if (!api.ok || api.capability == nullptr || api.device_count(&devices) != kSuccess || devices == 0) return "";
+  std::set<std::string> seen;
+  for (unsigned int d = 0; d < devices; ++d) {
+    nvmlDevice_t device = nullptr;
+    int major = 0, minor = 0;
+    if (api.device_by_index(d, &device) != kSuccess || api.capability(device, &major, &minor) != kSuccess ||
+        major <= 0 || minor < 0 || minor > 9)
+      return "";
+    seen.insert(std::to_string(major) + "." + std::to_string(minor));
+  }
+  return seen.size() == 1 ? *seen.begin() : "";
 }
 
 }  // namespace cuda_agent

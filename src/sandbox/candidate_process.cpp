@@ -4,6 +4,7 @@
 // another, and reports timings and kernel records, which the judge treats as claims.
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -94,6 +95,8 @@ class Candidate {
   nlohmann::json warmup(const nlohmann::json& body);
   nlohmann::json prerun();
   nlohmann::json finish();
+  // The prebuild's one op: the solution's import, for the builds it makes (CandidateRequest::prebuild).
+  nlohmann::json import_for_builds();
   nlohmann::json report();
   // The kernel records since the last take, those inside each of `windows` (forwards run since)
   // returned; into `reply` what the judge audits: the solution's records inside none ("outside":
@@ -157,11 +160,14 @@ double cpu_seconds(clockid_t clock) {
 }
 
 void Candidate::start(std::string& phase) {
+  // The prebuild's nvcc builds run beside other evaluations' timed runs: below their priority.
+  if (req_.prebuild) (void)::setpriority(PRIO_PROCESS, 0, 10);
   phase = "confine";
   if (req_.confine) {
     ConfinementPlan plan = candidate_confinement_plan({req_.nvrtc_dir, req_.build_dir}, req_.hidden, req_.tmpfs_bytes,
                                                           req_.shown);
     plan.visible = req_.visible;
+    plan.gpu_devices = !req_.prebuild;
     try {
       confine_this_process(plan);
     } catch (const std::exception& e) {
@@ -187,6 +193,8 @@ void Candidate::start(std::string& phase) {
         // torch.compile inside a solution compiles in this process, not in a pool of workers
         // that would stay alive beside the forwards (SolutionProcesses).
         {"TORCHINDUCTOR_COMPILE_THREADS", "1"}};
+    if (!req_.cuda_arch.empty()) env.emplace_back("TORCH_CUDA_ARCH_LIST", req_.cuda_arch + "+PTX");
+    if (req_.prebuild) env.emplace_back("CUDA_VISIBLE_DEVICES", "");
     // The tools' caches (torch.compile's, Triton's, ...) and TMPDIR: confined, in a fresh folder
     // of the private /tmp, gone with the process (the host's defaults, /tmp/torchinductor_<user>,
     // are read-only there); unconfined, in the judge's scratch folder, removed after the
@@ -247,6 +255,15 @@ nlohmann::json Candidate::init(const nlohmann::json& body) {
   // made, 0.07-0.08 s less on the CPU machine. No solution code has run yet.
   py::module_::import("gc").attr("freeze")();
   return reply;
+}
+
+nlohmann::json Candidate::import_for_builds() {
+  CA_CHECK(req_.prebuild, "'import' is the prebuild's op");
+  const auto start = std::chrono::steady_clock::now();
+  solution_ = load_solution(req_.solution_path, (fs::path(req_.build_dir) / "kernels").string());
+  return {{"op", "imported"},
+          {"runtime", runtime_json()},
+          {"import_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()}};
 }
 
 nlohmann::json Candidate::load(const nlohmann::json& body) {
@@ -649,6 +666,8 @@ int Candidate::serve() {
         reply = prerun();
       else if (phase == "finish") reply = finish();
       else if (phase == "report") reply = report();
+      else if (phase == "import")
+        reply = import_for_builds();
       else CA_FAIL("unknown op '{}'", phase);
       channel_.send(reply);
       if (phase == "finish") return 0;
@@ -678,7 +697,9 @@ nlohmann::json CandidateRequest::to_json() const {
           {"visible", visible},
           {"tmpfs_bytes", tmpfs_bytes},
           {"scratch_dir", scratch_dir},
-          {"nvrtc_trusted", nvrtc_trusted}};
+          {"nvrtc_trusted", nvrtc_trusted},
+          {"prebuild", prebuild},
+          {"cuda_arch", cuda_arch}};
 }
 
 CandidateRequest CandidateRequest::from_json(const nlohmann::json& j) {
@@ -696,6 +717,8 @@ CandidateRequest CandidateRequest::from_json(const nlohmann::json& j) {
   r.tmpfs_bytes = j.value("tmpfs_bytes", uint64_t{0});
   r.scratch_dir = j.value("scratch_dir", "");
   r.nvrtc_trusted = j.value("nvrtc_trusted", std::map<std::string, std::string>{});
+  r.prebuild = j.value("prebuild", false);
+  r.cuda_arch = j.value("cuda_arch", "");
   return r;
 }
 

@@ -51,6 +51,16 @@ struct CandidateRequest {
   // Unconfined, the tools' caches and TMPDIR go here (a folder of the judge's scratch, removed
   // with it); confined they go to the private /tmp.
   std::string scratch_dir;
+  // The prebuild (sandbox.prebuild): this process only imports the solution ("import"), for the
+  // nvcc builds its import makes, outside the GPU's lock, with no GPU to reach (confined without
+  // the GPUs' device nodes, CUDA_VISIBLE_DEVICES empty). Its builds land in build_dir, where the
+  // evaluation's candidate then finds them.
+  bool prebuild = false;
+  // The GPUs' compute capability ("9.0"; gpu_compute_capability()), given to torch's extension
+  // builds as TORCH_CUDA_ARCH_LIST ("9.0+PTX", the flags torch works out from the GPU itself),
+  // so that the prebuild, which sees no GPU, and the candidate write the same build rules; ""
+  // leaves the variable alone.
+  std::string cuda_arch;
 
   nlohmann::json to_json() const;
   static CandidateRequest from_json(const nlohmann::json& j);

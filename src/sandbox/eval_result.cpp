@@ -35,11 +35,11 @@ constexpr std::array<std::pair<Category, const char*>, 22> kNames = {{
 }};
 
 // Reports written at the top level of the result, in this order, when present.
-constexpr std::array<const char*, 21> kReports = {
+constexpr std::array<const char*, 22> kReports = {
     "verify",         "task_check",      "fallback",         "provenance", "timing_inputs",  "timing",
     "timing_check",   "roofline",        "kernels",          "versions",   "device",         "runtime",
     "memory",         "reference64",     "speedup_interval", "backends",   "candidate_idle", "processes",
-    "verify_seconds", "profile_seconds", "load_seconds"};
+    "verify_seconds", "profile_seconds", "load_seconds",     "prebuild"};
 
 template <typename T>
 nlohmann::json optional_json(const std::optional<T>& v) {

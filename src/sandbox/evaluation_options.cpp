@@ -113,6 +113,7 @@ nlohmann::json SandboxOptions::to_json() const {
           {"quiet_start", quiet_start},
           {"compile_before_lock", compile_before_lock},
           {"init_before_lock", init_before_lock},
+          {"prebuild", prebuild},
           {"judge_bracket", judge_bracket},
           {"slice_watch", slice_watch},
           {"warm_workers", warm_workers},
@@ -160,6 +161,7 @@ SandboxOptions SandboxOptions::from_json(const nlohmann::json& j) {
   o.quiet_start = merged["quiet_start"];
   o.compile_before_lock = merged["compile_before_lock"];
   o.init_before_lock = merged["init_before_lock"];
+  o.prebuild = merged["prebuild"];
   o.judge_bracket = merged["judge_bracket"];
   o.slice_watch = merged["slice_watch"];
   o.warm_workers = merged["warm_workers"];

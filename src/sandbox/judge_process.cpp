@@ -18,6 +18,7 @@
 #include "candidate_client.h"
 #include "cuda_agent/core/error.h"
 #include "cuda_agent/core/files.h"
+#include "cuda_agent/core/gpu_memory.h"
 #include "cuda_agent/core/hash.h"
 #include "cuda_agent/core/log.h"
 #include "cuda_agent/core/proc_stat.h"
@@ -104,6 +105,84 @@ void judge_nvrtc_record(const fs::path& file, const nlohmann::json& written) {
     CA_LOG_WARN("sandbox", "cannot record the solution's NVRTC entries in {}: {}", file.string(), e.what());
   }
 }
+
+// Whether the solution's import builds with nvcc: a kernels/ folder beside it, or a Python file of
+// its folder that names torch's extension builder (load_inline, load).
+bool builds_with_nvcc(const std::string& solution_path) {
+  const fs::path folder = fs::absolute(solution_path).parent_path();
+  std::error_code ec;
+  if (fs::is_directory(folder / "kernels", ec)) return true;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    if (entry.path().extension() != ".py" || !entry.is_regular_file(ec) || entry.file_size(ec) > (4u << 20)) continue;
+    try {
+      if (read_file(entry.path()).find("cpp_extension") != std::string::npos) return true;
+    } catch (const std::exception&) {
+    }
+  }
+  return false;
+}
+
+// The judge's record that a solution's nvcc builds were made (its load went well with them):
+// where no candidate can write, so that a later evaluation skips the prebuild.
+fs::path prebuilt_file(const fs::path& cache, const std::string& fingerprint) {
+  return cache_secret_dir(cache) / "prebuilt" / solution_scope(fingerprint);
+}
+
+// The prebuild (SandboxOptions::prebuild): a process confined as the candidate, without the GPUs'
+// device nodes, that imports the solution for its nvcc builds while the judge has not yet taken
+// the GPU's lock. Started (a program of its own: the judge forks only its candidate) beside the
+// candidate's start; run() drives it once the judge is about to wait for the lock.
+class Prebuild {
+ public:
+  Prebuild(const Judge& j, const fs::path& dir, CandidateRequest request) {
+    request.prebuild = true;
+    request.device = "cpu";
+    CandidateClient::Launch launch;
+    launch.request = std::move(request);
+    launch.dir = dir;
+    fs::create_directories(dir);
+    launch.timeout_s = j.opt.timeout_s;
+    launch.max_rss_bytes = static_cast<int64_t>(j.opt.host_memory_gb * (1LL << 30));
+    launch.max_disk_bytes = kCandidateDiskBytes;
+    client_ = std::make_unique<CandidateClient>(launch);
+  }
+
+  // Its report: how long it took and how it ended. A failure here is no failure of the
+  // evaluation: the candidate's import fails again in the lock, and reports it.
+  nlohmann::json run(double timeout_s) {
+    const auto start = Clock::now();
+    const auto left = [&] {
+      return std::max(0.0, timeout_s - std::chrono::duration<double>(Clock::now() - start).count());
+    };
+    nlohmann::json report = {{"ok", false}};
+    try {
+      client_->hello(left());
+      if (!client_->confined()) {
+        report["error"] = "the prebuild's process did not start confined: the builds run in the lock";
+      } else {
+        client_->send_init({{"flush_l2", false}});
+        client_->await_ready(left());
+        const nlohmann::json imported = client_->call("the prebuild's import", {{"op", "import"}}, "imported", left());
+        (void)client_->call("the prebuild's end", {{"op", "finish"}}, "finished", std::min(left(), 10.0));
+        report["ok"] = true;
+        report["import_seconds"] = imported.value("import_seconds", 0.0);
+      }
+    } catch (const Failure& f) {
+      report["error"] = f.message.substr(0, 2000);
+    } catch (const CandidateStartupFailure& f) {
+      report["error"] = f.message.substr(0, 2000);
+    } catch (const std::exception& e) {
+      report["error"] = std::string(e.what()).substr(0, 2000);
+    }
+    (void)client_->wait(report["ok"].get<bool>() ? 5.0 : 0.0);
+    client_.reset();
+    report["seconds"] = std::chrono::duration<double>(Clock::now() - start).count();
+    return report;
+  }
+
+ private:
+  std::unique_ptr<CandidateClient> client_;
+};
 
 // What the candidate process may write and what it must not see.
 CandidateRequest candidate_request(const EvalRequest& req, const std::string& fingerprint) {
@@ -355,6 +434,8 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
   j.deadline = wall_start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opt.timeout_s));
   Progress progress(result_path.empty() ? "" : result_path + ".phase");
   std::unique_ptr<CandidateStart> start;
+  std::unique_ptr<Prebuild> prebuild;
+  bool solution_loaded = false;  // its import and models built in the candidate
   nlohmann::json runtime, finished = nlohmann::json::object();
   auto enter = [&](const char* phase) {
     progress.enter(phase, result.phase_seconds);
@@ -409,8 +490,16 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
       const fs::path cache = opt.resolved_cache_dir();
       guarded(Category::kInfrastructure, "preparing the candidate process", [&] {
         ensure_cache_secret_dir(cache);  // the folder the candidate's confinement hides must exist
-        start = std::make_unique<CandidateStart>(j, fs::absolute(result_path).parent_path(),
-                                                 candidate_request(req, result.solution_sha256));
+        const fs::path dir = fs::absolute(result_path).parent_path();
+        CandidateRequest request = candidate_request(req, result.solution_sha256);
+        // The GPUs' architecture for torch's extension builds, in the prebuild and the candidate
+        // alike, wherever a prebuild may have made them (CandidateRequest::cuda_arch).
+        if (j.gpu && opt.prebuild) request.cuda_arch = gpu_compute_capability();
+        start = std::make_unique<CandidateStart>(j, dir, request);
+        std::error_code ec;
+        if (req.gpu_lock && opt.prebuild && request.confine && (!j.gpu || !request.cuda_arch.empty()) &&
+            builds_with_nvcc(req.solution_path) && !fs::exists(prebuilt_file(cache, result.solution_sha256), ec))
+          prebuild = std::make_unique<Prebuild>(j, dir / "prebuild", request);
       });
     }
     read_key();
@@ -436,6 +525,12 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
         (void)py::module_::import("torch._inductor.compile_fx");
       } catch (const std::exception&) {
       }
+    }
+    // The solution's nvcc builds, before the GPU's lock (SandboxOptions::prebuild).
+    if (prebuild) {
+      enter("prebuild");
+      result.reports["prebuild"] = prebuild->run(j.remaining());
+      prebuild.reset();
     }
     // CUDA, the task and the reference: in the GPU's exclusive lock, or, for a baselines judge
     // that compiles first (sandbox.compile_before_lock), with the lock held shared; CUDA alone
@@ -501,6 +596,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
           parts != loaded.end() && parts->is_object() && parts->size() <= 16 &&
           std::all_of(parts->begin(), parts->end(), [](const nlohmann::json& v) { return v.is_number(); }))
         result.reports["load_seconds"] = *parts;
+      solution_loaded = true;
     }
 
     if (req.mode == EvalMode::kVerify || req.mode == EvalMode::kEvaluate) {
@@ -580,6 +676,19 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
                                                                                             : "python";
     runtime.erase("nvcc_used");
     result.reports["runtime"] = runtime;
+    // Its builds exist now: later evaluations of the same solution need no prebuild.
+    if (solution_loaded && result.build_path == "nvcc" && req.gpu_lock && opt.prebuild) {
+      const fs::path marker = prebuilt_file(opt.resolved_cache_dir(), result.solution_sha256);
+      std::error_code ec;
+      fs::create_directories(marker.parent_path(), ec);
+      if (!ec) {
+        try {
+          write_file_atomic(marker, "");
+        } catch (const std::exception&) {
+          // A prebuild again next time.
+        }
+      }
+    }
   }
   if (how.python_start_s > 0) result.phase_seconds["python_start"] += how.python_start_s;
   result.reports["processes"] = {{"judge", how.warm ? "warm" : "started"},

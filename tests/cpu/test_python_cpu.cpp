@@ -325,6 +325,50 @@ TEST_F(PythonCpu, HangIsATimeout) {
   EXPECT_LT(elapsed, 45.0);
 }
 
+TEST_F(PythonCpu, ASolutionsExtensionBuildRunsBeforeTheGpusLockInAProcessOfItsOwn) {
+  // sandbox.prebuild: under a runner's GPU locks a solution whose import builds with torch's
+  // extension builder is first imported by a confined process of its own, before the judge waits
+  // for the GPU's lock; the candidate's import in the lock then finds the build done. Here a C++
+  // extension (g++, no GPU needed), on the CPU, with the request marked as a runner's.
+  const fs::path sol =
+      write("prebuilt/model_new.py",
+            model_new_with_forward("        return _ext.add(a, b)",
+                                   "from torch.utils.cpp_extension import load_inline\n"
+                                   "_ext = load_inline(name='prebuild_add', functions=['add'], cpp_sources="
+                                   "'torch::Tensor add(torch::Tensor a, torch::Tensor b) { return a + b; }')\n"));
+  EvalRequest req;
+  req.task_path = small_task_.string();
+  req.solution_path = sol.string();
+  req.mode = EvalMode::kVerify;
+  req.device = "cpu";
+  req.gpu_lock = true;
+  req.options.timeout_s = 500;
+  const nlohmann::json first = evaluate(req).to_json();
+  ASSERT_TRUE(first.value("ok", false)) << dump(first);
+  EXPECT_EQ(first["build_path"], "nvcc") << dump(first);
+  if (!first["worker"].value("confined", false)) GTEST_SKIP() << "no confinement on this machine: no prebuild";
+  ASSERT_TRUE(first.contains("prebuild")) << dump(first);
+  EXPECT_TRUE(first["prebuild"].value("ok", false)) << dump(first);
+  const double built_s = first["prebuild"].value("import_seconds", 0.0);
+  const double loaded_s = first["phase_seconds"].value("load_solution", 1e9);
+  EXPECT_GT(first["phase_seconds"].value("prebuild", 0.0), built_s) << dump(first);
+  // The build (tens of seconds of g++) happened in the prebuild; the candidate's load reused it.
+  EXPECT_GT(built_s, 2.0) << dump(first);
+  EXPECT_LT(loaded_s, built_s / 2) << dump(first);
+  // Its builds are made: the next evaluation of the same solution has no prebuild.
+  const nlohmann::json second = evaluate(req).to_json();
+  ASSERT_TRUE(second.value("ok", false)) << dump(second);
+  EXPECT_FALSE(second.contains("prebuild")) << dump(second);
+  EXPECT_FALSE(second["phase_seconds"].contains("prebuild")) << dump(second);
+  EXPECT_LT(second["phase_seconds"].value("load_solution", 1e9), built_s / 2) << dump(second);
+  // Without the option the build is the candidate's, as before.
+  req.options.prebuild = false;
+  req.solution_path = write("not_prebuilt/model_new.py", read_file(sol)).string();
+  const nlohmann::json off = evaluate(req).to_json();
+  ASSERT_TRUE(off.value("ok", false)) << dump(off);
+  EXPECT_FALSE(off.contains("prebuild")) << dump(off);
+}
+
 TEST_F(PythonCpu, AHungForwardIsStoppedAtTheForwardBoundLongBeforeTheEvaluationsTimeout) {
   // The forward's calls run in the GPU's exclusive lock on a GPU: a hung one must not hold it to
   // timeout_s (here 300 s), only to sandbox.forward_timeout_s.

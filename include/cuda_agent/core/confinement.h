@@ -41,6 +41,10 @@ struct ConfinementPlan {
   // Size limit of each tmpfs (the private directories and /dev/shm); 0: the kernel's default
   // (half the RAM).
   uint64_t tmpfs_bytes = 0;
+  // The GPUs' device nodes (/dev/nvidia*) in the private /dev; false: none, so that CUDA and NVML
+  // find no GPU whatever the process's environment says (a solution's nvcc builds, run outside
+  // the GPU's lock: sandbox.prebuild).
+  bool gpu_devices = true;
   // exec_confined only: no namespaces, mounts or capability changes (the caller, bubblewrap
   // say, made them); the command's signals are scoped all the same.
   bool signals_only = false;

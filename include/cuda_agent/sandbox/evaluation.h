@@ -100,6 +100,13 @@ struct SandboxOptions {
   // used. (Shared holders arriving one after another cannot keep an exclusive taker waiting
   // without end: the GPU's lock has a turnstile, GpuLock.)
   bool init_before_lock = false;
+  // Under a runner's GPU locks, a solution whose import builds with nvcc (load_inline, load, a
+  // kernels/ folder: tens of seconds each) is first imported by a process of its own, confined
+  // as the candidate but without the GPUs' device nodes, before the judge waits for the GPU's
+  // lock; the candidate's import in the exclusive lock then finds the builds done. Without it the
+  // builds run in the exclusive lock, and every evaluation of the GPU waits for them. Unconfined
+  // candidates build in the lock as before (nothing would keep that process off the GPU).
+  bool prebuild = true;
   // The judge's bracket of the candidate's timed runs (judge_bracket.h): each run's sample is at
   // least the GPU time the judge's own CUDA context saw it take, less the calibrated cost of the
   // hand-overs (docs/integrity.md, "Trust"). On the GPU, for evaluations that time.
