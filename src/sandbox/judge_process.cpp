@@ -498,8 +498,13 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
         start = std::make_unique<CandidateStart>(j, dir, request);
         std::error_code ec;
         if (req.gpu_lock && opt.prebuild && request.confine && (!j.gpu || !request.cuda_arch.empty()) &&
-            builds_with_nvcc(req.solution_path) && !fs::exists(prebuilt_file(cache, result.solution_sha256), ec))
-          prebuild = std::make_unique<Prebuild>(j, dir / "prebuild", request);
+            builds_with_nvcc(req.solution_path) && !fs::exists(prebuilt_file(cache, result.solution_sha256), ec)) {
+          try {
+            prebuild = std::make_unique<Prebuild>(j, dir / "prebuild", request);
+          } catch (const std::exception& e) {  // the candidate builds in the lock, as without it
+            result.reports["prebuild"] = {{"ok", false}, {"error", std::string("not started: ") + e.what()}};
+          }
+        }
       });
     }
     read_key();

@@ -232,22 +232,37 @@ TEST(SandboxGpu, StrictStateDictCatchesRenamedParameters) {
                  "interface_error", "load_state_dict");
 }
 
+// Under the GPU's locks, as a runner evaluates: a confined candidate's nvcc build is the
+// prebuild's, made before the judge waits for the lock, and the candidate's load in the lock
+// finds it done (sandbox.prebuild).
+namespace {
+void expect_built_before_the_lock(const nlohmann::json& r) {
+  if (!r["worker"].value("confined", false)) return;  // no prebuild for an unconfined candidate
+  ASSERT_TRUE(r.contains("prebuild")) << r.dump(2);
+  EXPECT_TRUE(r["prebuild"].value("ok", false)) << r.dump(2);
+  EXPECT_LT(r["phase_seconds"].value("load_solution", 1e9), r["prebuild"].value("import_seconds", 0.0) / 2)
+      << r.dump(2);
+}
+}  // namespace
+
 TEST(SandboxGpu, LoadInlineSolutionsTakeTheNvccPath) {
   CA_REQUIRE_GPU();
   auto options = fast_options();
   options.timeout_s = 400;
-  auto r = run_eval(kAdd, solution("add_load_inline"), EvalMode::kVerify, options);
+  auto r = run_eval(kAdd, solution("add_load_inline"), EvalMode::kVerify, options, /*gpu_lock=*/true);
   EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
   EXPECT_EQ(r["build_path"], "nvcc");
+  expect_built_before_the_lock(r);
 }
 
 TEST(SandboxGpu, KernelsDirectoryLayoutBuildsWithNvcc) {
   CA_REQUIRE_GPU();
   auto options = fast_options();
   options.timeout_s = 400;
-  auto r = run_eval(kAdd, solution("add_kernels_dir"), EvalMode::kVerify, options);
+  auto r = run_eval(kAdd, solution("add_kernels_dir"), EvalMode::kVerify, options, /*gpu_lock=*/true);
   EXPECT_TRUE(r["ok"].get<bool>()) << r.dump(2);
   EXPECT_EQ(r["build_path"], "nvcc");
+  expect_built_before_the_lock(r);
 }
 
 // sandbox.read_scope "system" on the GPU: the candidate reads only the system's and Python's
