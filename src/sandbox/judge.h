@@ -147,6 +147,14 @@ struct __attribute__((visibility("hidden"))) Judge {
   // thread) cannot keep the GPU's exclusive lock to the deadline. Throws Failure.
   nlohmann::json call_harness(const std::string& where, const nlohmann::json& op, const std::string& expect,
                               const std::vector<int>& fds = {});
+  // The solution's load ("load": its import, ModelNew(...)): solution code in the GPU's exclusive
+  // lock. Bounded by kLoadForwards times sandbox.forward_timeout_s, plus `extra_s` (twice what the
+  // prebuild's import took, in case the candidate builds again), where no nvcc build is left to
+  // make in it (`builds_left` false: none, or the prebuild made them), so that an import that
+  // hangs (an endless kernel it waits for, a loop) does not hold the lock to the deadline; by the
+  // deadline alone where builds of tens of seconds each may still run. Throws Failure.
+  static constexpr int kLoadForwards = 2;
+  nlohmann::json call_load(const nlohmann::json& op, bool builds_left, double extra_s);
 
   // The reference's output on a clone of `inputs` (synchronized; the cache released under a plan
   // that says so). `view_of_input` (may be null): the path of an output that is a view of the

@@ -435,6 +435,8 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
   Progress progress(result_path.empty() ? "" : result_path + ".phase");
   std::unique_ptr<CandidateStart> start;
   std::unique_ptr<Prebuild> prebuild;
+  // Whether nvcc builds may be left for the candidate's load to make (Judge::call_load).
+  bool builds_left = false;
   bool solution_loaded = false;  // its import and models built in the candidate
   nlohmann::json runtime, finished = nlohmann::json::object();
   auto enter = [&](const char* phase) {
@@ -497,8 +499,9 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
         if (j.gpu && opt.prebuild) request.cuda_arch = gpu_compute_capability();
         start = std::make_unique<CandidateStart>(j, dir, request);
         std::error_code ec;
-        if (req.gpu_lock && opt.prebuild && request.confine && (!j.gpu || !request.cuda_arch.empty()) &&
-            builds_with_nvcc(req.solution_path) && !fs::exists(prebuilt_file(cache, result.solution_sha256), ec)) {
+        builds_left = builds_with_nvcc(req.solution_path) &&
+                      !(opt.prebuild && fs::exists(prebuilt_file(cache, result.solution_sha256), ec));
+        if (req.gpu_lock && opt.prebuild && request.confine && (!j.gpu || !request.cuda_arch.empty()) && builds_left) {
           try {
             prebuild = std::make_unique<Prebuild>(j, dir / "prebuild", request);
           } catch (const std::exception& e) {  // the candidate builds in the lock, as without it
@@ -535,6 +538,7 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     if (prebuild) {
       enter("prebuild");
       result.reports["prebuild"] = prebuild->run(j.remaining());
+      builds_left = !result.reports["prebuild"].value("ok", false);
       prebuild.reset();
     }
     // CUDA, the task and the reference: in the GPU's exclusive lock, or, for a baselines judge
@@ -592,10 +596,9 @@ EvalResult run_judge_process(const EvalRequest& req, const std::string& result_p
     if (j.candidate) {
       enter("load_solution");
       j.solution_started = true;
-      const nlohmann::json loaded = j.candidate->call(
-          "",
+      const nlohmann::json loaded = j.call_load(
           {{"op", "load"}, {"seed", opt.seed}, {"fallback", opt.fallback}, {"integrity_checks", opt.integrity_checks}},
-          "loaded", j.remaining());
+          builds_left, 2 * result.reports.value("prebuild", nlohmann::json::object()).value("import_seconds", 0.0));
       // The candidate's account of its load (a claim, kept for the record when well formed).
       if (const auto parts = loaded.find("load_seconds");
           parts != loaded.end() && parts->is_object() && parts->size() <= 16 &&

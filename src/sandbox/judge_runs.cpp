@@ -160,6 +160,22 @@ nlohmann::json Judge::call_harness(const std::string& where, const nlohmann::jso
       });
 }
 
+nlohmann::json Judge::call_load(const nlohmann::json& op, bool builds_left, double extra_s) {
+  const double bound = kLoadForwards * opt.forward_timeout_s + extra_s;
+  return within_bound(
+      remaining(), opt.forward_timeout_s > 0 && !builds_left, bound,
+      [&](double timeout_s) { return candidate->call("", op, "loaded", timeout_s); },
+      [&] {
+        return fmt::format(
+            "the solution's load (its import and ModelNew(...)) did not end within {:g} s ({} times "
+            "sandbox.forward_timeout_s, and twice the prebuild's import where one ran: no nvcc build was left to "
+            "make in it); the candidate was stopped, so that "
+            "the GPU's lock goes to the evaluations waiting for it. Code at import that waits on an endless kernel "
+            "or loops is the usual cause; a load this slow needs a larger sandbox.forward_timeout_s",
+            bound, kLoadForwards);
+      });
+}
+
 namespace {
 
 // A float64 copy of a reference model: .double() converts its floating parameters and buffers,

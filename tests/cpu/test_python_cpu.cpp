@@ -394,6 +394,29 @@ TEST_F(PythonCpu, AHungForwardIsStoppedAtTheForwardBoundLongBeforeTheEvaluations
   EXPECT_LT(elapsed, 60.0);
 }
 
+TEST_F(PythonCpu, AnImportThatHangsIsStoppedAtTheLoadBoundLongBeforeTheEvaluationsTimeout) {
+  // The load runs in the GPU's exclusive lock on a GPU: an import that hangs (here a sleep; on a
+  // GPU, say, a wait on an endless kernel it launched) must not hold it to timeout_s (300 s), only
+  // to twice sandbox.forward_timeout_s where no nvcc build is left to make (Judge::call_load).
+  const fs::path sol = write("sleeps_at_import/model_new.py",
+                             model_new_with_forward("        return a + b", "import time\ntime.sleep(600)\n"));
+  EvalRequest req;
+  req.task_path = small_task_.string();
+  req.solution_path = sol.string();
+  req.mode = EvalMode::kVerify;
+  req.device = "cpu";
+  req.options.timeout_s = 300;
+  req.options.forward_timeout_s = 3;
+  const auto start = std::chrono::steady_clock::now();
+  const nlohmann::json r = evaluate(req).to_json();
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r["category"], "timeout") << dump(r);
+  EXPECT_NE(message(r).find("the solution's load"), std::string::npos) << message(r);
+  EXPECT_NE(message(r).find("did not end within 6 s"), std::string::npos) << message(r);
+  EXPECT_EQ(r["reward"], -1.0);
+  EXPECT_LT(elapsed, 60.0);
+}
+
 TEST_F(PythonCpu, CudaCompileErrorAtImportIsACompileError) {
   const fs::path sol = write("nvrtc_error/model_new.py",
                              "import torch\nimport torch.nn as nn\nimport cuda_agent\n\n"
