@@ -88,6 +88,23 @@ class PythonCpu : public ::testing::Test {
     return r;
   }
 
+  // A CPU verify of a solution that hangs, with a deadline of 300 s and sandbox.forward_timeout_s
+  // 3 s (what the bounds in the GPU's exclusive lock must stop long before the deadline);
+  // *elapsed: its wall time.
+  nlohmann::json verify_hanging(const fs::path& solution, double* elapsed) {
+    EvalRequest req;
+    req.task_path = small_task_.string();
+    req.solution_path = solution.string();
+    req.mode = EvalMode::kVerify;
+    req.device = "cpu";
+    req.options.timeout_s = 300;
+    req.options.forward_timeout_s = 3;
+    const auto start = std::chrono::steady_clock::now();
+    nlohmann::json r = evaluate(req).to_json();
+    *elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return r;
+  }
+
   static std::string dump(const nlohmann::json& r) { return r.dump(2); }
 
   static fs::path data_task(const char* name) { return kSourceDir / "tests/data/tasks" / name / "model.py"; }
@@ -375,16 +392,8 @@ TEST_F(PythonCpu, AHungForwardIsStoppedAtTheForwardBoundLongBeforeTheEvaluations
   const fs::path sol =
       write("sleeps_long/model_new.py",
             model_new_with_forward("        import time\n        time.sleep(600)\n        return a + b"));
-  EvalRequest req;
-  req.task_path = small_task_.string();
-  req.solution_path = sol.string();
-  req.mode = EvalMode::kVerify;
-  req.device = "cpu";
-  req.options.timeout_s = 300;
-  req.options.forward_timeout_s = 3;
-  const auto start = std::chrono::steady_clock::now();
-  const nlohmann::json r = evaluate(req).to_json();
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double elapsed = 0;
+  const nlohmann::json r = verify_hanging(sol, &elapsed);
   EXPECT_EQ(r["category"], "timeout") << dump(r);
   EXPECT_EQ(r["worker"]["timed_out"], true);
   EXPECT_NE(message(r).find("sandbox.forward_timeout_s (3 s a forward"), std::string::npos) << message(r);
@@ -400,16 +409,8 @@ TEST_F(PythonCpu, AnImportThatHangsIsStoppedAtTheLoadBoundLongBeforeTheEvaluatio
   // to twice sandbox.forward_timeout_s where no nvcc build is left to make (Judge::call_load).
   const fs::path sol = write("sleeps_at_import/model_new.py",
                              model_new_with_forward("        return a + b", "import time\ntime.sleep(600)\n"));
-  EvalRequest req;
-  req.task_path = small_task_.string();
-  req.solution_path = sol.string();
-  req.mode = EvalMode::kVerify;
-  req.device = "cpu";
-  req.options.timeout_s = 300;
-  req.options.forward_timeout_s = 3;
-  const auto start = std::chrono::steady_clock::now();
-  const nlohmann::json r = evaluate(req).to_json();
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double elapsed = 0;
+  const nlohmann::json r = verify_hanging(sol, &elapsed);
   EXPECT_EQ(r["category"], "timeout") << dump(r);
   EXPECT_NE(message(r).find("the solution's load"), std::string::npos) << message(r);
   EXPECT_NE(message(r).find("did not end within 6 s"), std::string::npos) << message(r);
